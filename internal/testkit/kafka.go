@@ -1,0 +1,107 @@
+package testkit
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kfake"
+)
+
+// Kafka is the broker set a test talks to.
+type Kafka struct {
+	// Brokers are the bootstrap addresses.
+	Brokers []string
+	// Cluster is the in-process broker, for fault injection (Control,
+	// ControlKey); nil when the test runs against a real cluster.
+	Cluster *kfake.Cluster
+}
+
+// KafkaOption adjusts the in-process cluster; a real cluster ignores it.
+type KafkaOption func(*kafkaConfig)
+
+type kafkaConfig struct {
+	brokers int
+	opts    []kfake.Opt
+}
+
+// Brokers sets the number of in-process brokers. Defaults to 1.
+func Brokers(n int) KafkaOption { return func(c *kafkaConfig) { c.brokers = n } }
+
+// KfakeOptions passes options through to kfake.NewCluster, e.g. kfake.EnableSASL.
+func KfakeOptions(opts ...kfake.Opt) KafkaOption {
+	return func(c *kafkaConfig) { c.opts = append(c.opts, opts...) }
+}
+
+// NewKafka returns the real cluster named by COURIER_TEST_KAFKA_BROKERS, or
+// else starts an in-process kfake cluster that stops when the test ends.
+func NewKafka(t testing.TB, opts ...KafkaOption) *Kafka {
+	t.Helper()
+	if brokers := ParseBrokers(envOr(EnvKafkaBrokers, "")); len(brokers) > 0 {
+		k := &Kafka{Brokers: brokers}
+		admin, err := sarama.NewClusterAdmin(brokers, k.Config())
+		if err != nil {
+			unavailable(t, "Kafka", strings.Join(brokers, ","), err)
+		}
+		_ = admin.Close()
+		return k
+	}
+	cfg := kafkaConfig{brokers: 1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	cluster, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(cfg.brokers)}, cfg.opts...)...)
+	if err != nil {
+		t.Fatalf("testkit: start kfake: %v", err)
+	}
+	t.Cleanup(cluster.Close)
+	return &Kafka{Brokers: cluster.ListenAddrs(), Cluster: cluster}
+}
+
+// ParseBrokers splits a comma-separated broker list, dropping blanks.
+func ParseBrokers(list string) []string {
+	var out []string
+	for b := range strings.SplitSeq(list, ",") {
+		if b = strings.TrimSpace(b); b != "" {
+			out = append(out, b)
+		}
+	}
+	return out
+}
+
+// Config returns a Sarama configuration suited to the test brokers: a client
+// id, acks from all in-sync replicas, and short timeouts so a test that goes
+// wrong fails quickly.
+func (k *Kafka) Config() *sarama.Config {
+	cfg := sarama.NewConfig()
+	cfg.ClientID = "courier-test"
+	cfg.Net.DialTimeout = 5 * time.Second
+	cfg.Metadata.Retry.Backoff = 50 * time.Millisecond
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	cfg.Producer.Return.Successes = true
+	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	return cfg
+}
+
+// Topic creates a topic unique to the test with the given partition count
+// and deletes it when the test ends.
+func (k *Kafka) Topic(t testing.TB, partitions int32) string {
+	t.Helper()
+	name := "t." + UniqueName(t, 120)
+	admin, err := sarama.NewClusterAdmin(k.Brokers, k.Config())
+	if err != nil {
+		unavailable(t, "Kafka", strings.Join(k.Brokers, ","), err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	detail := &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}
+	if err := admin.CreateTopic(name, detail, false); err != nil {
+		t.Fatalf("testkit: create topic %s: %v", name, err)
+	}
+	t.Cleanup(func() {
+		if err := admin.DeleteTopic(name); err != nil {
+			t.Errorf("testkit: delete topic %s: %v", name, err)
+		}
+	})
+	return name
+}

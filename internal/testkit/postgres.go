@@ -1,0 +1,109 @@
+package testkit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/courierkit/courier/migrations"
+)
+
+// PG is a test's own PostgreSQL schema.
+type PG struct {
+	// Pool connects with search_path set to Schema.
+	Pool *pgxpool.Pool
+	// Schema is created for the test and dropped, with everything in it,
+	// when the test ends.
+	Schema string
+	// URL is the database URL, without the schema.
+	URL string
+}
+
+// Postgres creates a schema for the test and a pool whose search_path is it.
+func Postgres(t testing.TB) *PG {
+	t.Helper()
+	url := envOr(EnvDatabaseURL, DefaultDatabaseURL)
+	pg := &PG{URL: url, Schema: "t_" + UniqueName(t, 48)}
+	admin := pg.connect(t, 2, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := admin.Exec(ctx, "CREATE SCHEMA "+pg.Schema); err != nil {
+		t.Fatalf("testkit: create schema %s: %v", pg.Schema, err)
+	}
+	pg.DropSchemaAtCleanup(t, admin, pg.Schema)
+	pg.Pool = pg.NewPool(t, 4)
+	return pg
+}
+
+// NewPool returns another pool on the test's schema, closed at cleanup.
+func (pg *PG) NewPool(t testing.TB, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	return pg.connect(t, maxConns, pg.Schema)
+}
+
+// FreshSchema returns a schema name unique to the test that does not exist
+// yet; it is dropped, if something created it, when the test ends.
+func (pg *PG) FreshSchema(t testing.TB) string {
+	t.Helper()
+	name := "t_" + UniqueName(t, 48)
+	pg.DropSchemaAtCleanup(t, pg.Pool, name)
+	return name
+}
+
+// DropSchemaAtCleanup drops schema, cascading, when the test ends.
+func (pg *PG) DropSchemaAtCleanup(t testing.TB, pool *pgxpool.Pool, schema string) {
+	t.Helper()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+			t.Errorf("testkit: drop schema %s: %v", schema, err)
+		}
+	})
+}
+
+// Migrate applies courier's migrations to the default outbox table in the
+// test's schema.
+func (pg *PG) Migrate(t testing.TB) {
+	t.Helper()
+	m, err := migrations.New(migrations.Config{Schema: pg.Schema})
+	if err != nil {
+		t.Fatalf("testkit: %v", err)
+	}
+	if _, err := m.Up(context.Background(), pg.Pool); err != nil {
+		t.Fatalf("testkit: migrate %s: %v", pg.Schema, err)
+	}
+}
+
+func (pg *PG) connect(t testing.TB, maxConns int32, searchPath string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(pg.URL)
+	if err != nil {
+		t.Fatalf("testkit: %s=%q: %v", EnvDatabaseURL, pg.URL, err)
+	}
+	cfg.MaxConns = maxConns
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	if searchPath != "" {
+		cfg.ConnConfig.RuntimeParams["search_path"] = searchPath
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		err = pool.Ping(ctx)
+	}
+	if err != nil {
+		if pool != nil {
+			pool.Close()
+		}
+		unavailable(t, "PostgreSQL", redactURL(pg.URL), err)
+	}
+	// Cleanups run last-in first-out: anything registered later that uses
+	// the pool runs before it closes.
+	t.Cleanup(pool.Close)
+	return pool
+}

@@ -1,0 +1,313 @@
+// Package migrations creates and upgrades courier's PostgreSQL tables.
+//
+// The SQL lives in embedded files under sql/ named NNNN_name.up.sql and
+// NNNN_name.down.sql. They are plain SQL that create courier_outbox in the
+// current schema, so a team with its own migration tool (golang-migrate, goose,
+// Flyway, …) can copy and apply them as they are. The Migrator applies the same
+// files into a configured schema and table name, records each applied version
+// in <table>_migrations, and serializes concurrent runs with a PostgreSQL
+// advisory lock, so any number of processes may migrate at start-up.
+package migrations
+
+import (
+	"context"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"regexp"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/courierkit/courier/internal/pgname"
+)
+
+//go:embed sql/*.sql
+var files embed.FS
+
+// Migration is one embedded schema change.
+type Migration struct {
+	// Version orders migrations; it is the NNNN prefix of the file names.
+	Version int
+	// Name is the file name's middle part, e.g. "create_outbox".
+	Name string
+	// Up and Down are the file contents, with the default table name.
+	Up, Down string
+}
+
+// State is a migration and whether it is applied to a table.
+type State struct {
+	Migration
+	Applied   bool
+	AppliedAt time.Time // zero when not applied
+}
+
+// Config selects where the migrations apply. The zero value is valid.
+type Config struct {
+	// Schema holds the outbox table; it is created when missing. Must be a
+	// lower-case identifier. Defaults to "public" (pgname.DefaultSchema).
+	Schema string
+	// Table is the outbox table name. Must be a lower-case identifier of at
+	// most 40 bytes. Defaults to "courier_outbox" (pgname.DefaultTable).
+	Table string
+	// Logger receives one line per applied or reverted migration. Defaults to
+	// a logger that discards everything.
+	Logger *slog.Logger
+}
+
+// ErrInvalidConfig is matched by every error New returns.
+var ErrInvalidConfig = errors.New("migrations: invalid config")
+
+// ErrInvalidSteps is returned by Down for a step count below 1.
+var ErrInvalidSteps = errors.New("migrations: steps must be at least 1")
+
+// DB is what the Migrator needs from PostgreSQL: *pgx.Conn, *pgxpool.Pool and
+// *pgxpool.Conn all satisfy it. Each Up or Down runs in one transaction.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// Migrator applies the embedded migrations to one outbox table.
+type Migrator struct {
+	table pgname.Table
+	log   *slog.Logger
+}
+
+// New validates cfg and returns a Migrator.
+func New(cfg Config) (*Migrator, error) {
+	table, err := pgname.NewTable(cfg.Schema, cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Migrator{table: table, log: log}, nil
+}
+
+// All returns the embedded migrations in version order.
+func All() []Migration { return slices.Clone(all) }
+
+var all = mustLoad(files)
+
+var fileName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$`)
+
+func mustLoad(fsys fs.FS) []Migration {
+	ms, err := load(fsys)
+	if err != nil {
+		panic(err) // the files are compiled in; a test covers them
+	}
+	return ms
+}
+
+func load(fsys fs.FS) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, "sql")
+	if err != nil {
+		return nil, err
+	}
+	byVersion := map[int]*Migration{}
+	for _, e := range entries {
+		m := fileName.FindStringSubmatch(e.Name())
+		if m == nil {
+			return nil, fmt.Errorf("migrations: file %q is not named NNNN_name.up.sql or NNNN_name.down.sql", e.Name())
+		}
+		body, err := fs.ReadFile(fsys, "sql/"+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		version, _ := strconv.Atoi(m[1])
+		mig := byVersion[version]
+		if mig == nil {
+			mig = &Migration{Version: version, Name: m[2]}
+			byVersion[version] = mig
+		}
+		if mig.Name != m[2] {
+			return nil, fmt.Errorf("migrations: version %d has two names, %q and %q", version, mig.Name, m[2])
+		}
+		if m[3] == "up" {
+			mig.Up = string(body)
+		} else {
+			mig.Down = string(body)
+		}
+	}
+	var ms []Migration
+	for _, mig := range byVersion {
+		if mig.Up == "" || mig.Down == "" {
+			return nil, fmt.Errorf("migrations: version %d (%s) needs both an up and a down file", mig.Version, mig.Name)
+		}
+		ms = append(ms, *mig)
+	}
+	slices.SortFunc(ms, func(a, b Migration) int { return a.Version - b.Version })
+	for i, mig := range ms {
+		if mig.Version != i+1 {
+			return nil, fmt.Errorf("migrations: versions must run 1, 2, 3, … without gaps; found %d at position %d", mig.Version, i+1)
+		}
+	}
+	return ms, nil
+}
+
+// Up applies every migration not yet applied, in version order, in one
+// transaction, and returns the ones it applied (none when up to date).
+func (m *Migrator) Up(ctx context.Context, db DB) ([]Migration, error) {
+	var applied []Migration
+	err := m.locked(ctx, db, func(tx pgx.Tx, done map[int]time.Time) error {
+		for _, mig := range all {
+			if _, ok := done[mig.Version]; ok {
+				continue
+			}
+			if err := m.exec(ctx, tx, mig, mig.Up); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "INSERT INTO "+m.versionTable()+" (version, name) VALUES ($1, $2)", mig.Version, mig.Name); err != nil {
+				return fmt.Errorf("migrations: record version %d: %w", mig.Version, err)
+			}
+			m.log.InfoContext(ctx, "migration applied", "table", m.table.String(), "version", mig.Version, "name", mig.Name)
+			applied = append(applied, mig)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
+}
+
+// Down reverts the most recent steps applied migrations, newest first, in one
+// transaction, and returns the ones it reverted. Reverting the first migration
+// drops the outbox table and every event in it.
+func (m *Migrator) Down(ctx context.Context, db DB, steps int) ([]Migration, error) {
+	if steps < 1 {
+		return nil, fmt.Errorf("%w: got %d", ErrInvalidSteps, steps)
+	}
+	var reverted []Migration
+	err := m.locked(ctx, db, func(tx pgx.Tx, done map[int]time.Time) error {
+		for i := len(all) - 1; i >= 0 && len(reverted) < steps; i-- {
+			mig := all[i]
+			if _, ok := done[mig.Version]; !ok {
+				continue
+			}
+			if err := m.exec(ctx, tx, mig, mig.Down); err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, "DELETE FROM "+m.versionTable()+" WHERE version = $1", mig.Version); err != nil {
+				return fmt.Errorf("migrations: forget version %d: %w", mig.Version, err)
+			}
+			m.log.InfoContext(ctx, "migration reverted", "table", m.table.String(), "version", mig.Version, "name", mig.Name)
+			reverted = append(reverted, mig)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return reverted, nil
+}
+
+// Status reports every embedded migration and whether it is applied. It
+// changes nothing, not even when the schema does not exist yet.
+func (m *Migrator) Status(ctx context.Context, db DB) ([]State, error) {
+	var states []State
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		done, err := m.appliedVersions(ctx, tx)
+		if err != nil {
+			return err
+		}
+		for _, mig := range all {
+			at, ok := done[mig.Version]
+			states = append(states, State{Migration: mig, Applied: ok, AppliedAt: at})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, wrapConnErr(err)
+	}
+	return states, nil
+}
+
+// locked runs fn in a transaction holding the schema's migration lock, with
+// the schema and version table in place and search_path set to the schema.
+func (m *Migrator) locked(ctx context.Context, db DB, fn func(tx pgx.Tx, done map[int]time.Time) error) error {
+	err := pgx.BeginFunc(ctx, db, func(tx pgx.Tx) error {
+		// One lock per schema: it serializes migrators of every table in the
+		// schema, which also makes CREATE SCHEMA IF NOT EXISTS race-free.
+		if _, err := tx.Exec(ctx, "SELECT pg_advisory_xact_lock(hashtextextended($1, 0))", "courier.migrations:"+m.table.Schema); err != nil {
+			return fmt.Errorf("migrations: take advisory lock: %w", err)
+		}
+		setup := "CREATE SCHEMA IF NOT EXISTS " + m.table.Schema + ";\n" +
+			"SET LOCAL search_path TO " + m.table.Schema + ";\n" +
+			"CREATE TABLE IF NOT EXISTS " + m.versionTable() + " (\n" +
+			"    version    integer     PRIMARY KEY,\n" +
+			"    name       text        NOT NULL,\n" +
+			"    applied_at timestamptz NOT NULL DEFAULT now()\n" +
+			")"
+		if _, err := tx.Exec(ctx, setup); err != nil {
+			return fmt.Errorf("migrations: prepare schema %s: %w", m.table.Schema, err)
+		}
+		done, err := m.appliedVersions(ctx, tx)
+		if err != nil {
+			return err
+		}
+		return fn(tx, done)
+	})
+	return wrapConnErr(err)
+}
+
+func (m *Migrator) appliedVersions(ctx context.Context, tx pgx.Tx) (map[int]time.Time, error) {
+	var exists bool
+	if err := tx.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", m.versionTable()).Scan(&exists); err != nil {
+		return nil, fmt.Errorf("migrations: look up %s: %w", m.versionTable(), err)
+	}
+	done := map[int]time.Time{}
+	if !exists {
+		return done, nil
+	}
+	rows, err := tx.Query(ctx, "SELECT version, applied_at FROM "+m.versionTable())
+	if err != nil {
+		return nil, fmt.Errorf("migrations: read %s: %w", m.versionTable(), err)
+	}
+	var version int
+	var at time.Time
+	_, err = pgx.ForEachRow(rows, []any{&version, &at}, func() error {
+		done[version] = at
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("migrations: read %s: %w", m.versionTable(), err)
+	}
+	return done, nil
+}
+
+func (m *Migrator) exec(ctx context.Context, tx pgx.Tx, mig Migration, sql string) error {
+	if _, err := tx.Exec(ctx, render(sql, m.table.Name)); err != nil {
+		return fmt.Errorf("migrations: version %d (%s) on %s: %w", mig.Version, mig.Name, m.table, err)
+	}
+	return nil
+}
+
+func (m *Migrator) versionTable() string { return m.table.Derived("migrations") }
+
+var defaultTableWord = regexp.MustCompile(`\b` + pgname.DefaultTable)
+
+// render returns a migration's SQL with the default table name, and every
+// index and constraint name derived from it, replaced by the validated table.
+func render(sql, table string) string {
+	if table == pgname.DefaultTable {
+		return sql
+	}
+	return defaultTableWord.ReplaceAllLiteralString(sql, table)
+}
+
+// wrapConnErr adds a hint to errors of a server that could not be reached.
+func wrapConnErr(err error) error {
+	var connectErr *pgconn.ConnectError
+	if !errors.As(err, &connectErr) {
+		return err
+	}
+	return fmt.Errorf("%w (is PostgreSQL running? try `make services`)", err)
+}

@@ -1,0 +1,273 @@
+// Package producer is the producer half of courier: a transactional outbox in
+// PostgreSQL. The application enqueues events in the same transaction as its
+// business rows; committing the transaction makes them visible to the relay,
+// rolling it back removes them. An event is therefore published if and only
+// if the transaction that enqueued it commits.
+package producer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/courierkit/courier/internal/pgname"
+)
+
+// DefaultMaxPayloadBytes is Kafka's default message size limit, 1 MiB.
+const DefaultMaxPayloadBytes = 1 << 20
+
+// Config configures an Outbox. The zero value is valid.
+type Config struct {
+	// Schema holds the outbox table. Defaults to "public".
+	Schema string
+	// Table is the outbox table, as created by the migrations package.
+	// Defaults to "courier_outbox".
+	Table string
+	// MaxPayloadBytes refuses larger payloads at enqueue, before they can
+	// fail at the broker. Set it to the broker's message.max.bytes (or the
+	// topic's max.message.bytes) when that was raised. Defaults to 1 MiB
+	// (DefaultMaxPayloadBytes).
+	MaxPayloadBytes int
+}
+
+// ErrInvalidConfig is matched by every error NewOutbox returns.
+var ErrInvalidConfig = errors.New("producer: invalid config")
+
+// DBTX is what Enqueue needs from PostgreSQL: a pgx.Tx, *pgx.Conn,
+// *pgxpool.Pool and *pgxpool.Conn all satisfy it, and so does the DBTX
+// interface that sqlc generates.
+type DBTX interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Enqueued reports what Enqueue did with one event.
+type Enqueued struct {
+	// ID is the id of the event in the outbox: the new event's, or, for a
+	// duplicate, the id of the event enqueued first with the same topic and
+	// idempotency key.
+	ID uuid.UUID
+	// Duplicate is true when an event with the same topic and idempotency
+	// key was already in the outbox, so nothing was written.
+	Duplicate bool
+}
+
+// Outbox writes events into the outbox table.
+type Outbox struct {
+	table      pgname.Table
+	maxPayload int
+	insertSQL  string
+	lookupSQL  string
+}
+
+// NewOutbox validates cfg and returns an Outbox.
+func NewOutbox(cfg Config) (*Outbox, error) {
+	table, err := pgname.NewTable(cfg.Schema, cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if cfg.MaxPayloadBytes < 0 {
+		return nil, fmt.Errorf("%w: MaxPayloadBytes is %d; use a positive size, or 0 for the default of %d", ErrInvalidConfig, cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	}
+	if cfg.MaxPayloadBytes == 0 {
+		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	return &Outbox{
+		table:      table,
+		maxPayload: cfg.MaxPayloadBytes,
+		insertSQL:  fmt.Sprintf(insertSQL, table),
+		lookupSQL:  fmt.Sprintf(lookupSQL, table),
+	}, nil
+}
+
+// insertSQL writes a batch in one statement: one array parameter per column,
+// rows in slice order so the insert sequence follows it. Events whose (topic,
+// idempotency key) is taken are skipped; RETURNING names the ones written.
+const insertSQL = `
+INSERT INTO %s (
+    id, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
+    correlation_id, causation_id, idempotency_key, payload, content_type, headers,
+    max_retries, next_attempt_at)
+SELECT
+    e.id, e.topic, NULLIF(e.partition_key, ''), e.event_type, NULLIF(e.aggregate_type, ''),
+    NULLIF(e.aggregate_id, ''), NULLIF(e.tenant_id, ''), NULLIF(e.correlation_id, ''),
+    NULLIF(e.causation_id, ''), NULLIF(e.idempotency_key, ''), e.payload, e.content_type, e.headers,
+    NULLIF(e.max_retries, 0), COALESCE(e.not_before, now())
+FROM unnest(
+    $1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
+    $8::text[], $9::text[], $10::text[], $11::bytea[], $12::text[], $13::jsonb[],
+    $14::int4[], $15::timestamptz[]
+) WITH ORDINALITY AS e(
+    id, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
+    correlation_id, causation_id, idempotency_key, payload, content_type, headers,
+    max_retries, not_before, ord)
+ORDER BY e.ord
+ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id`
+
+// lookupSQL finds the events that hold the idempotency keys of duplicates.
+const lookupSQL = `
+SELECT k.topic, k.idempotency_key, o.id
+FROM unnest($1::text[], $2::text[]) AS k(topic, idempotency_key)
+JOIN %s o ON o.topic = k.topic AND o.idempotency_key = k.idempotency_key`
+
+// Enqueue writes one event to the outbox through db, normally the caller's
+// transaction: commit publishes, rollback removes. Through a pool or a
+// connection outside a transaction the event commits at once.
+//
+// An invalid event returns an *EventError and writes nothing. An event whose
+// Topic and IdempotencyKey were enqueued before writes nothing and reports
+// the earlier event's ID, also when the earlier one is enqueued by a
+// concurrent transaction (Enqueue then waits for that transaction to end).
+func (o *Outbox) Enqueue(ctx context.Context, db DBTX, e Event) (Enqueued, error) {
+	res, err := o.EnqueueBatch(ctx, db, []Event{e})
+	if err != nil {
+		return Enqueued{}, err
+	}
+	return res[0], nil
+}
+
+// EnqueueBatch writes many events in one round trip (two when some are
+// duplicates), in slice order, with the semantics of Enqueue. The result has
+// one entry per event. If any event is invalid, nothing is written and the
+// *EventError's Index names it. Two events of one batch that share a topic
+// and idempotency key are written once; the second reports the first's ID.
+func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]Enqueued, error) {
+	if db == nil {
+		return nil, errors.New("producer: Enqueue needs a database handle (a pgx.Tx, *pgx.Conn or *pgxpool.Pool); got nil")
+	}
+	if len(events) == 0 {
+		return nil, nil
+	}
+	cols, err := o.columns(events)
+	if err != nil {
+		return nil, err
+	}
+	rows, err := db.Query(ctx, o.insertSQL, cols.args()...)
+	if err != nil {
+		return nil, fmt.Errorf("producer: enqueue into %s: %w", o.table, err)
+	}
+	inserted, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return nil, fmt.Errorf("producer: enqueue into %s: %w", o.table, err)
+	}
+	res := make([]Enqueued, len(events))
+	written := make(map[uuid.UUID]bool, len(inserted))
+	for _, id := range inserted {
+		written[id] = true
+	}
+	var dupes []int
+	for i, id := range cols.id {
+		if written[id] {
+			res[i] = Enqueued{ID: id}
+		} else {
+			dupes = append(dupes, i)
+		}
+	}
+	if len(dupes) > 0 {
+		if err := o.resolveDuplicates(ctx, db, cols, dupes, res); err != nil {
+			return nil, err
+		}
+	}
+	return res, nil
+}
+
+// resolveDuplicates fills res for the events that ON CONFLICT skipped with
+// the ids of the events that hold their idempotency keys.
+func (o *Outbox) resolveDuplicates(ctx context.Context, db DBTX, cols *columns, dupes []int, res []Enqueued) error {
+	type topicKey struct{ topic, key string }
+	topics := make([]string, len(dupes))
+	keys := make([]string, len(dupes))
+	for j, i := range dupes {
+		topics[j], keys[j] = cols.topic[i], cols.idempotencyKey[i]
+	}
+	rows, err := db.Query(ctx, o.lookupSQL, topics, keys)
+	if err != nil {
+		return fmt.Errorf("producer: look up idempotency keys in %s: %w", o.table, err)
+	}
+	holders := map[topicKey]uuid.UUID{}
+	var k topicKey
+	var id uuid.UUID
+	if _, err := pgx.ForEachRow(rows, []any{&k.topic, &k.key, &id}, func() error {
+		holders[k] = id
+		return nil
+	}); err != nil {
+		return fmt.Errorf("producer: look up idempotency keys in %s: %w", o.table, err)
+	}
+	for _, i := range dupes {
+		holder, ok := holders[topicKey{cols.topic[i], cols.idempotencyKey[i]}]
+		if !ok {
+			// ON CONFLICT skipped the event, yet the row holding its key is
+			// not visible: it was deleted in between, e.g. by retention.
+			return fmt.Errorf("producer: event %d (topic %q, idempotency key %q) conflicted with an event that is gone; enqueue it again",
+				i, cols.topic[i], cols.idempotencyKey[i])
+		}
+		res[i] = Enqueued{ID: holder, Duplicate: true}
+	}
+	return nil
+}
+
+// columns holds a batch column by column, as the insert's arrays.
+type columns struct {
+	id                                         []uuid.UUID
+	topic, partitionKey, eventType             []string
+	aggregateType, aggregateID, tenantID       []string
+	correlationID, causationID, idempotencyKey []string
+	payload                                    [][]byte
+	contentType, headers                       []string
+	maxRetries                                 []int32
+	notBefore                                  []pgtype.Timestamptz
+}
+
+func (o *Outbox) columns(events []Event) (*columns, error) {
+	n := len(events)
+	c := &columns{
+		id: make([]uuid.UUID, n), topic: make([]string, n), partitionKey: make([]string, n),
+		eventType: make([]string, n), aggregateType: make([]string, n), aggregateID: make([]string, n),
+		tenantID: make([]string, n), correlationID: make([]string, n), causationID: make([]string, n),
+		idempotencyKey: make([]string, n), payload: make([][]byte, n), contentType: make([]string, n),
+		headers: make([]string, n), maxRetries: make([]int32, n), notBefore: make([]pgtype.Timestamptz, n),
+	}
+	for i, raw := range events {
+		e, err := normalize(raw, o.maxPayload)
+		if err != nil {
+			if evErr, ok := errors.AsType[*EventError](err); ok {
+				evErr.Index = i
+			}
+			return nil, err
+		}
+		headers, err := json.Marshal(e.Headers)
+		if err != nil {
+			return nil, fmt.Errorf("producer: event %d: encode headers: %w", i, err)
+		}
+		if e.Headers == nil {
+			headers = []byte("{}")
+		}
+		payload := e.Payload
+		if payload == nil {
+			payload = []byte{} // the column is NOT NULL; no payload is an empty one
+		}
+		c.id[i], c.topic[i], c.partitionKey[i], c.eventType[i] = e.ID, e.Topic, e.Key, e.Type
+		c.aggregateType[i], c.aggregateID[i], c.tenantID[i] = e.AggregateType, e.AggregateID, e.TenantID
+		c.correlationID[i], c.causationID[i], c.idempotencyKey[i] = e.CorrelationID, e.CausationID, e.IdempotencyKey
+		c.payload[i], c.contentType[i], c.headers[i] = payload, e.ContentType, string(headers)
+		c.maxRetries[i] = int32(min(e.MaxRetries, 1<<31-1))
+		c.notBefore[i] = pgtype.Timestamptz{Time: e.NotBefore, Valid: !e.NotBefore.IsZero()}
+	}
+	return c, nil
+}
+
+func (c *columns) args() []any {
+	return []any{
+		c.id, c.topic, c.partitionKey, c.eventType, c.aggregateType, c.aggregateID, c.tenantID,
+		c.correlationID, c.causationID, c.idempotencyKey, c.payload, c.contentType, c.headers,
+		c.maxRetries, c.notBefore,
+	}
+}
