@@ -1,0 +1,50 @@
+package migrations_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"os"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/courierkit/courier/migrations"
+)
+
+// Apply the outbox migrations at service start-up. Up is idempotent and safe
+// to call from every replica at once.
+func ExampleMigrator_Up() {
+	ctx := context.Background()
+	url := os.Getenv("COURIER_TEST_DATABASE_URL")
+	if url == "" {
+		url = "postgres://postgres@127.0.0.1:5432/test"
+	}
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS courier_example_billing CASCADE"); err != nil {
+		log.Fatalf("%v (is PostgreSQL running? try `make services`)", err)
+	}
+
+	migrator, err := migrations.New(migrations.Config{Schema: "courier_example_billing", Table: "billing_outbox"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	applied, err := migrator.Up(ctx, pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, m := range applied {
+		fmt.Printf("applied %04d_%s\n", m.Version, m.Name)
+	}
+	applied, err = migrator.Up(ctx, pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("second run applied", len(applied))
+	// Output:
+	// applied 0001_create_outbox
+	// second run applied 0
+}

@@ -1,0 +1,355 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/courierkit/courier/internal/pgname"
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/migrations"
+)
+
+func newMigrator(t *testing.T, cfg migrations.Config) *migrations.Migrator {
+	t.Helper()
+	m, err := migrations.New(cfg)
+	if err != nil {
+		t.Fatalf("migrations.New(%+v): %v", cfg, err)
+	}
+	return m
+}
+
+func versions(ms []migrations.Migration) []int {
+	var vs []int
+	for _, m := range ms {
+		vs = append(vs, m.Version)
+	}
+	return vs
+}
+
+func allVersions() []int { return versions(migrations.All()) }
+
+// tableExists reports whether schema.table is a table.
+func tableExists(t *testing.T, db *pgxpool.Pool, schema, table string) bool {
+	t.Helper()
+	var ok bool
+	err := db.QueryRow(context.Background(),
+		"SELECT EXISTS (SELECT FROM pg_tables WHERE schemaname = $1 AND tablename = $2)", schema, table).Scan(&ok)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ok
+}
+
+func TestUpTwiceAppliesOnce(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	m := newMigrator(t, migrations.Config{Schema: pg.Schema})
+	ctx := context.Background()
+
+	first, err := m.Up(ctx, pg.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(versions(first), allVersions()) {
+		t.Fatalf("first Up applied %v, want %v", versions(first), allVersions())
+	}
+	second, err := m.Up(ctx, pg.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(second) != 0 {
+		t.Fatalf("second Up applied %v, want nothing", versions(second))
+	}
+	states, err := m.Status(ctx, pg.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range states {
+		if !s.Applied || s.AppliedAt.IsZero() {
+			t.Errorf("migration %d: applied=%v at %v, want applied", s.Version, s.Applied, s.AppliedAt)
+		}
+	}
+	if !tableExists(t, pg.Pool, pg.Schema, "courier_outbox") {
+		t.Fatal("courier_outbox not created")
+	}
+}
+
+func TestConcurrentUpIsSerialized(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	ctx := context.Background()
+	for round := range 5 {
+		schema := pg.FreshSchema(t) // does not exist yet: both race to create it
+		m := newMigrator(t, migrations.Config{Schema: schema})
+		var conns [2]*pgx.Conn
+		for i := range conns {
+			c, err := pgx.Connect(ctx, pg.URL)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close(ctx)
+			conns[i] = c
+		}
+		var wg sync.WaitGroup
+		var applied [2][]migrations.Migration
+		var errs [2]error
+		start := make(chan struct{})
+		for i := range conns {
+			wg.Go(func() {
+				<-start
+				applied[i], errs[i] = m.Up(ctx, conns[i])
+			})
+		}
+		close(start)
+		wg.Wait()
+		if err := errors.Join(errs[:]...); err != nil {
+			t.Fatalf("round %d: concurrent Up: %v", round, err)
+		}
+		got := append(versions(applied[0]), versions(applied[1])...)
+		slices.Sort(got)
+		if !slices.Equal(got, allVersions()) {
+			t.Fatalf("round %d: the two runs applied %v and %v together, want each of %v exactly once",
+				round, versions(applied[0]), versions(applied[1]), allVersions())
+		}
+		var rows int
+		if err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+schema+".courier_outbox_migrations").Scan(&rows); err != nil {
+			t.Fatal(err)
+		}
+		if rows != len(allVersions()) {
+			t.Fatalf("round %d: version table has %d rows, want %d", round, rows, len(allVersions()))
+		}
+	}
+}
+
+func TestUpIntoCustomSchemaAndTable(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	ctx := context.Background()
+	schema := pg.FreshSchema(t)
+	m := newMigrator(t, migrations.Config{Schema: schema, Table: "billing_events"})
+	if _, err := m.Up(ctx, pg.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if !tableExists(t, pg.Pool, schema, "billing_events") {
+		t.Fatalf("%s.billing_events not created", schema)
+	}
+	for _, s := range []string{schema, pg.Schema, "public"} {
+		var n int
+		err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND c.relname LIKE 'courier\\_outbox%'", s).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s != "public" && n != 0 { // public may hold the test database's own outbox
+			t.Errorf("schema %s holds %d relations named courier_outbox*, want none", s, n)
+		}
+	}
+	indexes := indexNames(t, pg.Pool, schema, "billing_events")
+	for _, want := range []string{"billing_events_pkey", "billing_events_idempotency_key", "billing_events_due", "billing_events_key_order", "billing_events_status_created", "billing_events_published", "billing_events_seq_key"} {
+		if !slices.Contains(indexes, want) {
+			t.Errorf("index %s missing; have %v", want, indexes)
+		}
+	}
+	// A second table in the same schema migrates independently.
+	other := newMigrator(t, migrations.Config{Schema: schema})
+	applied, err := other.Up(ctx, pg.Pool)
+	if err != nil || len(applied) != len(allVersions()) {
+		t.Fatalf("Up of courier_outbox beside billing_events applied %v, %v; want all", versions(applied), err)
+	}
+}
+
+func indexNames(t *testing.T, db *pgxpool.Pool, schema, table string) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), "SELECT indexname FROM pg_indexes WHERE schemaname = $1 AND tablename = $2 ORDER BY 1", schema, table)
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return names
+}
+
+func TestDownThenUp(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	ctx := context.Background()
+	m := newMigrator(t, migrations.Config{Schema: pg.Schema})
+	if _, err := m.Up(ctx, pg.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, "INSERT INTO courier_outbox (id, topic, event_type, payload, content_type) VALUES (gen_random_uuid(), 'orders', 'X', '\\x7b7d', 'application/json')"); err != nil {
+		t.Fatal(err)
+	}
+
+	reverted, err := m.Down(ctx, pg.Pool, len(allVersions()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := allVersions()
+	slices.Reverse(want)
+	if !slices.Equal(versions(reverted), want) {
+		t.Fatalf("Down reverted %v, want %v (newest first)", versions(reverted), want)
+	}
+	if tableExists(t, pg.Pool, pg.Schema, "courier_outbox") {
+		t.Fatal("courier_outbox survived Down")
+	}
+	again, err := m.Down(ctx, pg.Pool, 1)
+	if err != nil || len(again) != 0 {
+		t.Fatalf("Down with nothing applied: %v, %v; want nothing reverted", versions(again), err)
+	}
+	states, err := m.Status(ctx, pg.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range states {
+		if s.Applied {
+			t.Errorf("migration %d still applied after Down", s.Version)
+		}
+	}
+
+	if _, err := m.Up(ctx, pg.Pool); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM courier_outbox").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("outbox has %d rows after down and up, want 0", n)
+	}
+}
+
+func TestDownRejectsStepsBelowOne(t *testing.T) {
+	m := newMigrator(t, migrations.Config{})
+	if _, err := m.Down(context.Background(), nil, 0); !errors.Is(err, migrations.ErrInvalidSteps) {
+		t.Fatalf("Down(0) = %v, want ErrInvalidSteps", err)
+	}
+}
+
+func TestStatusOfMissingSchemaChangesNothing(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	schema := pg.FreshSchema(t)
+	states, err := newMigrator(t, migrations.Config{Schema: schema}).Status(context.Background(), pg.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(states) != len(allVersions()) || states[0].Applied {
+		t.Fatalf("Status = %+v, want every migration unapplied", states)
+	}
+	var exists bool
+	if err := pg.Pool.QueryRow(context.Background(), "SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)", schema).Scan(&exists); err != nil {
+		t.Fatal(err)
+	}
+	if exists {
+		t.Fatalf("Status created schema %s", schema)
+	}
+}
+
+func TestNewRejectsInvalidNames(t *testing.T) {
+	for _, cfg := range []migrations.Config{
+		{Schema: "Billing"},
+		{Schema: "x; DROP TABLE users"},
+		{Schema: `"quoted"`},
+		{Table: "1outbox"},
+		{Table: "outbox-events"},
+		{Table: strings.Repeat("a", pgname.MaxTableLen+1)},
+		{Schema: strings.Repeat("s", pgname.MaxSchemaLen+1)},
+	} {
+		_, err := migrations.New(cfg)
+		if !errors.Is(err, migrations.ErrInvalidConfig) || !errors.Is(err, pgname.ErrInvalidName) {
+			t.Errorf("New(%+v) = %v, want ErrInvalidConfig wrapping ErrInvalidName", cfg, err)
+		}
+	}
+}
+
+func TestUnreachableDatabaseSaysHowToStartIt(t *testing.T) {
+	t.Parallel()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/test?connect_timeout=2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	_, err = newMigrator(t, migrations.Config{}).Up(context.Background(), pool)
+	if err == nil || !strings.Contains(err.Error(), "make services") {
+		t.Fatalf("Up against a closed port = %v, want a hint to run make services", err)
+	}
+}
+
+// TestPlainSQLFilesMatchTheGoAPI applies the files under sql/ with psql, as a
+// team with its own migration tool would, and checks that they build the same
+// table as the Migrator, then that the down files remove it.
+func TestPlainSQLFilesMatchTheGoAPI(t *testing.T) {
+	t.Parallel()
+	psql, err := exec.LookPath("psql")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("psql not found; `make services` installs postgresql-client")
+		}
+		t.Skip("psql not found; run `make services`")
+	}
+	pg := testkit.Postgres(t)
+	ctx := context.Background()
+	viaGo := pg.FreshSchema(t)
+	if _, err := newMigrator(t, migrations.Config{Schema: viaGo}).Up(ctx, pg.Pool); err != nil {
+		t.Fatal(err)
+	}
+	ups, _ := filepath.Glob("sql/*.up.sql")
+	downs, _ := filepath.Glob("sql/*.down.sql")
+	slices.Reverse(downs)
+	runPsql := func(files []string) {
+		t.Helper()
+		for _, f := range files {
+			cmd := exec.Command(psql, pg.URL, "-v", "ON_ERROR_STOP=1", "-q", "-f", f)
+			cmd.Env = append(os.Environ(), "PGOPTIONS=-c search_path="+pg.Schema)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("psql -f %s: %v\n%s", f, err, out)
+			}
+		}
+	}
+	runPsql(ups)
+	if got, want := describe(t, pg.Pool, pg.Schema), describe(t, pg.Pool, viaGo); !slices.Equal(got, want) {
+		t.Fatalf("psql-applied table differs from the Go API's:\n psql: %v\n   go: %v", got, want)
+	}
+	runPsql(downs)
+	if tableExists(t, pg.Pool, pg.Schema, "courier_outbox") {
+		t.Fatal("down files left courier_outbox behind")
+	}
+}
+
+// describe lists the outbox table's columns and index definitions with the
+// schema name taken out, so two schemas compare equal.
+func describe(t *testing.T, db *pgxpool.Pool, schema string) []string {
+	t.Helper()
+	rows, err := db.Query(context.Background(), `
+		SELECT column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '') FROM information_schema.columns
+		WHERE table_schema = $1 AND table_name = 'courier_outbox'
+		UNION ALL
+		SELECT replace(indexdef, $1 || '.', '') FROM pg_indexes WHERE schemaname = $1 AND tablename = 'courier_outbox'
+		UNION ALL
+		SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c JOIN pg_class r ON r.oid = c.conrelid
+		JOIN pg_namespace n ON n.oid = r.relnamespace WHERE n.nspname = $1 AND r.relname = 'courier_outbox'
+		ORDER BY 1`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(lines) == 0 {
+		t.Fatalf("no courier_outbox in schema %s", schema)
+	}
+	return lines
+}
