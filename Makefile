@@ -1,4 +1,4 @@
-# courier — the two commands a user needs are `make test` and (soon) `make demo`.
+# courier. `make test` runs everything CI runs; `make help` lists the targets.
 
 SHELL := /bin/bash
 GO    ?= go
@@ -7,7 +7,11 @@ export PATH := $(PATH):/usr/local/go/bin
 COURIER_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 export COURIER_TEST_DATABASE_URL
 
-.PHONY: test services deps migrate vet unit fmt
+.PHONY: help test services deps migrate vet
+
+## help: list the targets
+help:
+	@grep -E '^## ' Makefile | sed 's/^## //'
 
 ## test: start services, fetch modules, migrate, vet, and run every test with -race
 test: services deps migrate vet
@@ -21,14 +25,9 @@ services:
 deps:
 	$(GO) mod download
 
-## migrate: apply the plain SQL migration files with psql to the public schema of the test database
+## migrate: apply courier's migrations to the test database (public schema)
 migrate:
-	@for f in migrations/sql/*.up.sql; do \
-		v=$$(basename $$f | cut -d_ -f1); \
-		done_=$$(psql "$(COURIER_TEST_DATABASE_URL)" -Atqc "SELECT to_regclass('public.courier_outbox') IS NOT NULL"); \
-		if [ "$$done_" = t ] && [ "$$v" = 0001 ]; then echo "migrate: $$f already applied"; continue; fi; \
-		psql "$(COURIER_TEST_DATABASE_URL)" -v ON_ERROR_STOP=1 -q -f $$f && echo "migrate: applied $$f"; \
-	done
+	$(GO) run ./cmd/courier migrate up --database-url "$(COURIER_TEST_DATABASE_URL)"
 
 ## vet: go vet and gofmt
 vet:

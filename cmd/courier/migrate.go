@@ -1,0 +1,180 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"text/tabwriter"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/courierkit/courier/migrations"
+)
+
+// dbFlags are the PostgreSQL options shared by every command that touches
+// the outbox.
+type dbFlags struct {
+	url, schema, table string
+}
+
+func (f *dbFlags) register(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVar(&f.url, "database-url", envOr("COURIER_DATABASE_URL", ""),
+		"PostgreSQL URL, e.g. postgres://user@host:5432/db (env COURIER_DATABASE_URL; empty: the libpq PG* variables)")
+	cmd.PersistentFlags().StringVar(&f.schema, "schema", envOr("COURIER_SCHEMA", "public"), "schema of the outbox table (env COURIER_SCHEMA)")
+	cmd.PersistentFlags().StringVar(&f.table, "table", envOr("COURIER_TABLE", "courier_outbox"), "outbox table name (env COURIER_TABLE)")
+}
+
+// connect opens one connection; its errors never print the password.
+func (f *dbFlags) connect(cmd *cobra.Command) (*pgx.Conn, error) {
+	cfg, err := pgx.ParseConfig(f.url)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--database-url %s: cannot be parsed (want postgres://user@host:port/database)", redact(f.url))}
+	}
+	if cfg.ConnectTimeout == 0 {
+		cfg.ConnectTimeout = 10 * time.Second
+	}
+	conn, err := pgx.ConnectConfig(cmd.Context(), cfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w (is it running, and is --database-url right?)", cfg.Host, cfg.Port, err)
+	}
+	return conn, nil
+}
+
+// redact hides the password of a URL.
+func redact(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return "(unparsable URL)"
+	}
+	return u.Redacted()
+}
+
+// outputFlag is --output, shared by commands that print results.
+type outputFlag struct{ format string }
+
+func (o *outputFlag) register(cmd *cobra.Command) {
+	cmd.PersistentFlags().StringVarP(&o.format, "output", "o", envOr("COURIER_OUTPUT", "text"), "output format: text or json (env COURIER_OUTPUT)")
+}
+
+func (o *outputFlag) validate() error {
+	if o.format != "text" && o.format != "json" {
+		return usageError{fmt.Errorf("--output %q: use text or json", o.format)}
+	}
+	return nil
+}
+
+func (o *outputFlag) json() bool { return o.format == "json" }
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// migrationJSON is a migration as --output json prints it.
+type migrationJSON struct {
+	Version   int        `json:"version"`
+	Name      string     `json:"name"`
+	Applied   bool       `json:"applied"`
+	AppliedAt *time.Time `json:"applied_at,omitempty"`
+}
+
+func newMigrateCmd() *cobra.Command {
+	var db dbFlags
+	var out outputFlag
+	var steps int
+	cmd := &cobra.Command{
+		Use:   "migrate [up|down|status]",
+		Short: "Create, upgrade or revert the outbox table",
+		Long: `Applies courier's embedded SQL migrations to the outbox table.
+
+  up      apply every migration not yet applied (the default); safe to run
+          from many processes at once
+  down    revert the newest --steps migrations (reverting the first drops the
+          outbox table and every event in it)
+  status  list the migrations and whether each is applied`,
+		Example: `  courier migrate --database-url postgres://app@db:5432/shop
+  courier migrate status --schema billing --output json
+  COURIER_DATABASE_URL=postgres://app@db/shop courier migrate down --steps 1`,
+		Args:      cobra.MatchAll(cobra.MaximumNArgs(1), cobra.OnlyValidArgs),
+		ValidArgs: []string{"up", "down", "status"},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := out.validate(); err != nil {
+				return err
+			}
+			action := "up"
+			if len(args) == 1 {
+				action = args[0]
+			}
+			if action == "down" && steps < 1 {
+				return usageError{fmt.Errorf("--steps %d: revert at least 1 migration", steps)}
+			}
+			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			m, err := migrations.New(migrations.Config{Schema: db.schema, Table: db.table, Logger: logger})
+			if err != nil {
+				return usageError{err}
+			}
+			conn, err := db.connect(cmd)
+			if err != nil {
+				return err
+			}
+			defer conn.Close(cmd.Context())
+
+			var changed []migrations.Migration
+			switch action {
+			case "up":
+				changed, err = m.Up(cmd.Context(), conn)
+			case "down":
+				changed, err = m.Down(cmd.Context(), conn, steps)
+			}
+			if err != nil {
+				return err
+			}
+			states, err := m.Status(cmd.Context(), conn)
+			if err != nil {
+				return err
+			}
+			return printMigrations(cmd.OutOrStdout(), out, action, changed, states)
+		},
+	}
+	db.register(cmd)
+	out.register(cmd)
+	cmd.Flags().IntVar(&steps, "steps", 1, "with down: how many migrations to revert")
+	return cmd
+}
+
+func printMigrations(w io.Writer, out outputFlag, action string, changed []migrations.Migration, states []migrations.State) error {
+	if out.json() {
+		list := make([]migrationJSON, 0, len(states))
+		for _, s := range states {
+			j := migrationJSON{Version: s.Version, Name: s.Name, Applied: s.Applied}
+			if s.Applied {
+				j.AppliedAt = &s.AppliedAt
+			}
+			list = append(list, j)
+		}
+		return writeJSON(w, map[string]any{"action": action, "changed": len(changed), "migrations": list})
+	}
+	switch {
+	case action == "up" && len(changed) == 0:
+		fmt.Fprintln(w, "up to date")
+	case action == "up":
+		fmt.Fprintf(w, "applied %d migration(s)\n", len(changed))
+	case action == "down":
+		fmt.Fprintf(w, "reverted %d migration(s)\n", len(changed))
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "VERSION\tNAME\tAPPLIED AT")
+	for _, s := range states {
+		at := "not applied"
+		if s.Applied {
+			at = s.AppliedAt.UTC().Format(time.RFC3339)
+		}
+		fmt.Fprintf(tw, "%04d\t%s\t%s\n", s.Version, s.Name, at)
+	}
+	return tw.Flush()
+}

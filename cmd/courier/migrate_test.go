@@ -1,0 +1,106 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/courierkit/courier/internal/testkit"
+)
+
+// courier runs the command line in-process and returns exit code and output.
+func courier(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code = run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+func TestMigrateUpStatusDown(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	schema := pg.FreshSchema(t)
+	db := []string{"--database-url", pg.URL, "--schema", schema}
+
+	code, out, errOut := courier(t, append([]string{"migrate", "up"}, db...)...)
+	if code != exitOK || !strings.Contains(out, "applied 1 migration(s)") || !strings.Contains(errOut, "migration applied") {
+		t.Fatalf("migrate up: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if code, out, _ = courier(t, append([]string{"migrate"}, db...)...); code != exitOK || !strings.Contains(out, "up to date") {
+		t.Fatalf("second migrate: exit %d\n%s", code, out)
+	}
+
+	code, out, _ = courier(t, append([]string{"migrate", "status", "--output", "json"}, db...)...)
+	var status struct {
+		Action     string
+		Migrations []struct {
+			Version int
+			Name    string
+			Applied bool
+		}
+	}
+	if err := json.Unmarshal([]byte(out), &status); err != nil || code != exitOK {
+		t.Fatalf("migrate status --output json: exit %d, %v\n%s", code, err, out)
+	}
+	if status.Action != "status" || len(status.Migrations) == 0 || !status.Migrations[0].Applied || status.Migrations[0].Name != "create_outbox" {
+		t.Fatalf("status = %+v, want create_outbox applied", status)
+	}
+
+	code, out, _ = courier(t, append([]string{"migrate", "down", "--steps", "1"}, db...)...)
+	if code != exitOK || !strings.Contains(out, "reverted 1 migration(s)") || !strings.Contains(out, "not applied") {
+		t.Fatalf("migrate down: exit %d\n%s", code, out)
+	}
+	var exists bool
+	if err := pg.Pool.QueryRow(context.Background(), "SELECT to_regclass($1) IS NOT NULL", schema+".courier_outbox").Scan(&exists); err != nil || exists {
+		t.Fatalf("outbox table still exists after migrate down (%v)", err)
+	}
+}
+
+func TestMigrateEnvironmentVariables(t *testing.T) {
+	pg := testkit.Postgres(t)
+	schema := pg.FreshSchema(t)
+	t.Setenv("COURIER_DATABASE_URL", pg.URL)
+	t.Setenv("COURIER_SCHEMA", schema)
+	t.Setenv("COURIER_TABLE", "env_outbox")
+	if code, out, errOut := courier(t, "migrate", "up"); code != exitOK {
+		t.Fatalf("migrate up from env: exit %d\n%s%s", code, out, errOut)
+	}
+	var exists bool
+	if err := pg.Pool.QueryRow(context.Background(), "SELECT to_regclass($1) IS NOT NULL", schema+".env_outbox").Scan(&exists); err != nil || !exists {
+		t.Fatalf("COURIER_SCHEMA/COURIER_TABLE ignored: %s.env_outbox missing (%v)", schema, err)
+	}
+}
+
+func TestMigrateUsageErrorsExitTwo(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"migrate", "sideways"},
+		{"migrate", "up", "down"},
+		{"migrate", "--output", "yaml"},
+		{"migrate", "--schema", "Bad-Schema"},
+		{"migrate", "down", "--steps", "0"},
+		{"migrate", "--no-such-flag"},
+		{"no-such-command"},
+		{"migrate", "--database-url", "postgres://%zz"},
+	} {
+		if code, _, errOut := courier(t, args...); code != exitUsage || !strings.Contains(errOut, "courier --help") {
+			t.Errorf("courier %v: exit %d, want %d with a pointer to --help\n%s", args, code, exitUsage, errOut)
+		}
+	}
+}
+
+func TestMigrateUnreachableDatabaseHidesPassword(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := courier(t, "migrate", "--database-url", "postgres://app:s3cr3t@127.0.0.1:1/shop?connect_timeout=2")
+	if code != exitFailure {
+		t.Fatalf("exit %d, want %d\n%s", code, exitFailure, errOut)
+	}
+	if !strings.Contains(errOut, "is it running") || !strings.Contains(errOut, "127.0.0.1:1") {
+		t.Errorf("error does not say what to check:\n%s", errOut)
+	}
+	if strings.Contains(out+errOut, "s3cr3t") {
+		t.Errorf("the password was printed:\n%s%s", out, errOut)
+	}
+}
