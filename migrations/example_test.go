@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/migrations"
 )
 
@@ -15,11 +15,7 @@ import (
 // to call from every replica at once.
 func ExampleMigrator_Up() {
 	ctx := context.Background()
-	url := os.Getenv("COURIER_TEST_DATABASE_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/test"
-	}
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := pgxpool.New(ctx, testkit.DatabaseURL())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"log"
-	"os"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/migrations"
 	"github.com/courierkit/courier/producer"
 )
@@ -73,11 +73,7 @@ func ExampleOutbox_Enqueue() {
 // schema with an orders table. The schema stays after the run for inspection
 // with psql and is recreated by the next run.
 func exampleDB(ctx context.Context, schema string) *pgxpool.Pool {
-	url := os.Getenv("COURIER_TEST_DATABASE_URL")
-	if url == "" {
-		url = "postgres://postgres@127.0.0.1:5432/test"
-	}
-	pool, err := pgxpool.New(ctx, url)
+	pool, err := pgxpool.New(ctx, testkit.DatabaseURL())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -152,11 +152,11 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 	}
 	rows, err := db.Query(ctx, o.insertSQL, cols.args()...)
 	if err != nil {
-		return nil, fmt.Errorf("producer: enqueue into %s: %w", o.table, err)
+		return nil, o.insertErr(err)
 	}
 	inserted, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 	if err != nil {
-		return nil, fmt.Errorf("producer: enqueue into %s: %w", o.table, err)
+		return nil, o.insertErr(err)
 	}
 	res := make([]Enqueued, len(events))
 	written := make(map[uuid.UUID]bool, len(inserted))
@@ -177,6 +177,18 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 		}
 	}
 	return res, nil
+}
+
+// sqlstateUndefinedTable is PostgreSQL's error code for a missing relation.
+const sqlstateUndefinedTable = "42P01"
+
+// insertErr wraps an insert failure; a missing table gets the fix.
+func (o *Outbox) insertErr(err error) error {
+	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == sqlstateUndefinedTable {
+		return fmt.Errorf("producer: enqueue into %s: %w (create the table with migrations.Migrator.Up or `courier migrate --schema %s --table %s`)",
+			o.table, err, o.table.Schema, o.table.Name)
+	}
+	return fmt.Errorf("producer: enqueue into %s: %w", o.table, err)
 }
 
 // resolveDuplicates fills res for the events that ON CONFLICT skipped with

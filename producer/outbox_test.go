@@ -474,8 +474,9 @@ func TestCustomTable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := wrong.Enqueue(ctx, pg.Pool, orderCreated("o-2")); err == nil || !strings.Contains(err.Error(), "no_such_table") {
-		t.Fatalf("Enqueue into a missing table = %v, want an error naming it", err)
+	_, err = wrong.Enqueue(ctx, pg.Pool, orderCreated("o-2"))
+	if err == nil || !strings.Contains(err.Error(), "no_such_table") || !strings.Contains(err.Error(), "courier migrate --schema "+schema+" --table no_such_table") {
+		t.Fatalf("Enqueue into a missing table = %v, want an error naming it and how to create it", err)
 	}
 }
 

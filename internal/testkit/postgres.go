@@ -24,8 +24,7 @@ type PG struct {
 // Postgres creates a schema for the test and a pool whose search_path is it.
 func Postgres(t testing.TB) *PG {
 	t.Helper()
-	url := envOr(EnvDatabaseURL, DefaultDatabaseURL)
-	pg := &PG{URL: url, Schema: "t_" + UniqueName(t, 48)}
+	pg := &PG{URL: DatabaseURL(), Schema: "t_" + UniqueName(t, 48)}
 	admin := pg.connect(t, 2, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

@@ -61,6 +61,9 @@ func inCI() bool {
 	return ci
 }
 
+// DatabaseURL is the test database: COURIER_TEST_DATABASE_URL or its default.
+func DatabaseURL() string { return envOr(EnvDatabaseURL, DefaultDatabaseURL) }
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
