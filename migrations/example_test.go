@@ -42,5 +42,6 @@ func ExampleMigrator_Up() {
 	fmt.Println("second run applied", len(applied))
 	// Output:
 	// applied 0001_create_outbox
+	// applied 0002_notify_trigger
 	// second run applied 0
 }

@@ -154,7 +154,7 @@ func TestUpIntoCustomSchemaAndTable(t *testing.T) {
 		}
 	}
 	indexes := indexNames(t, pg.Pool, schema, "billing_events")
-	for _, want := range []string{"billing_events_pkey", "billing_events_idempotency_key", "billing_events_due", "billing_events_key_order", "billing_events_status_created", "billing_events_published", "billing_events_seq_key"} {
+	for _, want := range []string{"billing_events_pkey", "billing_events_idempotency_key", "billing_events_claim", "billing_events_key_order", "billing_events_blockers", "billing_events_due", "billing_events_status_created", "billing_events_published", "billing_events_seq_key"} {
 		if !slices.Contains(indexes, want) {
 			t.Errorf("index %s missing; have %v", want, indexes)
 		}
@@ -340,6 +340,9 @@ func describe(t *testing.T, db *pgxpool.Pool, schema string) []string {
 		UNION ALL
 		SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c JOIN pg_class r ON r.oid = c.conrelid
 		JOIN pg_namespace n ON n.oid = r.relnamespace WHERE n.nspname = $1 AND r.relname = 'courier_outbox'
+		UNION ALL
+		SELECT replace(pg_get_triggerdef(t.oid), $1 || '.', '') FROM pg_trigger t JOIN pg_class r ON r.oid = t.tgrelid
+		JOIN pg_namespace n ON n.oid = r.relnamespace WHERE n.nspname = $1 AND r.relname = 'courier_outbox' AND NOT t.tgisinternal
 		ORDER BY 1`, schema)
 	if err != nil {
 		t.Fatal(err)

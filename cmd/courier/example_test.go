@@ -12,6 +12,7 @@ import (
 func Example_migrateStatus() {
 	run(context.Background(), []string{"migrate", "status", "--database-url", testkit.DatabaseURL(), "--schema", "courier_example_never_migrated"}, os.Stdout, os.Stderr)
 	// Output:
-	// VERSION  NAME           APPLIED AT
-	// 0001     create_outbox  not applied
+	// VERSION  NAME            APPLIED AT
+	// 0001     create_outbox   not applied
+	// 0002     notify_trigger  not applied
 }

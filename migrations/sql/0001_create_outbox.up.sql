@@ -47,17 +47,29 @@ CREATE UNIQUE INDEX courier_outbox_idempotency_key
     ON courier_outbox (topic, idempotency_key)
     WHERE idempotency_key IS NOT NULL;
 
--- The relay's claim query: due events in insert order.
-CREATE INDEX courier_outbox_due
-    ON courier_outbox (next_attempt_at, seq)
+-- The relay's claim: unfinished events in insert order.
+CREATE INDEX courier_outbox_claim
+    ON courier_outbox (seq)
     WHERE status IN ('pending', 'failed');
 
--- Per-key order: the earliest unfinished event of a (topic, key).
+-- Per-key order: the unfinished events of a (topic, key) in insert order.
 CREATE INDEX courier_outbox_key_order
     ON courier_outbox (topic, partition_key, seq)
+    WHERE status <> 'published';
+
+-- Per-key order: the few events that can hold their key back (waiting for a
+-- retry, scheduled for later, or dead-lettered), so the claim skips the
+-- events queued behind them without scanning those queues.
+CREATE INDEX courier_outbox_blockers
+    ON courier_outbox (topic, partition_key, seq)
+    WHERE status IN ('failed', 'dead_lettered') OR next_attempt_at > created_at;
+
+-- Age of the oldest due event.
+CREATE INDEX courier_outbox_due
+    ON courier_outbox (next_attempt_at)
     WHERE status IN ('pending', 'failed');
 
--- Admin queries: failed and dead-lettered events by time, and counts by status.
+-- Admin queries: events by status and time.
 CREATE INDEX courier_outbox_status_created
     ON courier_outbox (status, created_at);
 
