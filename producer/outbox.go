@@ -122,6 +122,10 @@ JOIN %s o ON o.topic = k.topic AND o.idempotency_key = k.idempotency_key`
 // transaction: commit publishes, rollback removes. Through a pool or a
 // connection outside a transaction the event commits at once.
 //
+// When ctx carries an OpenTelemetry span, its W3C trace context is stored
+// with the event and published as the traceparent (and tracestate) header,
+// unless Headers already has a traceparent.
+//
 // An invalid event returns an *EventError and writes nothing. An event whose
 // Topic and IdempotencyKey were enqueued before writes nothing and reports
 // the earlier event's ID, also when the earlier one is enqueued by a
@@ -146,7 +150,7 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 	if len(events) == 0 {
 		return nil, nil
 	}
-	cols, err := o.columns(events)
+	cols, err := o.columns(ctx, events)
 	if err != nil {
 		return nil, err
 	}
@@ -238,7 +242,7 @@ type columns struct {
 	notBefore                                  []pgtype.Timestamptz
 }
 
-func (o *Outbox) columns(events []Event) (*columns, error) {
+func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) {
 	n := len(events)
 	c := &columns{
 		id: make([]uuid.UUID, n), topic: make([]string, n), partitionKey: make([]string, n),
@@ -255,6 +259,7 @@ func (o *Outbox) columns(events []Event) (*columns, error) {
 			}
 			return nil, err
 		}
+		e.Headers = withTraceContext(ctx, e.Headers)
 		headers, err := json.Marshal(e.Headers)
 		if err != nil {
 			return nil, fmt.Errorf("producer: event %d: encode headers: %w", i, err)

@@ -35,6 +35,7 @@ CREATE TABLE courier_outbox (
     max_retries      integer     CHECK (max_retries >= 0),
     last_error       text,
     last_attempt_at  timestamptz,
+    first_failed_at  timestamptz,
     next_attempt_at  timestamptz NOT NULL DEFAULT now(),
     created_at       timestamptz NOT NULL DEFAULT now(),
     published_at     timestamptz,

@@ -1,0 +1,121 @@
+package producer
+
+import (
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// CloudEvents Kafka protocol binding header names (binary mode).
+const (
+	HeaderSpecVersion   = "ce_specversion"
+	HeaderID            = "ce_id"
+	HeaderType          = "ce_type"
+	HeaderSource        = "ce_source"
+	HeaderTime          = "ce_time"
+	HeaderContentType   = "content-type"
+	HeaderCorrelationID = "ce_correlationid"
+	HeaderCausationID   = "ce_causationid"
+	HeaderTenantID      = "ce_tenantid"
+	HeaderAggregateType = "ce_aggregatetype"
+	HeaderAggregateID   = "ce_aggregateid"
+)
+
+// specVersion is the CloudEvents version courier writes.
+const specVersion = "1.0"
+
+// structuredContentType marks a record whose value is a whole CloudEvent.
+const structuredContentType = "application/cloudevents+json; charset=UTF-8"
+
+// extensions lists the optional CloudEvents attributes of an event by their
+// structured-mode names.
+func (e *claimedEvent) extensions() [][2]string {
+	var out [][2]string
+	for _, x := range []struct {
+		name  string
+		value *string
+	}{
+		{"correlationid", e.CorrelationID}, {"causationid", e.CausationID}, {"tenantid", e.TenantID},
+		{"aggregatetype", e.AggregateType}, {"aggregateid", e.AggregateID},
+	} {
+		if x.value != nil {
+			out = append(out, [2]string{x.name, *x.value})
+		}
+	}
+	return out
+}
+
+// binaryRecord is the event in CloudEvents binary mode: the payload as the
+// value, the attributes as ce_ headers.
+func (e *claimedEvent) binaryRecord(source string) *sarama.ProducerMessage {
+	headers := []sarama.RecordHeader{
+		header(HeaderSpecVersion, specVersion),
+		header(HeaderID, e.ID.String()),
+		header(HeaderType, e.Type),
+		header(HeaderSource, source),
+		header(HeaderTime, e.CreatedAt.UTC().Format(time.RFC3339Nano)),
+		header(HeaderContentType, e.ContentType),
+	}
+	for _, x := range e.extensions() {
+		headers = append(headers, header("ce_"+x[0], x[1]))
+	}
+	return e.message(sarama.ByteEncoder(e.Payload), append(headers, e.userHeaders()...))
+}
+
+// structuredRecord is the event in CloudEvents structured mode: the value is
+// a JSON CloudEvent holding the payload as data (JSON) or data_base64.
+func (e *claimedEvent) structuredRecord(source string) (*sarama.ProducerMessage, error) {
+	doc := map[string]any{
+		"specversion":     specVersion,
+		"id":              e.ID.String(),
+		"type":            e.Type,
+		"source":          source,
+		"time":            e.CreatedAt.UTC().Format(time.RFC3339Nano),
+		"datacontenttype": e.ContentType,
+	}
+	if isJSON, _ := jsonContentType(e.ContentType); isJSON && json.Valid(e.Payload) {
+		doc["data"] = json.RawMessage(e.Payload)
+	} else {
+		doc["data_base64"] = e.Payload // encoding/json writes []byte as base64
+	}
+	for _, x := range e.extensions() {
+		doc[x[0]] = x[1]
+	}
+	if tp, ok := e.Headers[HeaderTraceParent]; ok {
+		doc[HeaderTraceParent] = tp // the Distributed Tracing extension
+	}
+	value, err := json.Marshal(doc)
+	if err != nil {
+		return nil, err
+	}
+	headers := append([]sarama.RecordHeader{header(HeaderContentType, structuredContentType)}, e.userHeaders()...)
+	return e.message(sarama.ByteEncoder(value), headers), nil
+}
+
+// userHeaders are the event's own headers (and trace context), by name.
+func (e *claimedEvent) userHeaders() []sarama.RecordHeader {
+	names := make([]string, 0, len(e.Headers))
+	for name := range e.Headers {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	out := make([]sarama.RecordHeader, len(names))
+	for i, name := range names {
+		out[i] = header(name, e.Headers[name])
+	}
+	return out
+}
+
+func (e *claimedEvent) message(value sarama.Encoder, headers []sarama.RecordHeader) *sarama.ProducerMessage {
+	msg := &sarama.ProducerMessage{Topic: e.Topic, Value: value, Headers: headers}
+	if e.Key != nil {
+		msg.Key = sarama.StringEncoder(*e.Key)
+	}
+	return msg
+}
+
+func header(name, value string) sarama.RecordHeader {
+	return sarama.RecordHeader{Key: []byte(name), Value: []byte(value)}
+}

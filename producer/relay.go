@@ -1,0 +1,565 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/courierkit/courier/internal/backoff"
+	"github.com/courierkit/courier/internal/pgname"
+)
+
+// Relay defaults.
+const (
+	DefaultSource           = "courier"
+	DefaultBatchSize        = 500
+	DefaultPollInterval     = time.Second
+	DefaultMaxRetries       = 6
+	DefaultBackoffBase      = time.Second
+	DefaultBackoffFactor    = 2.0
+	DefaultBackoffMax       = 30 * time.Second
+	DefaultDeadLetterSuffix = ".dlq"
+	DefaultBreakerFailures  = 5
+	DefaultBreakerOpenFor   = 30 * time.Second
+	DefaultBreakerProbes    = 1
+	DefaultPublishTimeout   = 30 * time.Second
+	DefaultShutdownTimeout  = 10 * time.Second
+	DefaultRetention        = 7 * 24 * time.Hour
+	DefaultCleanupInterval  = time.Minute
+	DefaultCleanupBatch     = 1000
+	DefaultStatsInterval    = 15 * time.Second
+)
+
+// Backoff schedules publish retries: failed attempt n waits
+// Base·Factor^(n-1), spread by ±Jitter, capped at Max. Zero fields take
+// their defaults: 1s, 2, 30s, no jitter (so 1, 2, 4, 8, 16, 30, 30 s …).
+type Backoff struct {
+	Base   time.Duration
+	Factor float64
+	Max    time.Duration
+	// Jitter spreads each delay uniformly over ±Jitter of itself, between 0
+	// and 1, so that events failing together do not retry together.
+	Jitter float64
+}
+
+// Breaker configures the circuit breaker around Kafka. While it is open the
+// relay claims nothing and counts no attempts. Zero fields take defaults.
+type Breaker struct {
+	// ConsecutiveFailures of Kafka being unreachable open the breaker.
+	// Defaults to 5.
+	ConsecutiveFailures int
+	// OpenFor is how long the breaker stays open before it lets probes
+	// through (half-open). Defaults to 30s.
+	OpenFor time.Duration
+	// HalfOpenProbes is how many publish calls a half-open breaker lets
+	// through; all must succeed to close it. Defaults to 1.
+	HalfOpenProbes int
+}
+
+// RelayConfig configures a Relay. Only Brokers (or Publisher) is required.
+type RelayConfig struct {
+	// Schema and Table name the outbox table. Default to "public" and
+	// "courier_outbox".
+	Schema, Table string
+
+	// Brokers are the Kafka bootstrap addresses. Required unless Publisher
+	// is set.
+	Brokers []string
+	// Sarama configures the Kafka producer (TLS, SASL, versions, …).
+	// Defaults to NewSaramaConfig().
+	Sarama *sarama.Config
+	// Publisher replaces the Sarama producer built from Brokers and Sarama,
+	// e.g. to share a producer or to test. The relay does not close it.
+	Publisher Publisher
+
+	// Source is the CloudEvents source attribute (ce_source), usually the
+	// service name. Defaults to "courier".
+	Source string
+	// Structured publishes each event as a JSON CloudEvent (structured mode)
+	// instead of the payload with ce_ headers (binary mode, the default).
+	Structured bool
+
+	// BatchSize is the most events one claim locks. Defaults to 500.
+	BatchSize int
+	// PollInterval is how often an idle relay looks for due events without
+	// being notified. Defaults to 1s.
+	PollInterval time.Duration
+	// PollOnly turns LISTEN/NOTIFY off, for PgBouncer in transaction
+	// pooling mode, where LISTEN does not work. Defaults to false.
+	PollOnly bool
+
+	// MaxRetries is how many failed attempts dead-letter an event that does
+	// not set Event.MaxRetries. Defaults to 6.
+	MaxRetries int
+	// Backoff schedules the retries.
+	Backoff Backoff
+	// HoldKeyOnDeadLetter keeps the later events of a key waiting while an
+	// earlier one is dead-lettered, until it is requeued or purged. By
+	// default (false) the key moves on.
+	HoldKeyOnDeadLetter bool
+	// PublishDeadLetters also writes each dead-lettered event to
+	// <topic><DeadLetterSuffix> as a dlq envelope. Dead-lettered events
+	// always stay in the table until purged. Defaults to false.
+	PublishDeadLetters bool
+	// DeadLetterSuffix names the dead-letter topic. Defaults to ".dlq".
+	DeadLetterSuffix string
+	// OnDeadLetter is called once for each dead-lettered event, after it is
+	// recorded, e.g. to page the on-call. It runs on the relay's goroutine:
+	// return quickly.
+	OnDeadLetter func(context.Context, DeadLetter)
+
+	// Breaker configures the circuit breaker around Kafka.
+	Breaker Breaker
+	// PublishTimeout bounds the publishing of one batch; events it cuts
+	// short count no attempt and are published again. Defaults to 30s.
+	PublishTimeout time.Duration
+	// ShutdownTimeout is how long Run lets the batch in flight finish after
+	// its context ends. Defaults to 10s.
+	ShutdownTimeout time.Duration
+
+	// Retention is how long published events stay in the table before the
+	// relay deletes them; negative keeps them forever. Dead-lettered events
+	// stay until purged. Defaults to 7 days.
+	Retention time.Duration
+	// CleanupInterval is how often the relay deletes expired events.
+	// Defaults to 1m.
+	CleanupInterval time.Duration
+	// CleanupBatch is the most rows one delete statement removes.
+	// Defaults to 1000.
+	CleanupBatch int
+
+	// Logger receives the relay's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics receives measurements (see package prom). Defaults to none.
+	Metrics RelayMetrics
+	// StatsInterval is how often the relay measures the backlog for Metrics.
+	// Defaults to 15s.
+	StatsInterval time.Duration
+
+	// Now is the relay's clock, for tests. Defaults to time.Now.
+	Now func() time.Time
+}
+
+// DeadLetter describes an event the relay gave up on.
+type DeadLetter struct {
+	EventID       uuid.UUID
+	Topic         string
+	Key           string
+	Type          string
+	TenantID      string
+	CorrelationID string
+	// Error is the last publish error, with the broker's reason.
+	Error string
+	// Permanent is true when no retry could have helped (e.g. the record is
+	// larger than the broker accepts) and false when retries ran out.
+	Permanent     bool
+	RetryCount    int
+	FirstFailedAt time.Time
+	FailedAt      time.Time
+}
+
+// BatchResult counts what one RunOnce did.
+type BatchResult struct {
+	// Claimed events were locked by the claim.
+	Claimed int
+	// Published events were acknowledged by the broker.
+	Published int
+	// Failed events will be retried after their backoff.
+	Failed int
+	// DeadLettered events were given up on.
+	DeadLettered int
+	// Released events were claimed but not attempted and stay due: an older
+	// event of their key was busy elsewhere or failed in this batch, or
+	// Kafka was unreachable.
+	Released int
+	// BreakerOpen is true when the breaker was open, so nothing was claimed.
+	BreakerOpen bool
+}
+
+// Relay moves committed outbox events to Kafka. Any number of relays, in
+// any number of processes, may run against one table: each event is
+// published by one of them at a time, and the events of one (topic, key)
+// reach Kafka in the order they were enqueued.
+type Relay struct {
+	cfg       RelayConfig
+	pool      *pgxpool.Pool
+	table     pgname.Table
+	store     *store
+	publisher Publisher
+	ownsPub   bool
+	breaker   *gobreaker.TwoStepCircuitBreaker[struct{}]
+	backoff   backoff.Policy
+	log       *slog.Logger
+	metrics   RelayMetrics
+
+	mu       sync.Mutex
+	openedAt time.Time // when the breaker last opened
+	wake     chan struct{}
+}
+
+// ErrInvalidRelayConfig is matched by every configuration error of NewRelay.
+var ErrInvalidRelayConfig = errors.New("producer: invalid relay config")
+
+// errUnavailable is what the breaker is told when Kafka was unreachable.
+var errUnavailable = errors.New("kafka unreachable")
+
+// NewRelay validates cfg, applies its defaults and returns a Relay on pool.
+// Call Run to start it.
+func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
+	if pool == nil {
+		return nil, fmt.Errorf("%w: the pgxpool.Pool is nil", ErrInvalidRelayConfig)
+	}
+	table, err := pgname.NewTable(cfg.Schema, cfg.Table)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRelayConfig, err)
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidRelayConfig, err)
+	}
+	r := &Relay{
+		cfg:     cfg,
+		pool:    pool,
+		table:   table,
+		store:   newStore(table, cfg.HoldKeyOnDeadLetter),
+		backoff: backoff.Policy(cfg.Backoff),
+		log:     cfg.Logger.With("table", table.String()),
+		metrics: cfg.Metrics,
+		wake:    make(chan struct{}, 1),
+	}
+	r.publisher = cfg.Publisher
+	if r.publisher == nil {
+		if r.publisher, err = NewSaramaPublisher(cfg.Brokers, cfg.Sarama); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidRelayConfig, err)
+		}
+		r.ownsPub = true
+	}
+	r.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
+		Name:        "kafka",
+		MaxRequests: uint32(cfg.Breaker.HalfOpenProbes),
+		Timeout:     cfg.Breaker.OpenFor,
+		ReadyToTrip: func(c gobreaker.Counts) bool {
+			return c.ConsecutiveFailures >= uint32(cfg.Breaker.ConsecutiveFailures)
+		},
+		OnStateChange: r.breakerChanged,
+	})
+	return r, nil
+}
+
+func (c *RelayConfig) setDefaults() error {
+	if c.Publisher == nil && len(c.Brokers) == 0 {
+		return errors.New("Brokers is empty; set the Kafka bootstrap addresses, e.g. []string{\"localhost:9092\"}")
+	}
+	for _, d := range []struct {
+		field string
+		value *time.Duration
+		def   time.Duration
+	}{
+		{"PollInterval", &c.PollInterval, DefaultPollInterval},
+		{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase},
+		{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax},
+		{"Breaker.OpenFor", &c.Breaker.OpenFor, DefaultBreakerOpenFor},
+		{"PublishTimeout", &c.PublishTimeout, DefaultPublishTimeout},
+		{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout},
+		{"CleanupInterval", &c.CleanupInterval, DefaultCleanupInterval},
+		{"StatsInterval", &c.StatsInterval, DefaultStatsInterval},
+	} {
+		if *d.value < 0 {
+			return fmt.Errorf("%s is %v; use a positive duration, or 0 for the default of %v", d.field, *d.value, d.def)
+		}
+		if *d.value == 0 {
+			*d.value = d.def
+		}
+	}
+	for _, n := range []struct {
+		field string
+		value *int
+		def   int
+	}{
+		{"BatchSize", &c.BatchSize, DefaultBatchSize},
+		{"MaxRetries", &c.MaxRetries, DefaultMaxRetries},
+		{"Breaker.ConsecutiveFailures", &c.Breaker.ConsecutiveFailures, DefaultBreakerFailures},
+		{"Breaker.HalfOpenProbes", &c.Breaker.HalfOpenProbes, DefaultBreakerProbes},
+		{"CleanupBatch", &c.CleanupBatch, DefaultCleanupBatch},
+	} {
+		if *n.value < 0 {
+			return fmt.Errorf("%s is %d; use a positive number, or 0 for the default of %d", n.field, *n.value, n.def)
+		}
+		if *n.value == 0 {
+			*n.value = n.def
+		}
+	}
+	switch {
+	case c.Backoff.Factor == 0:
+		c.Backoff.Factor = DefaultBackoffFactor
+	case c.Backoff.Factor < 1:
+		return fmt.Errorf("Backoff.Factor is %v; use 1 or more (2 doubles each delay)", c.Backoff.Factor)
+	}
+	if c.Backoff.Jitter < 0 || c.Backoff.Jitter > 1 {
+		return fmt.Errorf("Backoff.Jitter is %v; use a fraction from 0 to 1", c.Backoff.Jitter)
+	}
+	if c.Backoff.Max < c.Backoff.Base {
+		return fmt.Errorf("Backoff.Max (%v) is below Backoff.Base (%v)", c.Backoff.Max, c.Backoff.Base)
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.Source == "" {
+		c.Source = DefaultSource
+	}
+	if c.DeadLetterSuffix == "" {
+		c.DeadLetterSuffix = DefaultDeadLetterSuffix
+	}
+	if err := validTopic("t" + c.DeadLetterSuffix); err != nil {
+		return fmt.Errorf("DeadLetterSuffix %q: %w", c.DeadLetterSuffix, err)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return nil
+}
+
+// Breaker returns the state of the circuit breaker around Kafka.
+func (r *Relay) Breaker() BreakerState { return breakerState(r.breaker.State()) }
+
+func breakerState(s gobreaker.State) BreakerState {
+	switch s {
+	case gobreaker.StateOpen:
+		return BreakerOpen
+	case gobreaker.StateHalfOpen:
+		return BreakerHalfOpen
+	default:
+		return BreakerClosed
+	}
+}
+
+func (r *Relay) breakerChanged(_ string, from, to gobreaker.State) {
+	if to == gobreaker.StateOpen {
+		r.mu.Lock()
+		r.openedAt = time.Now()
+		r.mu.Unlock()
+	}
+	r.log.Warn("kafka circuit breaker changed", "from", breakerState(from).String(), "to", breakerState(to).String())
+	r.metrics.BreakerChanged(breakerState(to))
+}
+
+// untilHalfOpen is how long an open breaker stays open from now.
+func (r *Relay) untilHalfOpen() time.Duration {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return max(time.Until(r.openedAt.Add(r.cfg.Breaker.OpenFor)), time.Millisecond)
+}
+
+// Wake makes an idle Run look for due events now, as a NOTIFY would.
+func (r *Relay) Wake() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// RunOnce claims one batch of due events, publishes it and records the
+// outcome, in one transaction. Run calls it in a loop; call it yourself to
+// drive a relay by hand (e.g. from a scheduler or a test).
+func (r *Relay) RunOnce(ctx context.Context) (BatchResult, error) {
+	if r.breaker.State() == gobreaker.StateOpen {
+		return BatchResult{BreakerOpen: true}, nil
+	}
+	var res BatchResult
+	var dead []DeadLetter
+	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
+		res, dead = BatchResult{}, nil
+		now := r.cfg.Now()
+		events, err := r.store.claim(ctx, tx, now, r.cfg.BatchSize, r.cfg.PublishTimeout+r.cfg.ShutdownTimeout)
+		if err != nil {
+			return err
+		}
+		res.Claimed = len(events)
+		r.metrics.Claimed(len(events))
+		if len(events) == 0 {
+			return nil
+		}
+		var outcomes []settlement
+		outcomes, dead = r.publishBatch(ctx, events, &res)
+		return r.store.settle(ctx, tx, r.cfg.Now(), outcomes)
+	})
+	if err != nil {
+		return res, err
+	}
+	for _, d := range dead {
+		r.metrics.DeadLettered(d.Topic)
+		if r.cfg.OnDeadLetter != nil {
+			r.cfg.OnDeadLetter(ctx, d)
+		}
+	}
+	return res, nil
+}
+
+type topicKey struct{ topic, key string }
+
+// publishBatch publishes events in waves: wave n holds the n-th event of
+// each key, so a key's next event leaves only after the broker acknowledged
+// the previous one, and a failure stops the key for the rest of the batch.
+// Retries inside the producer can then never put a later event of a key
+// ahead of an earlier one.
+func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *BatchResult) ([]settlement, []DeadLetter) {
+	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
+	defer cancel()
+
+	var waves [][]*claimedEvent
+	depth := map[topicKey]int{}
+	for i := range events {
+		e := &events[i]
+		if e.Held {
+			res.Released++
+			continue
+		}
+		w := 0
+		if e.Key != nil {
+			k := topicKey{e.Topic, *e.Key}
+			w = depth[k]
+			depth[k]++
+		}
+		if w == len(waves) {
+			waves = append(waves, nil)
+		}
+		waves[w] = append(waves[w], e)
+	}
+
+	stopped := map[topicKey]bool{} // keys whose later events wait for the next batch
+	halted := false                // the breaker refused: release everything left
+	var outcomes []settlement
+	var dead []*claimedEvent
+	var deadErrs []error
+	for _, wave := range waves {
+		var send []*claimedEvent
+		for _, e := range wave {
+			if halted || (e.Key != nil && stopped[topicKey{e.Topic, *e.Key}]) {
+				res.Released++
+				continue
+			}
+			send = append(send, e)
+		}
+		if len(send) == 0 {
+			continue
+		}
+		done, err := r.breaker.Allow()
+		if err != nil {
+			halted = true
+			res.Released += len(send)
+			continue
+		}
+		errs := r.send(ctx, send)
+		succeeded, unreachable := false, false
+		now := r.cfg.Now()
+		for i, e := range send {
+			if errs[i] == nil {
+				succeeded = true
+				res.Published++
+				outcomes = append(outcomes, settlement{id: e.ID, status: StatusPublished})
+				r.metrics.Published(e.Topic, now.Sub(e.CreatedAt))
+				continue
+			}
+			class := classify(errs[i])
+			r.metrics.PublishFailed(e.Topic, class.String())
+			stop := true
+			switch {
+			case class == failUnavailable:
+				unreachable = true
+				res.Released++
+			case class == failPermanent || e.RetryCount+1 >= r.maxRetries(e):
+				dead = append(dead, e)
+				deadErrs = append(deadErrs, errs[i])
+				stop = r.cfg.HoldKeyOnDeadLetter
+			default:
+				res.Failed++
+				next := now.Add(r.backoff.Delay(e.RetryCount+1, rand.Float64))
+				outcomes = append(outcomes, settlement{id: e.ID, status: StatusFailed, err: errs[i].Error(),
+					next: pgtype.Timestamptz{Time: next, Valid: true}})
+				r.logFailure(ctx, slog.LevelWarn, "publish failed; will retry", e, errs[i], "retry_count", e.RetryCount+1, "next_attempt_at", next)
+			}
+			if stop && e.Key != nil {
+				stopped[topicKey{e.Topic, *e.Key}] = true
+			}
+		}
+		if unreachable && !succeeded {
+			done(errUnavailable)
+		} else {
+			done(nil)
+		}
+	}
+	deadOutcomes, deadLetters := r.deadLetter(ctx, dead, deadErrs, res)
+	return append(outcomes, deadOutcomes...), deadLetters
+}
+
+// send publishes one wave. A record refused for good is sent once more on
+// its own before it is believed: a broker refuses a whole partition batch
+// for one oversized record, and its neighbours must not pay for it.
+func (r *Relay) send(ctx context.Context, events []*claimedEvent) []error {
+	records := make([]*sarama.ProducerMessage, 0, len(events))
+	errs := make([]error, len(events))
+	index := make([]int, 0, len(events))
+	for i, e := range events {
+		rec, err := r.record(e)
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		records = append(records, rec)
+		index = append(index, i)
+	}
+	for j, err := range r.publisher.Publish(ctx, records) {
+		errs[index[j]] = err
+	}
+	if len(records) > 1 {
+		for j, i := range index {
+			if errs[i] != nil && classify(errs[i]) == failPermanent {
+				errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]
+			}
+		}
+	}
+	return errs
+}
+
+func (r *Relay) record(e *claimedEvent) (*sarama.ProducerMessage, error) {
+	if r.cfg.Structured {
+		return e.structuredRecord(r.cfg.Source)
+	}
+	return e.binaryRecord(r.cfg.Source), nil
+}
+
+func (r *Relay) maxRetries(e *claimedEvent) int {
+	if e.MaxRetries != nil {
+		return *e.MaxRetries
+	}
+	return r.cfg.MaxRetries
+}
+
+func (r *Relay) logFailure(ctx context.Context, level slog.Level, msg string, e *claimedEvent, err error, attrs ...any) {
+	attrs = append(attrs, "event_id", e.ID, "topic", e.Topic, "error", err)
+	for _, a := range []struct {
+		key   string
+		value *string
+	}{{"partition_key", e.Key}, {"tenant_id", e.TenantID}, {"correlation_id", e.CorrelationID}} {
+		if a.value != nil {
+			attrs = append(attrs, a.key, *a.value)
+		}
+	}
+	r.log.Log(ctx, level, msg, attrs...)
+}

@@ -1,0 +1,215 @@
+package producer
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/courierkit/courier/internal/pgname"
+)
+
+// Event statuses, as stored in the status column.
+const (
+	StatusPending      = "pending"
+	StatusFailed       = "failed"
+	StatusPublished    = "published"
+	StatusDeadLettered = "dead_lettered"
+)
+
+// store holds the relay's SQL: claiming a batch, settling it, retention and
+// the backlog gauge. Everything else in the relay is plain Go.
+type store struct {
+	table      pgname.Table
+	claimSQL   string
+	settleSQL  string
+	cleanupSQL string
+	backlogSQL string
+}
+
+func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
+	// A predecessor blocks an event while it waits for a retry or its
+	// NotBefore, and, when keys hold on dead letters, while dead-lettered.
+	blocking := "b.status IN ('pending', 'failed') AND b.next_attempt_at > $1"
+	unfinished := "o.status IN ('pending', 'failed')"
+	if holdOnDeadLetter {
+		blocking = "(" + blocking + ") OR b.status = 'dead_lettered'"
+		unfinished = "o.status IN ('pending', 'failed', 'dead_lettered')"
+	}
+	return &store{
+		table:      table,
+		claimSQL:   fmt.Sprintf(claimSQL, table, blocking, unfinished),
+		settleSQL:  fmt.Sprintf(settleSQL, table),
+		cleanupSQL: fmt.Sprintf(cleanupSQL, table),
+		backlogSQL: fmt.Sprintf(backlogSQL, table),
+	}
+}
+
+// claimSQL locks up to $2 due events in insert order, skipping those locked
+// by other relays and those queued behind a blocking event of their key
+// (the blockers index keeps that check cheap). It then marks as held every
+// claimed event that has an unfinished predecessor outside this claim — one
+// another relay holds right now — so that a key is only ever published by
+// one relay, from its oldest unfinished event on.
+const claimSQL = `
+WITH claimed AS (
+    SELECT e.id, e.seq, e.topic, e.partition_key, e.event_type, e.aggregate_type, e.aggregate_id,
+           e.tenant_id, e.correlation_id, e.causation_id, e.payload, e.content_type, e.headers,
+           e.retry_count, e.max_retries, e.created_at, e.first_failed_at
+    FROM %[1]s e
+    WHERE e.status IN ('pending', 'failed')
+      AND e.next_attempt_at <= $1
+      AND (e.partition_key IS NULL OR NOT EXISTS (
+          SELECT FROM %[1]s b
+          WHERE b.topic = e.topic AND b.partition_key = e.partition_key AND b.seq < e.seq
+            AND (b.status IN ('failed', 'dead_lettered') OR b.next_attempt_at > b.created_at)
+            AND (%[2]s)))
+    ORDER BY e.seq
+    LIMIT $2
+    FOR UPDATE OF e SKIP LOCKED
+), gaps AS (
+    SELECT k.topic, k.partition_key, (
+        SELECT o.seq FROM %[1]s o
+        WHERE o.topic = k.topic AND o.partition_key = k.partition_key AND o.status <> 'published'
+          AND (%[3]s) AND o.id NOT IN (SELECT id FROM claimed)
+        ORDER BY o.seq
+        LIMIT 1) AS gap_seq
+    FROM (SELECT DISTINCT topic, partition_key FROM claimed WHERE partition_key IS NOT NULL) k
+)
+SELECT c.id, c.topic, c.partition_key, c.event_type, c.aggregate_type, c.aggregate_id, c.tenant_id,
+       c.correlation_id, c.causation_id, c.payload, c.content_type, c.headers, c.retry_count,
+       c.max_retries, c.created_at, c.first_failed_at, COALESCE(c.seq > g.gap_seq, false) AS held
+FROM claimed c
+LEFT JOIN gaps g ON g.topic = c.topic AND g.partition_key = c.partition_key
+ORDER BY c.seq`
+
+// settleSQL records the outcome of every attempted event of a batch.
+const settleSQL = `
+UPDATE %s o SET
+    status          = u.status,
+    retry_count     = o.retry_count + CASE WHEN u.status = 'published' THEN 0 ELSE 1 END,
+    last_error      = COALESCE(u.error, o.last_error),
+    last_attempt_at = $5,
+    first_failed_at = CASE WHEN u.status = 'published' THEN o.first_failed_at ELSE COALESCE(o.first_failed_at, $5) END,
+    next_attempt_at = COALESCE(u.next_attempt_at, o.next_attempt_at),
+    published_at    = CASE WHEN u.status = 'published' THEN $5 END
+FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[]) AS u(id, status, error, next_attempt_at)
+WHERE o.id = u.id`
+
+// cleanupSQL deletes one bounded batch of events published before $1.
+const cleanupSQL = `
+DELETE FROM %[1]s WHERE id IN (
+    SELECT id FROM %[1]s
+    WHERE status = 'published' AND published_at < $1
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED)`
+
+// backlogSQL counts the events waiting to be published and finds the oldest
+// due time among them; both come from the partial indexes.
+const backlogSQL = `
+SELECT count(*), min(next_attempt_at) FILTER (WHERE next_attempt_at <= $1)
+FROM %s WHERE status IN ('pending', 'failed')`
+
+// claimedEvent is one row of a claimed batch.
+type claimedEvent struct {
+	ID            uuid.UUID
+	Topic         string
+	Key           *string
+	Type          string
+	AggregateType *string
+	AggregateID   *string
+	TenantID      *string
+	CorrelationID *string
+	CausationID   *string
+	Payload       []byte
+	ContentType   string
+	Headers       map[string]string
+	RetryCount    int
+	MaxRetries    *int
+	CreatedAt     time.Time
+	FirstFailedAt *time.Time
+	// Held is set when an older unfinished event of the same key is not in
+	// this claim: the event must wait.
+	Held bool
+}
+
+func (s *store) claim(ctx context.Context, tx pgx.Tx, now time.Time, limit int, txTimeout time.Duration) ([]claimedEvent, error) {
+	batch := &pgx.Batch{}
+	// Should this relay stall without dying, PostgreSQL ends its transaction
+	// and frees the claimed events for the others.
+	batch.Queue(fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", txTimeout.Milliseconds()))
+	batch.Queue(s.claimSQL, now, limit)
+	results := tx.SendBatch(ctx, batch)
+	defer results.Close()
+	if _, err := results.Exec(); err != nil {
+		return nil, fmt.Errorf("producer: claim from %s: %w", s.table, err)
+	}
+	rows, err := results.Query()
+	if err != nil {
+		return nil, fmt.Errorf("producer: claim from %s: %w", s.table, err)
+	}
+	events, err := pgx.CollectRows(rows, pgx.RowToStructByPos[claimedEvent])
+	if err != nil {
+		return nil, fmt.Errorf("producer: claim from %s: %w", s.table, err)
+	}
+	return events, nil
+}
+
+// settlement is the outcome of one attempted event.
+type settlement struct {
+	id     uuid.UUID
+	status string
+	err    string             // "" for published
+	next   pgtype.Timestamptz // when to retry, for failed
+}
+
+func (s *store) settle(ctx context.Context, tx pgx.Tx, now time.Time, outcomes []settlement) error {
+	if len(outcomes) == 0 {
+		return nil
+	}
+	ids := make([]uuid.UUID, len(outcomes))
+	statuses := make([]string, len(outcomes))
+	errs := make([]pgtype.Text, len(outcomes))
+	next := make([]pgtype.Timestamptz, len(outcomes))
+	for i, o := range outcomes {
+		ids[i], statuses[i], next[i] = o.id, o.status, o.next
+		errs[i] = pgtype.Text{String: o.err, Valid: o.err != ""}
+	}
+	if _, err := tx.Exec(ctx, s.settleSQL, ids, statuses, errs, next, now); err != nil {
+		return fmt.Errorf("producer: record publish results in %s: %w", s.table, err)
+	}
+	return nil
+}
+
+// cleanup deletes events published before cutoff, batch rows at a time,
+// until none is left, and returns how many it deleted.
+func (s *store) cleanup(ctx context.Context, db DBTX, cutoff time.Time, batch int) (int64, error) {
+	var total int64
+	for {
+		tag, err := db.Exec(ctx, s.cleanupSQL, cutoff, batch)
+		if err != nil {
+			return total, fmt.Errorf("producer: delete published events from %s: %w", s.table, err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < int64(batch) {
+			return total, nil
+		}
+	}
+}
+
+// backlog returns the number of events waiting to be published and the age
+// of the oldest due one (0 when none is due).
+func (s *store) backlog(ctx context.Context, db DBTX, now time.Time) (int64, time.Duration, error) {
+	var n int64
+	var oldest pgtype.Timestamptz
+	if err := db.QueryRow(ctx, s.backlogSQL, now).Scan(&n, &oldest); err != nil {
+		return 0, 0, fmt.Errorf("producer: measure the backlog of %s: %w", s.table, err)
+	}
+	if !oldest.Valid {
+		return n, 0, nil
+	}
+	return n, max(now.Sub(oldest.Time), 0), nil
+}
