@@ -12,7 +12,8 @@ import (
 
 // PG is a test's own PostgreSQL schema.
 type PG struct {
-	// Pool connects with search_path set to Schema.
+	// Pool connects with search_path set to Schema and application_name set
+	// to Schema too.
 	Pool *pgxpool.Pool
 	// Schema is created for the test and dropped, with everything in it,
 	// when the test ends.
@@ -86,6 +87,9 @@ func (pg *PG) connect(t testing.TB, maxConns int32, searchPath string) *pgxpool.
 	if cfg.ConnConfig.ConnectTimeout == 0 {
 		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
 	}
+	// Sessions are named after the test's schema, so a test can find its
+	// own in pg_stat_activity (e.g. to terminate them).
+	cfg.ConnConfig.RuntimeParams["application_name"] = pg.Schema
 	if searchPath != "" {
 		cfg.ConnConfig.RuntimeParams["search_path"] = searchPath
 	}

@@ -1,0 +1,295 @@
+package producer_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/google/uuid"
+
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
+)
+
+// eventRow is the delivery state of one outbox row.
+type eventRow struct {
+	Status        string
+	RetryCount    int
+	LastError     *string
+	LastAttemptAt *time.Time
+	NextAttemptAt time.Time
+}
+
+func rowOf(t *testing.T, pg *testkit.PG, id uuid.UUID) eventRow {
+	t.Helper()
+	var r eventRow
+	err := pg.Pool.QueryRow(context.Background(),
+		"SELECT status, retry_count, last_error, last_attempt_at, next_attempt_at FROM courier_outbox WHERE id = $1", id).
+		Scan(&r.Status, &r.RetryCount, &r.LastError, &r.LastAttemptAt, &r.NextAttemptAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func enqueue(t *testing.T, pg *testkit.PG, out *producer.Outbox, ev producer.Event) uuid.UUID {
+	t.Helper()
+	res, err := out.Enqueue(context.Background(), pg.Pool, ev)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res.ID
+}
+
+func runOnce(t *testing.T, r *producer.Relay) producer.BatchResult {
+	t.Helper()
+	res, err := r.RunOnce(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// failID makes every record with the given ce_id fail with err.
+func failID(id uuid.UUID, err error) func(*sarama.ProducerMessage) error {
+	return func(m *sarama.ProducerMessage) error {
+		if recordHeader(m, producer.HeaderID) == id.String() {
+			return err
+		}
+		return nil
+	}
+}
+
+// TestBackoffScheduleAndDeadLetter drives the relay with an injected clock:
+// a failing event waits 1, 2, 4, 8 and 16 s between attempts, is never tried
+// early, holds back only its own key, and after the 6th failure is
+// dead-lettered, written to orders.dlq and reported to OnDeadLetter — and
+// then its key moves on.
+func TestBackoffScheduleAndDeadLetter(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	clock := newFakeClock()
+	pub := &fakePublisher{}
+	var mu sync.Mutex
+	var letters []producer.DeadLetter
+	relay := newRelay(t, pg, nil, producer.RelayConfig{
+		Publisher: pub, Now: clock.Now, PublishDeadLetters: true,
+		OnDeadLetter: func(_ context.Context, d producer.DeadLetter) {
+			mu.Lock()
+			defer mu.Unlock()
+			letters = append(letters, d)
+		},
+	})
+	ev := orderCreated("o-1")
+	ev.CorrelationID = "corr-1"
+	failing := enqueue(t, pg, out, ev)
+	behind := enqueue(t, pg, out, orderCreated("o-1")) // same key, enqueued later
+	other := enqueue(t, pg, out, orderCreated("o-2"))
+	pub.setFail(failID(failing, sarama.ErrUnknown))
+
+	res := runOnce(t, relay)
+	if res.Failed != 1 || res.Published != 1 || res.Released != 1 {
+		t.Fatalf("first batch %+v: want 1 failed, the other key published, the same key released", res)
+	}
+	if got := pub.ackedIDs("orders"); !slices.Equal(got, []string{other.String()}) {
+		t.Fatalf("published %v, want only the other key's event", got)
+	}
+
+	wantDelays := []time.Duration{1, 2, 4, 8, 16}
+	for attempt, delay := range wantDelays {
+		row := rowOf(t, pg, failing)
+		if row.Status != producer.StatusFailed || row.RetryCount != attempt+1 {
+			t.Fatalf("after failure %d: status %s retry_count %d", attempt+1, row.Status, row.RetryCount)
+		}
+		if got := row.NextAttemptAt.Sub(*row.LastAttemptAt); got != delay*time.Second {
+			t.Fatalf("after failure %d: next attempt in %v, want %v", attempt+1, got, delay*time.Second)
+		}
+		if row.LastError == nil || *row.LastError != sarama.ErrUnknown.Error() {
+			t.Fatalf("last_error = %v, want %q", row.LastError, sarama.ErrUnknown.Error())
+		}
+		clock.Advance(delay*time.Second - time.Millisecond)
+		if res := runOnce(t, relay); res.Claimed != 0 {
+			t.Fatalf("1ms before the retry is due the relay claimed %+v", res)
+		}
+		clock.Advance(time.Millisecond)
+		res := runOnce(t, relay)
+		if res.Claimed != 2 {
+			t.Fatalf("retry %d: claimed %d, want the failing event and the one behind it", attempt+1, res.Claimed)
+		}
+	}
+
+	// The 6th failure dead-letters it; the event behind it goes out in the same batch.
+	row := rowOf(t, pg, failing)
+	if row.Status != producer.StatusDeadLettered || row.RetryCount != 6 {
+		t.Fatalf("after 6 failures: status %s retry_count %d, want dead_lettered 6", row.Status, row.RetryCount)
+	}
+	if got := pub.ackedIDs("orders"); !slices.Equal(got, []string{other.String(), behind.String()}) {
+		t.Fatalf("published %v, want %s then %s", got, other, behind)
+	}
+	mu.Lock()
+	if len(letters) != 1 || letters[0].EventID != failing || letters[0].RetryCount != 6 || letters[0].Permanent ||
+		letters[0].CorrelationID != "corr-1" || letters[0].Key != "o-1" {
+		t.Fatalf("OnDeadLetter got %+v, want one retries-exhausted letter for %s", letters, failing)
+	}
+	mu.Unlock()
+
+	dlqRecords := pub.ackedOn("orders.dlq")
+	if len(dlqRecords) != 1 {
+		t.Fatalf("%d records on orders.dlq, want 1", len(dlqRecords))
+	}
+	value, _ := dlqRecords[0].Value.Encode()
+	env, err := dlq.Decode(value)
+	if err != nil {
+		t.Fatalf("orders.dlq holds a bad envelope: %v", err)
+	}
+	original, err := env.Original()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.ErrorKind != dlq.KindRetriesExhausted || env.RetryCount != 6 || env.OriginalTopic != "orders" ||
+		env.OriginalPartition != dlq.NoPartition || string(original.Value) != string(ev.Payload) || string(original.Key) != "o-1" ||
+		env.CorrelationID != "corr-1" || !env.FirstFailedAt.Before(env.FailedAt) {
+		t.Fatalf("envelope %+v does not describe the dead letter", env)
+	}
+	var ceID string
+	for _, h := range original.Headers {
+		if string(h.Key) == producer.HeaderID {
+			ceID = string(h.Value)
+		}
+	}
+	if ceID != failing.String() {
+		t.Fatalf("envelope's original ce_id = %q, want %s", ceID, failing)
+	}
+}
+
+func TestPerEventMaxRetries(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	clock := newFakeClock()
+	pub := &fakePublisher{}
+	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now})
+	ev := orderCreated("o-1")
+	ev.MaxRetries = 2
+	id := enqueue(t, pg, out, ev)
+	pub.setFail(failID(id, sarama.ErrUnknown))
+	runOnce(t, relay)
+	clock.Advance(time.Second)
+	if res := runOnce(t, relay); res.DeadLettered != 1 {
+		t.Fatalf("second failure with MaxRetries 2: %+v, want dead-lettered", res)
+	}
+	if row := rowOf(t, pg, id); row.Status != producer.StatusDeadLettered || row.RetryCount != 2 {
+		t.Fatalf("row %+v, want dead_lettered after 2", row)
+	}
+}
+
+func TestHoldKeyOnDeadLetterUntilRequeued(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	clock := newFakeClock()
+	pub := &fakePublisher{}
+	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now, HoldKeyOnDeadLetter: true})
+	poison := enqueue(t, pg, out, orderCreated("o-1"))
+	behind := enqueue(t, pg, out, orderCreated("o-1"))
+	pub.setFail(failID(poison, sarama.ErrInvalidTopic)) // permanent: dead-letters at once
+
+	res := runOnce(t, relay)
+	if res.DeadLettered != 1 || res.Published != 0 {
+		t.Fatalf("batch %+v: want the poison dead-lettered and nothing published", res)
+	}
+	clock.Advance(time.Hour)
+	if res := runOnce(t, relay); res.Claimed != 0 {
+		t.Fatalf("with the key held, the relay claimed %+v", res)
+	}
+
+	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := admin.Requeue(context.Background(), producer.Filter{IDs: []uuid.UUID{poison}})
+	if err != nil || n != 1 {
+		t.Fatalf("Requeue = %d, %v", n, err)
+	}
+	pub.setFail(nil) // fixed
+	clock.Advance(time.Hour)
+	runOnce(t, relay)
+	if got := pub.ackedIDs("orders"); !slices.Equal(got, []string{poison.String(), behind.String()}) {
+		t.Fatalf("published %v, want the requeued event then the one behind it", got)
+	}
+}
+
+// TestPoisonEventIsDeadLetteredAtOnce sends a record larger than the broker
+// accepts among ordinary ones: the broker's refusal dead-letters it on its
+// first attempt, and every other event — of other keys sharing its
+// partitions, and the next event of its own key — is published in the same
+// batch.
+func TestPoisonEventIsDeadLetteredAtOnce(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	pg.Migrate(t)
+	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema, MaxPayloadBytes: 4 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 2)
+	saramaCfg := producer.NewSaramaConfig()
+	saramaCfg.Producer.MaxMessageBytes = 8 << 20 // let the broker be the judge
+	var letters []producer.DeadLetter
+	relay := newRelay(t, pg, k, producer.RelayConfig{Sarama: saramaCfg,
+		OnDeadLetter: func(_ context.Context, d producer.DeadLetter) { letters = append(letters, d) }})
+
+	var ids []uuid.UUID
+	for i := range 20 {
+		ev := orderCreated(fmt.Sprintf("o-%d", i))
+		ev.Topic = topic
+		ids = append(ids, enqueue(t, pg, out, ev))
+		if i == 10 {
+			poison := producer.Event{Topic: topic, Key: "o-poison", Type: "Blob", ContentType: "application/octet-stream",
+				Payload: make([]byte, 2<<20)}
+			poisonID := enqueue(t, pg, out, poison)
+			next := orderCreated("o-poison")
+			next.Topic = topic
+			ids = append(ids, enqueue(t, pg, out, next))
+			defer func() {
+				row := rowOf(t, pg, poisonID)
+				if row.Status != producer.StatusDeadLettered || row.RetryCount != 1 || row.LastError == nil {
+					t.Errorf("poison row %+v, want dead_lettered on its first attempt", row)
+				} else {
+					t.Logf("poison dead-lettered with: %s", *row.LastError)
+				}
+			}()
+		}
+	}
+	res := runOnce(t, relay)
+	if res.Published != len(ids) || res.DeadLettered != 1 || res.Failed != 0 {
+		t.Fatalf("batch %+v: want all %d others published and the poison dead-lettered", res, len(ids))
+	}
+	if len(letters) != 1 || !letters[0].Permanent || letters[0].Key != "o-poison" {
+		t.Fatalf("OnDeadLetter got %+v, want one permanent letter", letters)
+	}
+	msgs := consume(t, k, topic).waitDistinct(len(ids), 20*time.Second)
+	if len(distinctIDs(msgs)) != len(ids) {
+		t.Fatalf("%d distinct events on Kafka, want %d", len(distinctIDs(msgs)), len(ids))
+	}
+}
+
+func TestUnreachableKafkaCountsNoAttempt(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	pub := &fakePublisher{}
+	pub.setFail(func(*sarama.ProducerMessage) error { return sarama.ErrOutOfBrokers })
+	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub})
+	id := enqueue(t, pg, out, orderCreated("o-1"))
+	res := runOnce(t, relay)
+	if res.Released != 1 || res.Failed != 0 {
+		t.Fatalf("batch %+v, want the event released", res)
+	}
+	if row := rowOf(t, pg, id); row.Status != producer.StatusPending || row.RetryCount != 0 || row.LastAttemptAt != nil {
+		t.Fatalf("row %+v: an unreachable broker must not count an attempt", row)
+	}
+}
