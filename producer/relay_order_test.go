@@ -1,0 +1,126 @@
+package producer_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
+)
+
+// keyedPayload is the payload of the ordering tests: the n-th event of a key.
+type keyedPayload struct {
+	Key string `json:"key"`
+	N   int    `json:"n"`
+}
+
+// enqueueKeyed enqueues perKey events for each of keys keys on topic, the
+// keys interleaved, in batches; event n of a key is enqueued after n-1.
+func enqueueKeyed(t *testing.T, pg *testkit.PG, out *producer.Outbox, topic string, keys, perKey int) int {
+	t.Helper()
+	var batch []producer.Event
+	flush := func() {
+		if _, err := out.EnqueueBatch(context.Background(), pg.Pool, batch); err != nil {
+			t.Fatal(err)
+		}
+		batch = batch[:0]
+	}
+	for n := range perKey {
+		for k := range keys {
+			key := fmt.Sprintf("key-%03d", k)
+			payload, _ := json.Marshal(keyedPayload{Key: key, N: n})
+			batch = append(batch, producer.Event{Topic: topic, Key: key, Type: "Counted", Payload: payload})
+			if len(batch) == 1000 {
+				flush()
+			}
+		}
+	}
+	if len(batch) > 0 {
+		flush()
+	}
+	return keys * perKey
+}
+
+// checkKeyOrder fails the test when a key's counters go backwards on Kafka
+// (in partition order); repeats of the same counter (duplicates) are fine.
+func checkKeyOrder(t *testing.T, msgs []*sarama.ConsumerMessage) (duplicates int) {
+	t.Helper()
+	byPartition := map[int32][]*sarama.ConsumerMessage{}
+	for _, m := range msgs {
+		byPartition[m.Partition] = append(byPartition[m.Partition], m)
+	}
+	seen := map[string]bool{}
+	last := map[string]int{}
+	for _, part := range byPartition {
+		// Messages of a partition arrive in offset order from one consumer.
+		for _, m := range part {
+			var p keyedPayload
+			if err := json.Unmarshal(m.Value, &p); err != nil {
+				t.Fatalf("offset %d: %v", m.Offset, err)
+			}
+			if string(m.Key) != p.Key {
+				t.Fatalf("record key %q carries payload of key %q", m.Key, p.Key)
+			}
+			id := headerValue(m, producer.HeaderID)
+			if seen[id] {
+				duplicates++
+			}
+			seen[id] = true
+			if prev, ok := last[p.Key]; ok && p.N < prev {
+				t.Fatalf("key %s: event %d arrived after event %d (partition %d offset %d)", p.Key, p.N, prev, m.Partition, m.Offset)
+			}
+			last[p.Key] = p.N
+		}
+	}
+	return duplicates
+}
+
+// TestThreeRelaysKeepKeyOrderUnderProduceFaults drains 20,000 events over
+// 500 keys with three relays while the broker fails about one produce
+// request in seven, with errors of both kinds: every event arrives, and each
+// key's events arrive in enqueue order.
+func TestThreeRelaysKeepKeyOrderUnderProduceFaults(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	k := testkit.NewKafka(t, testkit.Brokers(3))
+	topic := k.Topic(t, 6)
+	total := enqueueKeyed(t, pg, out, topic, 500, 40)
+
+	if k.Cluster != nil {
+		for _, code := range []*kerr.Error{kerr.NotLeaderForPartition, kerr.UnknownServerError} {
+			k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: code, Count: -1,
+				When: func(kmsg.Request) bool { return rand.IntN(14) == 0 }})
+		}
+	}
+	metrics := &recordedMetrics{}
+	for range 3 {
+		saramaCfg := producer.NewSaramaConfig()
+		saramaCfg.Producer.Retry.Max = 0 // let the faults reach the relay
+		relay := newRelay(t, pg, k, producer.RelayConfig{
+			Sarama: saramaCfg, PollInterval: 50 * time.Millisecond, Metrics: metrics,
+			MaxRetries: 1000, Backoff: producer.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+			Breaker: producer.Breaker{OpenFor: 100 * time.Millisecond},
+		})
+		runRelay(t, relay)
+	}
+	waitFor(t, 3*time.Minute, "every event published", func() bool {
+		return countRows(t, pg.Pool, "status <> 'published'") == 0
+	})
+	msgs := consume(t, k, topic).waitDistinct(total, time.Minute)
+	dups := checkKeyOrder(t, msgs)
+	metrics.mu.Lock()
+	defer metrics.mu.Unlock()
+	t.Logf("%d events, %d duplicates, failures by reason %v", total, dups, metrics.failures)
+	if k.Cluster != nil && metrics.failures["retriable"] == 0 {
+		t.Fatalf("no injected failure reached the relay (%v): the test proves nothing", metrics.failures)
+	}
+}
