@@ -22,9 +22,15 @@ type Kafka struct {
 type KafkaOption func(*kafkaConfig)
 
 type kafkaConfig struct {
-	brokers int
-	opts    []kfake.Opt
+	brokers   int
+	opts      []kfake.Opt
+	inProcess bool
 }
+
+// InProcess always starts the in-process cluster, even when
+// COURIER_TEST_KAFKA_BROKERS names a real one: for fault tests that must
+// control the broker.
+func InProcess() KafkaOption { return func(c *kafkaConfig) { c.inProcess = true } }
 
 // Brokers sets the number of in-process brokers. Defaults to 1.
 func Brokers(n int) KafkaOption { return func(c *kafkaConfig) { c.brokers = n } }
@@ -35,10 +41,15 @@ func KfakeOptions(opts ...kfake.Opt) KafkaOption {
 }
 
 // NewKafka returns the real cluster named by COURIER_TEST_KAFKA_BROKERS, or
-// else starts an in-process kfake cluster that stops when the test ends.
+// else (or with InProcess) starts an in-process kfake cluster that stops
+// when the test ends.
 func NewKafka(t testing.TB, opts ...KafkaOption) *Kafka {
 	t.Helper()
-	if brokers := ParseBrokers(envOr(EnvKafkaBrokers, "")); len(brokers) > 0 {
+	cfg := kafkaConfig{brokers: 1}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if brokers := ParseBrokers(envOr(EnvKafkaBrokers, "")); len(brokers) > 0 && !cfg.inProcess {
 		k := &Kafka{Brokers: brokers}
 		admin, err := sarama.NewClusterAdmin(brokers, k.Config())
 		if err != nil {
@@ -46,10 +57,6 @@ func NewKafka(t testing.TB, opts ...KafkaOption) *Kafka {
 		}
 		_ = admin.Close()
 		return k
-	}
-	cfg := kafkaConfig{brokers: 1}
-	for _, o := range opts {
-		o(&cfg)
 	}
 	cluster, err := kfake.NewCluster(append([]kfake.Opt{kfake.NumBrokers(cfg.brokers)}, cfg.opts...)...)
 	if err != nil {
