@@ -1,0 +1,97 @@
+package prom_test
+
+import (
+	"fmt"
+	"log"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/prom"
+)
+
+// Register the relay's metrics and hand them to the relay as
+// producer.RelayConfig.Metrics. Here the hooks are called by hand to show
+// what they expose.
+func ExampleNewRelayMetrics() {
+	reg := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
+	metrics, err := prom.NewRelayMetrics(reg, prom.Config{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = producer.RelayConfig{Metrics: metrics}
+
+	// What the relay reports while it works:
+	metrics.Claimed(2)
+	metrics.Published("orders", 40*time.Millisecond)
+	metrics.PublishFailed("orders", "retriable")
+	metrics.DeadLettered("orders")
+	metrics.BreakerChanged(producer.BreakerOpen)
+	metrics.Backlog(12, 3*time.Second)
+
+	families, err := reg.Gather() // sorted by name
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, f := range families {
+		fmt.Println(f.GetName())
+	}
+	n, err := testutil.GatherAndCount(reg, prom.NamePublished)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println("published series:", n)
+	// Output:
+	// courier_outbox_breaker_state
+	// courier_outbox_claimed_events_total
+	// courier_outbox_claims_total
+	// courier_outbox_dead_lettered_total
+	// courier_outbox_failures_total
+	// courier_outbox_oldest_pending_age_seconds
+	// courier_outbox_pending
+	// courier_outbox_publish_latency_seconds
+	// courier_outbox_published_total
+	// published series: 1
+}
+
+// Two relays draining different outbox tables share one registry: Table
+// sets a constant table label that keeps their series apart.
+func ExampleConfig_table() {
+	reg := prometheus.NewRegistry()
+	shop, err := prom.NewRelayMetrics(reg, prom.Config{Table: "shop.courier_outbox"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	billing, err := prom.NewRelayMetrics(reg, prom.Config{Table: "billing.courier_outbox"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	shop.Published("orders", time.Second)
+	billing.Published("invoices", time.Second)
+
+	families, err := reg.Gather()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != prom.NamePublished {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				fmt.Printf("%s=%s ", l.GetName(), l.GetValue())
+			}
+			fmt.Println(m.GetCounter().GetValue())
+		}
+	}
+
+	// A third RelayMetrics for the same table collides.
+	_, err = prom.NewRelayMetrics(reg, prom.Config{Table: "shop.courier_outbox"})
+	fmt.Println("duplicate:", err != nil)
+	// Output:
+	// table=billing.courier_outbox topic=invoices 1
+	// table=shop.courier_outbox topic=orders 1
+	// duplicate: true
+}

@@ -1,0 +1,278 @@
+// Package prom has the Prometheus metrics for courier.
+//
+// NewRelayMetrics registers the outbox relay's metrics on a
+// prometheus.Registerer and returns a *RelayMetrics to pass as
+// producer.RelayConfig.Metrics:
+//
+//	metrics, err := prom.NewRelayMetrics(prometheus.DefaultRegisterer, prom.Config{})
+//	if err != nil {
+//		return err
+//	}
+//	relay, err := producer.NewRelay(pool, producer.RelayConfig{ /* ... */ Metrics: metrics})
+//
+// The relay calls the hooks on its hot path. Each one only updates an
+// in-memory Prometheus counter, gauge or histogram; none does I/O or waits.
+//
+// # Metrics
+//
+//	courier_outbox_pending                      gauge      events waiting to be published (pending or failed)
+//	courier_outbox_oldest_pending_age_seconds   gauge      how long the oldest due event has been due
+//	courier_outbox_publish_latency_seconds      histogram  enqueue to broker ack, per topic
+//	courier_outbox_published_total              counter    events the broker acknowledged, per topic
+//	courier_outbox_failures_total               counter    failed publish attempts, per topic and reason
+//	courier_outbox_dead_lettered_total          counter    events that became dead_lettered, per topic
+//	courier_outbox_breaker_state                gauge      0 closed, 1 half-open, 2 open
+//	courier_outbox_claims_total                 counter    claim queries
+//	courier_outbox_claimed_events_total         counter    events those queries claimed
+//
+// The per-topic metrics carry a topic label with one series per topic (and,
+// for failures, per reason: retriable, broker_unavailable or permanent). The
+// application chooses its topics, so their number is bounded; courier never
+// puts keys, event IDs or other unbounded values in labels.
+//
+// # Several relays in one process
+//
+// Relays that drain different outbox tables can share a registry when each
+// sets Config.Table: it becomes a constant table label on every metric, so
+// their series stay apart. Two RelayMetrics with the same Table (or both
+// without one) on one registry collide, and the second NewRelayMetrics
+// returns an error.
+package prom
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+	"unicode/utf8"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/courierkit/courier/producer"
+)
+
+// Metric names.
+const (
+	NamePending          = "courier_outbox_pending"
+	NameOldestPendingAge = "courier_outbox_oldest_pending_age_seconds"
+	NamePublishLatency   = "courier_outbox_publish_latency_seconds"
+	NamePublished        = "courier_outbox_published_total"
+	NameFailures         = "courier_outbox_failures_total"
+	NameDeadLettered     = "courier_outbox_dead_lettered_total"
+	NameBreakerState     = "courier_outbox_breaker_state"
+	NameClaims           = "courier_outbox_claims_total"
+	NameClaimedEvents    = "courier_outbox_claimed_events_total"
+)
+
+// Label names.
+const (
+	LabelTopic  = "topic"
+	LabelReason = "reason"
+	// LabelTable is the constant label Config.Table sets.
+	LabelTable = "table"
+)
+
+// DefaultBuckets returns the default upper bounds, in seconds, of
+// courier_outbox_publish_latency_seconds: 1 ms to 1 min, roughly 1-2.5-5
+// per decade. Each call returns a new slice.
+func DefaultBuckets() []float64 {
+	return []float64{
+		0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
+		1, 2.5, 5, 10, 30, 60,
+	}
+}
+
+// ErrInvalidConfig is matched by every error NewRelayMetrics returns for a
+// bad Config or a nil registerer.
+var ErrInvalidConfig = errors.New("prom: invalid config")
+
+// Config configures NewRelayMetrics. The zero value is ready to use.
+type Config struct {
+	// Table tells apart the relays of one process that share a registry,
+	// typically the outbox table they drain ("shop.courier_outbox"). When
+	// set, every metric carries it as the constant label table. Defaults
+	// to "": no table label.
+	Table string
+	// Buckets are the upper bounds, in seconds, of the
+	// courier_outbox_publish_latency_seconds histogram, in increasing
+	// order; the +Inf bucket is implicit. Defaults to DefaultBuckets(),
+	// 1 ms to 1 min.
+	Buckets []float64
+}
+
+// withDefaults returns a copy of c with the defaults applied; it never
+// aliases the caller's Buckets.
+func (c Config) withDefaults() Config {
+	if len(c.Buckets) == 0 {
+		c.Buckets = DefaultBuckets()
+	} else {
+		c.Buckets = slices.Clone(c.Buckets)
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	if !utf8.ValidString(c.Table) {
+		return fmt.Errorf("%w: Table %q is not valid UTF-8; Prometheus label values must be UTF-8", ErrInvalidConfig, c.Table)
+	}
+	for i, b := range c.Buckets {
+		if math.IsNaN(b) {
+			return fmt.Errorf("%w: Buckets[%d] is NaN; use finite upper bounds in seconds", ErrInvalidConfig, i)
+		}
+		if i > 0 && b <= c.Buckets[i-1] {
+			return fmt.Errorf("%w: Buckets[%d] = %g does not exceed Buckets[%d] = %g; list the upper bounds in strictly increasing order, or leave Buckets empty for DefaultBuckets()", ErrInvalidConfig, i, b, i-1, c.Buckets[i-1])
+		}
+	}
+	return nil
+}
+
+// RelayMetrics is the Prometheus implementation of producer.RelayMetrics.
+// Its methods are safe for concurrent use and never block on I/O.
+type RelayMetrics struct {
+	pending          prometheus.Gauge
+	oldestPendingAge prometheus.Gauge
+	publishLatency   *prometheus.HistogramVec
+	published        *prometheus.CounterVec
+	failures         *prometheus.CounterVec
+	deadLettered     *prometheus.CounterVec
+	breakerState     prometheus.Gauge
+	claims           prometheus.Counter
+	claimedEvents    prometheus.Counter
+}
+
+var _ producer.RelayMetrics = (*RelayMetrics)(nil)
+
+// NewRelayMetrics creates the relay's metrics and registers them on reg
+// (prometheus.DefaultRegisterer, or a registry of your own). It returns an
+// error, and registers nothing, if cfg is invalid or a metric cannot be
+// registered, typically because reg already holds the metrics of a relay
+// with the same Config.Table; errors.As finds the
+// prometheus.AlreadyRegisteredError then.
+func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: the registerer is nil; pass prometheus.DefaultRegisterer or a registry from prometheus.NewRegistry()", ErrInvalidConfig)
+	}
+	cfg = cfg.withDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	var constLabels prometheus.Labels
+	if cfg.Table != "" {
+		constLabels = prometheus.Labels{LabelTable: cfg.Table}
+	}
+
+	m := &RelayMetrics{
+		pending: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        NamePending,
+			Help:        "Outbox events waiting to be published (status pending or failed, due now or later), measured every RelayConfig.StatsInterval.",
+			ConstLabels: constLabels,
+		}),
+		oldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        NameOldestPendingAge,
+			Help:        "Seconds the oldest due outbox event has waited since it became due (its next_attempt_at), 0 when none is due, measured every RelayConfig.StatsInterval.",
+			ConstLabels: constLabels,
+		}),
+		publishLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        NamePublishLatency,
+			Help:        "Seconds from an event's enqueue to the broker's acknowledgement of its publish, per topic.",
+			ConstLabels: constLabels,
+			Buckets:     cfg.Buckets,
+		}, []string{LabelTopic}),
+		published: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        NamePublished,
+			Help:        "Outbox events the broker acknowledged, per topic.",
+			ConstLabels: constLabels,
+		}, []string{LabelTopic}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        NameFailures,
+			Help:        "Failed publish attempts, per topic and reason: retriable (retried after a backoff), broker_unavailable (Kafka unreachable; the event is released untouched) or permanent (the event is dead-lettered).",
+			ConstLabels: constLabels,
+		}, []string{LabelTopic, LabelReason}),
+		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        NameDeadLettered,
+			Help:        "Outbox events that became dead_lettered (a permanent failure or retries exhausted), per topic.",
+			ConstLabels: constLabels,
+		}, []string{LabelTopic}),
+		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name:        NameBreakerState,
+			Help:        "State of the relay's circuit breaker around Kafka: 0 closed, 1 half-open, 2 open.",
+			ConstLabels: constLabels,
+		}),
+		claims: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        NameClaims,
+			Help:        "Claim queries the relay ran against the outbox table, including those that found nothing.",
+			ConstLabels: constLabels,
+		}),
+		claimedEvents: prometheus.NewCounter(prometheus.CounterOpts{
+			Name:        NameClaimedEvents,
+			Help:        "Outbox events the claim queries locked for publishing.",
+			ConstLabels: constLabels,
+		}),
+	}
+
+	collectors := []struct {
+		name string
+		c    prometheus.Collector
+	}{
+		{NamePending, m.pending},
+		{NameOldestPendingAge, m.oldestPendingAge},
+		{NamePublishLatency, m.publishLatency},
+		{NamePublished, m.published},
+		{NameFailures, m.failures},
+		{NameDeadLettered, m.deadLettered},
+		{NameBreakerState, m.breakerState},
+		{NameClaims, m.claims},
+		{NameClaimedEvents, m.claimedEvents},
+	}
+	for i, c := range collectors {
+		if err := reg.Register(c.c); err != nil {
+			for _, done := range collectors[:i] {
+				reg.Unregister(done.c)
+			}
+			hint := "give each relay its own registry or a distinct Config.Table"
+			if cfg.Table != "" {
+				hint = fmt.Sprintf("another RelayMetrics with Table %q is registered; give each relay a distinct Config.Table", cfg.Table)
+			}
+			return nil, fmt.Errorf("prom: registering %s: %w (%s)", c.name, err, hint)
+		}
+	}
+	return m, nil
+}
+
+// Claimed counts one claim query and the events it locked.
+func (m *RelayMetrics) Claimed(events int) {
+	m.claims.Inc()
+	if events > 0 {
+		m.claimedEvents.Add(float64(events))
+	}
+}
+
+// Published counts an acknowledged event and observes its enqueue-to-ack
+// latency in seconds. A negative latency (clock skew between PostgreSQL and
+// the relay) is observed as 0.
+func (m *RelayMetrics) Published(topic string, latency time.Duration) {
+	m.published.WithLabelValues(topic).Inc()
+	m.publishLatency.WithLabelValues(topic).Observe(max(latency, 0).Seconds())
+}
+
+// PublishFailed counts a failed publish attempt under its topic and reason.
+func (m *RelayMetrics) PublishFailed(topic, reason string) {
+	m.failures.WithLabelValues(topic, reason).Inc()
+}
+
+// DeadLettered counts an event that became dead_lettered.
+func (m *RelayMetrics) DeadLettered(topic string) {
+	m.deadLettered.WithLabelValues(topic).Inc()
+}
+
+// BreakerChanged sets courier_outbox_breaker_state to the state's number.
+func (m *RelayMetrics) BreakerChanged(state producer.BreakerState) {
+	m.breakerState.Set(float64(state))
+}
+
+// Backlog sets the pending and oldest-pending-age gauges.
+func (m *RelayMetrics) Backlog(waiting int64, oldestDueAge time.Duration) {
+	m.pending.Set(float64(waiting))
+	m.oldestPendingAge.Set(max(oldestDueAge, 0).Seconds())
+}
