@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/backoff"
 	"github.com/courierkit/courier/internal/pgname"
 )
@@ -147,7 +148,9 @@ type RelayConfig struct {
 	// Defaults to 15s.
 	StatsInterval time.Duration
 
-	// Now is the relay's clock, for tests. Defaults to time.Now.
+	// Now is the relay's clock, for tests. When nil, the relay compares due
+	// times with the database clock (which writes them) and stamps attempts
+	// with time.Now.
 	Now func() time.Time
 }
 
@@ -203,6 +206,8 @@ type Relay struct {
 	log       *slog.Logger
 	metrics   RelayMetrics
 
+	dbClock bool // Now was not injected: due checks use the database clock
+
 	mu       sync.Mutex
 	openedAt time.Time // when the breaker last opened
 	wake     chan struct{}
@@ -224,10 +229,12 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRelayConfig, err)
 	}
+	dbClock := cfg.Now == nil
 	if err := cfg.setDefaults(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRelayConfig, err)
 	}
 	r := &Relay{
+		dbClock: dbClock,
 		cfg:     cfg,
 		pool:    pool,
 		table:   table,
@@ -335,6 +342,15 @@ func (c *RelayConfig) setDefaults() error {
 	return nil
 }
 
+// queryNow is the time the relay's queries compare due times with: NULL,
+// meaning the database clock, unless a clock was injected.
+func (r *Relay) queryNow() pgtype.Timestamptz {
+	if r.dbClock {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: r.cfg.Now(), Valid: true}
+}
+
 // Breaker returns the state of the circuit breaker around Kafka.
 func (r *Relay) Breaker() BreakerState { return breakerState(r.breaker.State()) }
 
@@ -382,11 +398,10 @@ func (r *Relay) RunOnce(ctx context.Context) (BatchResult, error) {
 		return BatchResult{BreakerOpen: true}, nil
 	}
 	var res BatchResult
-	var dead []DeadLetter
+	var out batchOutcome
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		res, dead = BatchResult{}, nil
-		now := r.cfg.Now()
-		events, err := r.store.claim(ctx, tx, now, r.cfg.BatchSize, r.cfg.PublishTimeout+r.cfg.ShutdownTimeout)
+		res, out = BatchResult{}, batchOutcome{}
+		events, err := r.store.claim(ctx, tx, r.queryNow(), r.cfg.BatchSize, r.cfg.PublishTimeout+r.cfg.ShutdownTimeout)
 		if err != nil {
 			return err
 		}
@@ -395,20 +410,36 @@ func (r *Relay) RunOnce(ctx context.Context) (BatchResult, error) {
 		if len(events) == 0 {
 			return nil
 		}
-		var outcomes []settlement
-		outcomes, dead = r.publishBatch(ctx, events, &res)
-		return r.store.settle(ctx, tx, r.cfg.Now(), outcomes)
+		out = r.publishBatch(ctx, events, &res)
+		return r.store.settle(ctx, tx, r.cfg.Now(), out.settlements)
 	})
 	if err != nil {
 		return res, err
 	}
-	for _, d := range dead {
+	// Only now, with the outcome committed, is it true.
+	for _, a := range out.acks {
+		r.metrics.Published(a.topic, a.latency)
+	}
+	for _, d := range out.dead {
 		r.metrics.DeadLettered(d.Topic)
 		if r.cfg.OnDeadLetter != nil {
 			r.cfg.OnDeadLetter(ctx, d)
 		}
 	}
 	return res, nil
+}
+
+// batchOutcome is what a batch did, to record and then to report.
+type batchOutcome struct {
+	settlements []settlement
+	dead        []DeadLetter
+	acks        []ack
+}
+
+// ack is one acknowledged event, for the metrics.
+type ack struct {
+	topic   string
+	latency time.Duration
 }
 
 type topicKey struct{ topic, key string }
@@ -418,7 +449,7 @@ type topicKey struct{ topic, key string }
 // the previous one, and a failure stops the key for the rest of the batch.
 // Retries inside the producer can then never put a later event of a key
 // ahead of an earlier one.
-func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *BatchResult) ([]settlement, []DeadLetter) {
+func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *BatchResult) batchOutcome {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
 
@@ -444,7 +475,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 
 	stopped := map[topicKey]bool{} // keys whose later events wait for the next batch
 	halted := false                // the breaker refused: release everything left
-	var outcomes []settlement
+	var out batchOutcome
 	var dead []*claimedEvent
 	var deadErrs []error
 	for _, wave := range waves {
@@ -472,8 +503,8 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 			if errs[i] == nil {
 				succeeded = true
 				res.Published++
-				outcomes = append(outcomes, settlement{id: e.ID, status: StatusPublished})
-				r.metrics.Published(e.Topic, now.Sub(e.CreatedAt))
+				out.settlements = append(out.settlements, settlement{id: e.ID, status: StatusPublished})
+				out.acks = append(out.acks, ack{topic: e.Topic, latency: now.Sub(e.CreatedAt)})
 				continue
 			}
 			class := classify(errs[i])
@@ -490,7 +521,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 			default:
 				res.Failed++
 				next := now.Add(r.backoff.Delay(e.RetryCount+1, rand.Float64))
-				outcomes = append(outcomes, settlement{id: e.ID, status: StatusFailed, err: errs[i].Error(),
+				out.settlements = append(out.settlements, settlement{id: e.ID, status: StatusFailed, err: dlq.TruncateError(errs[i].Error()),
 					next: pgtype.Timestamptz{Time: next, Valid: true}})
 				r.logFailure(ctx, slog.LevelWarn, "publish failed; will retry", e, errs[i], "retry_count", e.RetryCount+1, "next_attempt_at", next)
 			}
@@ -504,8 +535,10 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 			done(nil)
 		}
 	}
-	deadOutcomes, deadLetters := r.deadLetter(ctx, dead, deadErrs, res)
-	return append(outcomes, deadOutcomes...), deadLetters
+	deadSettlements, deadLetters := r.deadLetter(ctx, dead, deadErrs, res)
+	out.settlements = append(out.settlements, deadSettlements...)
+	out.dead = deadLetters
+	return out
 }
 
 // send publishes one wave. A record refused for good is sent once more on

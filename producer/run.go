@@ -118,7 +118,7 @@ func (r *Relay) cleanup(ctx context.Context) {
 }
 
 func (r *Relay) measureBacklog(ctx context.Context) {
-	waiting, age, err := r.store.backlog(ctx, r.pool, r.cfg.Now())
+	waiting, age, err := r.store.backlog(ctx, r.pool, r.queryNow())
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("measuring the backlog failed", "error", err)

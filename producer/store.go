@@ -33,7 +33,7 @@ type store struct {
 func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
 	// A predecessor blocks an event while it waits for a retry or its
 	// NotBefore, and, when keys hold on dead letters, while dead-lettered.
-	blocking := "b.status IN ('pending', 'failed') AND b.next_attempt_at > $1"
+	blocking := "b.status IN ('pending', 'failed') AND b.next_attempt_at > " + dbNow
 	unfinished := "o.status IN ('pending', 'failed')"
 	if holdOnDeadLetter {
 		blocking = "(" + blocking + ") OR b.status = 'dead_lettered'"
@@ -41,12 +41,18 @@ func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
 	}
 	return &store{
 		table:      table,
-		claimSQL:   fmt.Sprintf(claimSQL, table, blocking, unfinished),
+		claimSQL:   fmt.Sprintf(claimSQL, table, blocking, unfinished, dbNow),
 		settleSQL:  fmt.Sprintf(settleSQL, table),
 		cleanupSQL: fmt.Sprintf(cleanupSQL, table),
 		backlogSQL: fmt.Sprintf(backlogSQL, table),
 	}
 }
+
+// dbNow is "now" in the relay's queries: the injected clock's time ($1) in
+// tests, the database clock when $1 is NULL. Due times are written by the
+// database clock (created_at, NotBefore), so comparing them with the same
+// clock keeps a skewed application host from delaying fresh events.
+const dbNow = "COALESCE($1::timestamptz, statement_timestamp())"
 
 // claimSQL locks up to $2 due events in insert order, skipping those locked
 // by other relays and those queued behind a blocking event of their key
@@ -61,7 +67,7 @@ WITH claimed AS (
            e.retry_count, e.max_retries, e.created_at, e.first_failed_at
     FROM %[1]s e
     WHERE e.status IN ('pending', 'failed')
-      AND e.next_attempt_at <= $1
+      AND e.next_attempt_at <= %[4]s
       AND (e.partition_key IS NULL OR NOT EXISTS (
           SELECT FROM %[1]s b
           WHERE b.topic = e.topic AND b.partition_key = e.partition_key AND b.seq < e.seq
@@ -107,10 +113,10 @@ DELETE FROM %[1]s WHERE id IN (
     LIMIT $2
     FOR UPDATE SKIP LOCKED)`
 
-// backlogSQL counts the events waiting to be published and finds the oldest
-// due time among them; both come from the partial indexes.
+// backlogSQL counts the events waiting to be published and measures how
+// long the oldest due one has been due; both come from the partial indexes.
 const backlogSQL = `
-SELECT count(*), min(next_attempt_at) FILTER (WHERE next_attempt_at <= $1)
+SELECT count(*), COALESCE(EXTRACT(EPOCH FROM ` + dbNow + ` - min(next_attempt_at) FILTER (WHERE next_attempt_at <= ` + dbNow + `)), 0)
 FROM %s WHERE status IN ('pending', 'failed')`
 
 // claimedEvent is one row of a claimed batch.
@@ -136,7 +142,7 @@ type claimedEvent struct {
 	Held bool
 }
 
-func (s *store) claim(ctx context.Context, tx pgx.Tx, now time.Time, limit int, txTimeout time.Duration) ([]claimedEvent, error) {
+func (s *store) claim(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, limit int, txTimeout time.Duration) ([]claimedEvent, error) {
 	batch := &pgx.Batch{}
 	// Should this relay stall without dying, PostgreSQL ends its transaction
 	// and frees the claimed events for the others.
@@ -200,16 +206,13 @@ func (s *store) cleanup(ctx context.Context, db DBTX, cutoff time.Time, batch in
 	}
 }
 
-// backlog returns the number of events waiting to be published and the age
-// of the oldest due one (0 when none is due).
-func (s *store) backlog(ctx context.Context, db DBTX, now time.Time) (int64, time.Duration, error) {
+// backlog returns the number of events waiting to be published and how long
+// the oldest due one has been due (0 when none is due).
+func (s *store) backlog(ctx context.Context, db DBTX, now pgtype.Timestamptz) (int64, time.Duration, error) {
 	var n int64
-	var oldest pgtype.Timestamptz
-	if err := db.QueryRow(ctx, s.backlogSQL, now).Scan(&n, &oldest); err != nil {
+	var seconds float64
+	if err := db.QueryRow(ctx, s.backlogSQL, now).Scan(&n, &seconds); err != nil {
 		return 0, 0, fmt.Errorf("producer: measure the backlog of %s: %w", s.table, err)
 	}
-	if !oldest.Valid {
-		return n, 0, nil
-	}
-	return n, max(now.Sub(oldest.Time), 0), nil
+	return n, max(time.Duration(seconds*float64(time.Second)), 0), nil
 }
