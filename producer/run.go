@@ -135,9 +135,12 @@ func (r *Relay) measureBacklog(ctx context.Context) {
 func (r *Relay) listen(ctx context.Context) {
 	delay := time.Duration(0)
 	for ctx.Err() == nil {
-		err := r.listenOnce(ctx)
+		listened, err := r.listenOnce(ctx)
 		if ctx.Err() != nil {
 			return
+		}
+		if listened {
+			delay = 0 // it worked until now: start the backoff over
 		}
 		delay = min(max(2*delay, 100*time.Millisecond), 5*time.Second)
 		r.log.Warn("LISTEN connection lost; polling until it is back", "error", err, "retry_in", delay)
@@ -154,22 +157,24 @@ func (r *Relay) idleListener(ctx context.Context, d time.Duration) {
 	}
 }
 
-func (r *Relay) listenOnce(ctx context.Context) error {
+// listenOnce listens until the connection fails; listened reports whether
+// LISTEN had succeeded.
+func (r *Relay) listenOnce(ctx context.Context) (listened bool, err error) {
 	cfg := r.pool.Config().ConnConfig.Copy()
 	cfg.RuntimeParams["application_name"] = listenerAppName(cfg.RuntimeParams["application_name"])
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if _, err := conn.Exec(ctx, "LISTEN "+r.table.Name); err != nil {
-		return err
+		return false, err
 	}
 	r.Wake() // catch up on anything committed while we were not listening
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		if n.Payload == r.table.String() {
 			r.Wake()

@@ -145,13 +145,17 @@ type claimedEvent struct {
 func (s *store) claim(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, limit int, txTimeout time.Duration) ([]claimedEvent, error) {
 	batch := &pgx.Batch{}
 	// Should this relay stall without dying, PostgreSQL ends its transaction
-	// and frees the claimed events for the others.
+	// and frees the claimed events for the others; should it die while a
+	// statement waits on a lock, PostgreSQL notices within a second.
 	batch.Queue(fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", txTimeout.Milliseconds()))
+	batch.Queue("SET LOCAL client_connection_check_interval = 1000")
 	batch.Queue(s.claimSQL, now, limit)
 	results := tx.SendBatch(ctx, batch)
 	defer results.Close()
-	if _, err := results.Exec(); err != nil {
-		return nil, fmt.Errorf("producer: claim from %s: %w", s.table, err)
+	for range 2 {
+		if _, err := results.Exec(); err != nil {
+			return nil, fmt.Errorf("producer: claim from %s: %w", s.table, err)
+		}
 	}
 	rows, err := results.Query()
 	if err != nil {

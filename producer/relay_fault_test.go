@@ -1,0 +1,708 @@
+package producer_test
+
+// Fault tests for the relay: a relay process killed with SIGKILL in the
+// middle of its batches, and a relay whose PostgreSQL backends are terminated
+// under it. Both check guarantees 2 (at-least-once: nothing lost, nothing
+// stuck, duplicates keep their ce_id) and 3 (per-key order) of DESIGN.md on
+// what actually arrives on Kafka.
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
+)
+
+// The environment of TestRelayChildProcess. The database URL also tells it
+// that it is a child: without it the test does nothing.
+const (
+	faultChildDatabaseURL = "COURIER_RELAY_CHILD_DATABASE_URL"
+	faultChildSchema      = "COURIER_RELAY_CHILD_SCHEMA"
+	faultChildBrokers     = "COURIER_RELAY_CHILD_BROKERS"
+	faultChildAppName     = "COURIER_RELAY_CHILD_APP_NAME"
+	faultChildBatchSize   = "COURIER_RELAY_CHILD_BATCH_SIZE"
+)
+
+// TestRelayKilledMidBatchLosesNothing runs the relay in a child process,
+// SIGKILLs it several times while batches are in flight and restarts it.
+// Nothing may be lost or left stuck, no session of a dead relay may keep
+// holding locks, and per key the records on Kafka never go backwards.
+//
+// The workload makes that last check exact: 50 keys enqueued round-robin and
+// BatchSize 50 put at most one event of a key in a batch (one relay at a
+// time claims the oldest unfinished events, which are consecutive), so what
+// a kill can duplicate is the latest event of each key, never a run of them.
+func TestRelayKilledMidBatchLosesNothing(t *testing.T) {
+	t.Parallel()
+	const (
+		total     = 3000
+		keys      = 50
+		chunk     = 100 // events per EnqueueBatch
+		batchSize = keys
+		kills     = 5
+		perKill   = total / (kills + 2) // published events between kills
+	)
+	pg, out := setup(t)
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 3)
+	kafka := consume(t, k, topic)
+	ctx := context.Background()
+
+	events, want := faultEvents(topic, total, keys)
+	for i := 0; i < total; i += chunk {
+		if _, err := out.EnqueueBatch(ctx, pg.Pool, events[i:min(i+chunk, total)]); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	app := faultAppName("courier-relay-child")
+	env := []string{
+		faultChildDatabaseURL + "=" + pg.URL,
+		faultChildSchema + "=" + pg.Schema,
+		faultChildBrokers + "=" + strings.Join(k.Brokers, ","),
+		faultChildAppName + "=" + app,
+		faultChildBatchSize + "=" + strconv.Itoa(batchSize),
+	}
+	published := func() int { return countRows(t, pg.Pool, "status = 'published'") }
+
+	var children []*relayChild
+	frozen := 0
+	for i := range kills {
+		child := startRelayChild(t, env)
+		children = append(children, child)
+		target := min(published()+perKill, total)
+		waitFor(t, 30*time.Second, fmt.Sprintf("child %d to publish up to %d events", i+1, target), func() bool {
+			return published() >= target
+		})
+		// Every other kill lands at a chosen point: the batch is on Kafka
+		// and its settle waits, so it must come again. The others land
+		// wherever the child happens to be.
+		mode := "wherever the child was"
+		if i%2 == 1 {
+			faultKillInSettle(t, pg.Pool, app, func() { child.kill(t) })
+			mode = "after the batch was on Kafka, before its settle"
+			frozen++
+		} else {
+			child.kill(t)
+		}
+		at := published()
+		left := faultSessions(t, pg.Pool, app, "true")
+		// The kernel closed the dead child's sockets; its backends must see
+		// that and end, rolling back the claim they held.
+		waitFor(t, 15*time.Second, fmt.Sprintf("the sessions of killed child %d (%s) to end", i+1, app), func() bool {
+			return faultSessions(t, pg.Pool, app, "true") == 0
+		})
+		t.Logf("kill %d: SIGKILL %s at %d/%d published; %d of its sessions still open right after", i+1, mode, at, total, left)
+		if at == total {
+			t.Logf("kill %d came after everything was published: it tested an idle relay", i+1)
+		}
+	}
+
+	final := startRelayChild(t, env)
+	children = append(children, final)
+	waitFor(t, 30*time.Second, "the last child to publish every event", func() bool {
+		return countRows(t, pg.Pool, "status IN ('pending', 'failed')") == 0
+	})
+	final.stop(t)
+	waitFor(t, 15*time.Second, "the sessions of the stopped child to end", func() bool {
+		return faultSessions(t, pg.Pool, app, "true") == 0
+	})
+
+	if n := countRows(t, pg.Pool, "status IN ('pending', 'failed')"); n != 0 {
+		t.Errorf("%d events stuck in pending or failed", n)
+	}
+	if n := countRows(t, pg.Pool, "status = 'dead_lettered'"); n != 0 {
+		t.Errorf("%d events dead-lettered, want none", n)
+	}
+	if n := published(); n != total {
+		t.Errorf("%d events published, want %d", n, total)
+	}
+	msgs := waitFaultRecords(t, k, kafka, topic, total)
+	dups := checkFaultDelivery(t, msgs, want)
+	t.Logf("%d records on Kafka for %d events: %d duplicates from %d kills", len(msgs), total, dups, kills)
+	if dups < frozen {
+		t.Errorf("%d duplicates, want at least %d: each kill between publish and settle must publish its batch again", dups, frozen)
+	}
+	for _, c := range children {
+		c.checkOutput(t)
+	}
+}
+
+// TestRelayChildProcess is the relay process that
+// TestRelayKilledMidBatchLosesNothing starts and kills; run directly, it does
+// nothing (the os/exec TestHelperProcess idiom). It runs the relay until it is
+// killed or its stdin closes (the parent stopped it, or died).
+func TestRelayChildProcess(t *testing.T) {
+	dbURL := os.Getenv(faultChildDatabaseURL)
+	if dbURL == "" {
+		return
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	batch, err := strconv.Atoi(os.Getenv(faultChildBatchSize))
+	if err != nil {
+		t.Fatalf("%s: %v", faultChildBatchSize, err)
+	}
+	schema := os.Getenv(faultChildSchema)
+	pool, err := faultPool(ctx, dbURL, schema, os.Getenv(faultChildAppName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	relay, err := producer.NewRelay(pool, producer.RelayConfig{
+		Schema:       schema,
+		Brokers:      testkit.ParseBrokers(os.Getenv(faultChildBrokers)),
+		BatchSize:    batch,
+		PollInterval: 50 * time.Millisecond,
+		Logger:       slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := relay.Run(ctx); err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+}
+
+// TestRelayRecoversFromTerminatedBackends terminates every PostgreSQL backend
+// of a running relay, its LISTEN connection included, several times while
+// events are being enqueued. Run must carry on, the LISTEN connection must
+// come back, and every event must reach Kafka in key order.
+//
+// As in TestRelayKilledMidBatchLosesNothing, BatchSize equals the number of
+// round-robin keys, so a batch rolled back by a kill repeats at most the
+// latest event of each key.
+func TestRelayRecoversFromTerminatedBackends(t *testing.T) {
+	t.Parallel()
+	const (
+		total = 2000
+		keys  = 40
+		chunk = 20 // events per EnqueueBatch
+		kills = 5
+		round = total / (kills + 1) // events enqueued between kills
+	)
+	pg, out := setup(t)
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 3)
+	kafka := consume(t, k, topic)
+
+	app := faultAppName("courier-relay-term")
+	pool, err := faultPool(context.Background(), pg.URL, pg.Schema, app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	relay, err := producer.NewRelay(pool, producer.RelayConfig{
+		Schema:       pg.Schema,
+		Brokers:      k.Brokers,
+		BatchSize:    keys,
+		PollInterval: 50 * time.Millisecond,
+		Logger:       testLogger(t),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	running := runRelayWatched(t, relay)
+	checkRunning := func(when string) {
+		t.Helper()
+		if returned, err := running(); returned {
+			t.Fatalf("Run returned %v %s; it must run until its context ends", err, when)
+		}
+	}
+
+	// The producer enqueues up to the budget the kill loop grants, keeping a
+	// backlog of about one batch, so that it is still enqueueing, and the
+	// relay still publishing, at every kill.
+	events, want := faultEvents(topic, total, keys)
+	budget := make(chan int, kills+1)
+	ctx, cancel := context.WithCancel(context.Background())
+	produced := make(chan error, 1)
+	go func() {
+		produced <- func() error {
+			limit := round
+			for next := 0; next < total; {
+				if next >= limit {
+					select {
+					case limit = <-budget:
+					case <-ctx.Done():
+						return ctx.Err()
+					}
+					continue
+				}
+				if err := faultWaitBacklog(ctx, pg.Pool, keys-chunk); err != nil {
+					return err
+				}
+				end := min(next+chunk, limit, total)
+				if _, err := out.EnqueueBatch(ctx, pg.Pool, events[next:end]); err != nil {
+					return err
+				}
+				next = end
+			}
+			return nil
+		}()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-produced
+	})
+
+	published := func() int { return countRows(t, pg.Pool, "status = 'published'") }
+	listenerPID := func() (pid int) {
+		err := pg.Pool.QueryRow(context.Background(), `
+			SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+			WHERE application_name = $1 AND state = 'idle' AND query LIKE 'LISTEN %'`, app+"-listener").Scan(&pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pid
+	}
+	listening := func() bool { return listenerPID() != 0 }
+	pooled := func() bool { return faultSessions(t, pg.Pool, app, "application_name = $1") > 0 }
+	frozen := 0
+	for i := range kills {
+		target := i*round + round/2
+		waitFor(t, 30*time.Second, fmt.Sprintf("kill %d: %d events published, the relay connected and LISTENing", i+1, target), func() bool {
+			checkRunning("while waiting for progress")
+			return published() >= target && pooled() && listening()
+		})
+		// Every other kill lands while a published batch waits to be
+		// settled; the others wherever the relay happens to be.
+		var n int
+		var killedAt time.Time
+		oldListener := listenerPID()
+		if i%2 == 1 {
+			faultKillInSettle(t, pg.Pool, app, func() {
+				killedAt = time.Now()
+				n = faultTerminate(t, pg.Pool, app)
+			})
+			frozen++
+		} else {
+			killedAt = time.Now()
+			n = faultTerminate(t, pg.Pool, app)
+		}
+		at := published()
+		if n < 2 {
+			t.Errorf("kill %d terminated %d backends, want the LISTEN connection and at least one pool connection", i+1, n)
+		}
+		waitFor(t, 30*time.Second, fmt.Sprintf("the LISTEN connection to come back after kill %d", i+1), func() bool {
+			pid := listenerPID()
+			return pid != 0 && pid != oldListener
+		})
+		t.Logf("kill %d: terminated %d backends at %d/%d published; LISTEN back after %v",
+			i+1, n, at, total, time.Since(killedAt).Round(time.Millisecond))
+		checkRunning(fmt.Sprintf("after kill %d", i+1))
+		budget <- min((i+2)*round, total)
+	}
+	budget <- total
+
+	select {
+	case err := <-produced:
+		produced <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("enqueue: %v", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the producer did not finish enqueueing within 30s")
+	}
+	waitFor(t, 30*time.Second, fmt.Sprintf("all %d events published", total), func() bool {
+		checkRunning("while waiting for progress")
+		return published() == total
+	})
+	if n := countRows(t, pg.Pool, "status <> 'published'"); n != 0 {
+		t.Errorf("%d events not published", n)
+	}
+	msgs := waitFaultRecords(t, k, kafka, topic, total)
+	dups := checkFaultDelivery(t, msgs, want)
+	t.Logf("%d records on Kafka for %d events: %d duplicates from %d kills", len(msgs), total, dups, kills)
+	if dups < frozen {
+		t.Errorf("%d duplicates, want at least %d: each kill between publish and settle must publish its batch again", dups, frozen)
+	}
+	if !listening() {
+		t.Errorf("no %s-listener session is LISTENing at the end", app)
+	}
+	checkRunning("before the test ended")
+}
+
+// faultEvent is the payload of a fault-test event: its key and its position
+// among the events of that key.
+type faultEvent struct {
+	Key string `json:"key"`
+	N   int    `json:"n"`
+}
+
+// faultEvents returns total events for topic over keys keys, round-robin
+// (event i has key i%keys and counter i/keys), with their ids set, and what
+// each id must carry.
+func faultEvents(topic string, total, keys int) ([]producer.Event, map[string]faultEvent) {
+	events := make([]producer.Event, total)
+	want := make(map[string]faultEvent, total)
+	for i := range events {
+		fe := faultEvent{Key: fmt.Sprintf("key-%02d", i%keys), N: i / keys}
+		payload, err := json.Marshal(fe)
+		if err != nil {
+			panic(err)
+		}
+		id := uuid.Must(uuid.NewV7())
+		events[i] = producer.Event{ID: id, Topic: topic, Key: fe.Key, Type: "CounterIncremented", Payload: payload}
+		want[id.String()] = fe
+	}
+	return events, want
+}
+
+// checkFaultDelivery checks the records read from Kafka against the events
+// enqueued and returns how many records were duplicates. Every event must
+// arrive, intact, at least once; a duplicate is recognised by its ce_id;
+// each key stays on one partition; and per key, read in partition order, the
+// counters never go back: a repeat of the latest counter is a duplicate and
+// allowed, a lower counter after a higher one breaks the key's order.
+func checkFaultDelivery(t *testing.T, msgs []*sarama.ConsumerMessage, want map[string]faultEvent) (dups int) {
+	t.Helper()
+	msgs = slices.Clone(msgs)
+	slices.SortStableFunc(msgs, func(a, b *sarama.ConsumerMessage) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
+	var problems int
+	report := func(format string, args ...any) {
+		t.Helper()
+		if problems++; problems <= 20 {
+			t.Errorf(format, args...)
+		}
+	}
+	seen := map[string]bool{}
+	partition := map[string]int32{}
+	latest := map[string]int{}
+	for _, m := range msgs {
+		id := headerValue(m, producer.HeaderID)
+		w, ok := want[id]
+		if !ok {
+			report("partition %d offset %d: ce_id %q was never enqueued", m.Partition, m.Offset, id)
+			continue
+		}
+		var got faultEvent
+		if err := json.Unmarshal(m.Value, &got); err != nil || got != w || string(m.Key) != w.Key {
+			report("partition %d offset %d: event %s has key %q value %s, want %+v", m.Partition, m.Offset, id, m.Key, m.Value, w)
+			continue
+		}
+		if p, ok := partition[w.Key]; ok && p != m.Partition {
+			report("key %s on partitions %d and %d", w.Key, p, m.Partition)
+		}
+		partition[w.Key] = m.Partition
+		if seen[id] {
+			dups++
+		}
+		seen[id] = true
+		if last, ok := latest[w.Key]; ok && w.N < last {
+			report("key %s out of order: counter %d at partition %d offset %d after counter %d", w.Key, w.N, m.Partition, m.Offset, last)
+		}
+		latest[w.Key] = max(latest[w.Key], w.N)
+	}
+	missing := 0
+	for id, w := range want {
+		if !seen[id] {
+			missing++
+			report("event %s (%s #%d) never reached Kafka", id, w.Key, w.N)
+		}
+	}
+	if missing > 0 {
+		t.Errorf("%d of %d events never reached Kafka", missing, len(want))
+	}
+	if problems > 20 {
+		t.Errorf("… and %d more problems", problems-20)
+	}
+	return dups
+}
+
+// waitFaultRecords waits until c has read n distinct events (or 15s passed:
+// checkFaultDelivery then names the missing ones) and then every record of
+// topic up to the high watermarks, so that late duplicates are counted too,
+// and returns all records read. Nothing may be publishing any more.
+func waitFaultRecords(t *testing.T, k *testkit.Kafka, c *consumer, topic string, n int) []*sarama.ConsumerMessage {
+	t.Helper()
+	for deadline := time.Now().Add(15 * time.Second); len(distinctIDs(c.messages())) < n && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	var msgs []*sarama.ConsumerMessage
+	client, err := sarama.NewClient(k.Brokers, k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	partitions, err := client.Partitions(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hwm := map[int32]int64{}
+	for _, p := range partitions {
+		if hwm[p], err = client.GetOffset(topic, p, sarama.OffsetNewest); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, fmt.Sprintf("every record of %s up to the high watermarks %v", topic, hwm), func() bool {
+		msgs = c.messages()
+		next := map[int32]int64{}
+		for _, m := range msgs {
+			next[m.Partition] = max(next[m.Partition], m.Offset+1)
+		}
+		for p, h := range hwm {
+			if next[p] < h {
+				return false
+			}
+		}
+		return true
+	})
+	return msgs
+}
+
+// faultAppName returns prefix followed by a random suffix, an
+// application_name no other test uses.
+func faultAppName(prefix string) string {
+	return prefix + "-" + strings.ToLower(rand.Text()[:8])
+}
+
+// faultPool connects to dbURL with search_path schema and application_name
+// app, so that the test can find (and terminate) the relay's backends.
+func faultPool(ctx context.Context, dbURL, schema, app string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(dbURL)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = 4
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 5 * time.Second
+	}
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = app
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// faultSessions counts the backends whose application_name starts with app
+// and that match where ($1 is app).
+func faultSessions(t *testing.T, db producer.DBTX, app, where string) int {
+	t.Helper()
+	var n int
+	err := db.QueryRow(context.Background(),
+		"SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE $1 || '%' AND ("+where+")", app).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// faultSettleWaiting matches, for faultSessions, a relay backend whose settle
+// UPDATE waits for a table lock (see faultFreezeSettle).
+const faultSettleWaiting = `wait_event_type = 'Lock' AND left(btrim(query, E' \n\t'), 6) = 'UPDATE'`
+
+// faultFreezeSettle takes a SHARE lock on the outbox table until release is
+// called (or the test ends). A relay still claims (row locks do not conflict
+// with it) and publishes, but the UPDATE that records its batch waits: the
+// batch is on Kafka and not yet settled, the point where a crash must lead
+// to the batch being published again. Enqueues wait as well.
+func faultFreezeSettle(t *testing.T, pool *pgxpool.Pool) (release func()) {
+	t.Helper()
+	ctx := context.Background()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	release = func() { _ = tx.Rollback(ctx) }
+	t.Cleanup(release)
+	if _, err := tx.Exec(ctx, "SET LOCAL lock_timeout = '15s'"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "LOCK TABLE courier_outbox IN SHARE MODE"); err != nil {
+		t.Fatal(err)
+	}
+	return release
+}
+
+// faultKillInSettle runs kill while a relay with application_name app has
+// published a batch and waits to record it: it freezes the settle (see
+// faultFreezeSettle), makes sure there are events to claim (nothing can
+// change that while frozen), waits for the relay's UPDATE to queue behind
+// the lock, kills, and unfreezes.
+func faultKillInSettle(t *testing.T, pool *pgxpool.Pool, app string, kill func()) {
+	t.Helper()
+	for range 50 {
+		release := faultFreezeSettle(t, pool)
+		if countRows(t, pool, "status IN ('pending', 'failed')") == 0 {
+			release() // the relay caught up: let the producer add more
+			waitFor(t, 15*time.Second, "events waiting to be published", func() bool {
+				return countRows(t, pool, "status IN ('pending', 'failed')") > 0
+			})
+			continue
+		}
+		waitFor(t, 15*time.Second, "the relay to publish a batch and wait to record it", func() bool {
+			return faultSessions(t, pool, app, faultSettleWaiting) > 0
+		})
+		kill()
+		release()
+		return
+	}
+	t.Fatal("the relay kept catching up before the outbox could be frozen with events waiting")
+}
+
+// faultWaitBacklog waits until at most n events wait to be published.
+func faultWaitBacklog(ctx context.Context, db producer.DBTX, n int) error {
+	for {
+		var waiting int
+		err := db.QueryRow(ctx, "SELECT count(*) FROM courier_outbox WHERE status IN ('pending', 'failed')").Scan(&waiting)
+		if err != nil || waiting <= n {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+}
+
+// faultTerminate terminates every backend whose application_name starts with
+// app (the relay's pool and its app-listener connection), waits until they
+// are gone, and returns how many there were.
+func faultTerminate(t *testing.T, db producer.DBTX, app string) int {
+	t.Helper()
+	var n int
+	err := db.QueryRow(context.Background(),
+		"SELECT count(*) FILTER (WHERE pg_terminate_backend(pid, 10000)) FROM pg_stat_activity WHERE application_name LIKE $1 || '%'", app).Scan(&n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// runRelayWatched runs r.Run until the test ends and checks that it then
+// returns nil, like runRelay; the function it returns tells whether Run has
+// returned before that, and with what.
+func runRelayWatched(t *testing.T, r *producer.Relay) func() (returned bool, err error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	exited := make(chan struct{})
+	var runErr error
+	go func() {
+		defer close(exited)
+		runErr = r.Run(ctx)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-exited:
+			if runErr != nil {
+				t.Errorf("Run returned %v", runErr)
+			}
+		case <-time.After(30 * time.Second):
+			t.Errorf("Run did not return within 30s of its context ending")
+		}
+	})
+	return func() (bool, error) {
+		select {
+		case <-exited:
+			return true, runErr
+		default:
+			return false, nil
+		}
+	}
+}
+
+// relayChild is a relay running in a child process: the test binary running
+// TestRelayChildProcess.
+type relayChild struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	out    bytes.Buffer // stdout and stderr; read only after the child is reaped
+	reaped bool
+}
+
+func startRelayChild(t *testing.T, env []string) *relayChild {
+	t.Helper()
+	c := &relayChild{cmd: exec.Command(os.Args[0], "-test.run=^TestRelayChildProcess$")}
+	c.cmd.Env = append(os.Environ(), env...)
+	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
+	var err error
+	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.cmd.Start(); err != nil {
+		t.Fatalf("start the relay child: %v", err)
+	}
+	t.Cleanup(func() {
+		if !c.reaped {
+			_ = c.cmd.Process.Kill()
+			_ = c.cmd.Wait()
+			c.reaped = true
+		}
+		if t.Failed() {
+			t.Logf("output of relay child %d (%v):\n%s", c.cmd.Process.Pid, c.cmd.ProcessState, c.out.String())
+		}
+	})
+	return c
+}
+
+// kill SIGKILLs the child and reaps it. The child must have been running.
+func (c *relayChild) kill(t *testing.T) {
+	t.Helper()
+	if err := c.cmd.Process.Kill(); err != nil {
+		t.Fatalf("kill relay child %d: %v", c.cmd.Process.Pid, err)
+	}
+	err := c.cmd.Wait()
+	c.reaped = true
+	if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && !(ws.Signaled() && ws.Signal() == syscall.SIGKILL) {
+		t.Fatalf("relay child %d ended before it was killed (%v):\n%s", c.cmd.Process.Pid, err, c.out.String())
+	}
+}
+
+// stop closes the child's stdin, which cancels its Run, and waits for it to
+// exit cleanly.
+func (c *relayChild) stop(t *testing.T) {
+	t.Helper()
+	_ = c.stdin.Close()
+	exited := make(chan error, 1)
+	go func() { exited <- c.cmd.Wait() }()
+	select {
+	case err := <-exited:
+		c.reaped = true
+		if err != nil {
+			t.Errorf("relay child %d did not exit cleanly: %v\n%s", c.cmd.Process.Pid, err, c.out.String())
+		}
+	case <-time.After(30 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-exited
+		c.reaped = true
+		t.Fatalf("relay child %d did not stop within 30s of its stdin closing:\n%s", c.cmd.Process.Pid, c.out.String())
+	}
+}
+
+// checkOutput fails the test if the reaped child reported a data race or
+// panicked.
+func (c *relayChild) checkOutput(t *testing.T) {
+	t.Helper()
+	out := c.out.String()
+	for _, bad := range []string{"WARNING: DATA RACE", "panic:"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("relay child %d printed %q:\n%s", c.cmd.Process.Pid, bad, out)
+		}
+	}
+}
