@@ -31,20 +31,9 @@ func (r *Relay) deadLetter(ctx context.Context, events []*claimedEvent, errs []e
 	}
 	dlqErrs := make([]error, len(events))
 	if r.cfg.PublishDeadLetters {
-		records := make([]*sarama.ProducerMessage, 0, len(events))
-		index := make([]int, 0, len(events))
-		for i, e := range events {
-			rec, err := r.deadLetterRecord(e, letters[i])
-			if err != nil {
-				dlqErrs[i] = err
-				continue
-			}
-			records = append(records, rec)
-			index = append(index, i)
-		}
-		for j, err := range r.publisher.Publish(ctx, records) {
-			dlqErrs[index[j]] = err
-		}
+		dlqErrs, _, _ = r.publishEach(ctx, events, func(i int, e *claimedEvent) (*sarama.ProducerMessage, error) {
+			return r.deadLetterRecord(e, letters[i])
+		})
 	}
 
 	var outcomes []settlement

@@ -545,11 +545,28 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 // its own before it is believed: a broker refuses a whole partition batch
 // for one oversized record, and its neighbours must not pay for it.
 func (r *Relay) send(ctx context.Context, events []*claimedEvent) []error {
-	records := make([]*sarama.ProducerMessage, 0, len(events))
-	errs := make([]error, len(events))
-	index := make([]int, 0, len(events))
+	errs, records, index := r.publishEach(ctx, events, func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) {
+		return r.record(e)
+	})
+	if len(records) > 1 {
+		for j, i := range index {
+			if errs[i] != nil && classify(errs[i]) == failPermanent {
+				errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]
+			}
+		}
+	}
+	return errs
+}
+
+// publishEach builds a record for each event and publishes them in one
+// call. errs[i] is event i's build or publish error; records[j] was built
+// for events[index[j]].
+func (r *Relay) publishEach(ctx context.Context, events []*claimedEvent,
+	build func(int, *claimedEvent) (*sarama.ProducerMessage, error),
+) (errs []error, records []*sarama.ProducerMessage, index []int) {
+	errs = make([]error, len(events))
 	for i, e := range events {
-		rec, err := r.record(e)
+		rec, err := build(i, e)
 		if err != nil {
 			errs[i] = err
 			continue
@@ -560,14 +577,7 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent) []error {
 	for j, err := range r.publisher.Publish(ctx, records) {
 		errs[index[j]] = err
 	}
-	if len(records) > 1 {
-		for j, i := range index {
-			if errs[i] != nil && classify(errs[i]) == failPermanent {
-				errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]
-			}
-		}
-	}
-	return errs
+	return errs, records, index
 }
 
 func (r *Relay) record(e *claimedEvent) (*sarama.ProducerMessage, error) {

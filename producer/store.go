@@ -3,6 +3,7 @@ package producer
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -41,7 +42,7 @@ func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
 	}
 	return &store{
 		table:      table,
-		claimSQL:   fmt.Sprintf(claimSQL, table, blocking, unfinished, dbNow),
+		claimSQL:   fmt.Sprintf(claimSQL, table, blocking, unfinished, dbNow, qualified("c.", recordColumns)),
 		settleSQL:  fmt.Sprintf(settleSQL, table),
 		cleanupSQL: fmt.Sprintf(cleanupSQL, table),
 		backlogSQL: fmt.Sprintf(backlogSQL, table),
@@ -62,9 +63,7 @@ const dbNow = "COALESCE($1::timestamptz, statement_timestamp())"
 // one relay, from its oldest unfinished event on.
 const claimSQL = `
 WITH claimed AS (
-    SELECT e.id, e.seq, e.topic, e.partition_key, e.event_type, e.aggregate_type, e.aggregate_id,
-           e.tenant_id, e.correlation_id, e.causation_id, e.payload, e.content_type, e.headers,
-           e.retry_count, e.max_retries, e.created_at, e.first_failed_at
+    SELECT e.*
     FROM %[1]s e
     WHERE e.status IN ('pending', 'failed')
       AND e.next_attempt_at <= %[4]s
@@ -85,9 +84,7 @@ WITH claimed AS (
         LIMIT 1) AS gap_seq
     FROM (SELECT DISTINCT topic, partition_key FROM claimed WHERE partition_key IS NOT NULL) k
 )
-SELECT c.id, c.topic, c.partition_key, c.event_type, c.aggregate_type, c.aggregate_id, c.tenant_id,
-       c.correlation_id, c.causation_id, c.payload, c.content_type, c.headers, c.retry_count,
-       c.max_retries, c.created_at, c.first_failed_at, COALESCE(c.seq > g.gap_seq, false) AS held
+SELECT %[5]s, COALESCE(c.seq > g.gap_seq, false) AS held
 FROM claimed c
 LEFT JOIN gaps g ON g.topic = c.topic AND g.partition_key = c.partition_key
 ORDER BY c.seq`
@@ -121,25 +118,19 @@ FROM %s WHERE status IN ('pending', 'failed')`
 
 // claimedEvent is one row of a claimed batch.
 type claimedEvent struct {
-	ID            uuid.UUID
-	Topic         string
-	Key           *string
-	Type          string
-	AggregateType *string
-	AggregateID   *string
-	TenantID      *string
-	CorrelationID *string
-	CausationID   *string
-	Payload       []byte
-	ContentType   string
-	Headers       map[string]string
-	RetryCount    int
-	MaxRetries    *int
-	CreatedAt     time.Time
-	FirstFailedAt *time.Time
+	Record
 	// Held is set when an older unfinished event of the same key is not in
 	// this claim: the event must wait.
 	Held bool
+}
+
+// qualified prefixes every column of a comma-separated list.
+func qualified(prefix, columns string) string {
+	cols := strings.Split(columns, ",")
+	for i, c := range cols {
+		cols[i] = prefix + strings.TrimSpace(c)
+	}
+	return strings.Join(cols, ", ")
 }
 
 func (s *store) claim(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, limit int, txTimeout time.Duration) ([]claimedEvent, error) {
