@@ -60,7 +60,10 @@ const dbNow = "COALESCE($1::timestamptz, statement_timestamp())"
 // (the blockers index keeps that check cheap). It then marks as held every
 // claimed event that has an unfinished predecessor outside this claim — one
 // another relay holds right now — so that a key is only ever published by
-// one relay, from its oldest unfinished event on.
+// one relay, from its oldest unfinished event on. gaps is computed once per
+// claimed key (MATERIALIZED, whatever the planner's row estimates) by a walk
+// of the key_order index from the key's oldest unfinished event (the ORDER
+// BY matches that index) past the key's own claimed events.
 const claimSQL = `
 WITH claimed AS (
     SELECT e.*
@@ -75,14 +78,15 @@ WITH claimed AS (
     ORDER BY e.seq
     LIMIT $2
     FOR UPDATE OF e SKIP LOCKED
-), gaps AS (
+), gaps AS MATERIALIZED (
     SELECT k.topic, k.partition_key, (
         SELECT o.seq FROM %[1]s o
         WHERE o.topic = k.topic AND o.partition_key = k.partition_key AND o.status <> 'published'
-          AND (%[3]s) AND o.id NOT IN (SELECT id FROM claimed)
-        ORDER BY o.seq
+          AND (%[3]s) AND o.id <> ALL (k.ids)
+        ORDER BY o.topic, o.partition_key, o.seq
         LIMIT 1) AS gap_seq
-    FROM (SELECT DISTINCT topic, partition_key FROM claimed WHERE partition_key IS NOT NULL) k
+    FROM (SELECT topic, partition_key, array_agg(id) AS ids FROM claimed
+          WHERE partition_key IS NOT NULL GROUP BY topic, partition_key) k
 )
 SELECT %[5]s, COALESCE(c.seq > g.gap_seq, false) AS held
 FROM claimed c
