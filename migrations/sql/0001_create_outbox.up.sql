@@ -43,6 +43,13 @@ CREATE TABLE courier_outbox (
     CONSTRAINT courier_outbox_seq_key UNIQUE (seq)
 );
 
+-- A queue table churns: keep its planner statistics fresh (so the claim is
+-- planned for the backlog it finds) and its dead tuples few.
+ALTER TABLE courier_outbox SET (
+    autovacuum_vacuum_scale_factor = 0.05,
+    autovacuum_analyze_scale_factor = 0.02
+);
+
 -- Idempotency: one event per (topic, idempotency key).
 CREATE UNIQUE INDEX courier_outbox_idempotency_key
     ON courier_outbox (topic, idempotency_key)
