@@ -9,45 +9,52 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/courierkit/courier/dlq"
 )
 
-// deadLetter records the events given up on in this batch. With
-// PublishDeadLetters it first writes each to its dead-letter topic: an event
-// whose envelope the broker could not take for now stays failed and is
-// retried, so no dead letter goes missing from the topic; one the broker can
-// never take (an envelope over the size limit) is dead-lettered in the table
-// only, where the whole event stays.
-func (r *Relay) deadLetter(ctx context.Context, events []*claimedEvent, errs []error, res *BatchResult) ([]settlement, []DeadLetter) {
-	if len(events) == 0 {
-		return nil, nil
-	}
+// deadCandidate is an event to give up on, with the error that did it.
+// attempted is false for an event given up on in an earlier batch whose
+// dead-letter write failed: it counts no new attempt.
+type deadCandidate struct {
+	e         *claimedEvent
+	err       error
+	attempted bool
+}
+
+// deadLetter gives up on events, returning one settlement for each, in
+// order. With PublishDeadLetters it first writes each to its dead-letter
+// topic: an event whose envelope the broker could not take for now stays
+// failed and is retried (straight to the dead-letter topic, without another
+// attempt on its own), so no dead letter goes missing from the topic; one
+// the broker can never take (an envelope over the size limit) is
+// dead-lettered in the table only, where the whole event stays.
+func (r *Relay) deadLetter(ctx context.Context, dead []deadCandidate, res *BatchResult) ([]settlement, []DeadLetter) {
 	now := r.cfg.Now()
-	letters := make([]DeadLetter, len(events))
-	for i, e := range events {
-		letters[i] = e.deadLetter(errs[i], now)
+	events := make([]*claimedEvent, len(dead))
+	letters := make([]DeadLetter, len(dead))
+	for i, d := range dead {
+		events[i] = d.e
+		letters[i] = d.e.deadLetter(d.err, d.attempted, now)
 	}
-	dlqErrs := make([]error, len(events))
+	dlqErrs := make([]error, len(dead))
 	if r.cfg.PublishDeadLetters {
-		dlqErrs, _, _ = r.publishEach(ctx, events, func(i int, e *claimedEvent) (*sarama.ProducerMessage, error) {
+		dlqErrs = r.send(ctx, events, func(i int, e *claimedEvent) (*sarama.ProducerMessage, error) {
 			return r.deadLetterRecord(e, letters[i])
 		})
 	}
 
-	var outcomes []settlement
+	settlements := make([]settlement, len(dead))
 	var recorded []DeadLetter
-	for i, e := range events {
-		letter := letters[i]
+	for i, d := range dead {
+		e, letter := d.e, letters[i]
 		if err := dlqErrs[i]; err != nil {
-			topic := e.Topic + r.cfg.DeadLetterSuffix
+			topic := dlq.Topic(e.Topic, r.cfg.DeadLetterSuffix)
 			if classify(err) != failPermanent {
 				res.Failed++
-				next := now.Add(r.backoff.Delay(e.RetryCount+1, rand.Float64))
 				msg := fmt.Sprintf("%s (dead-letter topic %s refused the envelope, will retry: %v)", letter.Error, topic, err)
-				outcomes = append(outcomes, settlement{id: e.ID, status: StatusFailed, err: dlq.TruncateError(msg),
-					next: pgtype.Timestamptz{Time: next, Valid: true}})
+				settlements[i] = settlement{id: e.ID, status: StatusFailed, attempted: d.attempted,
+					err: dlq.TruncateError(msg), delay: r.backoff.Delay(letter.RetryCount, rand.Float64)}
 				r.logFailure(ctx, slog.LevelError, "dead-letter publish failed; will retry", e, err, "dlq_topic", topic)
 				continue
 			}
@@ -55,25 +62,28 @@ func (r *Relay) deadLetter(ctx context.Context, events []*claimedEvent, errs []e
 			r.logFailure(ctx, slog.LevelError, "dead-letter record refused for good; the event stays in the outbox table", e, err, "dlq_topic", topic)
 		}
 		res.DeadLettered++
-		outcomes = append(outcomes, settlement{id: e.ID, status: StatusDeadLettered, err: letter.Error})
+		settlements[i] = settlement{id: e.ID, status: StatusDeadLettered, attempted: d.attempted, err: letter.Error}
 		recorded = append(recorded, letter)
 		r.logFailure(ctx, slog.LevelError, "event dead-lettered", e, errors.New(letter.Error),
 			"retry_count", letter.RetryCount, "permanent", letter.Permanent)
 	}
-	return outcomes, recorded
+	return settlements, recorded
 }
 
 // deadLetter describes e as given up on after err.
-func (e *claimedEvent) deadLetter(err error, now time.Time) DeadLetter {
+func (e *claimedEvent) deadLetter(err error, attempted bool, now time.Time) DeadLetter {
 	d := DeadLetter{
 		EventID:       e.ID,
 		Topic:         e.Topic,
 		Type:          e.Type,
 		Error:         dlq.TruncateError(err.Error()),
 		Permanent:     classify(err) == failPermanent,
-		RetryCount:    e.RetryCount + 1,
+		RetryCount:    e.RetryCount,
 		FirstFailedAt: now,
 		FailedAt:      now,
+	}
+	if attempted {
+		d.RetryCount++
 	}
 	if e.FirstFailedAt != nil {
 		d.FirstFailedAt = *e.FirstFailedAt

@@ -10,6 +10,7 @@ import (
 	"syscall"
 
 	"github.com/IBM/sarama"
+	"github.com/eapache/go-resiliency/breaker"
 )
 
 // Publisher sends records to Kafka; it is the relay's only view of the
@@ -87,6 +88,12 @@ func (p *saramaPublisher) syncProducer() (sarama.SyncProducer, error) {
 // broker may still write them (a duplicate, never a loss, when retried).
 func (p *saramaPublisher) Publish(ctx context.Context, records []*sarama.ProducerMessage) []error {
 	errs := make([]error, len(records))
+	if err := ctx.Err(); err != nil {
+		for i := range errs {
+			errs[i] = err
+		}
+		return errs
+	}
 	producer, err := p.syncProducer()
 	if err != nil {
 		for i := range errs {
@@ -162,15 +169,24 @@ func (c failureClass) String() string {
 	}
 }
 
+// permanentError marks an error no retry can fix that Kafka did not report,
+// e.g. a record that cannot be built.
+type permanentError struct{ error }
+
+func (e permanentError) Unwrap() error { return e.error }
+
 // classify sorts a publish error.
 func classify(err error) failureClass {
+	var perm permanentError
+	if errors.As(err, &perm) {
+		return failPermanent
+	}
 	var kerr sarama.KError
 	if errors.As(err, &kerr) {
 		switch kerr {
 		case sarama.ErrMessageSizeTooLarge, sarama.ErrInvalidTopic, sarama.ErrMessageSetSizeTooLarge,
 			sarama.ErrTopicAuthorizationFailed, sarama.ErrClusterAuthorizationFailed,
-			sarama.ErrInvalidRecord, sarama.ErrPolicyViolation, sarama.ErrInvalidMessage,
-			sarama.ErrUnsupportedForMessageFormat:
+			sarama.ErrInvalidRecord, sarama.ErrPolicyViolation, sarama.ErrUnsupportedForMessageFormat:
 			return failPermanent
 		case sarama.ErrBrokerNotAvailable, sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition,
 			sarama.ErrRequestTimedOut, sarama.ErrNetworkException, sarama.ErrNotEnoughReplicas,
@@ -185,7 +201,8 @@ func classify(err error) failureClass {
 	}
 	var netErr net.Error
 	switch {
-	case errors.Is(err, sarama.ErrOutOfBrokers), errors.Is(err, sarama.ErrNotConnected),
+	case errors.Is(err, breaker.ErrBreakerOpen), // Sarama's own per-partition breaker
+		errors.Is(err, sarama.ErrOutOfBrokers), errors.Is(err, sarama.ErrNotConnected),
 		errors.Is(err, sarama.ErrClosedClient), errors.Is(err, sarama.ErrShuttingDown),
 		errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled),
 		errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF),

@@ -182,9 +182,12 @@ type BatchResult struct {
 	Failed int
 	// DeadLettered events were given up on.
 	DeadLettered int
+	// Deferred events met an unreachable Kafka: no attempt is counted and
+	// they are tried again after Backoff.Base.
+	Deferred int
 	// Released events were claimed but not attempted and stay due: an older
-	// event of their key was busy elsewhere or failed in this batch, or
-	// Kafka was unreachable.
+	// event of their key was busy elsewhere or failed in this batch, or the
+	// breaker opened.
 	Released int
 	// BreakerOpen is true when the breaker was open, so nothing was claimed.
 	BreakerOpen bool
@@ -411,7 +414,7 @@ func (r *Relay) RunOnce(ctx context.Context) (BatchResult, error) {
 			return nil
 		}
 		out = r.publishBatch(ctx, events, &res)
-		return r.store.settle(ctx, tx, r.cfg.Now(), out.settlements)
+		return r.store.settle(ctx, tx, r.queryNow(), out.settlements)
 	})
 	if err != nil {
 		return res, err
@@ -448,7 +451,8 @@ type topicKey struct{ topic, key string }
 // each key, so a key's next event leaves only after the broker acknowledged
 // the previous one, and a failure stops the key for the rest of the batch.
 // Retries inside the producer can then never put a later event of a key
-// ahead of an earlier one.
+// ahead of an earlier one. Dead letters are written in the wave that makes
+// them, so a dead-letter write that fails stops its key too.
 func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *BatchResult) batchOutcome {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
@@ -474,101 +478,111 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 	}
 
 	stopped := map[topicKey]bool{} // keys whose later events wait for the next batch
-	halted := false                // the breaker refused: release everything left
-	var out batchOutcome
-	var dead []*claimedEvent
-	var deadErrs []error
-	for _, wave := range waves {
-		var send []*claimedEvent
-		for _, e := range wave {
-			if halted || (e.Key != nil && stopped[topicKey{e.Topic, *e.Key}]) {
-				res.Released++
-				continue
-			}
-			send = append(send, e)
-		}
-		if len(send) == 0 {
-			continue
-		}
-		done, err := r.breaker.Allow()
-		if err != nil {
-			halted = true
-			res.Released += len(send)
-			continue
-		}
-		errs := r.send(ctx, send)
-		succeeded, unreachable := false, false
-		now := r.cfg.Now()
-		for i, e := range send {
-			if errs[i] == nil {
-				succeeded = true
-				res.Published++
-				out.settlements = append(out.settlements, settlement{id: e.ID, status: StatusPublished})
-				out.acks = append(out.acks, ack{topic: e.Topic, latency: now.Sub(e.CreatedAt)})
-				continue
-			}
-			class := classify(errs[i])
-			r.metrics.PublishFailed(e.Topic, class.String())
-			stop := true
-			switch {
-			case class == failUnavailable:
-				unreachable = true
-				res.Released++
-			case class == failPermanent || e.RetryCount+1 >= r.maxRetries(e):
-				dead = append(dead, e)
-				deadErrs = append(deadErrs, errs[i])
-				stop = r.cfg.HoldKeyOnDeadLetter
-			default:
-				res.Failed++
-				next := now.Add(r.backoff.Delay(e.RetryCount+1, rand.Float64))
-				out.settlements = append(out.settlements, settlement{id: e.ID, status: StatusFailed, err: dlq.TruncateError(errs[i].Error()),
-					next: pgtype.Timestamptz{Time: next, Valid: true}})
-				r.logFailure(ctx, slog.LevelWarn, "publish failed; will retry", e, errs[i], "retry_count", e.RetryCount+1, "next_attempt_at", next)
-			}
-			if stop && e.Key != nil {
-				stopped[topicKey{e.Topic, *e.Key}] = true
-			}
-		}
-		if unreachable && !succeeded {
-			done(errUnavailable)
-		} else {
-			done(nil)
+	stop := func(e *claimedEvent) {
+		if e.Key != nil {
+			stopped[topicKey{e.Topic, *e.Key}] = true
 		}
 	}
-	deadSettlements, deadLetters := r.deadLetter(ctx, dead, deadErrs, res)
-	out.settlements = append(out.settlements, deadSettlements...)
-	out.dead = deadLetters
+	halted := false // the breaker refused: release everything left
+	var out batchOutcome
+	for _, wave := range waves {
+		var send []*claimedEvent
+		var dead []deadCandidate
+		for _, e := range wave {
+			switch {
+			case halted || (e.Key != nil && stopped[topicKey{e.Topic, *e.Key}]):
+				res.Released++
+			case e.RetryCount >= r.maxRetries(e):
+				// Given up on before, but its dead-letter write failed: write
+				// that again, without another attempt on the main topic.
+				dead = append(dead, deadCandidate{e: e, err: errors.New(lastError(e))})
+			default:
+				send = append(send, e)
+			}
+		}
+		if len(send) > 0 {
+			done, err := r.breaker.Allow()
+			if err != nil {
+				halted = true
+				res.Released += len(send) + len(dead)
+				continue
+			}
+			errs := r.send(ctx, send, func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) { return r.record(e) })
+			succeeded, troubled := false, false
+			now := r.cfg.Now()
+			for i, e := range send {
+				if errs[i] == nil {
+					succeeded = true
+					res.Published++
+					out.settlements = append(out.settlements, settlement{id: e.ID, status: StatusPublished})
+					out.acks = append(out.acks, ack{topic: e.Topic, latency: now.Sub(e.CreatedAt)})
+					continue
+				}
+				class := classify(errs[i])
+				r.metrics.PublishFailed(e.Topic, class.String())
+				switch {
+				case class == failUnavailable:
+					// Kafka could not take it: no attempt is counted; the event
+					// waits a moment so that others get their turn.
+					troubled = true
+					res.Deferred++
+					stop(e)
+					out.settlements = append(out.settlements, settlement{id: e.ID, status: statusUnchanged,
+						err: dlq.TruncateError(errs[i].Error()), delay: r.backoff.Delay(1, rand.Float64)})
+				case class == failPermanent || e.RetryCount+1 >= r.maxRetries(e):
+					dead = append(dead, deadCandidate{e: e, err: errs[i], attempted: true})
+				default:
+					troubled = true
+					res.Failed++
+					stop(e)
+					delay := r.backoff.Delay(e.RetryCount+1, rand.Float64)
+					out.settlements = append(out.settlements, settlement{id: e.ID, status: StatusFailed, attempted: true,
+						err: dlq.TruncateError(errs[i].Error()), delay: delay})
+					r.logFailure(ctx, slog.LevelWarn, "publish failed; will retry", e, errs[i], "retry_count", e.RetryCount+1, "retry_in", delay)
+				}
+			}
+			if troubled && !succeeded {
+				done(errUnavailable)
+			} else {
+				done(nil)
+			}
+		}
+		if len(dead) > 0 {
+			settlements, letters := r.deadLetter(ctx, dead, res)
+			for i, st := range settlements {
+				if st.status != StatusDeadLettered || r.cfg.HoldKeyOnDeadLetter {
+					stop(dead[i].e)
+				}
+			}
+			out.settlements = append(out.settlements, settlements...)
+			out.dead = append(out.dead, letters...)
+		}
+	}
 	return out
 }
 
-// send publishes one wave. A record refused for good is sent once more on
-// its own before it is believed: a broker refuses a whole partition batch
-// for one oversized record, and its neighbours must not pay for it.
-func (r *Relay) send(ctx context.Context, events []*claimedEvent) []error {
-	errs, records, index := r.publishEach(ctx, events, func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) {
-		return r.record(e)
-	})
-	if len(records) > 1 {
-		for j, i := range index {
-			if errs[i] != nil && classify(errs[i]) == failPermanent {
-				errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]
-			}
-		}
+// lastError is the error an event was last given up with.
+func lastError(e *claimedEvent) string {
+	if e.LastError != nil {
+		return *e.LastError
 	}
-	return errs
+	return "retries exhausted"
 }
 
-// publishEach builds a record for each event and publishes them in one
-// call. errs[i] is event i's build or publish error; records[j] was built
-// for events[index[j]].
-func (r *Relay) publishEach(ctx context.Context, events []*claimedEvent,
+// send publishes records built for events in one call. A record refused for
+// good is sent once more on its own before it is believed: a broker refuses
+// a whole partition batch for one oversized record, and its neighbours must
+// not pay for it. A record that cannot be built is refused for good.
+func (r *Relay) send(ctx context.Context, events []*claimedEvent,
 	build func(int, *claimedEvent) (*sarama.ProducerMessage, error),
-) (errs []error, records []*sarama.ProducerMessage, index []int) {
-	errs = make([]error, len(events))
+) []error {
+	errs := make([]error, len(events))
+	var records []*sarama.ProducerMessage
+	var index []int
 	for i, e := range events {
 		rec, err := build(i, e)
 		if err != nil {
-			errs[i] = err
+			errs[i] = permanentError{err}
 			continue
 		}
 		records = append(records, rec)
@@ -577,7 +591,14 @@ func (r *Relay) publishEach(ctx context.Context, events []*claimedEvent,
 	for j, err := range r.publisher.Publish(ctx, records) {
 		errs[index[j]] = err
 	}
-	return errs, records, index
+	if len(records) > 1 {
+		for j, i := range index {
+			if errs[i] != nil && classify(errs[i]) == failPermanent {
+				errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]
+			}
+		}
+	}
+	return errs
 }
 
 func (r *Relay) record(e *claimedEvent) (*sarama.ProducerMessage, error) {

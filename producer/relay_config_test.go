@@ -53,8 +53,8 @@ func TestRelayStartsWhileKafkaIsDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := runOnce(t, relay)
-	if res.Released != 1 {
-		t.Fatalf("batch %+v, want the event released", res)
+	if res.Deferred != 1 {
+		t.Fatalf("batch %+v, want the event deferred", res)
 	}
 	if row := rowOf(t, pg, id); row.RetryCount != 0 || row.Status != producer.StatusPending {
 		t.Fatalf("row %+v, want untouched", row)

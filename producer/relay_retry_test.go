@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/eapache/go-resiliency/breaker"
 	"github.com/google/uuid"
 
 	"github.com/courierkit/courier/dlq"
@@ -278,18 +279,120 @@ func TestPoisonEventIsDeadLetteredAtOnce(t *testing.T) {
 	}
 }
 
+// TestUnreachableKafkaCountsNoAttempt: errors that mean Kafka could not take
+// the record — no broker, Sarama's own breaker, too few in-sync replicas, a
+// publish cut short — defer the event without counting an attempt.
 func TestUnreachableKafkaCountsNoAttempt(t *testing.T) {
 	t.Parallel()
 	pg, out := setup(t)
-	pub := &fakePublisher{}
-	pub.setFail(func(*sarama.ProducerMessage) error { return sarama.ErrOutOfBrokers })
-	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub})
-	id := enqueue(t, pg, out, orderCreated("o-1"))
-	res := runOnce(t, relay)
-	if res.Released != 1 || res.Failed != 0 {
-		t.Fatalf("batch %+v, want the event released", res)
+	clock := newFakeClock()
+	for _, cause := range []error{sarama.ErrOutOfBrokers, breaker.ErrBreakerOpen, sarama.ErrNotEnoughReplicas, context.DeadlineExceeded} {
+		pub := &fakePublisher{}
+		pub.setFail(func(*sarama.ProducerMessage) error { return cause })
+		relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now,
+			Breaker: producer.Breaker{ConsecutiveFailures: 1000}})
+		id := enqueue(t, pg, out, orderCreated("o-1"))
+		res := runOnce(t, relay)
+		if res.Deferred != 1 || res.Failed+res.DeadLettered != 0 {
+			t.Fatalf("%v: batch %+v, want the event deferred", cause, res)
+		}
+		row := rowOf(t, pg, id)
+		if row.Status != producer.StatusPending || row.RetryCount != 0 || row.LastAttemptAt != nil ||
+			row.NextAttemptAt.Sub(clock.Now()) != time.Second {
+			t.Fatalf("%v: row %+v: want pending, no attempt counted, retried in 1s", cause, row)
+		}
+		for range 10 { // however long it lasts, it is never dead-lettered
+			clock.Advance(time.Second)
+			runOnce(t, relay)
+		}
+		if row := rowOf(t, pg, id); row.Status != producer.StatusPending || row.RetryCount != 0 {
+			t.Fatalf("%v: after 10 deferrals the row is %+v", cause, row)
+		}
+		pub.setFail(nil)
+		clock.Advance(time.Second)
+		runOnce(t, relay)
+		if row := rowOf(t, pg, id); row.Status != producer.StatusPublished {
+			t.Fatalf("%v: after Kafka came back the row is %+v", cause, row)
+		}
 	}
-	if row := rowOf(t, pg, id); row.Status != producer.StatusPending || row.RetryCount != 0 || row.LastAttemptAt != nil {
-		t.Fatalf("row %+v: an unreachable broker must not count an attempt", row)
+}
+
+// TestUnavailablePartitionDoesNotStarveOthers: a topic whose records Kafka
+// keeps refusing for now (too few in-sync replicas) does not hold the
+// claims of other topics.
+func TestUnavailablePartitionDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	clock := newFakeClock()
+	pub := &fakePublisher{}
+	pub.setFail(func(m *sarama.ProducerMessage) error {
+		if m.Topic == "stuck" {
+			return sarama.ErrNotEnoughReplicas
+		}
+		return nil
+	})
+	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now, BatchSize: 2})
+	for i := range 4 {
+		ev := orderCreated(fmt.Sprintf("s-%d", i))
+		ev.Topic = "stuck"
+		enqueue(t, pg, out, ev)
+	}
+	orders := []uuid.UUID{enqueue(t, pg, out, orderCreated("o-1")), enqueue(t, pg, out, orderCreated("o-2"))}
+	for range 4 { // the clock stands still: deferred events are not due again
+		runOnce(t, relay)
+	}
+	if got := pub.ackedIDs("orders"); !slices.Equal(got, []string{orders[0].String(), orders[1].String()}) {
+		t.Fatalf("orders published %v, want both while the stuck topic waits", got)
+	}
+}
+
+// TestFailedDeadLetterWriteKeepsKeyOrder: when the dead-letter topic refuses
+// an envelope for now, the event stays failed, its key stops, and the next
+// batch writes the dead letter without publishing the event again before
+// the key moves on.
+func TestFailedDeadLetterWriteKeepsKeyOrder(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	clock := newFakeClock()
+	pub := &fakePublisher{}
+	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now, PublishDeadLetters: true, MaxRetries: 1})
+	first := enqueue(t, pg, out, orderCreated("o-1"))
+	second := enqueue(t, pg, out, orderCreated("o-1"))
+	mainAttempts := 0
+	pub.setFail(func(m *sarama.ProducerMessage) error {
+		switch {
+		case m.Topic == "orders" && recordHeader(m, producer.HeaderID) == first.String():
+			mainAttempts++
+			return sarama.ErrUnknown
+		case m.Topic == "orders.dlq":
+			return sarama.ErrNotEnoughReplicas
+		}
+		return nil
+	})
+	res := runOnce(t, relay)
+	if res.Published != 0 || res.Failed != 1 {
+		t.Fatalf("batch %+v: the key must stop while its dead letter is not written", res)
+	}
+	if row := rowOf(t, pg, first); row.Status != producer.StatusFailed || row.RetryCount != 1 {
+		t.Fatalf("first event %+v, want failed with its one attempt", row)
+	}
+
+	pub.setFail(func(m *sarama.ProducerMessage) error {
+		if m.Topic == "orders" && recordHeader(m, producer.HeaderID) == first.String() {
+			mainAttempts++
+			return sarama.ErrUnknown
+		}
+		return nil
+	})
+	clock.Advance(time.Minute)
+	res = runOnce(t, relay)
+	if res.DeadLettered != 1 || res.Published != 1 || mainAttempts != 1 {
+		t.Fatalf("batch %+v after %d main attempts: want the dead letter written without a new attempt, then the key moving on", res, mainAttempts)
+	}
+	if row := rowOf(t, pg, first); row.Status != producer.StatusDeadLettered || row.RetryCount != 1 {
+		t.Fatalf("first event %+v, want dead_lettered with retry_count 1", row)
+	}
+	if got := pub.ackedIDs("orders"); !slices.Equal(got, []string{second.String()}) {
+		t.Fatalf("main topic got %v, want only the second event", got)
 	}
 }

@@ -43,7 +43,7 @@ func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
 	return &store{
 		table:      table,
 		claimSQL:   fmt.Sprintf(claimSQL, table, blocking, unfinished, dbNow, qualified("c.", recordColumns)),
-		settleSQL:  fmt.Sprintf(settleSQL, table),
+		settleSQL:  fmt.Sprintf(settleSQL, table, dbNow),
 		cleanupSQL: fmt.Sprintf(cleanupSQL, table),
 		backlogSQL: fmt.Sprintf(backlogSQL, table),
 	}
@@ -93,17 +93,20 @@ FROM claimed c
 LEFT JOIN gaps g ON g.topic = c.topic AND g.partition_key = c.partition_key
 ORDER BY c.seq`
 
-// settleSQL records the outcome of every attempted event of a batch.
+// settleSQL records the outcome of every attempted event of a batch, with
+// times on the same clock as the claim's due check ($1, see dbNow).
+// statusUnchanged keeps the status; attempted events count a retry; delay_ms
+// schedules the next attempt.
 const settleSQL = `
-UPDATE %s o SET
-    status          = u.status,
-    retry_count     = o.retry_count + CASE WHEN u.status = 'published' THEN 0 ELSE 1 END,
+UPDATE %[1]s o SET
+    status          = CASE WHEN u.status = 'unchanged' THEN o.status ELSE u.status END,
+    retry_count     = o.retry_count + CASE WHEN u.attempted THEN 1 ELSE 0 END,
     last_error      = COALESCE(u.error, o.last_error),
-    last_attempt_at = $5,
-    first_failed_at = CASE WHEN u.status = 'published' THEN o.first_failed_at ELSE COALESCE(o.first_failed_at, $5) END,
-    next_attempt_at = COALESCE(u.next_attempt_at, o.next_attempt_at),
-    published_at    = CASE WHEN u.status = 'published' THEN $5 END
-FROM unnest($1::uuid[], $2::text[], $3::text[], $4::timestamptz[]) AS u(id, status, error, next_attempt_at)
+    last_attempt_at = CASE WHEN u.attempted OR u.status = 'published' THEN %[2]s ELSE o.last_attempt_at END,
+    first_failed_at = CASE WHEN u.attempted THEN COALESCE(o.first_failed_at, %[2]s) ELSE o.first_failed_at END,
+    next_attempt_at = CASE WHEN u.delay_ms IS NULL THEN o.next_attempt_at ELSE %[2]s + u.delay_ms * interval '1 millisecond' END,
+    published_at    = CASE WHEN u.status = 'published' THEN %[2]s END
+FROM unnest($2::uuid[], $3::text[], $4::bool[], $5::text[], $6::float8[]) AS u(id, status, attempted, error, delay_ms)
 WHERE o.id = u.id`
 
 // cleanupSQL deletes one bounded batch of events published before $1.
@@ -163,27 +166,37 @@ func (s *store) claim(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, li
 	return events, nil
 }
 
-// settlement is the outcome of one attempted event.
+// statusUnchanged is the settlement status that keeps an event's status.
+const statusUnchanged = "unchanged"
+
+// settlement is the outcome of one event of a batch.
 type settlement struct {
-	id     uuid.UUID
+	id uuid.UUID
+	// status is the new status, or statusUnchanged.
 	status string
-	err    string             // "" for published
-	next   pgtype.Timestamptz // when to retry, for failed
+	// attempted counts a failed attempt (retry_count + 1).
+	attempted bool
+	// err is the error to record; "" keeps last_error.
+	err string
+	// delay schedules the next attempt; 0 keeps next_attempt_at.
+	delay time.Duration
 }
 
-func (s *store) settle(ctx context.Context, tx pgx.Tx, now time.Time, outcomes []settlement) error {
+func (s *store) settle(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, outcomes []settlement) error {
 	if len(outcomes) == 0 {
 		return nil
 	}
 	ids := make([]uuid.UUID, len(outcomes))
 	statuses := make([]string, len(outcomes))
+	attempted := make([]bool, len(outcomes))
 	errs := make([]pgtype.Text, len(outcomes))
-	next := make([]pgtype.Timestamptz, len(outcomes))
+	delays := make([]pgtype.Float8, len(outcomes))
 	for i, o := range outcomes {
-		ids[i], statuses[i], next[i] = o.id, o.status, o.next
+		ids[i], statuses[i], attempted[i] = o.id, o.status, o.attempted
 		errs[i] = pgtype.Text{String: o.err, Valid: o.err != ""}
+		delays[i] = pgtype.Float8{Float64: float64(o.delay) / float64(time.Millisecond), Valid: o.delay > 0}
 	}
-	if _, err := tx.Exec(ctx, s.settleSQL, ids, statuses, errs, next, now); err != nil {
+	if _, err := tx.Exec(ctx, s.settleSQL, now, ids, statuses, attempted, errs, delays); err != nil {
 		return fmt.Errorf("producer: record publish results in %s: %w", s.table, err)
 	}
 	return nil
