@@ -24,11 +24,12 @@ const (
 // store holds the relay's SQL: claiming a batch, settling it, retention and
 // the backlog gauge. Everything else in the relay is plain Go.
 type store struct {
-	table      pgname.Table
-	claimSQL   string
-	settleSQL  string
-	cleanupSQL string
-	backlogSQL string
+	table        pgname.Table
+	claimSQL     string
+	settleSQL    string
+	publishedSQL string
+	cleanupSQL   string
+	backlogSQL   string
 }
 
 func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
@@ -41,11 +42,13 @@ func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
 		unfinished = "o.status IN ('pending', 'failed', 'dead_lettered')"
 	}
 	return &store{
-		table:      table,
-		claimSQL:   fmt.Sprintf(claimSQL, table, blocking, unfinished, dbNow, qualified("c.", recordColumns)),
-		settleSQL:  fmt.Sprintf(settleSQL, table, dbNow),
-		cleanupSQL: fmt.Sprintf(cleanupSQL, table),
-		backlogSQL: fmt.Sprintf(backlogSQL, table),
+		table: table,
+		claimSQL: fmt.Sprintf(claimSQL, table, blocking, unfinished, dbNow, qualified("c.", recordColumns),
+			fmt.Sprintf(eligibleSQL, table, dbNow, blocking)),
+		settleSQL:    fmt.Sprintf(settleSQL, table, dbNow),
+		publishedSQL: fmt.Sprintf(publishedSQL, table, dbNow),
+		cleanupSQL:   fmt.Sprintf(cleanupSQL, table),
+		backlogSQL:   fmt.Sprintf(backlogSQL, table),
 	}
 }
 
@@ -60,24 +63,28 @@ const dbNow = "COALESCE($1::timestamptz, statement_timestamp())"
 // (the blockers index keeps that check cheap). It then marks as held every
 // claimed event that has an unfinished predecessor outside this claim — one
 // another relay holds right now — so that a key is only ever published by
-// one relay, from its oldest unfinished event on. gaps is computed once per
-// claimed key (MATERIALIZED, whatever the planner's row estimates) by a walk
-// of the key_order index from the key's oldest unfinished event (the ORDER
-// BY matches that index) past the key's own claimed events.
+// one relay, from its oldest unfinished event on.
+//
+// Such a predecessor can only exist when the claim skipped a locked event
+// (a blocked or later one would have kept the claimed event out too), so
+// contended counts the eligible events up to the last claimed one, and the
+// per-key walk of gaps runs only when that count exceeds the claim. gaps is
+// computed once per claimed key (MATERIALIZED, whatever the planner's row
+// estimates) by a walk of the key_order index from the key's oldest
+// unfinished event (the ORDER BY matches that index) past the key's own
+// claimed events.
 const claimSQL = `
 WITH claimed AS (
     SELECT e.*
     FROM %[1]s e
-    WHERE e.status IN ('pending', 'failed')
-      AND e.next_attempt_at <= %[4]s
-      AND (e.partition_key IS NULL OR NOT EXISTS (
-          SELECT FROM %[1]s b
-          WHERE b.topic = e.topic AND b.partition_key = e.partition_key AND b.seq < e.seq
-            AND (b.status IN ('failed', 'dead_lettered') OR b.next_attempt_at > b.created_at)
-            AND (%[2]s)))
+    WHERE %[6]s
     ORDER BY e.seq
     LIMIT $2
     FOR UPDATE OF e SKIP LOCKED
+), contended AS MATERIALIZED (
+    SELECT count(*) > (SELECT count(*) FROM claimed) AS yes
+    FROM %[1]s e
+    WHERE %[6]s AND e.seq <= (SELECT max(seq) FROM claimed)
 ), gaps AS MATERIALIZED (
     SELECT k.topic, k.partition_key, (
         SELECT o.seq FROM %[1]s o
@@ -86,12 +93,23 @@ WITH claimed AS (
         ORDER BY o.topic, o.partition_key, o.seq
         LIMIT 1) AS gap_seq
     FROM (SELECT topic, partition_key, array_agg(id) AS ids FROM claimed
-          WHERE partition_key IS NOT NULL GROUP BY topic, partition_key) k
+          WHERE partition_key IS NOT NULL AND (SELECT yes FROM contended)
+          GROUP BY topic, partition_key) k
 )
 SELECT %[5]s, COALESCE(c.seq > g.gap_seq, false) AS held
 FROM claimed c
 LEFT JOIN gaps g ON g.topic = c.topic AND g.partition_key = c.partition_key
 ORDER BY c.seq`
+
+// eligibleSQL is the claim's condition on an event e: unfinished, due, and
+// not queued behind a blocking event of its key.
+const eligibleSQL = `e.status IN ('pending', 'failed')
+      AND e.next_attempt_at <= %[2]s
+      AND (e.partition_key IS NULL OR NOT EXISTS (
+          SELECT FROM %[1]s b
+          WHERE b.topic = e.topic AND b.partition_key = e.partition_key AND b.seq < e.seq
+            AND (b.status IN ('failed', 'dead_lettered') OR b.next_attempt_at > b.created_at)
+            AND (%[3]s)))`
 
 // settleSQL records the outcome of every attempted event of a batch, with
 // times on the same clock as the claim's due check ($1, see dbNow).
@@ -108,6 +126,12 @@ UPDATE %[1]s o SET
     published_at    = CASE WHEN u.status = 'published' THEN %[2]s END
 FROM unnest($2::uuid[], $3::text[], $4::bool[], $5::text[], $6::float8[]) AS u(id, status, attempted, error, delay_ms)
 WHERE o.id = u.id`
+
+// publishedSQL marks published events: the common outcome, on its own
+// because a plain ANY($2) update is cheaper than the general settleSQL.
+const publishedSQL = `
+UPDATE %[1]s SET status = 'published', published_at = %[2]s, last_attempt_at = %[2]s
+WHERE id = ANY($2::uuid[])`
 
 // cleanupSQL deletes one bounded batch of events published before $1.
 const cleanupSQL = `
@@ -182,21 +206,34 @@ type settlement struct {
 	delay time.Duration
 }
 
+// settle records outcomes in one round trip: the published events with
+// publishedSQL, the others with settleSQL.
 func (s *store) settle(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, outcomes []settlement) error {
-	if len(outcomes) == 0 {
+	var published, ids []uuid.UUID
+	var statuses []string
+	var attempted []bool
+	var errs []pgtype.Text
+	var delays []pgtype.Float8
+	for _, o := range outcomes {
+		if o.status == StatusPublished {
+			published = append(published, o.id)
+			continue
+		}
+		ids, statuses, attempted = append(ids, o.id), append(statuses, o.status), append(attempted, o.attempted)
+		errs = append(errs, pgtype.Text{String: o.err, Valid: o.err != ""})
+		delays = append(delays, pgtype.Float8{Float64: float64(o.delay) / float64(time.Millisecond), Valid: o.delay > 0})
+	}
+	batch := &pgx.Batch{}
+	if len(published) > 0 {
+		batch.Queue(s.publishedSQL, now, published)
+	}
+	if len(ids) > 0 {
+		batch.Queue(s.settleSQL, now, ids, statuses, attempted, errs, delays)
+	}
+	if batch.Len() == 0 {
 		return nil
 	}
-	ids := make([]uuid.UUID, len(outcomes))
-	statuses := make([]string, len(outcomes))
-	attempted := make([]bool, len(outcomes))
-	errs := make([]pgtype.Text, len(outcomes))
-	delays := make([]pgtype.Float8, len(outcomes))
-	for i, o := range outcomes {
-		ids[i], statuses[i], attempted[i] = o.id, o.status, o.attempted
-		errs[i] = pgtype.Text{String: o.err, Valid: o.err != ""}
-		delays[i] = pgtype.Float8{Float64: float64(o.delay) / float64(time.Millisecond), Valid: o.delay > 0}
-	}
-	if _, err := tx.Exec(ctx, s.settleSQL, now, ids, statuses, attempted, errs, delays); err != nil {
+	if err := tx.SendBatch(ctx, batch).Close(); err != nil {
 		return fmt.Errorf("producer: record publish results in %s: %w", s.table, err)
 	}
 	return nil
