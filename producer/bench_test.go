@@ -66,11 +66,13 @@ func BenchmarkRelayThroughput(b *testing.B) {
 	var results benchResults
 	b.Run("plain-skip-locked-loop/workers=2", func(b *testing.B) { benchPlain(b, k, 2, &results) })
 	b.Run("plain-skip-locked-loop/workers=1", func(b *testing.B) { benchPlain(b, k, 1, &results) })
-	for _, relays := range []int{1, 2} {
-		for _, batch := range []int{producer.DefaultBatchSize, 1000} {
-			name := fmt.Sprintf("relay/relays=%d/batch=%d", relays, batch)
-			b.Run(name, func(b *testing.B) { benchRelay(b, k, relays, batch, &results) })
-		}
+	for _, c := range []struct{ relays, workers, batch int }{
+		{1, 1, producer.DefaultBatchSize}, {1, 1, 1000},
+		{1, producer.DefaultWorkers, producer.DefaultBatchSize}, {1, producer.DefaultWorkers, 1000},
+		{2, producer.DefaultWorkers, producer.DefaultBatchSize},
+	} {
+		name := fmt.Sprintf("relay/relays=%d/workers=%d/batch=%d", c.relays, c.workers, c.batch)
+		b.Run(name, func(b *testing.B) { benchRelay(b, k, c.relays, c.workers, c.batch, &results) })
 	}
 	results.print("plain-skip-locked-loop/workers=2")
 }
@@ -212,7 +214,7 @@ func benchHeader(name, value string) sarama.RecordHeader {
 // the last event is recorded as published. Each relay has its own Sarama
 // producer, created and connected before the timer starts, as the plain
 // loop's are.
-func benchRelay(b *testing.B, k *testkit.Kafka, relays, batch int, results *benchResults) {
+func benchRelay(b *testing.B, k *testkit.Kafka, relays, workers, batch int, results *benchResults) {
 	tbl := newBenchTable(b, k)
 	ctx := context.Background()
 	pubs := make([]producer.Publisher, relays)
@@ -236,7 +238,7 @@ func benchRelay(b *testing.B, k *testkit.Kafka, relays, batch int, results *benc
 		rs := make([]*producer.Relay, relays)
 		for i := range rs {
 			r, err := producer.NewRelay(tbl.pool, producer.RelayConfig{
-				Schema: tbl.pg.Schema, Publisher: pubs[i], BatchSize: batch,
+				Schema: tbl.pg.Schema, Publisher: pubs[i], BatchSize: batch, Workers: workers,
 				Logger: benchLogger(b), Metrics: counter,
 			})
 			if err != nil {
@@ -246,7 +248,7 @@ func benchRelay(b *testing.B, k *testkit.Kafka, relays, batch int, results *benc
 		}
 		b.StartTimer()
 
-		if relays == 1 {
+		if relays == 1 && workers == 1 {
 			for {
 				res, err := rs[0].RunOnce(ctx)
 				if err != nil {
@@ -292,7 +294,7 @@ func benchRelay(b *testing.B, k *testkit.Kafka, relays, batch int, results *benc
 		claims.Add(counter.claims.Load())
 		b.StartTimer()
 	}
-	results.report(b, fmt.Sprintf("relay/relays=%d/batch=%d", relays, batch), benchEvents)
+	results.report(b, fmt.Sprintf("relay/relays=%d/workers=%d/batch=%d", relays, workers, batch), benchEvents)
 	// Events claimed more than once: held behind another relay's claim,
 	// released and claimed again.
 	b.ReportMetric(float64(claimed.Load()-int64(b.N)*benchEvents)/float64(b.N), "reclaimed/op")

@@ -25,6 +25,7 @@ import (
 const (
 	DefaultSource           = "courier"
 	DefaultBatchSize        = 500
+	DefaultWorkers          = 2
 	DefaultPollInterval     = time.Second
 	DefaultMaxRetries       = 6
 	DefaultBackoffBase      = time.Second
@@ -93,6 +94,11 @@ type RelayConfig struct {
 
 	// BatchSize is the most events one claim locks. Defaults to 500.
 	BatchSize int
+	// Workers is how many batches the relay publishes at once, each over its
+	// own share of the keys: the events of one key always go through the
+	// same worker, so workers never wait on each other. Each holds a
+	// connection of the pool while it publishes. Defaults to 2.
+	Workers int
 	// PollInterval is how often an idle relay looks for due events without
 	// being notified. Defaults to 1s.
 	PollInterval time.Duration
@@ -213,7 +219,7 @@ type Relay struct {
 
 	mu       sync.Mutex
 	openedAt time.Time // when the breaker last opened
-	wake     chan struct{}
+	wake     []chan struct{} // one per worker
 }
 
 // ErrInvalidRelayConfig is matched by every configuration error of NewRelay.
@@ -245,7 +251,9 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 		backoff: backoff.Policy(cfg.Backoff),
 		log:     cfg.Logger.With("table", table.String()),
 		metrics: cfg.Metrics,
-		wake:    make(chan struct{}, 1),
+	}
+	for range cfg.Workers {
+		r.wake = append(r.wake, make(chan struct{}, 1))
 	}
 	r.publisher = cfg.Publisher
 	if r.publisher == nil {
@@ -297,6 +305,7 @@ func (c *RelayConfig) setDefaults() error {
 		def   int
 	}{
 		{"BatchSize", &c.BatchSize, DefaultBatchSize},
+		{"Workers", &c.Workers, DefaultWorkers},
 		{"MaxRetries", &c.MaxRetries, DefaultMaxRetries},
 		{"Breaker.ConsecutiveFailures", &c.Breaker.ConsecutiveFailures, DefaultBreakerFailures},
 		{"Breaker.HalfOpenProbes", &c.Breaker.HalfOpenProbes, DefaultBreakerProbes},
@@ -387,16 +396,26 @@ func (r *Relay) untilHalfOpen() time.Duration {
 
 // Wake makes an idle Run look for due events now, as a NOTIFY would.
 func (r *Relay) Wake() {
-	select {
-	case r.wake <- struct{}{}:
-	default:
+	for _, w := range r.wake {
+		select {
+		case w <- struct{}{}:
+		default:
+		}
 	}
 }
 
 // RunOnce claims one batch of due events, publishes it and records the
-// outcome, in one transaction. Run calls it in a loop; call it yourself to
-// drive a relay by hand (e.g. from a scheduler or a test).
+// outcome, in one transaction. Run calls it in a loop, one per worker; call
+// it yourself to drive a relay by hand (e.g. from a scheduler or a test).
 func (r *Relay) RunOnce(ctx context.Context) (BatchResult, error) {
+	return r.runOnce(ctx, share{of: 1})
+}
+
+// share is the part of the keys one worker publishes: those whose hash is
+// index modulo of.
+type share struct{ index, of int }
+
+func (r *Relay) runOnce(ctx context.Context, sh share) (BatchResult, error) {
 	if r.breaker.State() == gobreaker.StateOpen {
 		return BatchResult{BreakerOpen: true}, nil
 	}
@@ -404,7 +423,7 @@ func (r *Relay) RunOnce(ctx context.Context) (BatchResult, error) {
 	var out batchOutcome
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		res, out = BatchResult{}, batchOutcome{}
-		events, err := r.store.claim(ctx, tx, r.queryNow(), r.cfg.BatchSize, r.cfg.PublishTimeout+r.cfg.ShutdownTimeout)
+		events, err := r.store.claim(ctx, tx, r.queryNow(), r.cfg.BatchSize, sh, r.cfg.PublishTimeout+r.cfg.ShutdownTimeout)
 		if err != nil {
 			return err
 		}

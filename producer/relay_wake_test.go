@@ -117,8 +117,11 @@ func TestBreakerOpensWhileBrokerIsDown(t *testing.T) {
 	saramaCfg.Metadata.Retry.Max = 0
 	saramaCfg.Producer.Retry.Max = 0
 	metrics := &recordedMetrics{}
+	// One worker, so that the claims and breaker changes the metrics record
+	// come from one loop, in order. (With several, a claim another worker
+	// started before the breaker opened completes, but publishes nothing.)
 	relay := newRelay(t, pg, k, producer.RelayConfig{Sarama: saramaCfg, Metrics: metrics, PollInterval: 20 * time.Millisecond,
-		Breaker: producer.Breaker{OpenFor: 300 * time.Millisecond}})
+		Workers: 1, Breaker: producer.Breaker{OpenFor: 300 * time.Millisecond}})
 	runRelay(t, relay)
 
 	waitFor(t, 30*time.Second, "the breaker to open and then probe again", func() bool {

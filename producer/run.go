@@ -25,7 +25,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	if _, none := r.metrics.(noMetrics); !none {
 		wg.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.measureBacklog) })
 	}
-	r.loop(ctx)
+	var workers sync.WaitGroup
+	for i := range r.cfg.Workers {
+		workers.Go(func() { r.loop(ctx, share{index: i, of: r.cfg.Workers}) })
+	}
+	workers.Wait()
 	wg.Wait()
 	if r.ownsPub {
 		if err := r.publisher.Close(); err != nil {
@@ -35,11 +39,11 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// loop runs batches until ctx ends.
-func (r *Relay) loop(ctx context.Context) {
+// loop runs the batches of one worker until ctx ends.
+func (r *Relay) loop(ctx context.Context, sh share) {
 	errDelay := time.Duration(0)
 	for ctx.Err() == nil {
-		res, err := r.runBatch(ctx)
+		res, err := r.runBatch(ctx, sh)
 		var wait time.Duration
 		switch {
 		case err != nil:
@@ -60,13 +64,13 @@ func (r *Relay) loop(ctx context.Context) {
 			errDelay = 0
 			wait = r.cfg.PollInterval
 		}
-		r.idle(ctx, wait)
+		r.idle(ctx, sh, wait)
 	}
 }
 
 // runBatch runs RunOnce on a context that outlives ctx by ShutdownTimeout,
 // so that cancelling Run lets the batch in flight finish and be recorded.
-func (r *Relay) runBatch(ctx context.Context) (BatchResult, error) {
+func (r *Relay) runBatch(ctx context.Context, sh share) (BatchResult, error) {
 	batchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
@@ -79,17 +83,17 @@ func (r *Relay) runBatch(ctx context.Context) (BatchResult, error) {
 		}
 	})
 	defer stop()
-	return r.RunOnce(batchCtx)
+	return r.runOnce(batchCtx, sh)
 }
 
-// idle waits for d, a wake-up or the end of ctx.
-func (r *Relay) idle(ctx context.Context, d time.Duration) {
+// idle waits for d, a wake-up of the worker or the end of ctx.
+func (r *Relay) idle(ctx context.Context, sh share, d time.Duration) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
 	case <-timer.C:
-	case <-r.wake:
+	case <-r.wake[sh.index]:
 	}
 }
 

@@ -44,7 +44,7 @@ func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
 	return &store{
 		table: table,
 		claimSQL: fmt.Sprintf(claimSQL, table, blocking, unfinished, dbNow, qualified("c.", recordColumns),
-			fmt.Sprintf(eligibleSQL, table, dbNow, blocking)),
+			fmt.Sprintf(eligibleSQL, table, dbNow, blocking), shareSQL),
 		settleSQL:    fmt.Sprintf(settleSQL, table, dbNow),
 		publishedSQL: fmt.Sprintf(publishedSQL, table, dbNow),
 		cleanupSQL:   fmt.Sprintf(cleanupSQL, table),
@@ -67,8 +67,9 @@ const dbNow = "COALESCE($1::timestamptz, statement_timestamp())"
 //
 // Such a predecessor can only exist when the claim skipped a locked event
 // (a blocked or later one would have kept the claimed event out too), so
-// contended counts the eligible events up to the last claimed one, and the
-// per-key walk of gaps runs only when that count exceeds the claim. gaps is
+// contended counts the due events of the worker's share up to the last
+// claimed one (blocked ones too, which can only make it run gaps needlessly),
+// and the per-key walk of gaps runs only when that count exceeds the claim. gaps is
 // computed once per claimed key (MATERIALIZED, whatever the planner's row
 // estimates) by a walk of the key_order index from the key's oldest
 // unfinished event (the ORDER BY matches that index) past the key's own
@@ -84,7 +85,8 @@ WITH claimed AS (
 ), contended AS MATERIALIZED (
     SELECT count(*) > (SELECT count(*) FROM claimed) AS yes
     FROM %[1]s e
-    WHERE %[6]s AND e.seq <= (SELECT max(seq) FROM claimed)
+    WHERE %[7]s AND e.status IN ('pending', 'failed') AND e.next_attempt_at <= %[4]s
+      AND e.seq <= (SELECT max(seq) FROM claimed)
 ), gaps AS MATERIALIZED (
     SELECT k.topic, k.partition_key, (
         SELECT o.seq FROM %[1]s o
@@ -101,9 +103,14 @@ FROM claimed c
 LEFT JOIN gaps g ON g.topic = c.topic AND g.partition_key = c.partition_key
 ORDER BY c.seq`
 
-// eligibleSQL is the claim's condition on an event e: unfinished, due, and
-// not queued behind a blocking event of its key.
-const eligibleSQL = `e.status IN ('pending', 'failed')
+// shareSQL selects the events of the worker's share of the keys: $3
+// workers, this one $4. Events without a key are shared by id.
+const shareSQL = `mod(mod(hashtextextended(COALESCE(e.partition_key, e.id::text), 0), $3::bigint) + $3::bigint, $3::bigint) = $4`
+
+// eligibleSQL is the claim's condition on an event e: in the worker's share,
+// unfinished, due, and not queued behind a blocking event of its key.
+const eligibleSQL = shareSQL + `
+      AND e.status IN ('pending', 'failed')
       AND e.next_attempt_at <= %[2]s
       AND (e.partition_key IS NULL OR NOT EXISTS (
           SELECT FROM %[1]s b
@@ -164,14 +171,14 @@ func qualified(prefix, columns string) string {
 	return strings.Join(cols, ", ")
 }
 
-func (s *store) claim(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, limit int, txTimeout time.Duration) ([]claimedEvent, error) {
+func (s *store) claim(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, limit int, sh share, txTimeout time.Duration) ([]claimedEvent, error) {
 	batch := &pgx.Batch{}
 	// Should this relay stall without dying, PostgreSQL ends its transaction
 	// and frees the claimed events for the others; should it die while a
 	// statement waits on a lock, PostgreSQL notices within a second.
 	batch.Queue(fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", txTimeout.Milliseconds()))
 	batch.Queue("SET LOCAL client_connection_check_interval = 1000")
-	batch.Queue(s.claimSQL, now, limit)
+	batch.Queue(s.claimSQL, now, limit, sh.of, sh.index)
 	results := tx.SendBatch(ctx, batch)
 	defer results.Close()
 	for range 2 {
