@@ -218,7 +218,7 @@ type Relay struct {
 	dbClock bool // Now was not injected: due checks use the database clock
 
 	mu       sync.Mutex
-	openedAt time.Time // when the breaker last opened
+	openedAt time.Time       // when the breaker last opened
 	wake     []chan struct{} // one per worker
 }
 
