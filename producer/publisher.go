@@ -8,6 +8,7 @@ import (
 	"net"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/eapache/go-resiliency/breaker"
@@ -132,9 +133,21 @@ func (p *saramaPublisher) Publish(ctx context.Context, records []*sarama.Produce
 	return errs
 }
 
-// Close waits for sends in flight and closes the producer.
+// closeWait bounds how long Close waits for sends a cancelled Publish left
+// in flight before it closes the producer under them.
+const closeWait = 10 * time.Second
+
+// Close waits for sends in flight (at most closeWait) and closes the
+// producer.
 func (p *saramaPublisher) Close() error {
-	p.inflight.Wait()
+	drained := make(chan struct{})
+	go func() { p.inflight.Wait(); close(drained) }()
+	timer := time.NewTimer(closeWait)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.producer == nil {
