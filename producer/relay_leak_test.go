@@ -1,0 +1,43 @@
+package producer_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
+)
+
+// TestRunLeavesNoGoroutines: once Run returns, every goroutine the relay
+// started — workers, the LISTEN loop, retention, stats, the Sarama producer
+// — is gone.
+func TestRunLeavesNoGoroutines(t *testing.T) {
+	pg, out := setup(t)
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 2)
+	ev := orderCreated("o-1")
+	ev.Topic = topic
+	enqueue(t, pg, out, ev)
+	before := goleak.IgnoreCurrent()
+
+	relay := newRelay(t, pg, k, producer.RelayConfig{Metrics: &recordedMetrics{}})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(ctx) }()
+	waitFor(t, 10*time.Second, "the event published", func() bool { return countRows(t, pg.Pool, "status = 'published'") == 1 })
+	waitFor(t, 10*time.Second, "the LISTEN session", func() bool { return listening(t, pg) })
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	goleak.VerifyNone(t, before,
+		// pgxpool's background health check belongs to the test's pool, and
+		// kfake serves connections the test's own clients opened.
+		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
+		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
+		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
+	)
+}
