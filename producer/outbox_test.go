@@ -407,18 +407,24 @@ func TestIdempotencyKeyFreedByRollback(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer waiterConn.Close(ctx)
-	var waiterPID uint32 = waiterConn.PgConn().PID()
-	done := make(chan producer.Enqueued)
+	waiterPID := waiterConn.PgConn().PID()
+	done := make(chan producer.Enqueued, 1)
+	finished := make(chan struct{})
 	go func() {
+		defer close(finished)
 		res, err := out.Enqueue(ctx, waiterConn, ev)
 		if err != nil {
 			t.Error(err)
 		}
 		done <- res
 	}()
+	defer func() { // also when the test fails: free the waiter before closing its connection
+		_ = holder.Rollback(ctx)
+		<-finished
+		_ = waiterConn.Close(ctx)
+	}()
 	// Wait until the waiter blocks on the holder's row lock.
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(time.Minute)
 	for {
 		var waiting bool
 		err := pg.Pool.QueryRow(ctx, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", waiterPID).Scan(&waiting)
