@@ -2,7 +2,6 @@ package producer_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -63,5 +62,4 @@ func TestRelayPublishesBinaryCloudEvents(t *testing.T) {
 	if n := countRows(t, pg.Pool, "status = 'published' AND published_at IS NOT NULL AND retry_count = 0"); n != 1 {
 		t.Fatalf("the event is not marked published")
 	}
-	_ = strings.TrimSpace
 }

@@ -64,7 +64,7 @@ func (r *Relay) loop(ctx context.Context, sh share) {
 			errDelay = 0
 			wait = r.cfg.PollInterval
 		}
-		r.idle(ctx, sh, wait)
+		sleep(ctx, wait, r.wake[sh.index])
 	}
 }
 
@@ -86,14 +86,14 @@ func (r *Relay) runBatch(ctx context.Context, sh share) (BatchResult, error) {
 	return r.runOnce(batchCtx, sh)
 }
 
-// idle waits for d, a wake-up of the worker or the end of ctx.
-func (r *Relay) idle(ctx context.Context, sh share, d time.Duration) {
+// sleep waits for d, a wake-up on wake (nil: none) or the end of ctx.
+func sleep(ctx context.Context, d time.Duration, wake <-chan struct{}) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
 	case <-timer.C:
-	case <-r.wake[sh.index]:
+	case <-wake:
 	}
 }
 
@@ -148,16 +148,7 @@ func (r *Relay) listen(ctx context.Context) {
 		}
 		delay = min(max(2*delay, 100*time.Millisecond), 5*time.Second)
 		r.log.Warn("LISTEN connection lost; polling until it is back", "error", err, "retry_in", delay)
-		r.idleListener(ctx, delay)
-	}
-}
-
-func (r *Relay) idleListener(ctx context.Context, d time.Duration) {
-	timer := time.NewTimer(d)
-	defer timer.Stop()
-	select {
-	case <-ctx.Done():
-	case <-timer.C:
+		sleep(ctx, delay, nil)
 	}
 }
 
