@@ -96,6 +96,14 @@ func (k *Kafka) Config() *sarama.Config {
 func (k *Kafka) Topic(t testing.TB, partitions int32) string {
 	t.Helper()
 	name := "t." + UniqueName(t, 120)
+	k.CreateTopic(t, name, partitions)
+	return name
+}
+
+// CreateTopic creates the topic name with the given partition count and
+// deletes it when the test ends, e.g. the dead-letter topic of a Topic.
+func (k *Kafka) CreateTopic(t testing.TB, name string, partitions int32) {
+	t.Helper()
 	admin, err := sarama.NewClusterAdmin(k.Brokers, k.Config())
 	if err != nil {
 		unavailable(t, "Kafka", strings.Join(k.Brokers, ","), err)
@@ -110,5 +118,4 @@ func (k *Kafka) Topic(t testing.TB, partitions int32) string {
 			t.Errorf("testkit: delete topic %s: %v", name, err)
 		}
 	})
-	return name
 }

@@ -1,0 +1,269 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/dlq"
+)
+
+// Consumer defaults.
+const (
+	DefaultMaxAttempts      = 3
+	DefaultBackoffBase      = 200 * time.Millisecond
+	DefaultBackoffFactor    = 2.0
+	DefaultBackoffMax       = 10 * time.Second
+	DefaultBackoffJitter    = 0.2
+	DefaultAttemptTimeout   = 30 * time.Second
+	DefaultBreakerWait      = time.Second
+	DefaultWorkers          = 1
+	DefaultDeadLetterSuffix = dlq.DefaultSuffix
+	DefaultShutdownTimeout  = 10 * time.Second
+)
+
+// Backoff schedules retries: failed attempt n waits Base·Factor^(n-1),
+// spread by ±Jitter, capped at Max. The same schedule spaces the retries of
+// a dead-letter write that failed. Zero fields take their defaults.
+type Backoff struct {
+	// Base is the wait after the first failed attempt. Defaults to 200ms.
+	Base time.Duration
+	// Factor multiplies each wait. Defaults to 2.
+	Factor float64
+	// Max caps every wait. Defaults to 10s.
+	Max time.Duration
+	// Jitter spreads each wait uniformly over ±Jitter of itself, between
+	// 0 and 1, so that messages failing together do not retry together.
+	// Defaults to 0.2; set NoJitter for none.
+	Jitter float64
+}
+
+// NoJitter, as Backoff.Jitter, turns the jitter off.
+const NoJitter = -1.0
+
+// Config configures a Consumer. Brokers (or Client), Group, Topics and
+// Handler are required.
+type Config struct {
+	// Brokers are the Kafka bootstrap addresses. Required unless Client is
+	// set.
+	Brokers []string
+	// Sarama configures the Kafka client (TLS, SASL, version, …); the
+	// consumer sets the fields it relies on (see NewSaramaConfig). Defaults
+	// to NewSaramaConfig().
+	Sarama *sarama.Config
+	// Client replaces the client built from Brokers and Sarama, e.g. to
+	// share one. Its config must have Producer.Return.Successes and
+	// Consumer.Offsets.AutoCommit.Enable set. The consumer does not close
+	// it.
+	Client sarama.Client
+
+	// Group is the consumer group id. Required.
+	Group string
+	// Topics are the topics to consume. Required.
+	Topics []string
+	// Handler handles each message. Required.
+	Handler Handler
+
+	// MaxAttempts is how many times a message is tried before it is
+	// dead-lettered. Defaults to 3.
+	MaxAttempts int
+	// Backoff spaces the attempts.
+	Backoff Backoff
+	// AttemptTimeout bounds one attempt: its context ends then, and the
+	// attempt fails with ErrAttemptTimeout. Defaults to 30s.
+	AttemptTimeout time.Duration
+	// Retryable reports whether a failed attempt is worth another one; an
+	// error it refuses is dead-lettered at once with error kind
+	// "permanent". Permanent errors are never retried, whatever it says.
+	// Defaults to every error.
+	Retryable func(error) bool
+	// BreakerWait is how long a partition pauses when the handler returns
+	// an open-breaker error that does not say when the breaker half-opens
+	// (gobreaker.ErrOpenState or gobreaker.ErrTooManyRequests of a breaker
+	// of your own; a *BreakerOpenError says). Defaults to 1s.
+	BreakerWait time.Duration
+
+	// Workers is how many messages of one partition are handled at once.
+	// Messages of one key always go to the same worker, so they never
+	// overlap or reorder; keyless messages are spread by offset. Offsets
+	// are committed up to the lowest unfinished message. Defaults to 1:
+	// one message at a time, in offset order.
+	Workers int
+
+	// DeadLetterSuffix names the dead-letter topic: <topic><suffix>.
+	// Defaults to ".dlq".
+	DeadLetterSuffix string
+	// DeadLetterRaw writes raw-mode dead letters (original value untouched,
+	// context in dlq_* headers) instead of envelopes. Defaults to false.
+	DeadLetterRaw bool
+	// OnDeadLetter is called once for each message written to its
+	// dead-letter topic, before its offset is marked, e.g. to page the
+	// on-call. It runs on the partition's goroutine: return quickly.
+	OnDeadLetter func(context.Context, DeadLetter)
+
+	// ShutdownTimeout is how long handlers and dead-letter writes in flight
+	// may run on after the session ends (Run's context ended, or a
+	// rebalance); then their context ends. Retry waits stop at once.
+	// Defaults to 10s.
+	ShutdownTimeout time.Duration
+
+	// Logger receives the consumer's logs. Defaults to slog.Default().
+	Logger *slog.Logger
+	// Metrics receives measurements (see package prom). Defaults to none.
+	Metrics Metrics
+}
+
+// DeadLetter describes a message written to its dead-letter topic.
+type DeadLetter struct {
+	// Message is the message given up on.
+	Message *Message
+	// Err is the last error.
+	Err error
+	// Envelope is what was written (in raw mode, its context went into
+	// headers).
+	Envelope dlq.Envelope
+	// Written locates the dead-letter record.
+	Written dlq.Written
+}
+
+// NewSaramaConfig returns the Sarama configuration the consumer uses when
+// Config.Sarama is nil: a new group starts at the oldest offset (nothing is
+// skipped), errors are returned to the consumer (which logs them), offsets
+// are auto-committed every second, and dead letters are produced with acks
+// from all in-sync replicas. Start from it to add TLS or SASL.
+func NewSaramaConfig() *sarama.Config {
+	cfg := sarama.NewConfig()
+	cfg.ClientID = "courier-consumer"
+	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	cfg.Producer.RequiredAcks = sarama.WaitForAll
+	requireSarama(cfg)
+	return cfg
+}
+
+// requireSarama sets what the consumer relies on.
+func requireSarama(cfg *sarama.Config) {
+	cfg.Consumer.Return.Errors = true
+	cfg.Consumer.Offsets.AutoCommit.Enable = true
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Return.Errors = true
+}
+
+// setDefaults applies the defaults and validates c.
+func (c *Config) setDefaults() error {
+	switch {
+	case c.Client == nil && len(c.Brokers) == 0:
+		return fmt.Errorf("%w: Brokers is empty; set the Kafka bootstrap addresses, e.g. []string{\"localhost:9092\"}", ErrInvalidConfig)
+	case c.Group == "":
+		return fmt.Errorf("%w: Group is empty; set the consumer group id, e.g. \"payouts\"", ErrInvalidConfig)
+	case len(c.Topics) == 0:
+		return fmt.Errorf("%w: Topics is empty; name the topics to consume", ErrInvalidConfig)
+	case c.Handler == nil:
+		return fmt.Errorf("%w: Handler is nil; set it, e.g. consumer.HandlerFunc(handle)", ErrInvalidConfig)
+	}
+	for i, t := range c.Topics {
+		if t == "" {
+			return fmt.Errorf("%w: Topics[%d] is empty; remove it or name a topic", ErrInvalidConfig, i)
+		}
+	}
+	if err := defaultDurations(
+		durationField{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase},
+		durationField{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax},
+		durationField{"AttemptTimeout", &c.AttemptTimeout, DefaultAttemptTimeout},
+		durationField{"BreakerWait", &c.BreakerWait, DefaultBreakerWait},
+		durationField{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout},
+	); err != nil {
+		return err
+	}
+	if err := defaultCounts(
+		countField{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts},
+		countField{"Workers", &c.Workers, DefaultWorkers},
+	); err != nil {
+		return err
+	}
+	switch {
+	case c.Backoff.Factor == 0:
+		c.Backoff.Factor = DefaultBackoffFactor
+	case c.Backoff.Factor < 1:
+		return fmt.Errorf("%w: Backoff.Factor is %v; use 1 or more (2 doubles each wait)", ErrInvalidConfig, c.Backoff.Factor)
+	}
+	switch {
+	case c.Backoff.Jitter == 0:
+		c.Backoff.Jitter = DefaultBackoffJitter
+	case c.Backoff.Jitter == NoJitter:
+		c.Backoff.Jitter = 0
+	case c.Backoff.Jitter < 0 || c.Backoff.Jitter > 1:
+		return fmt.Errorf("%w: Backoff.Jitter is %v; use a fraction from 0 to 1, or NoJitter", ErrInvalidConfig, c.Backoff.Jitter)
+	}
+	if c.Backoff.Max < c.Backoff.Base {
+		return fmt.Errorf("%w: Backoff.Max (%v) is below Backoff.Base (%v); raise Backoff.Max", ErrInvalidConfig, c.Backoff.Max, c.Backoff.Base)
+	}
+	if c.DeadLetterSuffix == "" {
+		c.DeadLetterSuffix = DefaultDeadLetterSuffix
+	}
+	if err := (dlq.PublisherConfig{Suffix: c.DeadLetterSuffix}).Validate(); err != nil {
+		return fmt.Errorf("%w: DeadLetterSuffix: %w", ErrInvalidConfig, err)
+	}
+	if c.Client != nil {
+		if cc := c.Client.Config(); !cc.Producer.Return.Successes || !cc.Consumer.Offsets.AutoCommit.Enable {
+			return fmt.Errorf("%w: Client's config lacks Producer.Return.Successes or Consumer.Offsets.AutoCommit.Enable; set both before creating the client", ErrInvalidConfig)
+		}
+	} else {
+		if c.Sarama == nil {
+			c.Sarama = NewSaramaConfig()
+		}
+		requireSarama(c.Sarama)
+		if err := c.Sarama.Validate(); err != nil {
+			return fmt.Errorf("%w: Sarama: %w", ErrInvalidConfig, err)
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = noMetrics{}
+	}
+	return nil
+}
+
+type durationField struct {
+	name  string
+	value *time.Duration
+	def   time.Duration
+}
+
+// defaultDurations sets each zero duration to its default and refuses
+// negative ones.
+func defaultDurations(fields ...durationField) error {
+	for _, f := range fields {
+		if *f.value < 0 {
+			return fmt.Errorf("%w: %s is %v; use a positive duration, or 0 for the default of %v", ErrInvalidConfig, f.name, *f.value, f.def)
+		}
+		if *f.value == 0 {
+			*f.value = f.def
+		}
+	}
+	return nil
+}
+
+type countField struct {
+	name  string
+	value *int
+	def   int
+}
+
+// defaultCounts sets each zero count to its default and refuses negative
+// ones.
+func defaultCounts(fields ...countField) error {
+	for _, f := range fields {
+		if *f.value < 0 {
+			return fmt.Errorf("%w: %s is %d; use a positive number, or 0 for the default of %d", ErrInvalidConfig, f.name, *f.value, f.def)
+		}
+		if *f.value == 0 {
+			*f.value = f.def
+		}
+	}
+	return nil
+}

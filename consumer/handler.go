@@ -1,0 +1,94 @@
+package consumer
+
+import (
+	"context"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/producer"
+)
+
+// Handler handles one message. Return nil when the message is handled: its
+// offset is then committed. Return an error to have it retried (up to
+// Config.MaxAttempts) and then dead-lettered; wrap it with Permanent to skip
+// the retries, or with RetryAfter to pick the delay. A panic counts as a
+// failed attempt (a *PanicError).
+//
+// Handle must honor ctx: it ends when the attempt times out
+// (Config.AttemptTimeout) and when a stopping consumer's ShutdownTimeout
+// runs out. A message can be delivered more than once (after a crash or a
+// rebalance), so handling must be idempotent; Message.ID tells copies apart.
+type Handler interface {
+	Handle(ctx context.Context, m *Message) error
+}
+
+// HandlerFunc adapts a function to Handler.
+type HandlerFunc func(ctx context.Context, m *Message) error
+
+// Handle calls f.
+func (f HandlerFunc) Handle(ctx context.Context, m *Message) error { return f(ctx, m) }
+
+// Message is a record read from Kafka, as the handler sees it.
+type Message struct {
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Key is the record key; nil when the record has none.
+	Key []byte
+	// Value is the record value; nil for a tombstone.
+	Value []byte
+	// Headers are the record headers, in order; names may repeat.
+	Headers Headers
+	// Timestamp is the record's timestamp.
+	Timestamp time.Time
+	// ID is the ce_id header, the message's identity; "" when missing.
+	ID string
+	// CorrelationID is the ce_correlationid header; "" when missing.
+	CorrelationID string
+	// Attempt is 1 on the first attempt, 2 on the first retry, and so on.
+	Attempt int
+}
+
+// Header is one record header. A nil Value is a null value.
+type Header struct {
+	Key, Value []byte
+}
+
+// Headers are a record's headers in order.
+type Headers []Header
+
+// Lookup returns the value of the last header named name (names are
+// case-sensitive, as in Kafka) and whether there is one.
+func (hs Headers) Lookup(name string) ([]byte, bool) {
+	for i := len(hs) - 1; i >= 0; i-- {
+		if string(hs[i].Key) == name {
+			return hs[i].Value, true
+		}
+	}
+	return nil, false
+}
+
+// newMessage converts a Sarama record. Missing or empty headers leave the
+// fields they feed empty.
+func newMessage(msg *sarama.ConsumerMessage) *Message {
+	m := &Message{
+		Topic:     msg.Topic,
+		Partition: msg.Partition,
+		Offset:    msg.Offset,
+		Key:       msg.Key,
+		Value:     msg.Value,
+		Timestamp: msg.Timestamp,
+		Headers:   make(Headers, 0, len(msg.Headers)),
+	}
+	for _, h := range msg.Headers {
+		if h != nil {
+			m.Headers = append(m.Headers, Header{Key: h.Key, Value: h.Value})
+		}
+	}
+	id, _ := m.Headers.Lookup(producer.HeaderID)
+	m.ID = string(id)
+	corr, _ := m.Headers.Lookup(producer.HeaderCorrelationID)
+	m.CorrelationID = string(corr)
+	return m
+}

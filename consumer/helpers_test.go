@@ -1,0 +1,268 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
+)
+
+// fixture is a test's broker, topic (with its dead-letter topic) and group.
+type fixture struct {
+	k     *testkit.Kafka
+	topic string
+	dlq   string
+	group string
+}
+
+func newFixture(t *testing.T, partitions int32, opts ...testkit.KafkaOption) *fixture {
+	t.Helper()
+	k := testkit.NewKafka(t, opts...)
+	f := &fixture{k: k, topic: k.Topic(t, partitions), group: "g." + testkit.UniqueName(t, 100)}
+	f.dlq = dlq.Topic(f.topic, dlq.DefaultSuffix)
+	k.CreateTopic(t, f.dlq, 1)
+	return f
+}
+
+// config is a consumer config for the fixture with test-sized waits.
+func (f *fixture) config(t *testing.T, h consumer.Handler) consumer.Config {
+	return consumer.Config{
+		Brokers:         f.k.Brokers,
+		Sarama:          f.saramaConfig(),
+		Group:           f.group,
+		Topics:          []string{f.topic},
+		Handler:         h,
+		Backoff:         consumer.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+		AttemptTimeout:  5 * time.Second,
+		ShutdownTimeout: 5 * time.Second,
+		Logger:          testLogger(t),
+	}
+}
+
+// saramaConfig commits offsets often so tests see them soon.
+func (f *fixture) saramaConfig() *sarama.Config {
+	cfg := f.k.Config()
+	cfg.Consumer.Offsets.AutoCommit.Interval = 50 * time.Millisecond
+	cfg.Consumer.Group.Heartbeat.Interval = 200 * time.Millisecond
+	cfg.Consumer.Group.Rebalance.Timeout = 10 * time.Second
+	cfg.Producer.Retry.Backoff = 20 * time.Millisecond
+	return cfg
+}
+
+// produce writes records to topic and returns them as written.
+func (f *fixture) produce(t *testing.T, topic string, msgs ...*sarama.ProducerMessage) {
+	t.Helper()
+	p, err := sarama.NewSyncProducer(f.k.Brokers, f.k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, m := range msgs {
+		m.Topic = topic
+	}
+	if err := p.SendMessages(msgs); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// record builds a record with a key, a value and a ce_id.
+func record(key, value string) *sarama.ProducerMessage {
+	return &sarama.ProducerMessage{
+		Key:     sarama.StringEncoder(key),
+		Value:   sarama.StringEncoder(value),
+		Headers: []sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("id-" + value)}},
+	}
+}
+
+// committed returns the group's committed offset of partition, -1 for none.
+func (f *fixture) committed(t *testing.T, partition int32) int64 {
+	t.Helper()
+	admin, err := sarama.NewClusterAdmin(f.k.Brokers, f.k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	resp, err := admin.ListConsumerGroupOffsets(f.group, map[string][]int32{f.topic: {partition}})
+	if errors.Is(err, sarama.ErrGroupIDNotFound) {
+		return -1 // the group has not joined yet
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := resp.GetBlock(f.topic, partition); b != nil {
+		return b.Offset
+	}
+	return -1
+}
+
+// readAll returns every record of topic up to its high-water marks.
+func (f *fixture) readAll(t *testing.T, topic string) []*sarama.ConsumerMessage {
+	t.Helper()
+	client, err := sarama.NewClient(f.k.Brokers, f.k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	partitions, err := client.Partitions(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*sarama.ConsumerMessage
+	for _, p := range partitions {
+		hwm, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hwm == 0 {
+			continue
+		}
+		pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range pc.Messages() {
+			out = append(out, m)
+			if m.Offset+1 >= hwm {
+				break
+			}
+		}
+		_ = pc.Close()
+	}
+	return out
+}
+
+// commits records the offsets the group commits, through the in-process
+// broker.
+type commits struct {
+	mu      sync.Mutex
+	offsets []int64 // partition 0 only, in commit order
+}
+
+func (f *fixture) watchCommits(t *testing.T) *commits {
+	t.Helper()
+	if f.k.Cluster == nil {
+		t.Fatal("watchCommits needs the in-process broker (testkit.InProcess)")
+	}
+	c := &commits{}
+	f.k.Cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		commit := req.(*kmsg.OffsetCommitRequest)
+		for _, topic := range commit.Topics {
+			for _, p := range topic.Partitions {
+				if commit.Group == f.group && topic.Topic == f.topic && p.Partition == 0 {
+					c.mu.Lock()
+					c.offsets = append(c.offsets, p.Offset)
+					c.mu.Unlock()
+				}
+			}
+		}
+		return nil, nil, false // observe only: the broker handles it
+	})
+	return c
+}
+
+func (c *commits) list() []int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]int64(nil), c.offsets...)
+}
+
+// run runs c until the test ends, then checks that Run returns nil within
+// 15s. The returned function stops it early.
+func run(t *testing.T, c *consumer.Consumer) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			select {
+			case err := <-done:
+				if err != nil {
+					t.Errorf("Run returned %v", err)
+				}
+			case <-time.After(15 * time.Second):
+				t.Errorf("Run did not return within 15s of its context ending")
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}
+
+func newConsumer(t *testing.T, cfg consumer.Config) *consumer.Consumer {
+	t.Helper()
+	c, err := consumer.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// waitFor polls cond until it holds or timeout passes.
+func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting for %s", timeout, what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// testLogger logs to the test at warn level and above.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
+}
+
+type testWriter struct{ t testing.TB }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}
+
+// counter counts calls per key, safe for concurrent use.
+type counter struct {
+	mu sync.Mutex
+	n  map[string]int
+}
+
+func (c *counter) add(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.n == nil {
+		c.n = map[string]int{}
+	}
+	c.n[key]++
+	return c.n[key]
+}
+
+func (c *counter) get(key string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n[key]
+}
+
+func (c *counter) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.n)
+}

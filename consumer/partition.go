@@ -1,0 +1,197 @@
+package consumer
+
+import (
+	"context"
+	"hash/maphash"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// partition handles the messages of one claim.
+type partition struct {
+	*groupHandler
+	sess      sarama.ConsumerGroupSession
+	claim     sarama.ConsumerGroupClaim
+	topic     string
+	partition int32
+	log       *slog.Logger
+
+	// sessCtx ends with the session: no new message, attempt or write
+	// starts after it, and waits stop.
+	sessCtx context.Context
+	// workCtx ends ShutdownTimeout after sessCtx: handlers and dead-letter
+	// writes in flight run on it.
+	workCtx  context.Context
+	stopWork func()
+
+	mu     sync.Mutex
+	pauses int // waiters holding the partition paused
+}
+
+func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) *partition {
+	p := &partition{
+		groupHandler: h,
+		sess:         sess,
+		claim:        claim,
+		topic:        claim.Topic(),
+		partition:    claim.Partition(),
+		log:          h.c.log.With("topic", claim.Topic(), "partition", claim.Partition()),
+		sessCtx:      sess.Context(),
+	}
+	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.sessCtx))
+	grace := h.c.cfg.ShutdownTimeout
+	stop := context.AfterFunc(p.sessCtx, func() {
+		t := time.NewTimer(grace)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			cancel()
+		case <-workCtx.Done():
+		}
+	})
+	p.workCtx = workCtx
+	p.stopWork = func() { stop(); cancel() }
+	return p
+}
+
+func (p *partition) close() {
+	p.stopWork()
+	p.c.metrics.Released(p.topic, p.partition)
+}
+
+// serial handles the messages one at a time, in offset order.
+func (p *partition) serial() {
+	for {
+		select {
+		case <-p.sessCtx.Done():
+			return
+		case msg, ok := <-p.claim.Messages():
+			if !ok || !p.process(msg) {
+				return
+			}
+			p.mark(msg.Offset + 1)
+		}
+	}
+}
+
+// workerQueue is how many messages wait for each keyed worker.
+const workerQueue = 4
+
+// keyed handles the messages with n workers, each owning a share of the
+// keys, and marks offsets up to the lowest unfinished message.
+func (p *partition) keyed(n int) {
+	var (
+		wg      sync.WaitGroup
+		pending offsets
+		seed    = maphash.MakeSeed()
+		queues  = make([]chan *sarama.ConsumerMessage, n)
+	)
+	for i := range queues {
+		queue := make(chan *sarama.ConsumerMessage, workerQueue)
+		queues[i] = queue
+		wg.Go(func() {
+			for msg := range queue {
+				// After a message is abandoned (the session ended) the
+				// rest of the queue is skipped by process.
+				if p.process(msg) {
+					if next, ok := pending.finish(msg.Offset); ok {
+						p.mark(next)
+					}
+				}
+			}
+		})
+	}
+	defer func() {
+		for _, q := range queues {
+			close(q)
+		}
+		wg.Wait()
+	}()
+	for {
+		var msg *sarama.ConsumerMessage
+		select {
+		case <-p.sessCtx.Done():
+			return
+		case m, ok := <-p.claim.Messages():
+			if !ok {
+				return
+			}
+			msg = m
+		}
+		worker := int(msg.Offset % int64(n)) // keyless: no order to keep
+		if msg.Key != nil {
+			worker = int(maphash.Bytes(seed, msg.Key) % uint64(n))
+		}
+		pending.start(msg.Offset)
+		select {
+		case <-p.sessCtx.Done():
+			return
+		case queues[worker] <- msg:
+		}
+	}
+}
+
+// mark marks next as the partition's next offset and reports the lag.
+func (p *partition) mark(next int64) {
+	p.sess.MarkOffset(p.topic, p.partition, next, "")
+	p.c.metrics.Lag(p.topic, p.partition, max(p.claim.HighWaterMarkOffset()-next, 0))
+}
+
+// pause stops fetching the partition until every pause has its resume.
+// Messages already fetched stay buffered.
+func (p *partition) pause() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pauses++; p.pauses == 1 {
+		p.group.Pause(map[string][]int32{p.topic: {p.partition}})
+	}
+}
+
+func (p *partition) resume() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pauses--; p.pauses == 0 {
+		p.group.Resume(map[string][]int32{p.topic: {p.partition}})
+	}
+}
+
+// offsets tracks the messages of a partition from dispatch to finish.
+type offsets struct {
+	mu      sync.Mutex
+	started []int64 // in offset order, unfinished or waiting for an earlier one
+	done    []bool  // done[i] for started[i]
+}
+
+func (o *offsets) start(offset int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.started = append(o.started, offset)
+	o.done = append(o.done, false)
+}
+
+// finish records offset as finished and returns the offset to mark when
+// every message before it has finished too.
+func (o *offsets) finish(offset int64) (next int64, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	i, found := slices.BinarySearch(o.started, offset)
+	if !found {
+		return 0, false
+	}
+	o.done[i] = true
+	n := 0
+	for n < len(o.done) && o.done[n] {
+		n++
+	}
+	if n == 0 {
+		return 0, false
+	}
+	next = o.started[n-1] + 1
+	o.started = slices.Delete(o.started, 0, n)
+	o.done = slices.Delete(o.done, 0, n)
+	return next, true
+}

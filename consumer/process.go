@@ -1,0 +1,211 @@
+package consumer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"runtime/debug"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/failsafe-go/failsafe-go"
+	"github.com/failsafe-go/failsafe-go/retrypolicy"
+	"github.com/failsafe-go/failsafe-go/timeout"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/courierkit/courier/dlq"
+)
+
+// delivery is one message on its way through the attempts.
+type delivery struct {
+	p           *partition
+	m           *Message
+	failed      int // attempts that failed and count
+	firstFailed time.Time
+	lastFailed  time.Time
+}
+
+// process handles msg until it is settled (handled, or written to its
+// dead-letter topic) and reports whether it was. false means the session
+// ended first: the message stays unmarked, for the next owner of the
+// partition.
+func (p *partition) process(msg *sarama.ConsumerMessage) bool {
+	if p.sessCtx.Err() != nil {
+		return false
+	}
+	m := newMessage(msg)
+	p.c.metrics.InFlight(m.Topic, 1)
+	defer p.c.metrics.InFlight(m.Topic, -1)
+	ctx := traceContext.Extract(p.workCtx, headerCarrier(m.Headers))
+	d := &delivery{p: p, m: m}
+	for {
+		handled, err := d.attempts(ctx)
+		switch {
+		case handled:
+			p.c.metrics.Message(m.Topic, OutcomeHandled)
+			return true
+		case p.sessCtx.Err() != nil:
+			return false
+		}
+		if wait, open := p.c.breakerWait(err); open {
+			if !d.waitBreaker(wait, err) {
+				return false
+			}
+			continue
+		}
+		return d.deadLetter(ctx, err)
+	}
+}
+
+// attempts runs the handler until it succeeds, the attempts run out, an
+// error ends them (not retryable, or an open breaker), or the session ends.
+// Retry waits are failsafe's timers, which stop when the session ends.
+func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
+	c := d.p.c
+	policy := retrypolicy.NewBuilder[any]().
+		WithMaxAttempts(c.cfg.MaxAttempts - d.failed).
+		ReturnLastFailure().
+		AbortIf(func(_ any, err error) bool {
+			_, open := c.breakerWait(err)
+			return open || !c.retryable(err)
+		}).
+		WithDelayFunc(func(exec failsafe.ExecutionAttempt[any]) time.Duration {
+			if ra, ok := errors.AsType[*RetryAfterError](exec.LastError()); ok {
+				return ra.Delay
+			}
+			return c.backoff.Delay(d.failed, rand.Float64)
+		}).
+		OnRetryScheduled(func(e failsafe.ExecutionScheduledEvent[any]) {
+			c.metrics.Message(d.m.Topic, OutcomeRetried)
+			d.log().Warn("handler failed; retrying", "err", e.LastError(), "attempt", d.failed, "retry_in", e.Delay)
+		}).
+		Build()
+	err = failsafe.With(policy).WithContext(d.p.sessCtx).Run(func() error {
+		d.m.Attempt = d.failed + 1
+		err := d.p.attempt(ctx, d.m)
+		if err == nil {
+			handled = true
+			return nil
+		}
+		if _, open := c.breakerWait(err); !open {
+			d.failed++
+			d.lastFailed = time.Now()
+			if d.failed == 1 {
+				d.firstFailed = d.lastFailed
+			}
+			if pe, ok := errors.AsType[*PanicError](err); ok {
+				d.log().Error("handler panicked", "err", err, "attempt", d.failed, "stack", string(pe.Stack))
+			}
+		}
+		return err
+	})
+	return handled, err
+}
+
+// attempt calls the handler once, within AttemptTimeout, recovering a
+// panic into a *PanicError.
+func (p *partition) attempt(ctx context.Context, m *Message) error {
+	start := time.Now()
+	err := failsafe.With(p.c.timeout).WithContext(ctx).RunWithExecution(func(exec failsafe.Execution[any]) (err error) {
+		defer func() {
+			if v := recover(); v != nil {
+				err = &PanicError{Value: v, Stack: debug.Stack()}
+			}
+		}()
+		return p.c.cfg.Handler.Handle(exec.Context(), m)
+	})
+	p.c.metrics.HandlerDuration(m.Topic, time.Since(start))
+	if errors.Is(err, timeout.ErrExceeded) {
+		err = fmt.Errorf("%w after %v (Config.AttemptTimeout)", ErrAttemptTimeout, p.c.cfg.AttemptTimeout)
+	}
+	return err
+}
+
+// retryable reports whether a failed attempt may be followed by another.
+func (c *Consumer) retryable(err error) bool {
+	if _, perm := errors.AsType[*PermanentError](err); perm {
+		return false
+	}
+	return c.cfg.Retryable == nil || c.cfg.Retryable(err)
+}
+
+// breakerWait reports whether err says a circuit breaker is open, and how
+// long to wait before the next try.
+func (c *Consumer) breakerWait(err error) (time.Duration, bool) {
+	if open, ok := errors.AsType[*BreakerOpenError](err); ok {
+		return time.Until(open.RetryAt), true
+	}
+	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
+		return c.cfg.BreakerWait, true
+	}
+	return 0, false
+}
+
+// waitBreaker pauses fetching the partition for wait, and reports whether
+// the wait ran out (false: the session ended first).
+func (d *delivery) waitBreaker(wait time.Duration, err error) bool {
+	d.log().Warn("circuit breaker open; pausing the partition", "err", err, "retry_in", wait)
+	d.p.pause()
+	defer d.p.resume()
+	return sleep(d.p.sessCtx, wait)
+}
+
+// deadLetter writes the message to its dead-letter topic, retrying a
+// failed write until it succeeds or the session ends, and reports whether
+// it was written. Until then the partition waits and nothing is marked.
+func (d *delivery) deadLetter(ctx context.Context, cause error) bool {
+	c := d.p.c
+	kind := dlq.KindRetriesExhausted
+	if !c.retryable(cause) {
+		kind = dlq.KindPermanent
+	}
+	failure := dlq.Failure{
+		Error:         cause.Error(),
+		Kind:          kind,
+		RetryCount:    d.failed,
+		FailedAt:      time.Now(),
+		FirstFailedAt: d.firstFailed,
+		CorrelationID: d.m.CorrelationID,
+		ConsumerGroup: c.cfg.Group,
+	}
+	for writes := 1; ; writes++ {
+		env, err := dlq.New(d.original(), failure)
+		var w dlq.Written
+		if err == nil {
+			w, err = d.p.dlq.Publish(d.p.workCtx, env)
+		}
+		if err == nil {
+			c.metrics.Message(d.m.Topic, OutcomeDeadLettered)
+			d.log().Error("message dead-lettered", "err", cause, "error_kind", kind, "retry_count", d.failed,
+				"dlq_topic", w.Topic, "dlq_partition", w.Partition, "dlq_offset", w.Offset, "dlq_format", w.Format)
+			if c.cfg.OnDeadLetter != nil {
+				c.cfg.OnDeadLetter(ctx, DeadLetter{Message: d.m, Err: cause, Envelope: env, Written: w})
+			}
+			return true
+		}
+		delay := c.backoff.Delay(writes, rand.Float64)
+		d.log().Error("dead-letter write failed; the partition waits, nothing is committed, retrying", "err", err,
+			"dlq_topic", dlq.Topic(d.m.Topic, c.cfg.DeadLetterSuffix), "writes", writes, "retry_in", delay)
+		if !sleep(d.p.sessCtx, delay) {
+			return false
+		}
+	}
+}
+
+// original is the message as the dlq envelope holds it.
+func (d *delivery) original() dlq.Original {
+	m := d.m
+	o := dlq.Original{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp, Key: m.Key, Value: m.Value}
+	o.Headers = make([]dlq.Header, len(m.Headers))
+	for i, h := range m.Headers {
+		o.Headers[i] = dlq.Header(h)
+	}
+	return o
+}
+
+// log is the partition's logger with the message's identity.
+func (d *delivery) log() *slog.Logger {
+	return d.p.log.With("offset", d.m.Offset, "ce_id", d.m.ID, "correlation_id", d.m.CorrelationID)
+}

@@ -1,0 +1,122 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/IBM/sarama"
+)
+
+// ErrInvalidPublisherConfig is matched by every error NewPublisher returns.
+var ErrInvalidPublisherConfig = errors.New("dlq: invalid publisher config")
+
+// PublisherConfig configures a Publisher. The zero value writes envelope
+// mode to <topic>.dlq.
+type PublisherConfig struct {
+	// Suffix makes the dead-letter topic of a topic (see Topic). Defaults
+	// to DefaultSuffix, ".dlq".
+	Suffix string
+	// Raw writes raw-mode records (the original value untouched, the
+	// context in headers) instead of envelopes. Defaults to false.
+	Raw bool
+}
+
+// Publisher writes dead letters to their dead-letter topics through a
+// Sarama SyncProducer, which it does not own: close the producer after the
+// last Publish returned.
+type Publisher struct {
+	producer sarama.SyncProducer
+	cfg      PublisherConfig
+}
+
+// NewPublisher returns a Publisher that sends through producer.
+func NewPublisher(producer sarama.SyncProducer, cfg PublisherConfig) (*Publisher, error) {
+	if producer == nil {
+		return nil, fmt.Errorf("%w: the producer is nil; pass one from sarama.NewSyncProducer", ErrInvalidPublisherConfig)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.Suffix == "" {
+		cfg.Suffix = DefaultSuffix
+	}
+	return &Publisher{producer: producer, cfg: cfg}, nil
+}
+
+// Validate reports whether NewPublisher would accept c: the dead-letter
+// topics Suffix makes must be valid Kafka topic names.
+func (c PublisherConfig) Validate() error {
+	if err := validTopic(Topic("t", c.Suffix)); err != nil {
+		return fmt.Errorf("%w: Suffix %q: the dead-letter topic %w", ErrInvalidPublisherConfig, c.Suffix, err)
+	}
+	return nil
+}
+
+// Written says where a dead letter went.
+type Written struct {
+	// Topic, Partition and Offset locate the dead-letter record.
+	Topic     string
+	Partition int32
+	Offset    int64
+	// Format is FormatEnvelope or FormatRaw: what the record holds.
+	Format string
+}
+
+// Publish writes the dead letter of e to Topic(e.OriginalTopic, Suffix) and
+// returns once the broker acknowledged it. In envelope mode, an envelope the
+// broker or the producer refuses as too large (the original is near the
+// size limit, and the envelope adds to it) is written in raw mode instead,
+// which is no larger than the original the broker once accepted; Written
+// says which format went out. ctx is checked before sending; a send in
+// progress is bounded by the producer's Producer.Timeout and Retry
+// settings, not by ctx. An error means nothing was acknowledged: publish
+// again (the broker may hold a copy, so a dead letter can be duplicated,
+// never lost).
+func (p *Publisher) Publish(ctx context.Context, e Envelope) (Written, error) {
+	format := FormatEnvelope
+	if p.cfg.Raw {
+		format = FormatRaw
+	}
+	w, err := p.send(ctx, e, format)
+	if err != nil && format == FormatEnvelope && tooLarge(err) {
+		w, err = p.send(ctx, e, FormatRaw)
+	}
+	return w, err
+}
+
+func (p *Publisher) send(ctx context.Context, e Envelope, format string) (Written, error) {
+	if err := ctx.Err(); err != nil {
+		return Written{}, err
+	}
+	rec, err := e.Record()
+	if format == FormatRaw {
+		rec, err = e.RawRecord()
+	}
+	if err != nil {
+		return Written{}, err
+	}
+	w := Written{Topic: Topic(e.OriginalTopic, p.cfg.Suffix), Format: format}
+	msg := &sarama.ProducerMessage{Topic: w.Topic, Value: sarama.ByteEncoder(rec.Value)}
+	if rec.Value == nil {
+		msg.Value = nil // a tombstone stays a tombstone in raw mode
+	}
+	if rec.Key != nil {
+		msg.Key = sarama.ByteEncoder(rec.Key)
+	}
+	msg.Headers = make([]sarama.RecordHeader, len(rec.Headers))
+	for i, h := range rec.Headers {
+		msg.Headers[i] = sarama.RecordHeader{Key: h.Key, Value: h.Value}
+	}
+	if w.Partition, w.Offset, err = p.producer.SendMessage(msg); err != nil {
+		return Written{}, fmt.Errorf("dlq: write to %s: %w", w.Topic, err)
+	}
+	return w, nil
+}
+
+// tooLarge reports whether err refuses a record for its size.
+func tooLarge(err error) bool {
+	var configErr sarama.ConfigurationError
+	return errors.Is(err, sarama.ErrMessageSizeTooLarge) || errors.Is(err, sarama.ErrMessageSetSizeTooLarge) ||
+		errors.As(err, &configErr) // Sarama refuses records over Producer.MaxMessageBytes this way
+}
