@@ -57,42 +57,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return ErrRunning
 	}
 	defer c.running.Store(false)
-	client, owned := c.cfg.Client, false
-	if client == nil {
-		if client = c.connect(ctx); client == nil {
-			return nil // ctx ended
-		}
-		owned = true
+	k, err := c.open(ctx)
+	if k == nil {
+		return err // nil when ctx ended
 	}
-	closeClient := func() {
-		if owned {
-			c.logClose("client", client.Close())
-		}
-	}
-	group, err := sarama.NewConsumerGroupFromClient(c.cfg.Group, client)
-	if err != nil {
-		closeClient()
-		return fmt.Errorf("consumer: join group %s: %w", c.cfg.Group, err)
-	}
-	producer, err := sarama.NewSyncProducerFromClient(client)
-	if err != nil {
-		c.logClose("consumer group", group.Close())
-		closeClient()
-		return fmt.Errorf("consumer: dead-letter producer: %w", err)
-	}
-	// The suffix was validated by New.
-	publisher, _ := dlq.NewPublisher(producer, dlq.PublisherConfig{Suffix: c.cfg.DeadLetterSuffix, Raw: c.cfg.DeadLetterRaw})
-
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		for err := range group.Errors() {
-			c.log.Warn("kafka consumer group error", "err", err)
-		}
-	}()
-	h := &groupHandler{c: c, group: group, dlq: publisher}
+	defer k.close(c)
+	h := &groupHandler{c: c, group: k.group, dlq: k.publisher}
 	for failures := 0; ctx.Err() == nil; {
-		err := group.Consume(ctx, c.cfg.Topics, h)
+		err := k.group.Consume(ctx, c.cfg.Topics, h)
 		if err == nil || ctx.Err() != nil {
 			failures = 0
 			continue // a rebalance ended the session, or Run is done
@@ -102,23 +74,88 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.log.Warn("consumer group session failed; joining again", "err", err, "failures", failures, "retry_in", delay)
 		sleep(ctx, delay)
 	}
-	c.logClose("consumer group", group.Close())
-	<-drained
-	c.logClose("dead-letter producer", producer.Close())
-	closeClient()
 	return nil
 }
 
-// connect creates the Kafka client, retrying until it succeeds or ctx ends
-// (then it returns nil).
-func (c *Consumer) connect(ctx context.Context) sarama.Client {
+// kafka is what a running Consumer holds open.
+type kafka struct {
+	client    sarama.Client // nil when Config.Client was given
+	dlqClient sarama.Client
+	group     sarama.ConsumerGroup
+	producer  sarama.SyncProducer
+	publisher *dlq.Publisher
+	drained   chan struct{} // closed when the group's errors are drained
+}
+
+// open connects to Kafka, retrying while it is unreachable. It returns nil
+// when ctx ends first (and a nil error) or when Sarama refuses the config.
+func (c *Consumer) open(ctx context.Context) (*kafka, error) {
+	k := &kafka{drained: make(chan struct{})}
+	client := c.cfg.Client
+	brokers := c.cfg.Brokers
+	if client == nil {
+		if k.client = c.connect(ctx, func() (sarama.Client, error) { return sarama.NewClient(brokers, c.cfg.Sarama) }); k.client == nil {
+			return nil, nil
+		}
+		client = k.client
+	} else {
+		brokers = nil
+		for _, b := range client.Brokers() {
+			brokers = append(brokers, b.Addr())
+		}
+	}
+	// Dead letters get a client of their own: on the consumer's, each
+	// write would queue behind the fetch long-polls on the same connection.
+	if k.dlqClient = c.connect(ctx, func() (sarama.Client, error) { return sarama.NewClient(brokers, client.Config()) }); k.dlqClient == nil {
+		k.close(c)
+		return nil, nil
+	}
+	var err error
+	if k.group, err = sarama.NewConsumerGroupFromClient(c.cfg.Group, client); err != nil {
+		k.close(c)
+		return nil, fmt.Errorf("consumer: join group %s: %w", c.cfg.Group, err)
+	}
+	if k.producer, err = sarama.NewSyncProducerFromClient(k.dlqClient); err != nil {
+		k.close(c)
+		return nil, fmt.Errorf("consumer: dead-letter producer: %w", err)
+	}
+	// The suffix was validated by New.
+	k.publisher, _ = dlq.NewPublisher(k.producer, dlq.PublisherConfig{Suffix: c.cfg.DeadLetterSuffix, Raw: c.cfg.DeadLetterRaw})
+	go func() {
+		defer close(k.drained)
+		for err := range k.group.Errors() {
+			c.log.Warn("kafka consumer group error", "err", err)
+		}
+	}()
+	return k, nil
+}
+
+// close leaves the group and closes what open opened, logging failures.
+func (k *kafka) close(c *Consumer) {
+	if k.group != nil {
+		c.logClose("consumer group", k.group.Close())
+	}
+	if k.producer != nil {
+		<-k.drained
+		c.logClose("dead-letter producer", k.producer.Close())
+	}
+	for _, client := range []sarama.Client{k.dlqClient, k.client} {
+		if client != nil {
+			c.logClose("client", client.Close())
+		}
+	}
+}
+
+// connect creates a Kafka client with newClient, retrying until it
+// succeeds or ctx ends (then it returns nil).
+func (c *Consumer) connect(ctx context.Context, newClient func() (sarama.Client, error)) sarama.Client {
 	for failures := 1; ; failures++ {
-		client, err := sarama.NewClient(c.cfg.Brokers, c.cfg.Sarama)
+		client, err := newClient()
 		if err == nil {
 			return client
 		}
 		delay := c.backoff.Delay(failures, rand.Float64)
-		c.log.Warn("cannot connect to Kafka; is it running? retrying", "brokers", c.cfg.Brokers, "err", err, "retry_in", delay)
+		c.log.Warn("cannot connect to Kafka; is it running? retrying", "err", err, "retry_in", delay)
 		if !sleep(ctx, delay) {
 			return nil
 		}

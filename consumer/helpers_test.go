@@ -149,8 +149,9 @@ func (f *fixture) readAll(t *testing.T, topic string) []*sarama.ConsumerMessage 
 // commits records the offsets the group commits, through the in-process
 // broker.
 type commits struct {
-	mu      sync.Mutex
-	offsets []int64 // partition 0 only, in commit order
+	mu       sync.Mutex
+	offsets  []int64     // partition 0 only, in commit order
+	onCommit func(int64) // called on the broker's goroutine, if set
 }
 
 func (f *fixture) watchCommits(t *testing.T) *commits {
@@ -166,7 +167,11 @@ func (f *fixture) watchCommits(t *testing.T) *commits {
 				if commit.Group == f.group && topic.Topic == f.topic && p.Partition == 0 {
 					c.mu.Lock()
 					c.offsets = append(c.offsets, p.Offset)
+					onCommit := c.onCommit
 					c.mu.Unlock()
+					if onCommit != nil {
+						onCommit(p.Offset)
+					}
 				}
 			}
 		}

@@ -1,0 +1,326 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
+)
+
+// awkward is a record whose key, value and headers need every byte-exact
+// path of the envelope: a binary key, compact JSON, a binary header value, a
+// null header value and a repeated name.
+func awkward() *sarama.ProducerMessage {
+	return &sarama.ProducerMessage{
+		Key:   sarama.ByteEncoder([]byte{0xff, 't', 'x'}),
+		Value: sarama.StringEncoder(`{"payout_id":"p-1","amount_cents":1999}`),
+		Headers: []sarama.RecordHeader{
+			{Key: []byte("ce_id"), Value: []byte("0195f3c4-0000-7000-8000-000000000001")},
+			{Key: []byte("ce_correlationid"), Value: []byte("tx_xyz")},
+			{Key: []byte("bin"), Value: []byte{0x00, 0xfe}},
+			{Key: []byte("null"), Value: nil},
+			{Key: []byte("bin"), Value: []byte("again")},
+		},
+	}
+}
+
+// checkOriginal fails unless o holds exactly the record awkward() made,
+// read back from partition 0 offset 0 of topic.
+func checkOriginal(t *testing.T, o dlq.Original, topic string) {
+	t.Helper()
+	want := awkward()
+	key, _ := want.Key.Encode()
+	value, _ := want.Value.Encode()
+	if o.Topic != topic || o.Partition != 0 || o.Offset != 0 {
+		t.Errorf("original at %s/%d@%d, want %s/0@0", o.Topic, o.Partition, o.Offset, topic)
+	}
+	if !bytes.Equal(o.Key, key) || !bytes.Equal(o.Value, value) {
+		t.Errorf("original key %q value %q, want %q %q", o.Key, o.Value, key, value)
+	}
+	if len(o.Headers) != len(want.Headers) {
+		t.Fatalf("original has %d headers, want %d", len(o.Headers), len(want.Headers))
+	}
+	for i, h := range want.Headers {
+		got := o.Headers[i]
+		if !bytes.Equal(got.Key, h.Key) || !bytes.Equal(got.Value, h.Value) || (got.Value == nil) != (h.Value == nil) {
+			t.Errorf("original header %d = %q:%q, want %q:%q", i, got.Key, got.Value, h.Key, h.Value)
+		}
+	}
+}
+
+// requestLog records, in the broker's order, the produce requests to one
+// topic and the offset commits of partition 0 of another.
+type requestLog struct {
+	mu     sync.Mutex
+	events []string
+}
+
+func (l *requestLog) add(e string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.events = append(l.events, e)
+}
+
+func (l *requestLog) index(e string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return slices.Index(l.events, e)
+}
+
+func (f *fixture) logRequests(t *testing.T) *requestLog {
+	t.Helper()
+	l := &requestLog{}
+	commits := f.watchCommits(t)
+	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		for _, topic := range req.(*kmsg.ProduceRequest).Topics {
+			if topic.Topic == f.dlq {
+				l.add("dlq produce")
+			}
+		}
+		return nil, nil, false
+	})
+	commits.onCommit = func(offset int64) { l.add(fmt.Sprint("commit ", offset)) }
+	return l
+}
+
+func TestAlwaysFailingHandlerDeadLetters(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1, testkit.InProcess())
+	requests := f.logRequests(t)
+	f.produce(t, f.topic, awkward())
+
+	var attempts counter
+	var hooked []consumer.DeadLetter
+	var mu sync.Mutex
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		attempts.add(m.ID)
+		return errors.New("psp timeout after 30s")
+	}))
+	cfg.OnDeadLetter = func(_ context.Context, dl consumer.DeadLetter) {
+		mu.Lock()
+		defer mu.Unlock()
+		hooked = append(hooked, dl)
+	}
+	start := time.Now()
+	stop := run(t, newConsumer(t, cfg))
+	waitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
+	stop()
+
+	if n := attempts.get("0195f3c4-0000-7000-8000-000000000001"); n != consumer.DefaultMaxAttempts {
+		t.Errorf("%d attempts, want %d", n, consumer.DefaultMaxAttempts)
+	}
+	letters := f.readAll(t, f.dlq)
+	if len(letters) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(letters))
+	}
+	rec := letters[0]
+	env, err := dlq.Read(rec.Key, rec.Value, dlqHeaders(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := env.Original()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOriginal(t, o, f.topic)
+	if !bytes.Equal(rec.Key, o.Key) {
+		t.Errorf("dead letter key %q, want the original %q", rec.Key, o.Key)
+	}
+	if env.Error != "psp timeout after 30s" || env.ErrorKind != dlq.KindRetriesExhausted || env.RetryCount != 3 ||
+		env.ConsumerGroup != f.group || env.CorrelationID != "tx_xyz" {
+		t.Errorf("envelope error %q kind %s retries %d group %q correlation %q", env.Error, env.ErrorKind, env.RetryCount, env.ConsumerGroup, env.CorrelationID)
+	}
+	if env.FirstFailedAt.Before(start.Truncate(time.Millisecond)) || env.FailedAt.Before(env.FirstFailedAt) {
+		t.Errorf("first failed at %v, failed at %v; want start (%v) ≤ first ≤ last", env.FirstFailedAt, env.FailedAt, start)
+	}
+	headers := map[string]string{}
+	for _, h := range rec.Headers {
+		headers[string(h.Key)] = string(h.Value)
+	}
+	for name, want := range map[string]string{
+		dlq.HeaderOriginalTopic: f.topic, dlq.HeaderOriginalPartition: "0", dlq.HeaderOriginalOffset: "0",
+		dlq.HeaderRetryCount: "3", dlq.HeaderConsumerGroup: f.group, dlq.HeaderError: "psp timeout after 30s",
+		dlq.HeaderFormat: dlq.FormatEnvelope,
+	} {
+		if headers[name] != want {
+			t.Errorf("header %s = %q, want %q", name, headers[name], want)
+		}
+	}
+
+	produced, committed := requests.index("dlq produce"), requests.index("commit 1")
+	if produced < 0 || committed < produced {
+		t.Errorf("requests %q: want the dead-letter produce before the commit of offset 1", requests.events)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(hooked) != 1 || hooked[0].Written.Topic != f.dlq || hooked[0].Message.Offset != 0 || hooked[0].Err == nil {
+		t.Errorf("OnDeadLetter got %+v, want one call for offset 0 on %s", hooked, f.dlq)
+	}
+}
+
+func dlqHeaders(m *sarama.ConsumerMessage) []dlq.Header {
+	out := make([]dlq.Header, len(m.Headers))
+	for i, h := range m.Headers {
+		out[i] = dlq.Header{Key: h.Key, Value: h.Value}
+	}
+	return out
+}
+
+func TestRawModeDeadLetters(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	f.produce(t, f.topic, awkward())
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		return consumer.Permanent(errors.New("schema mismatch"))
+	}))
+	cfg.DeadLetterRaw = true
+	run(t, newConsumer(t, cfg))
+	waitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
+
+	letters := f.readAll(t, f.dlq)
+	if len(letters) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(letters))
+	}
+	rec := letters[0]
+	want := awkward()
+	value, _ := want.Value.Encode()
+	if !bytes.Equal(rec.Value, value) {
+		t.Errorf("raw dead letter value %q, want the original %q", rec.Value, value)
+	}
+	env, err := dlq.Read(rec.Key, rec.Value, dlqHeaders(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := env.Original()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOriginal(t, o, f.topic)
+	if env.ErrorKind != dlq.KindPermanent || env.RetryCount != 1 {
+		t.Errorf("kind %s, retry count %d; want permanent after 1 attempt", env.ErrorKind, env.RetryCount)
+	}
+}
+
+// TestDeadLetterTopicUnavailable: while the broker refuses every write to
+// the dead-letter topic, the failed message's offset is not committed and
+// the partition waits; once writes succeed again, the dead letter is
+// written and everything after it handled and committed.
+func TestDeadLetterTopicUnavailable(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1, testkit.InProcess())
+	commits := f.watchCommits(t)
+	f.produce(t, f.topic, record("a", "poison"), record("b", "fine-1"), record("c", "fine-2"))
+
+	var handled counter
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		if string(m.Value) == "poison" {
+			return consumer.Permanent(errors.New("cannot parse"))
+		}
+		handled.add(string(m.Value))
+		return nil
+	}))
+	fault := f.k.Cluster.Fault(kfake.Fault{
+		Keys:  []kmsg.Key{kmsg.Produce},
+		Topic: f.dlq,
+		Err:   kerr.NotEnoughReplicas,
+		Count: -1,
+	})
+	run(t, newConsumer(t, cfg))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := fault.Wait(ctx, 10); err != nil {
+		t.Fatalf("waiting for 10 refused dead-letter writes: %v", err)
+	}
+	if got := commits.list(); len(got) != 0 {
+		t.Errorf("offsets %v committed while the dead letter could not be written, want none", got)
+	}
+	if n := handled.len(); n != 0 {
+		t.Errorf("%d later messages handled while the partition waits for the dead letter, want 0", n)
+	}
+
+	fault.Remove()
+	waitFor(t, 10*time.Second, "offset 3 committed", func() bool { return f.committed(t, 0) == 3 })
+	if handled.get("fine-1") == 0 || handled.get("fine-2") == 0 {
+		t.Errorf("handled %v, want fine-1 and fine-2", handled.n)
+	}
+	letters := f.readAll(t, f.dlq)
+	if len(letters) == 0 {
+		t.Fatal("no dead letter written after the fault cleared")
+	}
+	for _, rec := range letters {
+		env, err := dlq.Read(rec.Key, rec.Value, dlqHeaders(rec))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if env.OriginalOffset != 0 || env.ErrorKind != dlq.KindPermanent {
+			t.Errorf("dead letter of offset %d kind %s, want offset 0 permanent", env.OriginalOffset, env.ErrorKind)
+		}
+	}
+	if got := commits.list(); slices.ContainsFunc(got, func(o int64) bool { return o < 1 }) {
+		t.Errorf("commits %v, want none below 1 (nothing before the dead letter was written)", got)
+	}
+}
+
+// TestKcatReadsDeadLetters: the dead-letter topic is readable with kcat,
+// which shows the key, the dlq_* headers and the JSON envelope as
+// documented.
+func TestKcatReadsDeadLetters(t *testing.T) {
+	t.Parallel()
+	kcat, err := exec.LookPath("kcat")
+	if err != nil {
+		t.Fatalf("kcat is not installed (apt-get install kcat): %v", err)
+	}
+	f := newFixture(t, 1)
+	f.produce(t, f.topic, &sarama.ProducerMessage{
+		Key:     sarama.StringEncoder("tx_xyz"),
+		Value:   sarama.StringEncoder(`{"payout_id":"p-1"}`),
+		Headers: []sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("id-1")}, {Key: []byte("ce_correlationid"), Value: []byte("tx_xyz")}},
+	})
+	run(t, newConsumer(t, f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		return errors.New("psp timeout")
+	}))))
+	waitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
+
+	out, err := exec.Command(kcat, "-C", "-b", f.k.Brokers[0], "-t", f.dlq, "-e", "-q", "-f", "key=%k\\nheaders=%h\\nvalue=%s\\n").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kcat: %v\n%s", err, out)
+	}
+	t.Logf("kcat output:\n%s", out)
+	for _, want := range []string{
+		"key=tx_xyz\n",
+		"dlq_envelope_version=1",
+		"dlq_original_topic=" + f.topic,
+		"dlq_original_partition=0",
+		"dlq_original_offset=0",
+		"dlq_error=psp timeout",
+		"dlq_error_kind=retries_exhausted",
+		"dlq_retry_count=3",
+		"dlq_consumer_group=" + f.group,
+		"dlq_correlation_id=tx_xyz",
+		"dlq_format=envelope",
+		`value={"envelope_version":1,"original_topic":"` + f.topic + `","original_partition":0,"original_offset":0,`,
+		`"original_key":"tx_xyz"`,
+		`"original_headers":{"ce_correlationid":"tx_xyz","ce_id":"id-1"}`,
+		`"original_message":{"payout_id":"p-1"},"original_message_base64":null,"error":"psp timeout","error_kind":"retries_exhausted","retry_count":3,`,
+		`"correlation_id":"tx_xyz","consumer_group":"` + f.group + `","replay_count":0}`,
+	} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("kcat output lacks %q", want)
+		}
+	}
+}
