@@ -1,0 +1,81 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/consumer"
+)
+
+func TestConfigValidation(t *testing.T) {
+	t.Parallel()
+	valid := func() consumer.Config {
+		return consumer.Config{
+			Brokers: []string{"localhost:9092"},
+			Group:   "payouts",
+			Topics:  []string{"payouts"},
+			Handler: consumer.HandlerFunc(func(context.Context, *consumer.Message) error { return nil }),
+		}
+	}
+	if _, err := consumer.New(valid()); err != nil {
+		t.Fatalf("New(valid) = %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		mutate func(*consumer.Config)
+		field  string
+	}{
+		{"no brokers", func(c *consumer.Config) { c.Brokers = nil }, "Brokers"},
+		{"no group", func(c *consumer.Config) { c.Group = "" }, "Group"},
+		{"no topics", func(c *consumer.Config) { c.Topics = nil }, "Topics"},
+		{"empty topic", func(c *consumer.Config) { c.Topics = []string{"a", ""} }, "Topics[1]"},
+		{"no handler", func(c *consumer.Config) { c.Handler = nil }, "Handler"},
+		{"negative attempts", func(c *consumer.Config) { c.MaxAttempts = -1 }, "MaxAttempts"},
+		{"negative workers", func(c *consumer.Config) { c.Workers = -2 }, "Workers"},
+		{"negative timeout", func(c *consumer.Config) { c.AttemptTimeout = -time.Second }, "AttemptTimeout"},
+		{"negative shutdown", func(c *consumer.Config) { c.ShutdownTimeout = -time.Second }, "ShutdownTimeout"},
+		{"negative breaker wait", func(c *consumer.Config) { c.BreakerWait = -time.Second }, "BreakerWait"},
+		{"negative base", func(c *consumer.Config) { c.Backoff.Base = -time.Second }, "Backoff.Base"},
+		{"factor below 1", func(c *consumer.Config) { c.Backoff.Factor = 0.5 }, "Backoff.Factor"},
+		{"jitter above 1", func(c *consumer.Config) { c.Backoff.Jitter = 1.5 }, "Backoff.Jitter"},
+		{"max below base", func(c *consumer.Config) { c.Backoff.Base, c.Backoff.Max = time.Second, time.Millisecond }, "Backoff.Max"},
+		{"bad suffix", func(c *consumer.Config) { c.DeadLetterSuffix = ".dead letters" }, "DeadLetterSuffix"},
+		{"bad sarama", func(c *consumer.Config) { c.Sarama = sarama.NewConfig(); c.Sarama.ChannelBufferSize = -1 }, "Sarama"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := valid()
+			tc.mutate(&cfg)
+			_, err := consumer.New(cfg)
+			if !errors.Is(err, consumer.ErrInvalidConfig) {
+				t.Fatalf("New = %v, want ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("error %q does not name %s", err, tc.field)
+			}
+		})
+	}
+}
+
+func TestBreakerConfigValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cfg   consumer.BreakerConfig
+		field string
+	}{
+		{consumer.BreakerConfig{}, "Name"},
+		{consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: -1}, "ConsecutiveFailures"},
+		{consumer.BreakerConfig{Name: "psp", OpenFor: -time.Second}, "OpenFor"},
+		{consumer.BreakerConfig{Name: "psp", HalfOpenProbes: -1}, "HalfOpenProbes"},
+	} {
+		_, err := consumer.NewBreaker(tc.cfg)
+		if !errors.Is(err, consumer.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+			t.Errorf("NewBreaker(%+v) = %v, want ErrInvalidConfig naming %s", tc.cfg, err, tc.field)
+		}
+	}
+}
