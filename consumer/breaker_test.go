@@ -46,9 +46,8 @@ func TestBreakerPausesConsumption(t *testing.T) {
 
 	stub := &psp{}
 	stub.down.Store(true)
-	var states sync.Map // gobreaker.State → first time seen
-	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", OpenFor: openFor, Logger: testLogger(t),
-		Metrics: breakerMetrics(func(s gobreaker.State) { states.LoadOrStore(s, time.Now()) })})
+	metrics := &recorder{}
+	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", OpenFor: openFor, Logger: testLogger(t), Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,14 +71,17 @@ func TestBreakerPausesConsumption(t *testing.T) {
 	cfg.MaxAttempts = 10 // more than the breaker's 5 failures
 	run(t, newConsumer(t, cfg))
 
-	waitFor(t, 10*time.Second, "the breaker to open", func() bool { _, ok := states.Load(gobreaker.StateOpen); return ok })
-	opened, _ := states.Load(gobreaker.StateOpen)
+	var opened time.Time
+	waitFor(t, 10*time.Second, "the breaker to open", func() bool {
+		opened = metrics.firstState("psp", gobreaker.StateOpen)
+		return !opened.IsZero()
+	})
 	waitFor(t, 10*time.Second, "three half-open probes", func() bool { return stub.calls.Load() >= 5+3 })
-	downFor := time.Since(opened.(time.Time))
+	downFor := time.Since(opened)
 	mu.Lock()
 	var whileOpen int
 	for _, c := range calls {
-		if c.After(opened.(time.Time)) {
+		if c.After(opened) {
 			whileOpen++
 		}
 	}
@@ -147,7 +149,7 @@ func TestBreakerErrorsOfYourOwn(t *testing.T) {
 
 func TestBreakerDo(t *testing.T) {
 	t.Parallel()
-	b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: 2, OpenFor: time.Hour})
+	b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: 2, OpenFor: time.Hour, Logger: testLogger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,13 +175,3 @@ func TestBreakerDo(t *testing.T) {
 		t.Fatalf("call on an open breaker: %v after %d calls, want it refused without calling", err, calls)
 	}
 }
-
-// breakerMetrics is a Metrics that only reports breaker states.
-type breakerMetrics func(gobreaker.State)
-
-func (breakerMetrics) Message(string, consumer.Outcome)             {}
-func (breakerMetrics) HandlerDuration(string, time.Duration)        {}
-func (breakerMetrics) InFlight(string, int)                         {}
-func (m breakerMetrics) BreakerChanged(_ string, s gobreaker.State) { m(s) }
-func (breakerMetrics) Lag(string, int32, int64)                     {}
-func (breakerMetrics) Released(string, int32)                       {}

@@ -89,8 +89,10 @@ type Config struct {
 	// Workers is how many messages of one partition are handled at once.
 	// Messages of one key always go to the same worker, so they never
 	// overlap or reorder; keyless messages are spread by offset. Offsets
-	// are committed up to the lowest unfinished message. Defaults to 1:
-	// one message at a time, in offset order.
+	// are committed up to the lowest unfinished message. A slow message
+	// holds up the few queued behind it on its worker, and the whole
+	// partition once that queue is full. Defaults to 1: one message at a
+	// time, in offset order.
 	Workers int
 
 	// DeadLetterSuffix names the dead-letter topic: <topic><suffix>.

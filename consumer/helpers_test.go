@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/sony/gobreaker/v2"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/courierkit/courier/consumer"
@@ -270,4 +271,75 @@ func (c *counter) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.n)
+}
+
+// recorder is a consumer.Metrics that remembers what it was told.
+type recorder struct {
+	mu       sync.Mutex
+	outcomes map[consumer.Outcome]int
+	lags     []int64
+	released int
+	inflight int
+	states   map[string]map[gobreaker.State]time.Time // first time each state was reported
+}
+
+func (r *recorder) Message(_ string, o consumer.Outcome) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.outcomes == nil {
+		r.outcomes = map[consumer.Outcome]int{}
+	}
+	r.outcomes[o]++
+}
+
+func (r *recorder) HandlerDuration(string, time.Duration) {}
+
+func (r *recorder) InFlight(_ string, delta int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.inflight += delta
+}
+
+func (r *recorder) BreakerChanged(name string, s gobreaker.State) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.states == nil {
+		r.states = map[string]map[gobreaker.State]time.Time{}
+	}
+	if r.states[name] == nil {
+		r.states[name] = map[gobreaker.State]time.Time{}
+	}
+	if _, seen := r.states[name][s]; !seen {
+		r.states[name][s] = time.Now()
+	}
+}
+
+func (r *recorder) Lag(_ string, _ int32, lag int64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lags = append(r.lags, lag)
+}
+
+func (r *recorder) Released(string, int32) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.released++
+}
+
+func (r *recorder) count(o consumer.Outcome) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.outcomes[o]
+}
+
+func (r *recorder) marks() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.lags)
+}
+
+func (r *recorder) firstState(name string, s gobreaker.State) time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.states[name][s]
 }
