@@ -60,10 +60,26 @@ func (f *fixture) saramaConfig() *sarama.Config {
 	return cfg
 }
 
-// produce writes records to topic and returns them as written.
+// produce writes records to topic, each to the partition of its key.
 func (f *fixture) produce(t *testing.T, topic string, msgs ...*sarama.ProducerMessage) {
 	t.Helper()
-	p, err := sarama.NewSyncProducer(f.k.Brokers, f.k.Config())
+	f.send(t, f.k.Config(), topic, msgs)
+}
+
+// produceTo writes records to one partition of the fixture's topic.
+func (f *fixture) produceTo(t *testing.T, partition int32, msgs ...*sarama.ProducerMessage) {
+	t.Helper()
+	cfg := f.k.Config()
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	for _, m := range msgs {
+		m.Partition = partition
+	}
+	f.send(t, cfg, f.topic, msgs)
+}
+
+func (f *fixture) send(t *testing.T, cfg *sarama.Config, topic string, msgs []*sarama.ProducerMessage) {
+	t.Helper()
+	p, err := sarama.NewSyncProducer(f.k.Brokers, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
