@@ -124,7 +124,7 @@ func TestConsumerChildProcess(t *testing.T) {
 		Topics:  []string{os.Getenv(childTopic)},
 		Workers: 4,
 		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-			time.Sleep(200 * time.Microsecond) // some work, so the kill lands mid-batch
+			time.Sleep(200 * time.Microsecond)     // some work, so the kill lands mid-batch
 			_, err := out.WriteString(m.ID + "\n") // one write(2): in the file even if killed right after
 			return err
 		}),
