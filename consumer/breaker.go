@@ -96,12 +96,12 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	if cfg.Name == "" {
 		return nil, fmt.Errorf("%w: BreakerConfig.Name is empty; name the downstream the breaker guards, e.g. \"psp\"", ErrInvalidConfig)
 	}
-	if err := defaultDurations(durationField{"BreakerConfig.OpenFor", &cfg.OpenFor, DefaultBreakerOpenFor}); err != nil {
+	if err := setDefaults(field[time.Duration]{"BreakerConfig.OpenFor", &cfg.OpenFor, DefaultBreakerOpenFor}); err != nil {
 		return nil, err
 	}
-	if err := defaultCounts(
-		countField{"BreakerConfig.ConsecutiveFailures", &cfg.ConsecutiveFailures, DefaultBreakerFailures},
-		countField{"BreakerConfig.HalfOpenProbes", &cfg.HalfOpenProbes, DefaultBreakerProbes},
+	if err := setDefaults(
+		field[int]{"BreakerConfig.ConsecutiveFailures", &cfg.ConsecutiveFailures, DefaultBreakerFailures},
+		field[int]{"BreakerConfig.HalfOpenProbes", &cfg.HalfOpenProbes, DefaultBreakerProbes},
 	); err != nil {
 		return nil, err
 	}

@@ -170,18 +170,18 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("%w: Topics[%d] is empty; remove it or name a topic", ErrInvalidConfig, i)
 		}
 	}
-	if err := defaultDurations(
-		durationField{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase},
-		durationField{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax},
-		durationField{"AttemptTimeout", &c.AttemptTimeout, DefaultAttemptTimeout},
-		durationField{"BreakerWait", &c.BreakerWait, DefaultBreakerWait},
-		durationField{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout},
+	if err := setDefaults(
+		field[time.Duration]{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase},
+		field[time.Duration]{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax},
+		field[time.Duration]{"AttemptTimeout", &c.AttemptTimeout, DefaultAttemptTimeout},
+		field[time.Duration]{"BreakerWait", &c.BreakerWait, DefaultBreakerWait},
+		field[time.Duration]{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout},
 	); err != nil {
 		return err
 	}
-	if err := defaultCounts(
-		countField{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts},
-		countField{"Workers", &c.Workers, DefaultWorkers},
+	if err := setDefaults(
+		field[int]{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts},
+		field[int]{"Workers", &c.Workers, DefaultWorkers},
 	); err != nil {
 		return err
 	}
@@ -230,38 +230,19 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-type durationField struct {
+// field is a config field that 0 sets to its default.
+type field[T int | time.Duration] struct {
 	name  string
-	value *time.Duration
-	def   time.Duration
+	value *T
+	def   T
 }
 
-// defaultDurations sets each zero duration to its default and refuses
-// negative ones.
-func defaultDurations(fields ...durationField) error {
-	for _, f := range fields {
-		if *f.value < 0 {
-			return fmt.Errorf("%w: %s is %v; use a positive duration, or 0 for the default of %v", ErrInvalidConfig, f.name, *f.value, f.def)
-		}
-		if *f.value == 0 {
-			*f.value = f.def
-		}
-	}
-	return nil
-}
-
-type countField struct {
-	name  string
-	value *int
-	def   int
-}
-
-// defaultCounts sets each zero count to its default and refuses negative
+// setDefaults sets each zero field to its default and refuses negative
 // ones.
-func defaultCounts(fields ...countField) error {
+func setDefaults[T int | time.Duration](fields ...field[T]) error {
 	for _, f := range fields {
 		if *f.value < 0 {
-			return fmt.Errorf("%w: %s is %d; use a positive number, or 0 for the default of %d", ErrInvalidConfig, f.name, *f.value, f.def)
+			return fmt.Errorf("%w: %s is %v; use a positive value, or 0 for the default of %v", ErrInvalidConfig, f.name, *f.value, f.def)
 		}
 		if *f.value == 0 {
 			*f.value = f.def

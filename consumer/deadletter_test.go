@@ -39,6 +39,28 @@ func awkward() *sarama.ProducerMessage {
 	}
 }
 
+// onlyDeadLetter reads the one dead letter of the fixture's topic and
+// checks that its envelope restores, byte for byte, the record awkward()
+// made, read from partition 0 offset 0.
+func (f *fixture) onlyDeadLetter(t *testing.T) (*sarama.ConsumerMessage, dlq.Envelope) {
+	t.Helper()
+	letters := f.readAll(t, f.dlq)
+	if len(letters) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(letters))
+	}
+	rec := letters[0]
+	env, err := dlq.Read(rec.Key, rec.Value, dlqHeaders(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	o, err := env.Original()
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkOriginal(t, o, f.topic)
+	return rec, env
+}
+
 // checkOriginal fails unless o holds exactly the record awkward() made,
 // read back from partition 0 offset 0 of topic.
 func checkOriginal(t *testing.T, o dlq.Original, topic string) {
@@ -124,22 +146,9 @@ func TestAlwaysFailingHandlerDeadLetters(t *testing.T) {
 	if n := attempts.get("0195f3c4-0000-7000-8000-000000000001"); n != consumer.DefaultMaxAttempts {
 		t.Errorf("%d attempts, want %d", n, consumer.DefaultMaxAttempts)
 	}
-	letters := f.readAll(t, f.dlq)
-	if len(letters) != 1 {
-		t.Fatalf("%d dead letters, want 1", len(letters))
-	}
-	rec := letters[0]
-	env, err := dlq.Read(rec.Key, rec.Value, dlqHeaders(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := env.Original()
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkOriginal(t, o, f.topic)
-	if !bytes.Equal(rec.Key, o.Key) {
-		t.Errorf("dead letter key %q, want the original %q", rec.Key, o.Key)
+	rec, env := f.onlyDeadLetter(t)
+	if key, _ := awkward().Key.Encode(); !bytes.Equal(rec.Key, key) {
+		t.Errorf("dead letter key %q, want the original %q", rec.Key, key)
 	}
 	if env.Error != "psp timeout after 30s" || env.ErrorKind != dlq.KindRetriesExhausted || env.RetryCount != 3 ||
 		env.ConsumerGroup != f.group || env.CorrelationID != "tx_xyz" {
@@ -192,25 +201,10 @@ func TestRawModeDeadLetters(t *testing.T) {
 	run(t, newConsumer(t, cfg))
 	waitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
 
-	letters := f.readAll(t, f.dlq)
-	if len(letters) != 1 {
-		t.Fatalf("%d dead letters, want 1", len(letters))
-	}
-	rec := letters[0]
-	want := awkward()
-	value, _ := want.Value.Encode()
-	if !bytes.Equal(rec.Value, value) {
+	rec, env := f.onlyDeadLetter(t)
+	if value, _ := awkward().Value.Encode(); !bytes.Equal(rec.Value, value) {
 		t.Errorf("raw dead letter value %q, want the original %q", rec.Value, value)
 	}
-	env, err := dlq.Read(rec.Key, rec.Value, dlqHeaders(rec))
-	if err != nil {
-		t.Fatal(err)
-	}
-	o, err := env.Original()
-	if err != nil {
-		t.Fatal(err)
-	}
-	checkOriginal(t, o, f.topic)
 	if env.ErrorKind != dlq.KindPermanent || env.RetryCount != 1 {
 		t.Errorf("kind %s, retry count %d; want permanent after 1 attempt", env.ErrorKind, env.RetryCount)
 	}

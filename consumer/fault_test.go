@@ -3,8 +3,7 @@ package consumer_test
 // A consumer process killed with SIGKILL in the middle of its work, and
 // started again: guarantee 2 of DESIGN.md (at-least-once under consumer
 // crash) on what the handlers actually saw. The child is this test binary
-// running TestConsumerChildProcess, as producer/relay_fault_test.go does
-// for the relay.
+// running TestConsumerChildProcess (see testkit.StartChild).
 
 import (
 	"bufio"
@@ -13,10 +12,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -52,18 +49,18 @@ func TestConsumerKilledMidBatchLosesNothing(t *testing.T) {
 		childTopic + "=" + f.topic,
 		childGroup + "=" + f.group,
 	}
-	var children []*child
+	var children []*testkit.Child
 	for i := range kills {
-		c := startChild(t, env)
+		c := testkit.StartChild(t, "TestConsumerChildProcess", env)
 		children = append(children, c)
 		target := (i + 1) * total / (kills + 2)
 		waitFor(t, 30*time.Second, fmt.Sprintf("child %d to handle %d messages", i+1, target), func() bool {
 			return len(handledIDs(t, logPath)) >= target
 		})
-		c.kill(t)
+		c.Kill(t)
 		t.Logf("kill %d: SIGKILL after %d distinct messages handled", i+1, len(handledIDs(t, logPath)))
 	}
-	last := startChild(t, env)
+	last := testkit.StartChild(t, "TestConsumerChildProcess", env)
 	children = append(children, last)
 	waitFor(t, 60*time.Second, "every message handled", func() bool { return len(handledIDs(t, logPath)) == total })
 	waitFor(t, 30*time.Second, "every offset committed", func() bool {
@@ -73,7 +70,7 @@ func TestConsumerKilledMidBatchLosesNothing(t *testing.T) {
 		}
 		return sum == total
 	})
-	last.stop(t)
+	last.Stop(t)
 
 	seen := handledIDs(t, logPath)
 	lines := 0
@@ -87,7 +84,7 @@ func TestConsumerKilledMidBatchLosesNothing(t *testing.T) {
 	}
 	t.Logf("%d handler calls for %d messages: %d duplicates after %d kills", lines, total, lines-total, kills)
 	for _, c := range children {
-		c.checkOutput(t)
+		c.CheckOutput(t)
 	}
 }
 
@@ -155,83 +152,4 @@ func handledIDs(t *testing.T, path string) map[string]int {
 		seen[sc.Text()]++
 	}
 	return seen
-}
-
-// child is a consumer running in a child process.
-type child struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	out    bytes.Buffer // stdout and stderr; read only after the child is reaped
-	reaped bool
-}
-
-func startChild(t *testing.T, env []string) *child {
-	t.Helper()
-	c := &child{cmd: exec.Command(os.Args[0], "-test.run=^TestConsumerChildProcess$")}
-	c.cmd.Env = append(os.Environ(), env...)
-	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
-	var err error
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatalf("start the consumer child: %v", err)
-	}
-	t.Cleanup(func() {
-		if !c.reaped {
-			_ = c.cmd.Process.Kill()
-			_ = c.cmd.Wait()
-			c.reaped = true
-		}
-		if t.Failed() {
-			t.Logf("output of consumer child %d (%v):\n%s", c.cmd.Process.Pid, c.cmd.ProcessState, c.out.String())
-		}
-	})
-	return c
-}
-
-// kill SIGKILLs the child, which must still be running, and reaps it.
-func (c *child) kill(t *testing.T) {
-	t.Helper()
-	if err := c.cmd.Process.Kill(); err != nil {
-		t.Fatalf("kill consumer child %d: %v", c.cmd.Process.Pid, err)
-	}
-	err := c.cmd.Wait()
-	c.reaped = true
-	if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && !(ws.Signaled() && ws.Signal() == syscall.SIGKILL) {
-		t.Fatalf("consumer child %d ended before it was killed (%v):\n%s", c.cmd.Process.Pid, err, c.out.String())
-	}
-}
-
-// stop closes the child's stdin, which cancels its Run, and waits for a
-// clean exit.
-func (c *child) stop(t *testing.T) {
-	t.Helper()
-	_ = c.stdin.Close()
-	exited := make(chan error, 1)
-	go func() { exited <- c.cmd.Wait() }()
-	select {
-	case err := <-exited:
-		c.reaped = true
-		if err != nil {
-			t.Errorf("consumer child %d did not exit cleanly: %v\n%s", c.cmd.Process.Pid, err, c.out.String())
-		}
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-exited
-		c.reaped = true
-		t.Fatalf("consumer child %d did not stop within 30s of its stdin closing:\n%s", c.cmd.Process.Pid, c.out.String())
-	}
-}
-
-// checkOutput fails the test if the reaped child reported a data race or
-// panicked.
-func (c *child) checkOutput(t *testing.T) {
-	t.Helper()
-	out := c.out.String()
-	for _, bad := range []string{"WARNING: DATA RACE", "panic:"} {
-		if strings.Contains(out, bad) {
-			t.Errorf("consumer child %d printed %q:\n%s", c.cmd.Process.Pid, bad, out)
-		}
-	}
 }

@@ -7,7 +7,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/sony/gobreaker/v2"
 
+	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/producer"
 	"github.com/courierkit/courier/prom"
 )
@@ -94,4 +96,37 @@ func ExampleConfig_table() {
 	// table=billing.courier_outbox topic=invoices 1
 	// table=shop.courier_outbox topic=orders 1
 	// duplicate: true
+}
+
+// Register the consumer's metrics and hand them to the consumer and to the
+// breakers its handlers use. Here the hooks are called by hand to show what
+// they expose.
+func ExampleNewConsumerMetrics() {
+	reg := prometheus.NewRegistry()
+	metrics, err := prom.NewConsumerMetrics(reg, prom.ConsumerConfig{Group: "payouts"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = consumer.Config{Metrics: metrics}
+	_ = consumer.BreakerConfig{Name: "psp", Metrics: metrics}
+
+	metrics.Message("payouts", consumer.OutcomeHandled)
+	metrics.HandlerDuration("payouts", 12*time.Millisecond)
+	metrics.InFlight("payouts", 1)
+	metrics.BreakerChanged("psp", gobreaker.StateOpen)
+	metrics.Lag("payouts", 0, 3)
+
+	families, err := reg.Gather()
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, f := range families {
+		fmt.Println(f.GetName())
+	}
+	// Output:
+	// courier_consumer_breaker_state
+	// courier_consumer_handler_seconds
+	// courier_consumer_inflight
+	// courier_consumer_lag
+	// courier_consumer_messages_total
 }

@@ -1,4 +1,5 @@
-// Package prom has the Prometheus metrics for courier.
+// Package prom has the Prometheus metrics for courier: the outbox relay's
+// (NewRelayMetrics) and the consumer's (NewConsumerMetrics).
 //
 // NewRelayMetrics registers the outbox relay's metrics on a
 // prometheus.Registerer and returns a *RelayMetrics to pass as
@@ -29,6 +30,25 @@
 // for failures, per reason: retriable, broker_unavailable or permanent). The
 // application chooses its topics, so their number is bounded; courier never
 // puts keys, event IDs or other unbounded values in labels.
+//
+// # Consumer metrics
+//
+// NewConsumerMetrics registers the consumer's metrics and returns a
+// *ConsumerMetrics to pass as consumer.Config.Metrics, and as
+// consumer.BreakerConfig.Metrics for the breakers its handlers use:
+//
+//	courier_consumer_messages_total   counter    messages per topic and outcome: handled, retried, dead_lettered, deduplicated
+//	courier_consumer_handler_seconds  histogram  one handler attempt, per topic
+//	courier_consumer_inflight         gauge      messages being handled (retry waits included), per topic
+//	courier_consumer_breaker_state    gauge      per breaker: 0 closed, 1 half-open, 2 open
+//	courier_consumer_lag              gauge      per topic and partition held: records after the last marked offset
+//
+// retried counts retries, not messages: a message that succeeds on its
+// third attempt counts twice as retried and once as handled. The lag of a
+// partition is deleted when the consumer gives it up (rebalance or
+// shutdown), so summing the lag over all members counts each partition
+// once. Consumers of different groups sharing a registry set
+// ConsumerConfig.Group, a constant group label.
 //
 // # Several relays in one process
 //
@@ -104,24 +124,62 @@ type Config struct {
 // withDefaults returns a copy of c with the defaults applied; it never
 // aliases the caller's Buckets.
 func (c Config) withDefaults() Config {
-	if len(c.Buckets) == 0 {
-		c.Buckets = DefaultBuckets()
-	} else {
-		c.Buckets = slices.Clone(c.Buckets)
-	}
+	c.Buckets = bucketsOrDefault(c.Buckets)
 	return c
 }
 
-func (c Config) validate() error {
-	if !utf8.ValidString(c.Table) {
-		return fmt.Errorf("%w: Table %q is not valid UTF-8; Prometheus label values must be UTF-8", ErrInvalidConfig, c.Table)
+// bucketsOrDefault returns a copy of buckets, or DefaultBuckets() when
+// there are none.
+func bucketsOrDefault(buckets []float64) []float64 {
+	if len(buckets) == 0 {
+		return DefaultBuckets()
 	}
-	for i, b := range c.Buckets {
+	return slices.Clone(buckets)
+}
+
+func (c Config) validate() error {
+	if err := validLabel("Table", c.Table); err != nil {
+		return err
+	}
+	return validBuckets(c.Buckets)
+}
+
+// validLabel checks the value of a constant label set from a config field.
+func validLabel(field, value string) error {
+	if !utf8.ValidString(value) {
+		return fmt.Errorf("%w: %s %q is not valid UTF-8; Prometheus label values must be UTF-8", ErrInvalidConfig, field, value)
+	}
+	return nil
+}
+
+// validBuckets checks histogram upper bounds.
+func validBuckets(buckets []float64) error {
+	for i, b := range buckets {
 		if math.IsNaN(b) {
 			return fmt.Errorf("%w: Buckets[%d] is NaN; use finite upper bounds in seconds", ErrInvalidConfig, i)
 		}
-		if i > 0 && b <= c.Buckets[i-1] {
-			return fmt.Errorf("%w: Buckets[%d] = %g does not exceed Buckets[%d] = %g; list the upper bounds in strictly increasing order, or leave Buckets empty for DefaultBuckets()", ErrInvalidConfig, i, b, i-1, c.Buckets[i-1])
+		if i > 0 && b <= buckets[i-1] {
+			return fmt.Errorf("%w: Buckets[%d] = %g does not exceed Buckets[%d] = %g; list the upper bounds in strictly increasing order, or leave Buckets empty for DefaultBuckets()", ErrInvalidConfig, i, b, i-1, buckets[i-1])
+		}
+	}
+	return nil
+}
+
+// named is a collector and the metric name it registers, for errors.
+type named struct {
+	name string
+	c    prometheus.Collector
+}
+
+// register registers every collector, or none: on a failure it
+// unregisters those already registered and returns an error ending in hint.
+func register(reg prometheus.Registerer, collectors []named, hint string) error {
+	for i, c := range collectors {
+		if err := reg.Register(c.c); err != nil {
+			for _, done := range collectors[:i] {
+				reg.Unregister(done.c)
+			}
+			return fmt.Errorf("prom: registering %s: %w (%s)", c.name, err, hint)
 		}
 	}
 	return nil
@@ -211,10 +269,11 @@ func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, erro
 		}),
 	}
 
-	collectors := []struct {
-		name string
-		c    prometheus.Collector
-	}{
+	hint := "give each relay its own registry or a distinct Config.Table"
+	if cfg.Table != "" {
+		hint = fmt.Sprintf("another RelayMetrics with Table %q is registered; give each relay a distinct Config.Table", cfg.Table)
+	}
+	err := register(reg, []named{
 		{NamePending, m.pending},
 		{NameOldestPendingAge, m.oldestPendingAge},
 		{NamePublishLatency, m.publishLatency},
@@ -224,18 +283,9 @@ func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, erro
 		{NameBreakerState, m.breakerState},
 		{NameClaims, m.claims},
 		{NameClaimedEvents, m.claimedEvents},
-	}
-	for i, c := range collectors {
-		if err := reg.Register(c.c); err != nil {
-			for _, done := range collectors[:i] {
-				reg.Unregister(done.c)
-			}
-			hint := "give each relay its own registry or a distinct Config.Table"
-			if cfg.Table != "" {
-				hint = fmt.Sprintf("another RelayMetrics with Table %q is registered; give each relay a distinct Config.Table", cfg.Table)
-			}
-			return nil, fmt.Errorf("prom: registering %s: %w (%s)", c.name, err, hint)
-		}
+	}, hint)
+	if err != nil {
+		return nil, err
 	}
 	return m, nil
 }

@@ -1,0 +1,153 @@
+package prom
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/courierkit/courier/consumer"
+)
+
+// Consumer metric names.
+const (
+	NameConsumerMessages       = "courier_consumer_messages_total"
+	NameConsumerHandlerSeconds = "courier_consumer_handler_seconds"
+	NameConsumerInFlight       = "courier_consumer_inflight"
+	NameConsumerBreakerState   = "courier_consumer_breaker_state"
+	NameConsumerLag            = "courier_consumer_lag"
+)
+
+// Consumer label names.
+const (
+	LabelOutcome   = "outcome"
+	LabelPartition = "partition"
+	LabelBreaker   = "breaker"
+	// LabelGroup is the constant label ConsumerConfig.Group sets.
+	LabelGroup = "group"
+)
+
+// ConsumerConfig configures NewConsumerMetrics. The zero value is ready to
+// use.
+type ConsumerConfig struct {
+	// Group tells apart the consumers of one process that share a
+	// registry, typically their consumer group. When set, every metric
+	// carries it as the constant label group. Defaults to "": no group
+	// label.
+	Group string
+	// Buckets are the upper bounds, in seconds, of the
+	// courier_consumer_handler_seconds histogram, in increasing order.
+	// Defaults to DefaultBuckets(), 1 ms to 1 min.
+	Buckets []float64
+}
+
+// ConsumerMetrics is the Prometheus implementation of consumer.Metrics;
+// pass it as consumer.Config.Metrics and consumer.BreakerConfig.Metrics.
+// Its methods are safe for concurrent use and never block on I/O.
+type ConsumerMetrics struct {
+	messages     *prometheus.CounterVec
+	handler      *prometheus.HistogramVec
+	inFlight     *prometheus.GaugeVec
+	breakerState *prometheus.GaugeVec
+	lag          *prometheus.GaugeVec
+}
+
+var _ consumer.Metrics = (*ConsumerMetrics)(nil)
+
+// NewConsumerMetrics creates the consumer's metrics and registers them on
+// reg. It returns an error, and registers nothing, if cfg is invalid or a
+// metric cannot be registered, typically because reg already holds the
+// metrics of a consumer with the same ConsumerConfig.Group.
+func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*ConsumerMetrics, error) {
+	if reg == nil {
+		return nil, fmt.Errorf("%w: the registerer is nil; pass prometheus.DefaultRegisterer or a registry from prometheus.NewRegistry()", ErrInvalidConfig)
+	}
+	cfg.Buckets = bucketsOrDefault(cfg.Buckets)
+	if err := validLabel("Group", cfg.Group); err != nil {
+		return nil, err
+	}
+	if err := validBuckets(cfg.Buckets); err != nil {
+		return nil, err
+	}
+	var constLabels prometheus.Labels
+	if cfg.Group != "" {
+		constLabels = prometheus.Labels{LabelGroup: cfg.Group}
+	}
+	m := &ConsumerMetrics{
+		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name:        NameConsumerMessages,
+			Help:        "Messages by outcome, per topic: handled, retried (once per retry scheduled), dead_lettered, deduplicated.",
+			ConstLabels: constLabels,
+		}, []string{LabelTopic, LabelOutcome}),
+		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:        NameConsumerHandlerSeconds,
+			Help:        "Seconds one handler attempt took, failed or not, per topic.",
+			ConstLabels: constLabels,
+			Buckets:     cfg.Buckets,
+		}, []string{LabelTopic}),
+		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name:        NameConsumerInFlight,
+			Help:        "Messages being handled, retry waits included, per topic.",
+			ConstLabels: constLabels,
+		}, []string{LabelTopic}),
+		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name:        NameConsumerBreakerState,
+			Help:        "State of each consumer.Breaker: 0 closed, 1 half-open, 2 open.",
+			ConstLabels: constLabels,
+		}, []string{LabelBreaker}),
+		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
+			Name:        NameConsumerLag,
+			Help:        "Records of a partition held by this consumer after the last one whose offset was marked, from the high-water mark of the last fetch.",
+			ConstLabels: constLabels,
+		}, []string{LabelTopic, LabelPartition}),
+	}
+	hint := "give each consumer its own registry or a distinct ConsumerConfig.Group"
+	if cfg.Group != "" {
+		hint = fmt.Sprintf("another ConsumerMetrics with Group %q is registered; give each consumer a distinct ConsumerConfig.Group", cfg.Group)
+	}
+	err := register(reg, []named{
+		{NameConsumerMessages, m.messages},
+		{NameConsumerHandlerSeconds, m.handler},
+		{NameConsumerInFlight, m.inFlight},
+		{NameConsumerBreakerState, m.breakerState},
+		{NameConsumerLag, m.lag},
+	}, hint)
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// Message counts a message's outcome.
+func (m *ConsumerMetrics) Message(topic string, outcome consumer.Outcome) {
+	m.messages.WithLabelValues(topic, string(outcome)).Inc()
+}
+
+// HandlerDuration observes one attempt's duration in seconds.
+func (m *ConsumerMetrics) HandlerDuration(topic string, d time.Duration) {
+	m.handler.WithLabelValues(topic).Observe(max(d, 0).Seconds())
+}
+
+// InFlight adds delta to the messages of topic being handled.
+func (m *ConsumerMetrics) InFlight(topic string, delta int) {
+	m.inFlight.WithLabelValues(topic).Add(float64(delta))
+}
+
+// BreakerChanged sets courier_consumer_breaker_state of the breaker to the
+// state's number (gobreaker's: 0 closed, 1 half-open, 2 open).
+func (m *ConsumerMetrics) BreakerChanged(name string, state gobreaker.State) {
+	m.breakerState.WithLabelValues(name).Set(float64(state))
+}
+
+// Lag sets the partition's lag.
+func (m *ConsumerMetrics) Lag(topic string, partition int32, lag int64) {
+	m.lag.WithLabelValues(topic, strconv.FormatInt(int64(partition), 10)).Set(float64(lag))
+}
+
+// Released deletes the partition's lag series: another member reports it
+// now.
+func (m *ConsumerMetrics) Released(topic string, partition int32) {
+	m.lag.DeleteLabelValues(topic, strconv.FormatInt(int64(partition), 10))
+}

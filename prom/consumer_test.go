@@ -1,0 +1,144 @@
+package prom_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/sony/gobreaker/v2"
+
+	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/prom"
+)
+
+func TestConsumerHooks(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	m, err := prom.NewConsumerMetrics(reg, prom.ConsumerConfig{Group: "payouts"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.Message("orders", consumer.OutcomeHandled)
+	m.Message("orders", consumer.OutcomeRetried)
+	m.Message("orders", consumer.OutcomeRetried)
+	m.HandlerDuration("orders", 30*time.Millisecond)
+	m.InFlight("orders", 1)
+	m.InFlight("orders", 1)
+	m.InFlight("orders", -1)
+	m.BreakerChanged("psp", gobreaker.StateOpen)
+	m.Lag("orders", 3, 42)
+	m.Lag("orders", 4, 7)
+	m.Released("orders", 4)
+
+	got := series(t, reg)
+	for key, want := range map[string]float64{
+		`courier_consumer_messages_total{group="payouts",outcome="handled",topic="orders"}`: 1,
+		`courier_consumer_messages_total{group="payouts",outcome="retried",topic="orders"}`: 2,
+		`courier_consumer_handler_seconds_count{group="payouts",topic="orders"}`:            1,
+		`courier_consumer_handler_seconds_sum{group="payouts",topic="orders"}`:              0.03,
+		`courier_consumer_inflight{group="payouts",topic="orders"}`:                         1,
+		`courier_consumer_breaker_state{breaker="psp",group="payouts"}`:                     2,
+		`courier_consumer_lag{group="payouts",partition="3",topic="orders"}`:                42,
+	} {
+		if v, ok := got[key]; !ok || v != want {
+			t.Errorf("%s = %v (present %t), want %v", key, v, ok, want)
+		}
+	}
+	if _, ok := got[`courier_consumer_lag{group="payouts",partition="4",topic="orders"}`]; ok {
+		t.Error("the lag of a released partition is still exposed")
+	}
+
+	if _, err := prom.NewConsumerMetrics(reg, prom.ConsumerConfig{Group: "payouts"}); err == nil {
+		t.Error("a second ConsumerMetrics for the same group registered")
+	}
+	if _, err := prom.NewConsumerMetrics(reg, prom.ConsumerConfig{Group: "billing", Buckets: []float64{1, 1}}); !errors.Is(err, prom.ErrInvalidConfig) {
+		t.Errorf("unordered buckets: %v, want ErrInvalidConfig", err)
+	}
+	if _, err := prom.NewConsumerMetrics(nil, prom.ConsumerConfig{}); !errors.Is(err, prom.ErrInvalidConfig) {
+		t.Errorf("nil registerer: %v, want ErrInvalidConfig", err)
+	}
+}
+
+// TestConsumerFeedsTheMetrics runs a real consumer over a message handled
+// at once, one handled on its retry and one dead-lettered.
+func TestConsumerFeedsTheMetrics(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 1)
+	k.CreateTopic(t, dlq.Topic(topic, ""), 1)
+	p, err := sarama.NewSyncProducer(k.Brokers, k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	for _, v := range []string{"ok", "flaky", "poison"} {
+		if _, _, err := p.SendMessage(&sarama.ProducerMessage{Topic: topic, Value: sarama.StringEncoder(v)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	reg := prometheus.NewRegistry()
+	metrics, err := prom.NewConsumerMetrics(reg, prom.ConsumerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := consumer.New(consumer.Config{
+		Brokers: k.Brokers,
+		Sarama:  k.Config(),
+		Group:   "g." + testkit.UniqueName(t, 100),
+		Topics:  []string{topic},
+		Backoff: consumer.Backoff{Base: time.Millisecond, Max: time.Millisecond},
+		Metrics: metrics,
+		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+			switch {
+			case string(m.Value) == "poison":
+				return consumer.Permanent(errors.New("bad payload"))
+			case string(m.Value) == "flaky" && m.Attempt == 1:
+				return errors.New("timeout")
+			}
+			return nil
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	deadLettered := `courier_consumer_messages_total{outcome="dead_lettered",topic="` + topic + `"}`
+	lag := `courier_consumer_lag{partition="0",topic="` + topic + `"}`
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		if got := series(t, reg); got[deadLettered] == 1 && got[lag] == 0 {
+			if _, ok := got[lag]; ok {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for the dead letter and a lag of 0: %v", series(t, reg))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	got := series(t, reg)
+	for key, want := range map[string]float64{
+		`courier_consumer_messages_total{outcome="handled",topic="` + topic + `"}`: 2,
+		`courier_consumer_messages_total{outcome="retried",topic="` + topic + `"}`: 1,
+		deadLettered: 1,
+		`courier_consumer_handler_seconds_count{topic="` + topic + `"}`: 4,
+		`courier_consumer_inflight{topic="` + topic + `"}`:              0,
+	} {
+		if got[key] != want {
+			t.Errorf("%s = %v, want %v", key, got[key], want)
+		}
+	}
+	if _, ok := got[lag]; ok {
+		t.Error("the lag of partition 0 is still exposed after Run returned")
+	}
+}
