@@ -1,0 +1,109 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/courierkit/courier/consumer"
+)
+
+// A payout worker: each message pays out once; a payout the PSP rejects for
+// good goes to the dead-letter topic, and the worker moves on. The example
+// runs on an in-process broker.
+func Example() {
+	broker, err := kfake.NewCluster(kfake.SeedTopics(1, "payouts", "payouts.dlq"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer broker.Close()
+	producer, err := sarama.NewSyncProducer(broker.ListenAddrs(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, id := range []string{"p-1", "p-2", "p-3"} {
+		_, _, err := producer.SendMessage(&sarama.ProducerMessage{
+			Topic:   "payouts",
+			Key:     sarama.StringEncoder(id),
+			Value:   sarama.StringEncoder(`{"payout_id":"` + id + `"}`),
+			Headers: []sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("event-" + id)}},
+		})
+		if err != nil {
+			log.Fatal(err)
+		}
+	}
+	_ = producer.Close()
+
+	ctx, stop := context.WithCancel(context.Background())
+	settled := 0
+	done := func() {
+		if settled++; settled == 3 {
+			stop()
+		}
+	}
+	saramaConfig := consumer.NewSaramaConfig()
+	saramaConfig.Consumer.Offsets.AutoCommit.Interval = 10 * time.Millisecond
+	c, err := consumer.New(consumer.Config{
+		Brokers: broker.ListenAddrs(),
+		Sarama:  saramaConfig,
+		Group:   "payout-worker",
+		Topics:  []string{"payouts"},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+			if string(m.Key) == "p-2" {
+				return consumer.Permanent(errors.New("psp: account closed"))
+			}
+			fmt.Printf("paid %s (ce_id %s, attempt %d)\n", m.Key, m.ID, m.Attempt)
+			done()
+			return nil
+		}),
+		OnDeadLetter: func(ctx context.Context, dl consumer.DeadLetter) {
+			fmt.Printf("dead-lettered %s to %s: %s (%s)\n", dl.Message.Key, dl.Written.Topic, dl.Envelope.Error, dl.Envelope.ErrorKind)
+			done()
+		},
+		Logger: slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// paid p-1 (ce_id event-p-1, attempt 1)
+	// dead-lettered p-2 to payouts.dlq: permanent: psp: account closed (permanent)
+	// paid p-3 (ce_id event-p-3, attempt 1)
+}
+
+// Guard a PSP client with a breaker: after 5 failures in a row, calls are
+// refused for 30s, and the consumer pauses the partition instead of burning
+// attempts and dead-lettering payouts.
+func ExampleBreaker() {
+	psp, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		log.Fatal(err)
+	}
+	pay := func(ctx context.Context, payout []byte) error { return errors.New("psp: 503") }
+	handler := consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		return psp.Do(ctx, func(ctx context.Context) error { return pay(ctx, m.Value) })
+	})
+
+	for i := 1; i <= 6; i++ {
+		err := handler.Handle(context.Background(), &consumer.Message{Value: []byte(`{}`)})
+		fmt.Printf("call %d: breaker open: %t\n", i, errors.Is(err, consumer.ErrBreakerOpen))
+	}
+	fmt.Println("state:", psp.State())
+	// Output:
+	// call 1: breaker open: false
+	// call 2: breaker open: false
+	// call 3: breaker open: false
+	// call 4: breaker open: false
+	// call 5: breaker open: true
+	// call 6: breaker open: true
+	// state: open
+}
