@@ -112,8 +112,9 @@ func TestKeyedWorkersCommitBelowTheSlowest(t *testing.T) {
 	cfg.Metrics = metrics
 	run(t, newConsumer(t, cfg))
 	// The slow message's worker queue fills up behind it, and then the
-	// dispatch waits; the other workers get through what came before.
-	waitFor(t, 10*time.Second, "10 fast messages handled", func() bool { return metrics.count(consumer.OutcomeHandled) >= 10 })
+	// dispatch waits; the other workers get through what came before (the
+	// keys go to workers by a fixed hash, so always the same ones).
+	waitFor(t, 10*time.Second, "5 fast messages handled", func() bool { return metrics.count(consumer.OutcomeHandled) >= 5 })
 	if n := metrics.marks(); n != 0 {
 		t.Errorf("%d offsets marked while offset 0 is unfinished, want none", n)
 	}

@@ -2,7 +2,7 @@ package consumer
 
 import (
 	"context"
-	"hash/maphash"
+	"hash/crc32"
 	"log/slog"
 	"slices"
 	"sync"
@@ -87,7 +87,6 @@ func (p *partition) keyed(n int) {
 	var (
 		wg      sync.WaitGroup
 		pending offsets
-		seed    = maphash.MakeSeed()
 		queues  = make([]chan *sarama.ConsumerMessage, n)
 	)
 	for i := range queues {
@@ -124,7 +123,7 @@ func (p *partition) keyed(n int) {
 		}
 		worker := int(msg.Offset % int64(n)) // keyless: no order to keep
 		if msg.Key != nil {
-			worker = int(maphash.Bytes(seed, msg.Key) % uint64(n))
+			worker = int(crc32.ChecksumIEEE(msg.Key) % uint32(n))
 		}
 		pending.start(msg.Offset)
 		select {
