@@ -24,7 +24,7 @@ import (
 // Relay defaults.
 const (
 	DefaultSource           = "courier"
-	DefaultBatchSize        = 500
+	DefaultBatchSize        = 1000
 	DefaultWorkers          = 2
 	DefaultPollInterval     = time.Second
 	DefaultMaxRetries       = 6
@@ -92,12 +92,12 @@ type RelayConfig struct {
 	// instead of the payload with ce_ headers (binary mode, the default).
 	Structured bool
 
-	// BatchSize is the most events one claim locks. Defaults to 500.
+	// BatchSize is the most events one claim locks. Defaults to 1000.
 	BatchSize int
 	// Workers is how many batches the relay publishes at once, each over its
 	// own share of the keys: the events of one key always go through the
 	// same worker, so workers never wait on each other. Each holds a
-	// connection of the pool while it publishes. Defaults to 2.
+	// connection of the pool while it publishes. At most 64. Defaults to 2.
 	Workers int
 	// PollInterval is how often an idle relay looks for due events without
 	// being notified. Defaults to 1s.
@@ -192,8 +192,7 @@ type BatchResult struct {
 	// they are tried again after Backoff.Base.
 	Deferred int
 	// Released events were claimed but not attempted and stay due: an older
-	// event of their key was busy elsewhere or failed in this batch, or the
-	// breaker opened.
+	// event of their key failed in this batch, or the breaker opened.
 	Released int
 	// BreakerOpen is true when the breaker was open, so nothing was claimed.
 	BreakerOpen bool
@@ -318,6 +317,9 @@ func (c *RelayConfig) setDefaults() error {
 			*n.value = n.def
 		}
 	}
+	if c.Workers > shareCount {
+		return fmt.Errorf("Workers is %d; use at most %d (the keys are split into %d shares)", c.Workers, shareCount, shareCount)
+	}
 	switch {
 	case c.Backoff.Factor == 0:
 		c.Backoff.Factor = DefaultBackoffFactor
@@ -408,14 +410,20 @@ func (r *Relay) Wake() {
 // outcome, in one transaction. Run calls it in a loop, one per worker; call
 // it yourself to drive a relay by hand (e.g. from a scheduler or a test).
 func (r *Relay) RunOnce(ctx context.Context) (BatchResult, error) {
-	return r.runOnce(ctx, share{of: 1})
+	return r.runOnce(ctx, homeShares(0, 1))
 }
 
-// share is the part of the keys one worker publishes: those whose hash is
-// index modulo of.
-type share struct{ index, of int }
+// homeShares are the shares worker index of workers claims from: every
+// workers-th one. Together a relay's workers cover every share.
+func homeShares(index, workers int) []int32 {
+	var shares []int32
+	for s := index; s < shareCount; s += workers {
+		shares = append(shares, int32(s))
+	}
+	return shares
+}
 
-func (r *Relay) runOnce(ctx context.Context, sh share) (BatchResult, error) {
+func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error) {
 	if r.breaker.State() == gobreaker.StateOpen {
 		return BatchResult{BreakerOpen: true}, nil
 	}
@@ -423,7 +431,7 @@ func (r *Relay) runOnce(ctx context.Context, sh share) (BatchResult, error) {
 	var out batchOutcome
 	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
 		res, out = BatchResult{}, batchOutcome{}
-		events, err := r.store.claim(ctx, tx, r.queryNow(), r.cfg.BatchSize, sh, r.cfg.PublishTimeout+r.cfg.ShutdownTimeout)
+		events, err := r.store.claim(ctx, tx, r.queryNow(), r.cfg.BatchSize, shares, r.cfg.PublishTimeout+r.cfg.ShutdownTimeout)
 		if err != nil {
 			return err
 		}
@@ -480,10 +488,6 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 	depth := map[topicKey]int{}
 	for i := range events {
 		e := &events[i]
-		if e.Held {
-			res.Released++
-			continue
-		}
 		w := 0
 		if e.Key != nil {
 			k := topicKey{e.Topic, *e.Key}

@@ -22,6 +22,7 @@ func TestNewRelayRejectsInvalidConfig(t *testing.T) {
 		{producer.RelayConfig{Brokers: brokers, Schema: "Bad"}, "Schema"},
 		{producer.RelayConfig{Brokers: brokers, BatchSize: -1}, "BatchSize"},
 		{producer.RelayConfig{Brokers: brokers, Workers: -1}, "Workers"},
+		{producer.RelayConfig{Brokers: brokers, Workers: 65}, "Workers"},
 		{producer.RelayConfig{Brokers: brokers, PollInterval: -time.Second}, "PollInterval"},
 		{producer.RelayConfig{Brokers: brokers, MaxRetries: -2}, "MaxRetries"},
 		{producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Factor: 0.5}}, "Backoff.Factor"},

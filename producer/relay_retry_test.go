@@ -396,3 +396,64 @@ func TestFailedDeadLetterWriteKeepsKeyOrder(t *testing.T) {
 		t.Fatalf("main topic got %v, want only the second event", got)
 	}
 }
+
+// TestRelayInFlightKeepsOtherRelaysOffItsKeys: while one relay publishes a
+// key's event, another relay claims nothing of that key; once the first one
+// has recorded a failure, the other sees it, so the key's later event waits
+// for the retry instead of overtaking it.
+func TestRelayInFlightKeepsOtherRelaysOffItsKeys(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	clock := newFakeClock()
+	entered, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	first := &fakePublisher{}
+	first.setFail(func(*sarama.ProducerMessage) error {
+		once.Do(func() { close(entered) })
+		<-release
+		return sarama.ErrUnknown
+	})
+	second := &fakePublisher{}
+	a := newRelay(t, pg, nil, producer.RelayConfig{Publisher: first, Now: clock.Now})
+	b := newRelay(t, pg, nil, producer.RelayConfig{Publisher: second, Now: clock.Now})
+	failing := enqueue(t, pg, out, orderCreated("o-1"))
+	behind := enqueue(t, pg, out, orderCreated("o-1"))
+
+	done := make(chan producer.BatchResult, 1)
+	go func() {
+		res, err := a.RunOnce(context.Background())
+		if err != nil {
+			t.Errorf("first relay: %v", err)
+		}
+		done <- res
+	}()
+	select {
+	case <-entered:
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal("the first relay never published")
+	}
+	// Bounded: a second relay waiting on the first one's rows is a failure too.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	res, err := b.RunOnce(ctx)
+	cancel()
+	if err != nil || res.Claimed != 0 {
+		close(release)
+		t.Fatalf("while the first relay published the key, the second claimed %+v, %v", res, err)
+	}
+	close(release)
+	if res := <-done; res.Failed != 1 || res.Released != 1 {
+		t.Fatalf("first relay %+v, want its event failed and the one behind it released", res)
+	}
+
+	if res := runOnce(t, b); res.Claimed != 0 {
+		t.Fatalf("before the retry is due the second relay claimed %+v", res)
+	}
+	clock.Advance(time.Second)
+	if res := runOnce(t, b); res.Published != 2 {
+		t.Fatalf("after the backoff the second relay did %+v, want both events published", res)
+	}
+	if got, want := second.ackedIDs("orders"), []string{failing.String(), behind.String()}; !slices.Equal(got, want) {
+		t.Fatalf("second relay published %v, want %v (enqueue order)", got, want)
+	}
+}

@@ -27,7 +27,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	var workers sync.WaitGroup
 	for i := range r.cfg.Workers {
-		workers.Go(func() { r.loop(ctx, share{index: i, of: r.cfg.Workers}) })
+		workers.Go(func() { r.loop(ctx, i) })
 	}
 	workers.Wait()
 	wg.Wait()
@@ -39,11 +39,12 @@ func (r *Relay) Run(ctx context.Context) error {
 	return nil
 }
 
-// loop runs the batches of one worker until ctx ends.
-func (r *Relay) loop(ctx context.Context, sh share) {
+// loop runs the batches of worker index until ctx ends.
+func (r *Relay) loop(ctx context.Context, index int) {
+	shares := homeShares(index, r.cfg.Workers)
 	errDelay := time.Duration(0)
 	for ctx.Err() == nil {
-		res, err := r.runBatch(ctx, sh)
+		res, err := r.runBatch(ctx, shares)
 		var wait time.Duration
 		switch {
 		case err != nil:
@@ -56,21 +57,21 @@ func (r *Relay) loop(ctx context.Context, sh share) {
 			errDelay = 0
 			continue // a full batch that made progress: there is more
 		case res.Released > 0:
-			// Another relay holds an older event of some key, or Kafka was
-			// unreachable: try again shortly rather than at the next poll.
+			// An event failed or Kafka was unreachable, so later events of
+			// its key wait: try again shortly rather than at the next poll.
 			errDelay = 0
 			wait = min(r.cfg.PollInterval, 50*time.Millisecond)
 		default:
 			errDelay = 0
 			wait = r.cfg.PollInterval
 		}
-		sleep(ctx, wait, r.wake[sh.index])
+		sleep(ctx, wait, r.wake[index])
 	}
 }
 
 // runBatch runs RunOnce on a context that outlives ctx by ShutdownTimeout,
 // so that cancelling Run lets the batch in flight finish and be recorded.
-func (r *Relay) runBatch(ctx context.Context, sh share) (BatchResult, error) {
+func (r *Relay) runBatch(ctx context.Context, shares []int32) (BatchResult, error) {
 	batchCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancel()
 	stop := context.AfterFunc(ctx, func() {
@@ -83,7 +84,7 @@ func (r *Relay) runBatch(ctx context.Context, sh share) (BatchResult, error) {
 		}
 	})
 	defer stop()
-	return r.runOnce(batchCtx, sh)
+	return r.runOnce(batchCtx, shares)
 }
 
 // sleep waits for d, a wake-up on wake (nil: none) or the end of ctx.

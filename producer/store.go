@@ -3,7 +3,6 @@ package producer
 import (
 	"context"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -25,6 +24,7 @@ const (
 // the backlog gauge. Everything else in the relay is plain Go.
 type store struct {
 	table        pgname.Table
+	lockSQL      string
 	claimSQL     string
 	settleSQL    string
 	publishedSQL string
@@ -36,15 +36,13 @@ func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
 	// A predecessor blocks an event while it waits for a retry or its
 	// NotBefore, and, when keys hold on dead letters, while dead-lettered.
 	blocking := "b.status IN ('pending', 'failed') AND b.next_attempt_at > " + dbNow
-	unfinished := "o.status IN ('pending', 'failed')"
 	if holdOnDeadLetter {
 		blocking = "(" + blocking + ") OR b.status = 'dead_lettered'"
-		unfinished = "o.status IN ('pending', 'failed', 'dead_lettered')"
 	}
 	return &store{
-		table: table,
-		claimSQL: fmt.Sprintf(claimSQL, table, blocking, unfinished, dbNow, qualified("c.", recordColumns),
-			fmt.Sprintf(eligibleSQL, table, dbNow, blocking), shareSQL),
+		table:        table,
+		lockSQL:      fmt.Sprintf(lockSharesSQL, shareLockKey(table)),
+		claimSQL:     fmt.Sprintf(claimSQL, table, blocking, dbNow, recordColumns, shareCount),
 		settleSQL:    fmt.Sprintf(settleSQL, table, dbNow),
 		publishedSQL: fmt.Sprintf(publishedSQL, table, dbNow),
 		cleanupSQL:   fmt.Sprintf(cleanupSQL, table),
@@ -58,65 +56,55 @@ func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
 // clock keeps a skewed application host from delaying fresh events.
 const dbNow = "COALESCE($1::timestamptz, statement_timestamp())"
 
-// claimSQL locks up to $2 due events in insert order, skipping those locked
-// by other relays and those queued behind a blocking event of their key
-// (the blockers index keeps that check cheap). It then marks as held every
-// claimed event that has an unfinished predecessor outside this claim — one
-// another relay holds right now — so that a key is only ever published by
-// one relay, from its oldest unfinished event on.
-//
-// Such a predecessor can only exist when the claim skipped a locked event
-// (a blocked or later one would have kept the claimed event out too), so
-// contended counts the due events of the worker's share up to the last
-// claimed one (blocked ones too, which can only make it run gaps needlessly),
-// and the per-key walk of gaps runs only when that count exceeds the claim. gaps is
-// computed once per claimed key (MATERIALIZED, whatever the planner's row
-// estimates) by a walk of the key_order index from the key's oldest
-// unfinished event (the ORDER BY matches that index) past the key's own
-// claimed events.
+// shareCount is how many shares the keys of a table are split into, by a
+// hash of the key (of the id for events without one). A claim holds a
+// transaction-scoped advisory lock on every share it claims from, so at any
+// moment the events of one key are claimed by at most one transaction, in
+// whichever relay: no relay can publish a key's event while another still
+// holds an earlier one. Every relay must use the same count; it bounds
+// RelayConfig.Workers.
+const shareCount = 64
+
+// shareLockKey is the first key of the share locks of a table (the share is
+// the second): a hash of the table's name, so that relays of different tables
+// never wait on each other.
+func shareLockKey(table pgname.Table) string {
+	return fmt.Sprintf("hashtext('courier relay %s')", table)
+}
+
+// lockSharesSQL tunes the claim's transaction (see claimSettings) and takes
+// a transaction-scoped lock on every share of $2 that no other transaction
+// holds, noting them in the setting courier.claim_shares for claimSQL. The
+// locks come first, in a statement of their own, so that the claim's
+// snapshot is taken after them: a relay that held a share until it
+// committed has its outcomes (a failed event now waiting for its retry)
+// visible to the claim that follows it.
+const lockSharesSQL = claimSettings + `,
+    set_config('courier.claim_shares', COALESCE((
+        SELECT array_agg(s) FROM unnest($2::int[]) AS s
+        WHERE pg_try_advisory_xact_lock(%s, s)), '{}')::text, true)`
+
+// claimSQL locks up to $2 due events of the shares lockSharesSQL took, in
+// insert order, leaving out the events queued behind a blocking event of
+// their key (the blockers index keeps that check cheap). Holding the
+// shares, it is the only claimer of their keys: it waits for a row another
+// transaction has locked (an admin requeue, never a relay) rather than skip
+// it, since skipping an event would let the next one of its key overtake it.
 const claimSQL = `
-WITH claimed AS (
-    SELECT e.*
-    FROM %[1]s e
-    WHERE %[6]s
-    ORDER BY e.seq
-    LIMIT $2
-    FOR UPDATE OF e SKIP LOCKED
-), contended AS MATERIALIZED (
-    SELECT count(*) > (SELECT count(*) FROM claimed) AS yes
-    FROM %[1]s e
-    WHERE %[7]s AND e.status IN ('pending', 'failed') AND e.next_attempt_at <= %[4]s
-      AND e.seq <= (SELECT max(seq) FROM claimed)
-), gaps AS MATERIALIZED (
-    SELECT k.topic, k.partition_key, (
-        SELECT o.seq FROM %[1]s o
-        WHERE o.topic = k.topic AND o.partition_key = k.partition_key AND o.status <> 'published'
-          AND (%[3]s) AND o.id <> ALL (k.ids)
-        ORDER BY o.topic, o.partition_key, o.seq
-        LIMIT 1) AS gap_seq
-    FROM (SELECT topic, partition_key, array_agg(id) AS ids FROM claimed
-          WHERE partition_key IS NOT NULL AND (SELECT yes FROM contended)
-          GROUP BY topic, partition_key) k
-)
-SELECT %[5]s, COALESCE(c.seq > g.gap_seq, false) AS held
-FROM claimed c
-LEFT JOIN gaps g ON g.topic = c.topic AND g.partition_key = c.partition_key
-ORDER BY c.seq`
-
-// shareSQL selects the events of the worker's share of the keys: $3
-// workers, this one $4. Events without a key are shared by id.
-const shareSQL = `mod(mod(hashtextextended(COALESCE(e.partition_key, e.id::text), 0), $3::bigint) + $3::bigint, $3::bigint) = $4`
-
-// eligibleSQL is the claim's condition on an event e: in the worker's share,
-// unfinished, due, and not queued behind a blocking event of its key.
-const eligibleSQL = shareSQL + `
-      AND e.status IN ('pending', 'failed')
-      AND e.next_attempt_at <= %[2]s
-      AND (e.partition_key IS NULL OR NOT EXISTS (
-          SELECT FROM %[1]s b
-          WHERE b.topic = e.topic AND b.partition_key = e.partition_key AND b.seq < e.seq
-            AND (b.status IN ('failed', 'dead_lettered') OR b.next_attempt_at > b.created_at)
-            AND (%[3]s)))`
+SELECT %[4]s
+FROM %[1]s e
+WHERE mod(mod(hashtextextended(COALESCE(e.partition_key, e.id::text), 0), %[5]d) + %[5]d, %[5]d)
+      = ANY (current_setting('courier.claim_shares')::int[])
+  AND e.status IN ('pending', 'failed')
+  AND e.next_attempt_at <= %[3]s
+  AND (e.partition_key IS NULL OR NOT EXISTS (
+      SELECT FROM %[1]s b
+      WHERE b.topic = e.topic AND b.partition_key = e.partition_key AND b.seq < e.seq
+        AND (b.status IN ('failed', 'dead_lettered') OR b.next_attempt_at > b.created_at)
+        AND (%[2]s)))
+ORDER BY e.seq
+LIMIT $2
+FOR UPDATE OF e`
 
 // settleSQL records the outcome of every attempted event of a batch, with
 // times on the same clock as the claim's due check ($1, see dbNow).
@@ -155,36 +143,16 @@ SELECT count(*), COALESCE(EXTRACT(EPOCH FROM ` + dbNow + ` - min(next_attempt_at
 FROM %s WHERE status IN ('pending', 'failed')`
 
 // claimedEvent is one row of a claimed batch.
-type claimedEvent struct {
-	Record
-	// Held is set when an older unfinished event of the same key is not in
-	// this claim: the event must wait.
-	Held bool
-}
+type claimedEvent struct{ Record }
 
-// qualified prefixes every column of a comma-separated list.
-func qualified(prefix, columns string) string {
-	cols := strings.Split(columns, ",")
-	for i, c := range cols {
-		cols[i] = prefix + strings.TrimSpace(c)
-	}
-	return strings.Join(cols, ", ")
-}
-
-func (s *store) claim(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, limit int, sh share, txTimeout time.Duration) ([]claimedEvent, error) {
+func (s *store) claim(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, limit int, shares []int32, txTimeout time.Duration) ([]claimedEvent, error) {
 	batch := &pgx.Batch{}
-	// Should this relay stall without dying, PostgreSQL ends its transaction
-	// and frees the claimed events for the others; should it die while a
-	// statement waits on a lock, PostgreSQL notices within a second.
-	batch.Queue(fmt.Sprintf("SET LOCAL idle_in_transaction_session_timeout = %d", txTimeout.Milliseconds()))
-	batch.Queue("SET LOCAL client_connection_check_interval = 1000")
-	batch.Queue(s.claimSQL, now, limit, sh.of, sh.index)
+	batch.Queue(s.lockSQL, fmt.Sprint(txTimeout.Milliseconds()), shares)
+	batch.Queue(s.claimSQL, now, limit)
 	results := tx.SendBatch(ctx, batch)
 	defer results.Close()
-	for range 2 {
-		if _, err := results.Exec(); err != nil {
-			return nil, fmt.Errorf("producer: claim from %s: %w", s.table, err)
-		}
+	if _, err := results.Exec(); err != nil {
+		return nil, fmt.Errorf("producer: claim from %s: %w", s.table, err)
 	}
 	rows, err := results.Query()
 	if err != nil {
@@ -196,6 +164,27 @@ func (s *store) claim(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, li
 	}
 	return events, nil
 }
+
+// claimSettings tunes the claim's transaction:
+//   - should the relay stall without dying, PostgreSQL ends the transaction
+//     after $1 ms idle and frees its events and shares for the others;
+//   - should it die while a statement runs, PostgreSQL notices within a
+//     second;
+//   - a row lock another transaction holds for over 10s fails the claim
+//     (logged, and retried) instead of stalling the worker;
+//   - no JIT: the planner's cost estimate for a claim over a large backlog
+//     crosses jit_above_cost, and compiling costs more than the claim;
+//   - asynchronous commit: the transaction only records what Kafka already
+//     acknowledged, so a PostgreSQL crash that forgets its last commits
+//     (wal_writer_delay, 200ms by default) only makes the relay publish those
+//     events again — duplicates with the same ce_id, in the same order — and
+//     the relay does not wait for a WAL flush per batch.
+const claimSettings = `SELECT
+    set_config('idle_in_transaction_session_timeout', $1, true),
+    set_config('client_connection_check_interval', '1000', true),
+    set_config('lock_timeout', '10s', true),
+    set_config('jit', 'off', true),
+    set_config('synchronous_commit', 'off', true)`
 
 // statusUnchanged is the settlement status that keeps an event's status.
 const statusUnchanged = "unchanged"
