@@ -72,8 +72,9 @@ type Config struct {
 	MaxAttempts int
 	// Backoff spaces the attempts.
 	Backoff Backoff
-	// AttemptTimeout bounds one attempt: its context ends then, and the
-	// attempt fails with ErrAttemptTimeout. Defaults to 30s.
+	// AttemptTimeout bounds one attempt: its context ends then (with
+	// ErrAttemptTimeout as its context.Cause), and the attempt fails with
+	// ErrAttemptTimeout. Defaults to 30s.
 	AttemptTimeout time.Duration
 	// Retryable reports whether a failed attempt is worth another one; an
 	// error it refuses is dead-lettered at once with error kind

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/failsafe-go/failsafe-go/timeout"
 
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/backoff"
@@ -24,7 +23,6 @@ var ErrRunning = errors.New("consumer: Run is already running; call it once per 
 type Consumer struct {
 	cfg     Config
 	backoff backoff.Policy
-	timeout timeout.Timeout[any]
 	log     *slog.Logger
 	metrics Metrics
 	running atomic.Bool
@@ -39,7 +37,6 @@ func New(cfg Config) (*Consumer, error) {
 	return &Consumer{
 		cfg:     cfg,
 		backoff: backoff.Policy(cfg.Backoff),
-		timeout: timeout.New[any](cfg.AttemptTimeout),
 		log:     cfg.Logger.With("group", cfg.Group),
 		metrics: cfg.Metrics,
 	}, nil

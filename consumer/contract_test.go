@@ -144,7 +144,7 @@ func TestAttemptTimeout(t *testing.T) {
 	f := newFixture(t, 1)
 	f.produce(t, f.topic, record("a", "slow-once"))
 	var mu sync.Mutex
-	var ctxErr, seen error
+	var ctxErr, cause, seen error
 	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 		if m.Attempt > 1 {
 			return nil
@@ -152,7 +152,7 @@ func TestAttemptTimeout(t *testing.T) {
 		<-ctx.Done() // the attempt's deadline ends it
 		mu.Lock()
 		defer mu.Unlock()
-		ctxErr = ctx.Err()
+		ctxErr, cause = ctx.Err(), context.Cause(ctx)
 		return ctx.Err()
 	}))
 	cfg.AttemptTimeout = 100 * time.Millisecond
@@ -168,8 +168,40 @@ func TestAttemptTimeout(t *testing.T) {
 	if ctxErr == nil {
 		t.Error("the slow attempt's context never ended")
 	}
+	if !errors.Is(cause, consumer.ErrAttemptTimeout) {
+		t.Errorf("the slow attempt's context ended with cause %v, want ErrAttemptTimeout", cause)
+	}
 	if !errors.Is(seen, consumer.ErrAttemptTimeout) {
 		t.Errorf("the failed attempt's error is %v, want ErrAttemptTimeout", seen)
+	}
+}
+
+// TestAttemptTimeoutIgnoredContext: an attempt that ignores its context and
+// returns nil after AttemptTimeout still failed, with ErrAttemptTimeout.
+func TestAttemptTimeoutIgnoredContext(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	f.produce(t, f.topic, record("a", "late-once"))
+	var mu sync.Mutex
+	var seen error
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		if m.Attempt == 1 {
+			time.Sleep(200 * time.Millisecond) // a handler deaf to ctx, past AttemptTimeout
+		}
+		return nil
+	}))
+	cfg.AttemptTimeout = 50 * time.Millisecond
+	cfg.Retryable = func(err error) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		seen = err
+		return true
+	}
+	f.consumeAll(t, cfg, 1)
+	mu.Lock()
+	defer mu.Unlock()
+	if !errors.Is(seen, consumer.ErrAttemptTimeout) {
+		t.Errorf("the late attempt's error is %v, want ErrAttemptTimeout", seen)
 	}
 }
 

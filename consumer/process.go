@@ -12,7 +12,6 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
-	"github.com/failsafe-go/failsafe-go/timeout"
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/courierkit/courier/dlq"
@@ -62,10 +61,21 @@ func (p *partition) process(msg *sarama.ConsumerMessage) bool {
 // attempts runs the handler until it succeeds, the attempts run out, an
 // error ends them (not retryable, or an open breaker), or the session ends.
 // Retry waits are failsafe's timers, which stop when the session ends.
+//
+// The first attempt runs outside failsafe: most messages succeed on it, and
+// a failsafe execution costs dozens of allocations, several times what the
+// rest of a message costs. When it fails, failsafe takes over and replays
+// its error as its own first execution, so every decision after a failure
+// (abort, delay, retry, give up) is failsafe's, as if it had run it.
 func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 	c := d.p.c
+	budget := c.cfg.MaxAttempts - d.failed
+	first := d.try(ctx)
+	if first == nil {
+		return true, nil
+	}
 	policy := retrypolicy.NewBuilder[any]().
-		WithMaxAttempts(c.cfg.MaxAttempts - d.failed).
+		WithMaxAttempts(budget).
 		ReturnLastFailure().
 		AbortIf(func(_ any, err error) bool {
 			_, open := c.breakerWait(err)
@@ -82,45 +92,66 @@ func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 			d.log().Warn("handler failed; retrying", "err", e.LastError(), "attempt", d.failed, "retry_in", e.Delay)
 		}).
 		Build()
+	replay := true
 	err = failsafe.With(policy).WithContext(d.p.sessCtx).Run(func() error {
-		d.m.Attempt = d.failed + 1
-		err := d.p.attempt(ctx, d.m)
-		if err == nil {
-			handled = true
-			return nil
+		if replay {
+			replay = false
+			return first
 		}
-		if _, open := c.breakerWait(err); !open {
-			d.failed++
-			d.lastFailed = time.Now()
-			if d.failed == 1 {
-				d.firstFailed = d.lastFailed
-			}
-			if pe, ok := errors.AsType[*PanicError](err); ok {
-				d.log().Error("handler panicked", "err", err, "attempt", d.failed, "stack", string(pe.Stack))
-			}
-		}
+		err := d.try(ctx)
+		handled = err == nil
 		return err
 	})
 	return handled, err
 }
 
+// try runs one attempt and records its failure: it counts (unless a breaker
+// was open) and a panic is logged.
+func (d *delivery) try(ctx context.Context) error {
+	d.m.Attempt = d.failed + 1
+	err := d.p.attempt(ctx, d.m)
+	if err == nil {
+		return nil
+	}
+	if _, open := d.p.c.breakerWait(err); !open {
+		d.failed++
+		d.lastFailed = time.Now()
+		if d.failed == 1 {
+			d.firstFailed = d.lastFailed
+		}
+		if pe, ok := errors.AsType[*PanicError](err); ok {
+			d.log().Error("handler panicked", "err", err, "attempt", d.failed, "stack", string(pe.Stack))
+		}
+	}
+	return err
+}
+
 // attempt calls the handler once, within AttemptTimeout, recovering a
-// panic into a *PanicError.
+// panic into a *PanicError. An attempt still running when AttemptTimeout
+// passes fails with ErrAttemptTimeout, whatever it returns; its context
+// ends then, with ErrAttemptTimeout as the cause. (A context timeout rather
+// than a failsafe Timeout policy: that one costs a dozen allocations per
+// message.)
 func (p *partition) attempt(ctx context.Context, m *Message) error {
 	start := time.Now()
-	err := failsafe.With(p.c.timeout).WithContext(ctx).RunWithExecution(func(exec failsafe.Execution[any]) (err error) {
-		defer func() {
-			if v := recover(); v != nil {
-				err = &PanicError{Value: v, Stack: debug.Stack()}
-			}
-		}()
-		return p.c.cfg.Handler.Handle(exec.Context(), m)
-	})
+	ctx, cancel := context.WithTimeoutCause(ctx, p.c.cfg.AttemptTimeout, ErrAttemptTimeout)
+	err := p.call(ctx, m)
+	cancel()
 	p.c.metrics.HandlerDuration(m.Topic, time.Since(start))
-	if errors.Is(err, timeout.ErrExceeded) {
+	if context.Cause(ctx) == ErrAttemptTimeout {
 		err = fmt.Errorf("%w after %v (Config.AttemptTimeout)", ErrAttemptTimeout, p.c.cfg.AttemptTimeout)
 	}
 	return err
+}
+
+// call calls the handler, recovering a panic into a *PanicError.
+func (p *partition) call(ctx context.Context, m *Message) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = &PanicError{Value: v, Stack: debug.Stack()}
+		}
+	}()
+	return p.c.cfg.Handler.Handle(ctx, m)
 }
 
 // retryable reports whether a failed attempt may be followed by another.
