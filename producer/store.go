@@ -2,6 +2,7 @@ package producer
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -42,7 +43,7 @@ func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
 	return &store{
 		table:        table,
 		lockSQL:      fmt.Sprintf(lockSharesSQL, shareLockKey(table)),
-		claimSQL:     fmt.Sprintf(claimSQL, table, blocking, dbNow, recordColumns, shareCount),
+		claimSQL:     fmt.Sprintf(claimSQL, table, blocking, dbNow, claimColumns, shareCount),
 		settleSQL:    fmt.Sprintf(settleSQL, table, dbNow),
 		publishedSQL: fmt.Sprintf(publishedSQL, table, dbNow),
 		cleanupSQL:   fmt.Sprintf(cleanupSQL, table),
@@ -94,7 +95,7 @@ const claimSQL = `
 SELECT %[4]s
 FROM %[1]s e
 WHERE mod(mod(hashtextextended(COALESCE(e.partition_key, e.id::text), 0), %[5]d) + %[5]d, %[5]d)
-      = ANY (current_setting('courier.claim_shares')::int[])
+      = ANY ((SELECT current_setting('courier.claim_shares')::int[])::int[])
   AND e.status IN ('pending', 'failed')
   AND e.next_attempt_at <= %[3]s
   AND (e.partition_key IS NULL OR NOT EXISTS (
@@ -142,8 +143,46 @@ const backlogSQL = `
 SELECT count(*), COALESCE(EXTRACT(EPOCH FROM ` + dbNow + ` - min(next_attempt_at) FILTER (WHERE next_attempt_at <= ` + dbNow + `)), 0)
 FROM %s WHERE status IN ('pending', 'failed')`
 
-// claimedEvent is one row of a claimed batch.
-type claimedEvent struct{ Record }
+// claimedEvent is an event of a claimed batch: what publishing it and
+// dead-lettering it need, scanned by scanClaimed in claimColumns order.
+type claimedEvent struct {
+	ID            uuid.UUID
+	Topic         string
+	Key           *string
+	Type          string
+	AggregateType *string
+	AggregateID   *string
+	TenantID      *string
+	CorrelationID *string
+	CausationID   *string
+	Payload       []byte
+	ContentType   string
+	Headers       map[string]string
+	RetryCount    int
+	MaxRetries    *int
+	LastError     *string
+	FirstFailedAt *time.Time
+	CreatedAt     time.Time
+}
+
+const claimColumns = `id, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
+    correlation_id, causation_id, payload, content_type, headers, retry_count, max_retries, last_error,
+    first_failed_at, created_at`
+
+// scanClaimed scans a claimed row by hand (a claim is the relay's hot path,
+// and reflection would cost more than the query) and decodes the headers
+// only when there are some.
+func scanClaimed(row pgx.CollectableRow) (claimedEvent, error) {
+	var e claimedEvent
+	var headers []byte
+	err := row.Scan(&e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
+		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.RetryCount, &e.MaxRetries,
+		&e.LastError, &e.FirstFailedAt, &e.CreatedAt)
+	if err == nil && string(headers) != "{}" {
+		err = json.Unmarshal(headers, &e.Headers)
+	}
+	return e, err
+}
 
 func (s *store) claim(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, limit int, shares []int32, txTimeout time.Duration) ([]claimedEvent, error) {
 	batch := &pgx.Batch{}
@@ -158,7 +197,7 @@ func (s *store) claim(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, li
 	if err != nil {
 		return nil, fmt.Errorf("producer: claim from %s: %w", s.table, err)
 	}
-	events, err := pgx.CollectRows(rows, pgx.RowToStructByPos[claimedEvent])
+	events, err := pgx.CollectRows(rows, scanClaimed)
 	if err != nil {
 		return nil, fmt.Errorf("producer: claim from %s: %w", s.table, err)
 	}
