@@ -23,6 +23,8 @@ const (
 	DefaultWorkers          = 1
 	DefaultDeadLetterSuffix = dlq.DefaultSuffix
 	DefaultShutdownTimeout  = 10 * time.Second
+
+	DefaultMaxDeadLettersInFlight = 64
 )
 
 // Backoff schedules retries: failed attempt n waits Base·Factor^(n-1),
@@ -103,9 +105,19 @@ type Config struct {
 	// context in dlq_* headers) instead of envelopes. Defaults to false.
 	DeadLetterRaw bool
 	// OnDeadLetter is called once for each message written to its
-	// dead-letter topic, before its offset is marked, e.g. to page the
-	// on-call. It runs on the partition's goroutine: return quickly.
+	// dead-letter topic, after the write and before its offset is marked,
+	// e.g. to page the on-call. It runs on the goroutine of the write, so
+	// calls can overlap, also for one partition: return quickly.
 	OnDeadLetter func(context.Context, DeadLetter)
+	// MaxDeadLettersInFlight bounds the dead-letter writes of one partition
+	// in flight at once. A write runs beside the handling: the partition
+	// goes on with the next messages, and no offset is marked past a
+	// message whose write has not succeeded. At the bound, the partition
+	// waits for a write to end; while a write is failing (and being
+	// retried), it takes no new message. Writes in flight can reach the
+	// dead-letter topic out of offset order. 1 writes one at a time, still
+	// beside the handling. Defaults to 64.
+	MaxDeadLettersInFlight int
 
 	// ShutdownTimeout is how long handlers and dead-letter writes in flight
 	// may run on after the session ends (Run's context ended, or a
@@ -183,6 +195,7 @@ func (c *Config) setDefaults() error {
 	if err := setDefaults(
 		field[int]{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts},
 		field[int]{"Workers", &c.Workers, DefaultWorkers},
+		field[int]{"MaxDeadLettersInFlight", &c.MaxDeadLettersInFlight, DefaultMaxDeadLettersInFlight},
 	); err != nil {
 		return err
 	}

@@ -37,6 +37,7 @@ func TestConfigValidation(t *testing.T) {
 		{"no handler", func(c *consumer.Config) { c.Handler = nil }, "Handler"},
 		{"negative attempts", func(c *consumer.Config) { c.MaxAttempts = -1 }, "MaxAttempts"},
 		{"negative workers", func(c *consumer.Config) { c.Workers = -2 }, "Workers"},
+		{"negative dead letters in flight", func(c *consumer.Config) { c.MaxDeadLettersInFlight = -1 }, "MaxDeadLettersInFlight"},
 		{"negative timeout", func(c *consumer.Config) { c.AttemptTimeout = -time.Second }, "AttemptTimeout"},
 		{"negative shutdown", func(c *consumer.Config) { c.ShutdownTimeout = -time.Second }, "ShutdownTimeout"},
 		{"negative breaker wait", func(c *consumer.Config) { c.BreakerWait = -time.Second }, "BreakerWait"},

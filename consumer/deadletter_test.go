@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -211,9 +212,9 @@ func TestRawModeDeadLetters(t *testing.T) {
 }
 
 // TestDeadLetterTopicUnavailable: while the broker refuses every write to
-// the dead-letter topic, the failed message's offset is not committed and
-// the partition waits; once writes succeed again, the dead letter is
-// written and everything after it handled and committed.
+// the dead-letter topic, no offset is committed past the failed message,
+// and the partition takes no new message; once writes succeed again, the
+// dead letter is written and everything after it handled and committed.
 func TestDeadLetterTopicUnavailable(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1, testkit.InProcess())
@@ -240,17 +241,25 @@ func TestDeadLetterTopicUnavailable(t *testing.T) {
 	if err := fault.Wait(ctx, 10); err != nil {
 		t.Fatalf("waiting for 10 refused dead-letter writes: %v", err)
 	}
+	// fine-1 and fine-2 may have been handled while the first write was in
+	// flight; a message produced now, with the write failing, must wait.
+	f.produce(t, f.topic, record("d", "fine-3"))
+	if err := fault.Wait(ctx, fault.Hits()+10); err != nil {
+		t.Fatalf("waiting for 10 more refused dead-letter writes: %v", err)
+	}
 	if got := commits.list(); len(got) != 0 {
 		t.Errorf("offsets %v committed while the dead letter could not be written, want none", got)
 	}
-	if n := handled.len(); n != 0 {
-		t.Errorf("%d later messages handled while the partition waits for the dead letter, want 0", n)
+	if n := handled.get("fine-3"); n != 0 {
+		t.Errorf("fine-3 handled %d times while the dead-letter write was failing, want the partition to wait", n)
 	}
 
 	fault.Remove()
-	waitFor(t, 10*time.Second, "offset 3 committed", func() bool { return f.committed(t, 0) == 3 })
-	if handled.get("fine-1") == 0 || handled.get("fine-2") == 0 {
-		t.Errorf("handled %v, want fine-1 and fine-2", handled.n)
+	waitFor(t, 10*time.Second, "offset 4 committed", func() bool { return f.committed(t, 0) == 4 })
+	for _, v := range []string{"fine-1", "fine-2", "fine-3"} {
+		if handled.get(v) == 0 {
+			t.Errorf("%s never handled (handled %v)", v, handled.n)
+		}
 	}
 	letters := f.readAll(t, f.dlq)
 	if len(letters) == 0 {
@@ -267,6 +276,189 @@ func TestDeadLetterTopicUnavailable(t *testing.T) {
 	}
 	if got := commits.list(); slices.ContainsFunc(got, func(o int64) bool { return o < 1 }) {
 		t.Errorf("commits %v, want none below 1 (nothing before the dead letter was written)", got)
+	}
+}
+
+// holdDeadLetters makes the in-process broker hold every produce request to
+// the fixture's dead-letter topic until the returned release is called:
+// defer it, so that a failing test releases the writes before it stops its
+// consumer. held counts the requests that arrived.
+func (f *fixture) holdDeadLetters(t *testing.T) (held *atomic.Int32, release func()) {
+	t.Helper()
+	held = &atomic.Int32{}
+	released := make(chan struct{})
+	var once sync.Once
+	release = func() { once.Do(func() { close(released) }) }
+	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		for _, topic := range req.(*kmsg.ProduceRequest).Topics {
+			if topic.Topic == f.dlq {
+				held.Add(1)
+				f.k.Cluster.SleepControl(func() { <-released })
+				break
+			}
+		}
+		return nil, nil, false // then the broker handles it
+	})
+	return held, release
+}
+
+// TestSlowDeadLetterWriteOverlapsHandling: while the broker holds the
+// dead-letter write of the first message, the partition handles the
+// messages after it but marks and commits no offset past the unwritten one,
+// and OnDeadLetter waits for the write; once it goes through, every offset
+// is committed.
+func TestSlowDeadLetterWriteOverlapsHandling(t *testing.T) {
+	t.Parallel()
+	const later = 5
+	f := newFixture(t, 1, testkit.InProcess())
+	commits := f.watchCommits(t)
+	msgs := []*sarama.ProducerMessage{record("a", "poison")}
+	for i := range later {
+		msgs = append(msgs, record(fmt.Sprint("k", i), fmt.Sprint("fine-", i)))
+	}
+	f.produce(t, f.topic, msgs...)
+	held, release := f.holdDeadLetters(t)
+	defer release()
+
+	var handled counter
+	var hooked atomic.Int32
+	metrics := &recorder{}
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		if string(m.Value) == "poison" {
+			return consumer.Permanent(errors.New("cannot parse"))
+		}
+		handled.add(string(m.Value))
+		return nil
+	}))
+	cfg.OnDeadLetter = func(context.Context, consumer.DeadLetter) { hooked.Add(1) }
+	cfg.Metrics = metrics
+	run(t, newConsumer(t, cfg))
+
+	waitFor(t, 10*time.Second, "the dead-letter write at the broker", func() bool { return held.Load() > 0 })
+	waitFor(t, 10*time.Second, "the later messages handled while the write is held", func() bool { return handled.len() == later })
+	if n := metrics.marks(); n != 0 {
+		t.Errorf("%d offsets marked while the dead letter of offset 0 is unwritten, want none", n)
+	}
+	if got := commits.list(); len(got) != 0 {
+		t.Errorf("commits %v while the dead letter of offset 0 is unwritten, want none", got)
+	}
+	if n, dl := hooked.Load(), metrics.count(consumer.OutcomeDeadLettered); n != 0 || dl != 0 {
+		t.Errorf("OnDeadLetter called %d times, %d dead letters counted, before the write went through; want none", n, dl)
+	}
+
+	release()
+	waitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == later+1 })
+	if got := commits.list(); slices.ContainsFunc(got, func(o int64) bool { return o != later+1 }) {
+		t.Errorf("commits %v, want only %d: nothing settles past offset 0 before its dead letter", got, later+1)
+	}
+	if n := hooked.Load(); n != 1 {
+		t.Errorf("OnDeadLetter called %d times, want 1", n)
+	}
+	if n := len(f.readAll(t, f.dlq)); n != 1 {
+		t.Errorf("%d dead letters, want 1", n)
+	}
+}
+
+// TestDeadLettersInFlightBound: with MaxDeadLettersInFlight 2 and the
+// broker holding every dead-letter write, the partition starts two writes,
+// handles the third failing message and then waits for a write to end
+// before it takes another message. Once the writes go through, everything
+// settles, and no handler call ever saw more than 2 writes unfinished.
+func TestDeadLettersInFlightBound(t *testing.T) {
+	t.Parallel()
+	const bound, poisons = 2, 6
+	f := newFixture(t, 1, testkit.InProcess())
+	var msgs []*sarama.ProducerMessage
+	for i := range poisons {
+		msgs = append(msgs, record(fmt.Sprint("k", i), fmt.Sprint("poison-", i)))
+	}
+	msgs = append(msgs, record("k", "fine"))
+	f.produce(t, f.topic, msgs...)
+	held, release := f.holdDeadLetters(t)
+	defer release()
+
+	var (
+		mu                  sync.Mutex
+		calls, failed, peak int
+		written             int
+	)
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		peak = max(peak, failed-written) // writes started and not yet ended
+		if strings.HasPrefix(string(m.Value), "poison") {
+			failed++
+			return consumer.Permanent(errors.New("cannot parse"))
+		}
+		return nil
+	}))
+	cfg.OnDeadLetter = func(context.Context, consumer.DeadLetter) {
+		mu.Lock()
+		defer mu.Unlock()
+		written++
+	}
+	cfg.MaxDeadLettersInFlight = bound
+	run(t, newConsumer(t, cfg))
+
+	waitFor(t, 10*time.Second, "the third failing message handled", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return calls >= bound+1
+	})
+	waitFor(t, 10*time.Second, "the dead-letter writes at the broker", func() bool { return held.Load() > 0 })
+	mu.Lock()
+	if calls != bound+1 || peak > bound {
+		t.Errorf("%d messages handled (peak %d writes in flight) while %d writes are held, want %d: the partition must wait at the bound",
+			calls, peak, bound, bound+1)
+	}
+	mu.Unlock()
+
+	release()
+	waitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == poisons+1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if calls != poisons+1 || written != poisons || peak > bound {
+		t.Errorf("%d handler calls, %d dead letters, peak %d writes in flight; want %d, %d, at most %d",
+			calls, written, peak, poisons+1, poisons, bound)
+	}
+}
+
+// TestDeadLetterWriteFailingAtShutdown: a dead-letter write still failing
+// when the consumer stops is given up, and its offset stays uncommitted
+// even though the message after it was handled; the next run writes it.
+func TestDeadLetterWriteFailingAtShutdown(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1, testkit.InProcess())
+	f.produce(t, f.topic, record("a", "poison"), record("b", "fine"))
+	var handled counter
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		if string(m.Value) == "poison" {
+			return consumer.Permanent(errors.New("cannot parse"))
+		}
+		handled.add(string(m.Value))
+		return nil
+	}))
+	fault := f.k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: f.dlq, Err: kerr.NotEnoughReplicas, Count: -1})
+	stop := run(t, newConsumer(t, cfg))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := fault.Wait(ctx, 10); err != nil {
+		t.Fatalf("waiting for 10 refused dead-letter writes: %v", err)
+	}
+	stop()
+	if got := f.committed(t, 0); got > 0 {
+		t.Errorf("committed %d after stopping with the dead letter of offset 0 unwritten, want nothing", got)
+	}
+
+	fault.Remove()
+	run(t, newConsumer(t, cfg))
+	waitFor(t, 10*time.Second, "offset 2 committed", func() bool { return f.committed(t, 0) == 2 })
+	if n := len(f.readAll(t, f.dlq)); n != 1 {
+		t.Errorf("%d dead letters, want 1", n)
+	}
+	if handled.get("fine") == 0 {
+		t.Error("fine never handled")
 	}
 }
 

@@ -47,9 +47,13 @@
 //   - When the attempts run out, or at the first permanent error, the
 //     message goes to <topic>.dlq (DeadLetterSuffix) as a version-1
 //     envelope (package dlq), or in raw mode with DeadLetterRaw, and
-//     OnDeadLetter is called. If the write fails, it is retried with the
-//     same backoff until it succeeds or the session ends: the partition
-//     waits and nothing is committed, so nothing is lost.
+//     OnDeadLetter is called. The write runs beside the handling: the
+//     partition goes on with the next messages (up to
+//     MaxDeadLettersInFlight writes at once), and no offset is marked past
+//     the message until it is written. If the write fails, it is retried
+//     with the same backoff until it succeeds or the session ends: the
+//     partition takes no new message meanwhile and nothing past the
+//     message is committed, so nothing is lost.
 //   - When the handler returns an open-breaker error (a *BreakerOpenError
 //     from Breaker.Do, or gobreaker's ErrOpenState or ErrTooManyRequests),
 //     the attempt does not count: the partition stops fetching

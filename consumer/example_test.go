@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -15,8 +16,9 @@ import (
 )
 
 // A payout worker: each message pays out once; a payout the PSP rejects for
-// good goes to the dead-letter topic, and the worker moves on. The example
-// runs on an in-process broker.
+// good goes to the dead-letter topic, and the worker moves on without
+// waiting for that write (so the lines can come in either order). The
+// example runs on an in-process broker.
 func Example() {
 	broker, err := kfake.NewCluster(kfake.SeedTopics(1, "payouts", "payouts.dlq"))
 	if err != nil {
@@ -41,9 +43,9 @@ func Example() {
 	_ = producer.Close()
 
 	ctx, stop := context.WithCancel(context.Background())
-	settled := 0
+	var settled atomic.Int32
 	done := func() {
-		if settled++; settled == 3 {
+		if settled.Add(1) == 3 {
 			stop()
 		}
 	}
@@ -74,7 +76,7 @@ func Example() {
 	if err := c.Run(ctx); err != nil {
 		log.Fatal(err)
 	}
-	// Output:
+	// Unordered output:
 	// paid p-1 (ce_id event-p-1, attempt 1)
 	// dead-lettered p-2 to payouts.dlq: permanent: psp: account closed (permanent)
 	// paid p-3 (ce_id event-p-3, attempt 1)

@@ -28,6 +28,13 @@ type partition struct {
 	workCtx  context.Context
 	stopWork func()
 
+	// pending holds the messages taken and not yet settled (handled, or
+	// written to the dead-letter topic): offsets are marked up to the
+	// lowest of them.
+	pending offsets
+	// letters are the partition's dead-letter writes in flight.
+	letters deadLetters
+
 	mu     sync.Mutex
 	pauses int // waiters holding the partition paused
 }
@@ -41,6 +48,7 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		partition:    claim.Partition(),
 		log:          h.c.log.With("topic", claim.Topic(), "partition", claim.Partition()),
 		sessCtx:      sess.Context(),
+		letters:      deadLetters{slots: make(chan struct{}, h.c.cfg.MaxDeadLettersInFlight)},
 	}
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.sessCtx))
 	grace := h.c.cfg.ShutdownTimeout
@@ -58,22 +66,30 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 	return p
 }
 
+// close waits for the dead-letter writes in flight (they end with the
+// session, or ShutdownTimeout after it) and releases the partition.
 func (p *partition) close() {
+	p.letters.wg.Wait()
 	p.stopWork()
 	p.c.metrics.Released(p.topic, p.partition)
 }
 
-// serial handles the messages one at a time, in offset order.
+// serial handles the messages one at a time, in offset order. Dead-letter
+// writes run beside it (see deadLetter), so offsets are marked up to the
+// lowest message not yet settled.
 func (p *partition) serial() {
 	for {
 		select {
 		case <-p.sessCtx.Done():
 			return
 		case msg, ok := <-p.claim.Messages():
-			if !ok || !p.process(msg) {
+			if !ok || !p.waitDeadLetters() {
 				return
 			}
-			p.mark(msg.Offset + 1)
+			p.pending.start(msg.Offset)
+			if !p.process(msg) {
+				return
+			}
 		}
 	}
 }
@@ -82,12 +98,11 @@ func (p *partition) serial() {
 const workerQueue = 4
 
 // keyed handles the messages with n workers, each owning a share of the
-// keys, and marks offsets up to the lowest unfinished message.
+// keys, and marks offsets up to the lowest message not yet settled.
 func (p *partition) keyed(n int) {
 	var (
-		wg      sync.WaitGroup
-		pending offsets
-		queues  = make([]chan *sarama.ConsumerMessage, n)
+		wg     sync.WaitGroup
+		queues = make([]chan *sarama.ConsumerMessage, n)
 	)
 	for i := range queues {
 		queue := make(chan *sarama.ConsumerMessage, workerQueue)
@@ -96,11 +111,7 @@ func (p *partition) keyed(n int) {
 			for msg := range queue {
 				// After a message is abandoned (the session ended) the
 				// rest of the queue is skipped by process.
-				if p.process(msg) {
-					if next, ok := pending.finish(msg.Offset); ok {
-						p.mark(next)
-					}
-				}
+				p.process(msg)
 			}
 		})
 	}
@@ -116,7 +127,7 @@ func (p *partition) keyed(n int) {
 		case <-p.sessCtx.Done():
 			return
 		case m, ok := <-p.claim.Messages():
-			if !ok {
+			if !ok || !p.waitDeadLetters() {
 				return
 			}
 			msg = m
@@ -125,13 +136,19 @@ func (p *partition) keyed(n int) {
 		if msg.Key != nil {
 			worker = int(crc32.ChecksumIEEE(msg.Key) % uint32(n))
 		}
-		pending.start(msg.Offset)
+		p.pending.start(msg.Offset)
 		select {
 		case <-p.sessCtx.Done():
 			return
 		case queues[worker] <- msg:
 		}
 	}
+}
+
+// settle records the message at offset as settled, and marks the offset
+// after the last message settled with every one before it.
+func (p *partition) settle(offset int64) {
+	p.pending.finish(offset, p.mark)
 }
 
 // mark marks next as the partition's next offset and reports the lag.
@@ -158,7 +175,8 @@ func (p *partition) resume() {
 	}
 }
 
-// offsets tracks the messages of a partition from dispatch to finish.
+// offsets tracks the messages of a partition from when they are taken to
+// when they settle.
 type offsets struct {
 	mu      sync.Mutex
 	started []int64 // in offset order, unfinished or waiting for an earlier one
@@ -172,14 +190,15 @@ func (o *offsets) start(offset int64) {
 	o.done = append(o.done, false)
 }
 
-// finish records offset as finished and returns the offset to mark when
-// every message before it has finished too.
-func (o *offsets) finish(offset int64) (next int64, ok bool) {
+// finish records offset as finished and, when every message before it has
+// finished too, calls mark with the offset after the last finished one. It
+// calls mark under its lock, so the offsets marked only ever go up.
+func (o *offsets) finish(offset int64, mark func(next int64)) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	i, found := slices.BinarySearch(o.started, offset)
 	if !found {
-		return 0, false
+		return
 	}
 	o.done[i] = true
 	n := 0
@@ -187,10 +206,10 @@ func (o *offsets) finish(offset int64) (next int64, ok bool) {
 		n++
 	}
 	if n == 0 {
-		return 0, false
+		return
 	}
-	next = o.started[n-1] + 1
+	next := o.started[n-1] + 1
 	o.started = slices.Delete(o.started, 0, n)
 	o.done = slices.Delete(o.done, 0, n)
-	return next, true
+	mark(next)
 }

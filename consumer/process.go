@@ -13,8 +13,6 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/sony/gobreaker/v2"
-
-	"github.com/courierkit/courier/dlq"
 )
 
 // delivery is one message on its way through the attempts.
@@ -26,35 +24,62 @@ type delivery struct {
 	lastFailed  time.Time
 }
 
-// process handles msg until it is settled (handled, or written to its
-// dead-letter topic) and reports whether it was. false means the session
-// ended first: the message stays unmarked, for the next owner of the
-// partition.
+// process handles msg until it is handled (then it settles it), handed to
+// a dead-letter write (which settles it once written), or abandoned, and
+// reports whether it was not abandoned. Abandoned means the session ended
+// first: the message stays unsettled, for the next owner of the partition.
 func (p *partition) process(msg *sarama.ConsumerMessage) bool {
 	if p.sessCtx.Err() != nil {
 		return false
 	}
 	m := newMessage(msg)
 	p.c.metrics.InFlight(m.Topic, 1)
-	defer p.c.metrics.InFlight(m.Topic, -1)
 	ctx := traceContext.Extract(p.workCtx, headerCarrier(m.Headers))
 	d := &delivery{p: p, m: m}
+	switch d.handle(ctx) {
+	case fateHandled:
+		p.c.metrics.Message(m.Topic, OutcomeHandled)
+		p.c.metrics.InFlight(m.Topic, -1)
+		p.settle(m.Offset)
+		return true
+	case fateDeadLettering:
+		return true // the write counts it out of flight and settles it
+	default:
+		p.c.metrics.InFlight(m.Topic, -1)
+		return false
+	}
+}
+
+// fate is where a message's handling leaves it.
+type fate int
+
+const (
+	fateAbandoned     fate = iota // the session ended first
+	fateHandled                   // the handler returned nil
+	fateDeadLettering             // its dead-letter write started
+)
+
+// handle runs the attempts, waits out open breakers, and starts the
+// dead-letter write when the attempts fail.
+func (d *delivery) handle(ctx context.Context) fate {
 	for {
-		handled, err := d.attempts(ctx)
+		ok, err := d.attempts(ctx)
 		switch {
-		case handled:
-			p.c.metrics.Message(m.Topic, OutcomeHandled)
-			return true
-		case p.sessCtx.Err() != nil:
-			return false
+		case ok:
+			return fateHandled
+		case d.p.sessCtx.Err() != nil:
+			return fateAbandoned
 		}
-		if wait, open := p.c.breakerWait(err); open {
+		if wait, open := d.p.c.breakerWait(err); open {
 			if !d.waitBreaker(wait, err) {
-				return false
+				return fateAbandoned
 			}
 			continue
 		}
-		return d.deadLetter(ctx, err)
+		if !d.deadLetter(ctx, err) {
+			return fateAbandoned
+		}
+		return fateDeadLettering
 	}
 }
 
@@ -181,59 +206,6 @@ func (d *delivery) waitBreaker(wait time.Duration, err error) bool {
 	d.p.pause()
 	defer d.p.resume()
 	return sleep(d.p.sessCtx, wait)
-}
-
-// deadLetter writes the message to its dead-letter topic, retrying a
-// failed write until it succeeds or the session ends, and reports whether
-// it was written. Until then the partition waits and nothing is marked.
-func (d *delivery) deadLetter(ctx context.Context, cause error) bool {
-	c := d.p.c
-	kind := dlq.KindRetriesExhausted
-	if !c.retryable(cause) {
-		kind = dlq.KindPermanent
-	}
-	failure := dlq.Failure{
-		Error:         cause.Error(),
-		Kind:          kind,
-		RetryCount:    d.failed,
-		FailedAt:      time.Now(),
-		FirstFailedAt: d.firstFailed,
-		CorrelationID: d.m.CorrelationID,
-		ConsumerGroup: c.cfg.Group,
-	}
-	for writes := 1; ; writes++ {
-		env, err := dlq.New(d.original(), failure)
-		var w dlq.Written
-		if err == nil {
-			w, err = d.p.dlq.Publish(d.p.workCtx, env)
-		}
-		if err == nil {
-			c.metrics.Message(d.m.Topic, OutcomeDeadLettered)
-			d.log().Error("message dead-lettered", "err", cause, "error_kind", kind, "retry_count", d.failed,
-				"dlq_topic", w.Topic, "dlq_partition", w.Partition, "dlq_offset", w.Offset, "dlq_format", w.Format)
-			if c.cfg.OnDeadLetter != nil {
-				c.cfg.OnDeadLetter(ctx, DeadLetter{Message: d.m, Err: cause, Envelope: env, Written: w})
-			}
-			return true
-		}
-		delay := c.backoff.Delay(writes, rand.Float64)
-		d.log().Error("dead-letter write failed; the partition waits, nothing is committed, retrying", "err", err,
-			"dlq_topic", dlq.Topic(d.m.Topic, c.cfg.DeadLetterSuffix), "writes", writes, "retry_in", delay)
-		if !sleep(d.p.sessCtx, delay) {
-			return false
-		}
-	}
-}
-
-// original is the message as the dlq envelope holds it.
-func (d *delivery) original() dlq.Original {
-	m := d.m
-	o := dlq.Original{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp, Key: m.Key, Value: m.Value}
-	o.Headers = make([]dlq.Header, len(m.Headers))
-	for i, h := range m.Headers {
-		o.Headers[i] = dlq.Header(h)
-	}
-	return o
 }
 
 // log is the partition's logger with the message's identity.
