@@ -6,21 +6,23 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/internal/ceheader"
 )
 
 // CloudEvents Kafka protocol binding header names (binary mode).
 const (
-	HeaderSpecVersion   = "ce_specversion"
-	HeaderID            = "ce_id"
-	HeaderType          = "ce_type"
-	HeaderSource        = "ce_source"
-	HeaderTime          = "ce_time"
-	HeaderContentType   = "content-type"
-	HeaderCorrelationID = "ce_correlationid"
-	HeaderCausationID   = "ce_causationid"
-	HeaderTenantID      = "ce_tenantid"
-	HeaderAggregateType = "ce_aggregatetype"
-	HeaderAggregateID   = "ce_aggregateid"
+	HeaderSpecVersion   = ceheader.SpecVersion   // ce_specversion
+	HeaderID            = ceheader.ID            // ce_id
+	HeaderType          = ceheader.Type          // ce_type
+	HeaderSource        = ceheader.Source        // ce_source
+	HeaderTime          = ceheader.Time          // ce_time
+	HeaderContentType   = ceheader.ContentType   // content-type
+	HeaderCorrelationID = ceheader.CorrelationID // ce_correlationid
+	HeaderCausationID   = ceheader.CausationID   // ce_causationid
+	HeaderTenantID      = ceheader.TenantID      // ce_tenantid
+	HeaderAggregateType = ceheader.AggregateType // ce_aggregatetype
+	HeaderAggregateID   = ceheader.AggregateID   // ce_aggregateid
 )
 
 // specVersion is the CloudEvents version courier writes.

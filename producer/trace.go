@@ -5,12 +5,14 @@ import (
 	"maps"
 
 	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/courierkit/courier/internal/ceheader"
 )
 
 // Trace context headers (W3C Trace Context), captured at enqueue and
 // published with the event.
 const (
-	HeaderTraceParent = "traceparent"
+	HeaderTraceParent = ceheader.TraceParent // traceparent
 	HeaderTraceState  = "tracestate"
 )
 

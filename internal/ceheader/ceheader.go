@@ -1,0 +1,24 @@
+// Package ceheader names the Kafka record headers of courier's wire contract
+// (DESIGN.md): the CloudEvents Kafka protocol binding in binary mode, its
+// extensions, and the W3C trace context. The producer writes them and the
+// consumer reads them; both take the names from here, so neither imports
+// the other. Package producer exports them as its Header* constants.
+package ceheader
+
+// CloudEvents attributes and extensions, binary mode.
+const (
+	SpecVersion   = "ce_specversion"
+	ID            = "ce_id"
+	Type          = "ce_type"
+	Source        = "ce_source"
+	Time          = "ce_time"
+	ContentType   = "content-type"
+	CorrelationID = "ce_correlationid"
+	CausationID   = "ce_causationid"
+	TenantID      = "ce_tenantid"
+	AggregateType = "ce_aggregatetype"
+	AggregateID   = "ce_aggregateid"
+)
+
+// TraceParent is the W3C trace context header.
+const TraceParent = "traceparent"
