@@ -7,7 +7,6 @@ package producer_test
 // what actually arrives on Kafka.
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"crypto/rand"
@@ -16,11 +15,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -82,10 +79,10 @@ func TestRelayKilledMidBatchLosesNothing(t *testing.T) {
 	}
 	published := func() int { return countRows(t, pg.Pool, "status = 'published'") }
 
-	var children []*relayChild
+	var children []*testkit.Child
 	frozen := 0
 	for i := range kills {
-		child := startRelayChild(t, env)
+		child := testkit.StartChild(t, "TestRelayChildProcess", env)
 		children = append(children, child)
 		target := min(published()+perKill, total)
 		waitFor(t, 30*time.Second, fmt.Sprintf("child %d to publish up to %d events", i+1, target), func() bool {
@@ -96,11 +93,11 @@ func TestRelayKilledMidBatchLosesNothing(t *testing.T) {
 		// wherever the child happens to be.
 		mode := "wherever the child was"
 		if i%2 == 1 {
-			faultKillInSettle(t, pg.Pool, app, func() { child.kill(t) })
+			faultKillInSettle(t, pg.Pool, app, func() { child.Kill(t) })
 			mode = "after the batch was on Kafka, before its settle"
 			frozen++
 		} else {
-			child.kill(t)
+			child.Kill(t)
 		}
 		at := published()
 		left := faultSessions(t, pg.Pool, app, "true")
@@ -115,12 +112,12 @@ func TestRelayKilledMidBatchLosesNothing(t *testing.T) {
 		}
 	}
 
-	final := startRelayChild(t, env)
+	final := testkit.StartChild(t, "TestRelayChildProcess", env)
 	children = append(children, final)
 	waitFor(t, 30*time.Second, "the last child to publish every event", func() bool {
 		return countRows(t, pg.Pool, "status IN ('pending', 'failed')") == 0
 	})
-	final.stop(t)
+	final.Stop(t)
 	waitFor(t, 15*time.Second, "the sessions of the stopped child to end", func() bool {
 		return faultSessions(t, pg.Pool, app, "true") == 0
 	})
@@ -141,7 +138,7 @@ func TestRelayKilledMidBatchLosesNothing(t *testing.T) {
 		t.Errorf("%d duplicates, want at least %d: each kill between publish and settle must publish its batch again", dups, frozen)
 	}
 	for _, c := range children {
-		c.checkOutput(t)
+		c.CheckOutput(t)
 	}
 }
 
@@ -624,82 +621,3 @@ func runRelayWatched(t *testing.T, r *producer.Relay) func() (returned bool, err
 	}
 }
 
-// relayChild is a relay running in a child process: the test binary running
-// TestRelayChildProcess.
-type relayChild struct {
-	cmd    *exec.Cmd
-	stdin  io.WriteCloser
-	out    bytes.Buffer // stdout and stderr; read only after the child is reaped
-	reaped bool
-}
-
-func startRelayChild(t *testing.T, env []string) *relayChild {
-	t.Helper()
-	c := &relayChild{cmd: exec.Command(os.Args[0], "-test.run=^TestRelayChildProcess$")}
-	c.cmd.Env = append(os.Environ(), env...)
-	c.cmd.Stdout, c.cmd.Stderr = &c.out, &c.out
-	var err error
-	if c.stdin, err = c.cmd.StdinPipe(); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.cmd.Start(); err != nil {
-		t.Fatalf("start the relay child: %v", err)
-	}
-	t.Cleanup(func() {
-		if !c.reaped {
-			_ = c.cmd.Process.Kill()
-			_ = c.cmd.Wait()
-			c.reaped = true
-		}
-		if t.Failed() {
-			t.Logf("output of relay child %d (%v):\n%s", c.cmd.Process.Pid, c.cmd.ProcessState, c.out.String())
-		}
-	})
-	return c
-}
-
-// kill SIGKILLs the child and reaps it. The child must have been running.
-func (c *relayChild) kill(t *testing.T) {
-	t.Helper()
-	if err := c.cmd.Process.Kill(); err != nil {
-		t.Fatalf("kill relay child %d: %v", c.cmd.Process.Pid, err)
-	}
-	err := c.cmd.Wait()
-	c.reaped = true
-	if ws, ok := c.cmd.ProcessState.Sys().(syscall.WaitStatus); ok && !(ws.Signaled() && ws.Signal() == syscall.SIGKILL) {
-		t.Fatalf("relay child %d ended before it was killed (%v):\n%s", c.cmd.Process.Pid, err, c.out.String())
-	}
-}
-
-// stop closes the child's stdin, which cancels its Run, and waits for it to
-// exit cleanly.
-func (c *relayChild) stop(t *testing.T) {
-	t.Helper()
-	_ = c.stdin.Close()
-	exited := make(chan error, 1)
-	go func() { exited <- c.cmd.Wait() }()
-	select {
-	case err := <-exited:
-		c.reaped = true
-		if err != nil {
-			t.Errorf("relay child %d did not exit cleanly: %v\n%s", c.cmd.Process.Pid, err, c.out.String())
-		}
-	case <-time.After(30 * time.Second):
-		_ = c.cmd.Process.Kill()
-		<-exited
-		c.reaped = true
-		t.Fatalf("relay child %d did not stop within 30s of its stdin closing:\n%s", c.cmd.Process.Pid, c.out.String())
-	}
-}
-
-// checkOutput fails the test if the reaped child reported a data race or
-// panicked.
-func (c *relayChild) checkOutput(t *testing.T) {
-	t.Helper()
-	out := c.out.String()
-	for _, bad := range []string{"WARNING: DATA RACE", "panic:"} {
-		if strings.Contains(out, bad) {
-			t.Errorf("relay child %d printed %q:\n%s", c.cmd.Process.Pid, bad, out)
-		}
-	}
-}
