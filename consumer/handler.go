@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -69,10 +70,11 @@ func (hs Headers) Lookup(name string) ([]byte, bool) {
 	return nil, false
 }
 
-// newMessage converts a Sarama record. Missing or empty headers leave the
-// fields they feed empty.
-func newMessage(msg *sarama.ConsumerMessage) *Message {
-	m := &Message{
+// setMessage fills m from a Sarama record and reports whether the record
+// has a traceparent header. Missing or empty headers leave the fields they
+// feed empty; of headers named alike, the last one counts (as in Lookup).
+func setMessage(m *Message, msg *sarama.ConsumerMessage) (traced bool) {
+	*m = Message{
 		Topic:     msg.Topic,
 		Partition: msg.Partition,
 		Offset:    msg.Offset,
@@ -81,14 +83,30 @@ func newMessage(msg *sarama.ConsumerMessage) *Message {
 		Timestamp: msg.Timestamp,
 		Headers:   make(Headers, 0, len(msg.Headers)),
 	}
+	var id, corr []byte
 	for _, h := range msg.Headers {
-		if h != nil {
-			m.Headers = append(m.Headers, Header{Key: h.Key, Value: h.Value})
+		if h == nil {
+			continue
+		}
+		m.Headers = append(m.Headers, Header{Key: h.Key, Value: h.Value})
+		switch string(h.Key) {
+		case producer.HeaderID:
+			id = h.Value
+		case producer.HeaderCorrelationID:
+			corr = h.Value
+		case traceparentHeader:
+			traced = true
 		}
 	}
-	id, _ := m.Headers.Lookup(producer.HeaderID)
-	m.ID = string(id)
-	corr, _ := m.Headers.Lookup(producer.HeaderCorrelationID)
-	m.CorrelationID = string(corr)
-	return m
+	// One string for both: a message usually has both, and this is the
+	// hot path.
+	if len(id)+len(corr) > 0 {
+		var b strings.Builder
+		b.Grow(len(id) + len(corr))
+		b.Write(id)
+		b.Write(corr)
+		both := b.String()
+		m.ID, m.CorrelationID = both[:len(id)], both[len(id):]
+	}
+	return traced
 }

@@ -22,6 +22,8 @@ type delivery struct {
 	failed      int // attempts that failed and count
 	firstFailed time.Time
 	lastFailed  time.Time
+
+	msg Message // what m points to: one allocation for both
 }
 
 // process handles msg until it is handled (then it settles it), handed to
@@ -32,10 +34,15 @@ func (p *partition) process(msg *sarama.ConsumerMessage) bool {
 	if p.sessCtx.Err() != nil {
 		return false
 	}
-	m := newMessage(msg)
+	d := &delivery{p: p}
+	d.m = &d.msg
+	traced := setMessage(d.m, msg)
+	m := d.m
 	p.c.metrics.InFlight(m.Topic, 1)
-	ctx := traceContext.Extract(p.workCtx, headerCarrier(m.Headers))
-	d := &delivery{p: p, m: m}
+	ctx := p.workCtx
+	if traced {
+		ctx = traceContext.Extract(ctx, headerCarrier(m.Headers))
+	}
 	switch d.handle(ctx) {
 	case fateHandled:
 		p.c.metrics.Message(m.Topic, OutcomeHandled)
