@@ -25,20 +25,25 @@ type Consumer struct {
 	backoff backoff.Policy
 	log     *slog.Logger
 	metrics Metrics
-	running atomic.Bool
+	// measured is whether Config.Metrics was set: without it, nothing is
+	// measured (the clock is not read for handler durations).
+	measured bool
+	running  atomic.Bool
 }
 
 // New validates cfg, applies its defaults and returns a Consumer. It does
 // not connect to Kafka; Run does.
 func New(cfg Config) (*Consumer, error) {
+	measured := cfg.Metrics != nil
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
 	return &Consumer{
-		cfg:     cfg,
-		backoff: backoff.Policy(cfg.Backoff),
-		log:     cfg.Logger.With("group", cfg.Group),
-		metrics: cfg.Metrics,
+		cfg:      cfg,
+		backoff:  backoff.Policy(cfg.Backoff),
+		log:      cfg.Logger.With("group", cfg.Group),
+		metrics:  cfg.Metrics,
+		measured: measured,
 	}, nil
 }
 

@@ -165,12 +165,17 @@ func (d *delivery) try(ctx context.Context) error {
 // than a failsafe Timeout policy: that one costs a dozen allocations per
 // message.)
 func (p *partition) attempt(ctx context.Context, m *Message) error {
-	start := time.Now()
-	ctx, cancel := context.WithTimeoutCause(ctx, p.c.cfg.AttemptTimeout, ErrAttemptTimeout)
+	start := time.Now() // read once: the clock is a good part of an attempt's cost
+	ctx, cancel := context.WithDeadlineCause(ctx, start.Add(p.c.cfg.AttemptTimeout), ErrAttemptTimeout)
 	err := p.call(ctx, m)
+	// Err is an atomic load; Cause takes a lock: ask it only when the
+	// context has ended.
+	timedOut := ctx.Err() != nil && context.Cause(ctx) == ErrAttemptTimeout
 	cancel()
-	p.c.metrics.HandlerDuration(m.Topic, time.Since(start))
-	if context.Cause(ctx) == ErrAttemptTimeout {
+	if p.c.measured {
+		p.c.metrics.HandlerDuration(m.Topic, time.Since(start))
+	}
+	if timedOut {
 		err = fmt.Errorf("%w after %v (Config.AttemptTimeout)", ErrAttemptTimeout, p.c.cfg.AttemptTimeout)
 	}
 	return err
