@@ -73,7 +73,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		}
 		failures++
 		delay := c.backoff.Delay(failures, rand.Float64)
-		c.log.Warn("consumer group session failed; joining again", "err", err, "failures", failures, "retry_in", delay)
+		c.log.Warn("consumer group session failed; joining again", "error", err, "failures", failures, "retry_in", delay)
 		sleep(ctx, delay)
 	}
 	return nil
@@ -126,7 +126,7 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 	go func() {
 		defer close(k.drained)
 		for err := range k.group.Errors() {
-			c.log.Warn("kafka consumer group error", "err", err)
+			c.log.Warn("kafka consumer group error", "error", err)
 		}
 	}()
 	return k, nil
@@ -157,7 +157,7 @@ func (c *Consumer) connect(ctx context.Context, newClient func() (sarama.Client,
 			return client
 		}
 		delay := c.backoff.Delay(failures, rand.Float64)
-		c.log.Warn("cannot connect to Kafka; is it running? retrying", "err", err, "retry_in", delay)
+		c.log.Warn("cannot connect to Kafka; is it running? retrying", "error", err, "retry_in", delay)
 		if !sleep(ctx, delay) {
 			return nil
 		}
@@ -166,7 +166,7 @@ func (c *Consumer) connect(ctx context.Context, newClient func() (sarama.Client,
 
 func (c *Consumer) logClose(what string, err error) {
 	if err != nil {
-		c.log.Warn("closing the "+what+" failed", "err", err)
+		c.log.Warn("closing the "+what+" failed", "error", err)
 	}
 }
 

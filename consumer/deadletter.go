@@ -128,7 +128,7 @@ func (d *delivery) write(ctx context.Context, cause error, failure dlq.Failure) 
 		}
 		if err == nil {
 			c.metrics.Message(d.m.Topic, OutcomeDeadLettered)
-			d.log().Error("message dead-lettered", "err", cause, "error_kind", failure.Kind, "retry_count", d.failed,
+			d.log().Error("message dead-lettered", "error", cause, "error_kind", failure.Kind, "retry_count", d.failed,
 				"dlq_topic", w.Topic, "dlq_partition", w.Partition, "dlq_offset", w.Offset, "dlq_format", w.Format)
 			if c.cfg.OnDeadLetter != nil {
 				c.cfg.OnDeadLetter(ctx, DeadLetter{Message: d.m, Err: cause, Envelope: env, Written: w})
@@ -140,7 +140,7 @@ func (d *delivery) write(ctx context.Context, cause error, failure dlq.Failure) 
 			d.p.letters.failed()
 		}
 		delay := c.backoff.Delay(writes, rand.Float64)
-		d.log().Error("dead-letter write failed; the partition takes no new message and nothing is committed past this one; retrying", "err", err,
+		d.log().Error("dead-letter write failed; the partition takes no new message and nothing is committed past this one; retrying", "error", err,
 			"dlq_topic", dlq.Topic(d.m.Topic, c.cfg.DeadLetterSuffix), "writes", writes, "retry_in", delay)
 		if !sleep(d.p.sessCtx, delay) {
 			return false

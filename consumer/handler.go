@@ -7,7 +7,7 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/internal/ceheader"
 )
 
 // Handler handles one message. Return nil when the message is handled: its
@@ -90,11 +90,11 @@ func setMessage(m *Message, msg *sarama.ConsumerMessage) (traced bool) {
 		}
 		m.Headers = append(m.Headers, Header{Key: h.Key, Value: h.Value})
 		switch string(h.Key) {
-		case producer.HeaderID:
+		case ceheader.ID:
 			id = h.Value
-		case producer.HeaderCorrelationID:
+		case ceheader.CorrelationID:
 			corr = h.Value
-		case traceparentHeader:
+		case ceheader.TraceParent:
 			traced = true
 		}
 	}

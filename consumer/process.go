@@ -121,7 +121,7 @@ func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 		}).
 		OnRetryScheduled(func(e failsafe.ExecutionScheduledEvent[any]) {
 			c.metrics.Message(d.m.Topic, OutcomeRetried)
-			d.log().Warn("handler failed; retrying", "err", e.LastError(), "attempt", d.failed, "retry_in", e.Delay)
+			d.log().Warn("handler failed; retrying", "error", e.LastError(), "attempt", d.failed, "retry_in", e.Delay)
 		}).
 		Build()
 	replay := true
@@ -152,7 +152,7 @@ func (d *delivery) try(ctx context.Context) error {
 			d.firstFailed = d.lastFailed
 		}
 		if pe, ok := errors.AsType[*PanicError](err); ok {
-			d.log().Error("handler panicked", "err", err, "attempt", d.failed, "stack", string(pe.Stack))
+			d.log().Error("handler panicked", "error", err, "attempt", d.failed, "stack", string(pe.Stack))
 		}
 	}
 	return err
@@ -214,7 +214,7 @@ func (c *Consumer) breakerWait(err error) (time.Duration, bool) {
 // waitBreaker pauses fetching the partition for wait, and reports whether
 // the wait ran out (false: the session ended first).
 func (d *delivery) waitBreaker(wait time.Duration, err error) bool {
-	d.log().Warn("circuit breaker open; pausing the partition", "err", err, "retry_in", wait)
+	d.log().Warn("circuit breaker open; pausing the partition", "error", err, "retry_in", wait)
 	d.p.pause()
 	defer d.p.resume()
 	return sleep(d.p.sessCtx, wait)

@@ -8,10 +8,6 @@ import "go.opentelemetry.io/otel/propagation"
 // span.
 var traceContext propagation.TraceContext
 
-// traceparentHeader is the header traceContext needs: without it,
-// extracting leaves the context as it is.
-const traceparentHeader = "traceparent"
-
 // headerCarrier lets the propagator read a message's headers.
 type headerCarrier Headers
 
