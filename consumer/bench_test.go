@@ -18,8 +18,8 @@ import (
 	"context"
 	"fmt"
 	"hash/crc32"
-	"log/slog"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"slices"
 	"strings"
@@ -79,15 +79,15 @@ const (
 // the other, which that many workers cannot beat.
 func BenchmarkConsume(b *testing.B) {
 	k := testkit.NewKafka(b)
-	var results benchResults
+	results := &testkit.Rates{Unit: "msgs/s"}
 	b.Run(benchRaw, func(b *testing.B) {
-		benchConsume(b, k, benchMessages, &results, benchRawGroup)
+		benchConsume(b, k, benchMessages, results, benchRawGroup)
 	})
 	b.Run("runner/no-failures", func(b *testing.B) {
-		benchConsume(b, k, benchMessages, &results, benchRunner(consumer.Config{}, func(context.Context, *consumer.Message, bool) error { return nil }))
+		benchConsume(b, k, benchMessages, results, benchRunner(consumer.Config{}, func(context.Context, *consumer.Message, bool) error { return nil }))
 	})
 	b.Run("runner/1%-permanent", func(b *testing.B) {
-		benchConsume(b, k, benchMessages, &results, benchRunner(consumer.Config{}, func(_ context.Context, m *consumer.Message, fail bool) error {
+		benchConsume(b, k, benchMessages, results, benchRunner(consumer.Config{}, func(_ context.Context, m *consumer.Message, fail bool) error {
 			if fail {
 				return consumer.Permanent(fmt.Errorf("bench: message %s fails for good", m.ID))
 			}
@@ -107,18 +107,20 @@ func BenchmarkConsume(b *testing.B) {
 	for _, workers := range []int{1, 16} {
 		name := fmt.Sprintf("runner/handler=5ms/workers=%d", workers)
 		b.Run(name, func(b *testing.B) {
-			bl := benchConsume(b, k, benchSlowMessages, &results, benchRunner(consumer.Config{Workers: workers}, slow))
+			bl, rate := benchConsume(b, k, benchSlowMessages, results, benchRunner(consumer.Config{Workers: workers}, slow))
 			ceiling := bl.ceiling(workers, benchSlowHandler)
 			b.ReportMetric(ceiling, "ceiling-msgs/s")
-			results.setCeiling(name, ceiling)
+			results.Note(name, fmt.Sprintf("(ceiling %.0f: %.2fx)", ceiling, rate/ceiling))
 		})
 	}
-	results.print(func(name string) string {
+	results.Print(os.Stdout, fmt.Sprintf("msgs/s consuming %d messages (%d with the 5ms handler) over %d keys and %d partitions, one run, same broker:",
+		benchMessages, benchSlowMessages, benchKeys, benchPartitions), func(name string) string {
 		if strings.HasPrefix(name, "runner/handler=5ms/") {
 			return benchSlowBase
 		}
 		return benchRaw
 	})
+	fmt.Println("  (ceiling: the backlog's busiest worker handling its messages one after the other)")
 }
 
 // benchBacklog is a seeded topic, its dead-letter topic and a fresh group.
@@ -155,7 +157,7 @@ type benchConsumeFunc func(b *testing.B, bl *benchBacklog, s *benchSettled)
 // benchConsume seeds a backlog of n messages per iteration, consumes it
 // with consume, checks that every message was settled once, and reports
 // msgs/s. It returns the last backlog.
-func benchConsume(b *testing.B, k *testkit.Kafka, n int, results *benchResults, consume benchConsumeFunc) *benchBacklog {
+func benchConsume(b *testing.B, k *testkit.Kafka, n int, results *testkit.Rates, consume benchConsumeFunc) (*benchBacklog, float64) {
 	var bl *benchBacklog
 	for b.Loop() {
 		b.StopTimer()
@@ -168,8 +170,7 @@ func benchConsume(b *testing.B, k *testkit.Kafka, n int, results *benchResults, 
 		}
 		b.StartTimer()
 	}
-	results.report(b, strings.TrimPrefix(b.Name(), "BenchmarkConsume/"), n)
-	return bl
+	return bl, results.Report(b, strings.TrimPrefix(b.Name(), "BenchmarkConsume/"), n)
 }
 
 // benchSettled counts settled messages and closes done with the last.
@@ -283,7 +284,7 @@ func benchRunner(cfg consumer.Config, handle func(ctx context.Context, m *consum
 			return err
 		})
 		cfg.Metrics = benchMetrics{s}
-		cfg.Logger = benchLogger(b)
+		cfg.Logger = testkit.Logger(b, `msg="message dead-lettered"`)
 		c, err := consumer.New(cfg)
 		if err != nil {
 			b.Fatal(err)
@@ -469,77 +470,4 @@ func (bl *benchBacklog) checkDeadLetters(b *testing.B, want int) {
 			break
 		}
 	}
-}
-
-// benchResults collects msgs/s by sub-benchmark, to print them beside their
-// baselines at the end of the parent (on stdout: a parent benchmark's log
-// only shows under -v).
-type benchResults struct {
-	mu       sync.Mutex
-	names    []string
-	rates    map[string]float64
-	ceilings map[string]float64
-}
-
-// setCeiling keeps the most msgs/s the backlog of name allows.
-func (r *benchResults) setCeiling(name string, ceiling float64) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.ceilings == nil {
-		r.ceilings = map[string]float64{}
-	}
-	r.ceilings[name] = ceiling
-}
-
-// report reports msgs/s for the b.N iterations of n messages each and keeps
-// it.
-func (r *benchResults) report(b *testing.B, name string, n int) {
-	rate := float64(n) * float64(b.N) / b.Elapsed().Seconds()
-	b.ReportMetric(rate, "msgs/s")
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.rates == nil {
-		r.rates = map[string]float64{}
-	}
-	if _, ok := r.rates[name]; !ok {
-		r.names = append(r.names, name)
-	}
-	r.rates[name] = rate
-}
-
-// print prints every rate and its ratio to the rate of baseline(name).
-func (r *benchResults) print(baseline func(name string) string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "msgs/s consuming %d messages (%d with the 5ms handler) over %d keys and %d partitions, one run, same broker:\n",
-		benchMessages, benchSlowMessages, benchKeys, benchPartitions)
-	defer fmt.Print("  (ceiling: the backlog's busiest worker handling its messages one after the other)\n")
-	for _, name := range r.names {
-		fmt.Fprintf(&sb, "  %-30s %9.0f", name, r.rates[name])
-		if base, ok := r.rates[baseline(name)]; ok {
-			fmt.Fprintf(&sb, "  %5.2fx %s", r.rates[name]/base, baseline(name))
-		}
-		if c, ok := r.ceilings[name]; ok {
-			fmt.Fprintf(&sb, "  (ceiling %.0f: %.2fx)", c, r.rates[name]/c)
-		}
-		sb.WriteByte('\n')
-	}
-	fmt.Print(sb.String())
-}
-
-// benchLogger passes the runner's warnings and errors to the benchmark log,
-// except the dead-letter records the 1% sub-benchmark expects (formatted
-// all the same, as a service would).
-func benchLogger(b *testing.B) *slog.Logger {
-	return slog.New(slog.NewTextHandler(benchLogWriter{b}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type benchLogWriter struct{ b *testing.B }
-
-func (w benchLogWriter) Write(p []byte) (int, error) {
-	if !strings.Contains(string(p), `msg="message dead-lettered"`) {
-		w.b.Log(strings.TrimSuffix(string(p), "\n"))
-	}
-	return len(p), nil
 }

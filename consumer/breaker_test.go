@@ -13,6 +13,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/internal/testkit"
 )
 
 // psp is a payment provider stub that fails while down.
@@ -47,7 +48,7 @@ func TestBreakerPausesConsumption(t *testing.T) {
 	stub := &psp{}
 	stub.down.Store(true)
 	metrics := &recorder{}
-	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", OpenFor: openFor, Logger: testLogger(t), Metrics: metrics})
+	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", OpenFor: openFor, Logger: testkit.Logger(t), Metrics: metrics})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -149,7 +150,7 @@ func TestBreakerErrorsOfYourOwn(t *testing.T) {
 
 func TestBreakerDo(t *testing.T) {
 	t.Parallel()
-	b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: 2, OpenFor: time.Hour, Logger: testLogger(t)})
+	b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: 2, OpenFor: time.Hour, Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

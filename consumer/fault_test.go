@@ -10,7 +10,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -97,12 +96,8 @@ func TestConsumerChildProcess(t *testing.T) {
 	if logPath == "" {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := testkit.UntilStdinCloses()
 	defer cancel()
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
 	out, err := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
 	if err != nil {
 		t.Fatal(err)

@@ -3,8 +3,6 @@ package consumer_test
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -46,7 +44,7 @@ func (f *fixture) config(t *testing.T, h consumer.Handler) consumer.Config {
 		Backoff:         consumer.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
 		AttemptTimeout:  5 * time.Second,
 		ShutdownTimeout: 5 * time.Second,
-		Logger:          testLogger(t),
+		Logger:          testkit.Logger(t),
 	}
 }
 
@@ -247,18 +245,6 @@ func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-}
-
-// testLogger logs to the test at warn level and above.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(testWriter{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type testWriter struct{ t testing.TB }
-
-func (w testWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
 }
 
 // counter counts calls per key, safe for concurrent use.

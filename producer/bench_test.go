@@ -18,9 +18,9 @@ package producer_test
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"math"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -63,9 +63,9 @@ const (
 // figure beside the baseline's.
 func BenchmarkRelayThroughput(b *testing.B) {
 	k := testkit.NewKafka(b)
-	var results benchResults
-	b.Run("plain-skip-locked-loop/workers=2", func(b *testing.B) { benchPlain(b, k, 2, &results) })
-	b.Run("plain-skip-locked-loop/workers=1", func(b *testing.B) { benchPlain(b, k, 1, &results) })
+	results := &testkit.Rates{Unit: "events/s"}
+	b.Run("plain-skip-locked-loop/workers=2", func(b *testing.B) { benchPlain(b, k, 2, results) })
+	b.Run("plain-skip-locked-loop/workers=1", func(b *testing.B) { benchPlain(b, k, 1, results) })
 	for _, c := range []struct{ relays, workers, batch int }{
 		{1, 1, producer.DefaultBatchSize}, {1, 1, 500},
 		{1, producer.DefaultWorkers, producer.DefaultBatchSize}, {1, producer.DefaultWorkers, 500},
@@ -73,9 +73,10 @@ func BenchmarkRelayThroughput(b *testing.B) {
 		{2, producer.DefaultWorkers, producer.DefaultBatchSize},
 	} {
 		name := fmt.Sprintf("relay/relays=%d/workers=%d/batch=%d", c.relays, c.workers, c.batch)
-		b.Run(name, func(b *testing.B) { benchRelay(b, k, c.relays, c.workers, c.batch, &results) })
+		b.Run(name, func(b *testing.B) { benchRelay(b, k, c.relays, c.workers, c.batch, results) })
 	}
-	results.print("plain-skip-locked-loop/workers=2")
+	results.Print(os.Stdout, fmt.Sprintf("events/s draining %d events over %d keys, one run, same PostgreSQL and broker:", benchEvents, benchKeys),
+		func(string) string { return "plain-skip-locked-loop/workers=2" })
 }
 
 // benchPlain is the baseline: workers goroutines, each on its own
@@ -84,7 +85,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 // COMMIT until nothing is left. It sends the same records as the relay
 // (payload, key and the CloudEvents binary-mode headers), so both put the
 // same bytes on the broker.
-func benchPlain(b *testing.B, k *testkit.Kafka, workers int, results *benchResults) {
+func benchPlain(b *testing.B, k *testkit.Kafka, workers int, results *testkit.Rates) {
 	tbl := newBenchTable(b, k)
 	producers := make([]sarama.SyncProducer, workers)
 	for i := range producers {
@@ -124,7 +125,7 @@ func benchPlain(b *testing.B, k *testkit.Kafka, workers int, results *benchResul
 		tbl.assertDrained(b)
 		b.StartTimer()
 	}
-	results.report(b, "plain-skip-locked-loop/workers="+fmt.Sprint(workers), benchEvents)
+	results.Report(b, "plain-skip-locked-loop/workers="+fmt.Sprint(workers), benchEvents)
 }
 
 const (
@@ -215,7 +216,7 @@ func benchHeader(name, value string) sarama.RecordHeader {
 // the last event is recorded as published. Each relay has its own Sarama
 // producer, created and connected before the timer starts, as the plain
 // loop's are.
-func benchRelay(b *testing.B, k *testkit.Kafka, relays, workers, batch int, results *benchResults) {
+func benchRelay(b *testing.B, k *testkit.Kafka, relays, workers, batch int, results *testkit.Rates) {
 	tbl := newBenchTable(b, k)
 	ctx := context.Background()
 	pubs := make([]producer.Publisher, relays)
@@ -240,7 +241,7 @@ func benchRelay(b *testing.B, k *testkit.Kafka, relays, workers, batch int, resu
 		for i := range rs {
 			r, err := producer.NewRelay(tbl.pool, producer.RelayConfig{
 				Schema: tbl.pg.Schema, Publisher: pubs[i], BatchSize: batch, Workers: workers,
-				Logger: benchLogger(b), Metrics: counter,
+				Logger: testkit.Logger(b), Metrics: counter,
 			})
 			if err != nil {
 				b.Fatal(err)
@@ -294,7 +295,7 @@ func benchRelay(b *testing.B, k *testkit.Kafka, relays, workers, batch int, resu
 		claims.Add(counter.claims.Load())
 		b.StartTimer()
 	}
-	results.report(b, fmt.Sprintf("relay/relays=%d/workers=%d/batch=%d", relays, workers, batch), benchEvents)
+	results.Report(b, fmt.Sprintf("relay/relays=%d/workers=%d/batch=%d", relays, workers, batch), benchEvents)
 	b.ReportMetric(float64(claims.Load())/float64(b.N), "claims/op")
 }
 
@@ -345,7 +346,7 @@ func benchLatency(b *testing.B, k *testkit.Kafka, cfg producer.RelayConfig) {
 	cons := startBenchConsumer(b, k, tbl.topic)
 	defer cons.stop()
 
-	cfg.Schema, cfg.Brokers, cfg.Logger = tbl.pg.Schema, k.Brokers, benchLogger(b)
+	cfg.Schema, cfg.Brokers, cfg.Logger = tbl.pg.Schema, k.Brokers, testkit.Logger(b)
 	relay, err := producer.NewRelay(tbl.pool, cfg)
 	if err != nil {
 		b.Fatal(err)
@@ -645,58 +646,6 @@ func benchEvent(topic string, i int, key string) producer.Event {
 	payload = append(payload, strings.Repeat("x", max(benchPayloadSize-len(payload)-2, 0))...)
 	payload = append(payload, `"}`...)
 	return producer.Event{Topic: topic, Key: key, Type: "OrderCreated", Payload: payload}
-}
-
-// benchResults collects events/s by sub-benchmark, to print them beside the
-// baseline at the end of the parent (on stdout: a parent benchmark's log only
-// shows under -v).
-type benchResults struct {
-	mu    sync.Mutex
-	names []string
-	rates map[string]float64
-}
-
-// report reports events/s for the b.N iterations of events each and keeps it.
-func (r *benchResults) report(b *testing.B, name string, events int) {
-	rate := float64(events) * float64(b.N) / b.Elapsed().Seconds()
-	b.ReportMetric(rate, "events/s")
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if r.rates == nil {
-		r.rates = map[string]float64{}
-	}
-	if _, ok := r.rates[name]; !ok {
-		r.names = append(r.names, name)
-	}
-	r.rates[name] = rate
-}
-
-func (r *benchResults) print(baseline string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	base, ok := r.rates[baseline]
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "events/s draining %d events over %d keys, one run, same PostgreSQL and broker:\n", benchEvents, benchKeys)
-	for _, name := range r.names {
-		fmt.Fprintf(&sb, "  %-36s %9.0f", name, r.rates[name])
-		if ok {
-			fmt.Fprintf(&sb, "  %5.2fx %s", r.rates[name]/base, baseline)
-		}
-		sb.WriteByte('\n')
-	}
-	fmt.Print(sb.String())
-}
-
-// benchLogger passes the relay's warnings and errors to the benchmark log.
-func benchLogger(b *testing.B) *slog.Logger {
-	return slog.New(slog.NewTextHandler(benchLogWriter{b}, &slog.HandlerOptions{Level: slog.LevelWarn}))
-}
-
-type benchLogWriter struct{ b *testing.B }
-
-func (w benchLogWriter) Write(p []byte) (int, error) {
-	w.b.Log(string(p))
-	return len(p), nil
 }
 
 func benchSum(xs []int) int {

@@ -50,7 +50,7 @@ func TestRelayStartsWhileKafkaIsDown(t *testing.T) {
 	saramaCfg := producer.NewSaramaConfig()
 	saramaCfg.Metadata.Retry.Max = 0
 	relay, err := producer.NewRelay(pg.Pool, producer.RelayConfig{Schema: pg.Schema, Brokers: []string{"127.0.0.1:1"},
-		Sarama: saramaCfg, Logger: testLogger(t)})
+		Sarama: saramaCfg, Logger: testkit.Logger(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

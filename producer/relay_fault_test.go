@@ -12,7 +12,6 @@ import (
 	"crypto/rand"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"slices"
@@ -151,12 +150,8 @@ func TestRelayChildProcess(t *testing.T) {
 	if dbURL == "" {
 		return
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := testkit.UntilStdinCloses()
 	defer cancel()
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		cancel()
-	}()
 	batch, err := strconv.Atoi(os.Getenv(faultChildBatchSize))
 	if err != nil {
 		t.Fatalf("%s: %v", faultChildBatchSize, err)
@@ -211,7 +206,7 @@ func TestRelayRecoversFromTerminatedBackends(t *testing.T) {
 		Brokers:      k.Brokers,
 		BatchSize:    keys,
 		PollInterval: 50 * time.Millisecond,
-		Logger:       testLogger(t),
+		Logger:       testkit.Logger(t),
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -620,4 +615,3 @@ func runRelayWatched(t *testing.T, r *producer.Relay) func() (returned bool, err
 		}
 	}
 }
-

@@ -21,7 +21,7 @@ func newRelay(t *testing.T, pg *testkit.PG, k *testkit.Kafka, cfg producer.Relay
 		cfg.Brokers = k.Brokers
 	}
 	if cfg.Logger == nil {
-		cfg.Logger = testLogger(t)
+		cfg.Logger = testkit.Logger(t)
 	}
 	r, err := producer.NewRelay(pg.Pool, cfg)
 	if err != nil {

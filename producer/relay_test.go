@@ -5,9 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
-	"go.opentelemetry.io/otel/trace"
 )
 
 func TestRelayPublishesBinaryCloudEvents(t *testing.T) {

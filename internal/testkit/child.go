@@ -2,6 +2,7 @@ package testkit
 
 import (
 	"bytes"
+	"context"
 	"io"
 	"os"
 	"os/exec"
@@ -93,4 +94,16 @@ func (c *Child) CheckOutput(t testing.TB) {
 			t.Errorf("testkit: child %d printed %q:\n%s", c.cmd.Process.Pid, bad, out)
 		}
 	}
+}
+
+// UntilStdinCloses returns a context that ends when this process's stdin
+// closes: how a child started by StartChild learns that the parent stopped
+// it (Stop) or died.
+func UntilStdinCloses() (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(context.Background())
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		cancel()
+	}()
+	return ctx, cancel
 }
