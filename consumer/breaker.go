@@ -34,7 +34,8 @@ var ErrBreakerOpen = errors.New("consumer: circuit breaker open")
 type BreakerOpenError struct {
 	// Breaker is the breaker's name.
 	Breaker string
-	// RetryAt is when the breaker lets a probe through.
+	// RetryAt is when the breaker lets a probe through. Left zero (or
+	// past), the runner waits Config.BreakerWait.
 	RetryAt time.Time
 	// Err is the call's own error when the call ran and failed, or
 	// gobreaker.ErrOpenState or gobreaker.ErrTooManyRequests when it was
@@ -65,8 +66,9 @@ type BreakerConfig struct {
 	HalfOpenProbes int
 	// IsFailure reports whether a call's error counts as a failure of the
 	// downstream. Defaults to every error except Permanent ones (the
-	// downstream answered: it is up) and context.Canceled (the caller gave
-	// up).
+	// downstream answered: it is up). A call cut short by its context
+	// (context.Canceled: a shutdown or rebalance) counts neither as a
+	// failure nor as a success, whatever IsFailure says.
 	IsFailure func(error) bool
 	// Logger receives state changes. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -87,6 +89,7 @@ type Breaker struct {
 	cb       *gobreaker.CircuitBreaker[struct{}]
 	name     string
 	openFor  time.Duration
+	cfg      BreakerConfig
 	openedAt atomic.Int64 // unix nanoseconds of the last opening
 }
 
@@ -108,7 +111,7 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	if cfg.IsFailure == nil {
 		cfg.IsFailure = func(err error) bool {
 			var perm *PermanentError
-			return err != nil && !errors.As(err, &perm) && !errors.Is(err, context.Canceled)
+			return err != nil && !errors.As(err, &perm)
 		}
 	}
 	if cfg.Logger == nil {
@@ -117,7 +120,7 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
-	b := &Breaker{name: cfg.Name, openFor: cfg.OpenFor}
+	b := &Breaker{name: cfg.Name, openFor: cfg.OpenFor, cfg: cfg}
 	log := cfg.Logger.With("breaker", cfg.Name)
 	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        cfg.Name,
@@ -127,6 +130,7 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 			return c.ConsecutiveFailures >= uint32(cfg.ConsecutiveFailures)
 		},
 		IsSuccessful: func(err error) bool { return !cfg.IsFailure(err) },
+		IsExcluded:   func(err error) bool { return errors.Is(err, context.Canceled) },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if to == gobreaker.StateOpen {
 				b.openedAt.Store(time.Now().UnixNano())
@@ -156,10 +160,21 @@ func (b *Breaker) Do(ctx context.Context, call func(context.Context) error) erro
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, gobreaker.ErrTooManyRequests):
+	// This breaker's own refusals are the bare sentinels; an error of the
+	// call that wraps them (an inner breaker's) is the call's failure.
+	case err == gobreaker.ErrTooManyRequests:
 		return &BreakerOpenError{Breaker: b.name, RetryAt: time.Now().Add(halfOpenRecheck), Err: err}
-	case errors.Is(err, gobreaker.ErrOpenState) || b.cb.State() == gobreaker.StateOpen:
-		return &BreakerOpenError{Breaker: b.name, RetryAt: time.Unix(0, b.openedAt.Load()).Add(b.openFor), Err: err}
+	case err == gobreaker.ErrOpenState:
+		return &BreakerOpenError{Breaker: b.name, RetryAt: b.halfOpensAt(), Err: err}
+	case b.cb.State() == gobreaker.StateOpen && b.cfg.IsFailure(err) && !errors.Is(err, context.Canceled):
+		// This failure opened the breaker (or met it opened by another
+		// call): the message waits for the downstream, like the next ones.
+		return &BreakerOpenError{Breaker: b.name, RetryAt: b.halfOpensAt(), Err: err}
 	}
 	return err
+}
+
+// halfOpensAt is when the open breaker lets probes through.
+func (b *Breaker) halfOpensAt() time.Time {
+	return time.Unix(0, b.openedAt.Load()).Add(b.openFor)
 }

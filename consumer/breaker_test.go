@@ -176,3 +176,80 @@ func TestBreakerDo(t *testing.T) {
 		t.Fatalf("call on an open breaker: %v after %d calls, want it refused without calling", err, calls)
 	}
 }
+
+// TestBreakerIgnoresCancelledCalls: a call cut short by its context says
+// nothing about the downstream. It must not close a half-open breaker (the
+// probe never got an answer) nor reset the count of failures in a row.
+func TestBreakerIgnoresCancelledCalls(t *testing.T) {
+	t.Parallel()
+	b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: 2, OpenFor: 20 * time.Millisecond, Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	fail := func(context.Context) error { return errors.New("timeout") }
+	cancelled := func(context.Context) error { return context.Canceled }
+
+	_ = b.Do(ctx, fail)
+	_ = b.Do(ctx, cancelled)
+	if err := b.Do(ctx, fail); !errors.Is(err, consumer.ErrBreakerOpen) {
+		t.Fatalf("two failures around a cancelled call: %v, want the breaker open", err)
+	}
+	waitFor(t, 5*time.Second, "the breaker half-open", func() bool { return b.State() == gobreaker.StateHalfOpen })
+	if err := b.Do(ctx, cancelled); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled probe: %v", err)
+	}
+	if s := b.State(); s != gobreaker.StateHalfOpen {
+		t.Fatalf("after a cancelled probe the breaker is %v, want still half-open", s)
+	}
+	if err := b.Do(ctx, func(context.Context) error { return nil }); err != nil || b.State() != gobreaker.StateClosed {
+		t.Fatalf("a probe that succeeds: %v, breaker %v, want closed", err, b.State())
+	}
+}
+
+// TestBreakerOwnRefusalsOnly: an error of the call that wraps
+// gobreaker.ErrOpenState (an inner breaker's) is the call's failure, not this
+// breaker's refusal, so it carries no RetryAt of a breaker that never opened.
+func TestBreakerOwnRefusalsOnly(t *testing.T) {
+	t.Parallel()
+	b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inner := fmt.Errorf("ledger client: %w", gobreaker.ErrOpenState)
+	err = b.Do(context.Background(), func(context.Context) error { return inner })
+	if err != inner {
+		t.Fatalf("Do = %v, want the call's own error %v", err, inner)
+	}
+}
+
+// TestBreakerOpenErrorWithoutRetryAt: a *BreakerOpenError whose RetryAt is
+// unset makes the partition wait BreakerWait, not spin on the handler.
+func TestBreakerOpenErrorWithoutRetryAt(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	f.produce(t, f.topic, &sarama.ProducerMessage{Value: sarama.StringEncoder(`{}`)})
+	const wait = 200 * time.Millisecond
+	var mu sync.Mutex
+	var calls []time.Time
+	cfg := f.config(t, consumer.HandlerFunc(func(context.Context, *consumer.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls = append(calls, time.Now())
+		if len(calls) == 1 {
+			return &consumer.BreakerOpenError{Breaker: "psp", Err: gobreaker.ErrOpenState}
+		}
+		return nil
+	}))
+	cfg.BreakerWait = wait
+	run(t, newConsumer(t, cfg))
+	waitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
+	mu.Lock()
+	defer mu.Unlock()
+	if len(calls) != 2 {
+		t.Fatalf("%d handler calls, want 2 (refused, then handled)", len(calls))
+	}
+	if gap := calls[1].Sub(calls[0]); gap < wait {
+		t.Fatalf("the handler was called again after %v, want at least BreakerWait (%v)", gap, wait)
+	}
+}

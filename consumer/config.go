@@ -3,6 +3,7 @@ package consumer
 import (
 	"context"
 	"fmt"
+	"slices"
 	"log/slog"
 	"time"
 
@@ -235,6 +236,10 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("%w: Sarama: %w", ErrInvalidConfig, err)
 		}
 	}
+	if cooperative(c.saramaConfig()) {
+		return fmt.Errorf("%w: Sarama's group strategies rebalance cooperatively, which the consumer does not support "+
+			"(a revoked partition's retries and breaker waits would not stop); use an eager strategy such as sarama.NewBalanceStrategySticky()", ErrInvalidConfig)
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -263,4 +268,28 @@ func setDefaults[T int | time.Duration](fields ...field[T]) error {
 		}
 	}
 	return nil
+}
+
+// saramaConfig is the Sarama configuration the consumer runs with.
+func (c *Config) saramaConfig() *sarama.Config {
+	if c.Client != nil {
+		return c.Client.Config()
+	}
+	return c.Sarama
+}
+
+// cooperative reports whether cfg's group strategies make Sarama use the
+// cooperative rebalance protocol: when every strategy supports it.
+func cooperative(cfg *sarama.Config) bool {
+	strategies := cfg.Consumer.Group.Rebalance.GroupStrategies
+	if s := cfg.Consumer.Group.Rebalance.Strategy; s != nil {
+		strategies = []sarama.BalanceStrategy{s}
+	}
+	for _, s := range strategies {
+		p, ok := s.(sarama.RebalanceProtocolBalanceStrategy)
+		if !ok || !slices.Contains(p.SupportedProtocols(), sarama.RebalanceProtocolCooperative) {
+			return false
+		}
+	}
+	return len(strategies) > 0
 }

@@ -41,6 +41,11 @@ func TestConfigValidation(t *testing.T) {
 		{"negative timeout", func(c *consumer.Config) { c.AttemptTimeout = -time.Second }, "AttemptTimeout"},
 		{"negative shutdown", func(c *consumer.Config) { c.ShutdownTimeout = -time.Second }, "ShutdownTimeout"},
 		{"negative breaker wait", func(c *consumer.Config) { c.BreakerWait = -time.Second }, "BreakerWait"},
+		{"cooperative rebalancing", func(c *consumer.Config) {
+			c.Sarama = consumer.NewSaramaConfig()
+			c.Sarama.Version = sarama.V2_4_0_0
+			c.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+		}, "cooperatively"},
 		{"negative base", func(c *consumer.Config) { c.Backoff.Base = -time.Second }, "Backoff.Base"},
 		{"factor below 1", func(c *consumer.Config) { c.Backoff.Factor = 0.5 }, "Backoff.Factor"},
 		{"jitter above 1", func(c *consumer.Config) { c.Backoff.Jitter = 1.5 }, "Backoff.Jitter"},

@@ -203,7 +203,12 @@ func (c *Consumer) retryable(err error) bool {
 // long to wait before the next try.
 func (c *Consumer) breakerWait(err error) (time.Duration, bool) {
 	if open, ok := errors.AsType[*BreakerOpenError](err); ok {
-		return time.Until(open.RetryAt), true
+		// A RetryAt that is unset or past would spin the handler against
+		// the breaker: wait BreakerWait then.
+		if wait := time.Until(open.RetryAt); wait > 0 {
+			return wait, true
+		}
+		return c.cfg.BreakerWait, true
 	}
 	if errors.Is(err, gobreaker.ErrOpenState) || errors.Is(err, gobreaker.ErrTooManyRequests) {
 		return c.cfg.BreakerWait, true

@@ -11,6 +11,15 @@ import (
 // ErrInvalidPublisherConfig is matched by every error NewPublisher returns.
 var ErrInvalidPublisherConfig = errors.New("dlq: invalid publisher config")
 
+// ErrTooLarge is matched by the error of Publish when even the raw record
+// is larger than the producer or the dead-letter topic accepts: the
+// original was within a few hundred bytes of the limit, and the dlq_*
+// headers push it over. No retry helps; raise the dead-letter topic's
+// max.message.bytes (and Producer.MaxMessageBytes) above the original
+// topic's.
+var ErrTooLarge = errors.New("dlq: the dead letter is larger than the dead-letter topic accepts; " +
+	"raise the topic's max.message.bytes and the producer's Producer.MaxMessageBytes above the original topic's")
+
 // PublisherConfig configures a Publisher. The zero value writes envelope
 // mode to <topic>.dlq.
 type PublisherConfig struct {
@@ -81,6 +90,9 @@ func (p *Publisher) Publish(ctx context.Context, e Envelope) (Written, error) {
 	w, err := p.send(ctx, e, format)
 	if err != nil && format == FormatEnvelope && tooLarge(err) {
 		w, err = p.send(ctx, e, FormatRaw)
+	}
+	if err != nil && tooLarge(err) {
+		err = fmt.Errorf("%w: %w", ErrTooLarge, err)
 	}
 	return w, err
 }

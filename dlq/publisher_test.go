@@ -3,6 +3,7 @@ package dlq_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 
 	"github.com/IBM/sarama"
@@ -82,6 +83,18 @@ func TestPublisher(t *testing.T) {
 		pub, _ := dlq.NewPublisher(p, dlq.PublisherConfig{})
 		if w, err := pub.Publish(ctx, env); err != nil || w.Format != dlq.FormatRaw {
 			t.Errorf("Publish = %+v, %v; want the raw record after the envelope was too large", w, err)
+		}
+	})
+	t.Run("too large even raw", func(t *testing.T) {
+		t.Parallel()
+		p := mocks.NewSyncProducer(t, cfg)
+		defer p.Close()
+		p.ExpectSendMessageAndFail(sarama.ErrMessageSizeTooLarge)
+		p.ExpectSendMessageAndFail(sarama.ErrMessageSizeTooLarge)
+		pub, _ := dlq.NewPublisher(p, dlq.PublisherConfig{})
+		_, err := pub.Publish(ctx, env)
+		if !errors.Is(err, dlq.ErrTooLarge) || !errors.Is(err, sarama.ErrMessageSizeTooLarge) || !strings.Contains(err.Error(), "max.message.bytes") {
+			t.Errorf("Publish = %v, want ErrTooLarge naming the topic setting to raise, wrapping the broker's error", err)
 		}
 	})
 	t.Run("broker error", func(t *testing.T) {
