@@ -3,8 +3,8 @@ package consumer
 import (
 	"context"
 	"fmt"
-	"slices"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
