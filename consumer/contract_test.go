@@ -139,6 +139,36 @@ func TestHandlerPanicsAreRecovered(t *testing.T) {
 	}
 }
 
+// TestPanickingHooksAreRecovered: a panic in Config.Retryable or
+// Config.OnDeadLetter is logged and recovered; the consumer carries on, the
+// error counts as retryable, and the dead letter stays written and committed.
+func TestPanickingHooksAreRecovered(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	f.produce(t, f.topic, record("a", "fails-once"), record("b", "declined"), record("c", "fine"))
+	var handled counter
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		switch {
+		case string(m.Value) == "fails-once" && m.Attempt == 1:
+			return errTransient
+		case string(m.Value) == "declined":
+			return consumer.Permanent(errDeclined)
+		}
+		handled.add(string(m.Value))
+		return nil
+	}))
+	cfg.Retryable = func(error) bool { panic("bug in Retryable") }
+	cfg.OnDeadLetter = func(context.Context, consumer.DeadLetter) { panic("bug in OnDeadLetter") }
+	f.consumeAll(t, cfg, 3)
+
+	if handled.get("fails-once") != 1 || handled.get("fine") != 1 {
+		t.Errorf("handled %v, want fails-once (on its retry) and fine", handled.n)
+	}
+	if letters := f.deadLetters(t); len(letters) != 1 || letters[0].OriginalOffset != 1 {
+		t.Fatalf("dead letters %+v, want the declined message", letters)
+	}
+}
+
 func TestAttemptTimeout(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1)

@@ -131,7 +131,9 @@ func (d *delivery) write(ctx context.Context, cause error, failure dlq.Failure) 
 			d.log().Error("message dead-lettered", "error", cause, "error_kind", failure.Kind, "retry_count", d.failed,
 				"dlq_topic", w.Topic, "dlq_partition", w.Partition, "dlq_offset", w.Offset, "dlq_format", w.Format)
 			if c.cfg.OnDeadLetter != nil {
-				c.cfg.OnDeadLetter(ctx, DeadLetter{Message: d.m, Err: cause, Envelope: env, Written: w})
+				c.guard("Config.OnDeadLetter", func() {
+					c.cfg.OnDeadLetter(ctx, DeadLetter{Message: d.m, Err: cause, Envelope: env, Written: w})
+				})
 			}
 			return true
 		}

@@ -196,7 +196,23 @@ func (c *Consumer) retryable(err error) bool {
 	if _, perm := errors.AsType[*PermanentError](err); perm {
 		return false
 	}
-	return c.cfg.Retryable == nil || c.cfg.Retryable(err)
+	if c.cfg.Retryable == nil {
+		return true
+	}
+	retry := true // should Retryable panic
+	c.guard("Config.Retryable (the error is treated as retryable)", func() { retry = c.cfg.Retryable(err) })
+	return retry
+}
+
+// guard runs a hook of the user's and recovers a panic in it, logging it,
+// so that a bug in a hook cannot take the consumer down.
+func (c *Consumer) guard(hook string, fn func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.log.Error(hook+" panicked", "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
+	fn()
 }
 
 // breakerWait reports whether err says a circuit breaker is open, and how
