@@ -43,5 +43,6 @@ func ExampleMigrator_Up() {
 	// Output:
 	// applied 0001_create_outbox
 	// applied 0002_notify_trigger
+	// applied 0003_drop_key_order
 	// second run applied 0
 }

@@ -154,7 +154,7 @@ func TestUpIntoCustomSchemaAndTable(t *testing.T) {
 		}
 	}
 	indexes := indexNames(t, pg.Pool, schema, "billing_events")
-	for _, want := range []string{"billing_events_pkey", "billing_events_idempotency_key", "billing_events_claim", "billing_events_key_order", "billing_events_blockers", "billing_events_due", "billing_events_status_created", "billing_events_published", "billing_events_seq_key"} {
+	for _, want := range []string{"billing_events_pkey", "billing_events_idempotency_key", "billing_events_claim", "billing_events_blockers", "billing_events_due", "billing_events_status_created", "billing_events_published", "billing_events_seq_key"} {
 		if !slices.Contains(indexes, want) {
 			t.Errorf("index %s missing; have %v", want, indexes)
 		}

@@ -15,4 +15,5 @@ func Example_migrateStatus() {
 	// VERSION  NAME            APPLIED AT
 	// 0001     create_outbox   not applied
 	// 0002     notify_trigger  not applied
+	// 0003     drop_key_order  not applied
 }
