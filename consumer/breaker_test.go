@@ -73,11 +73,11 @@ func TestBreakerPausesConsumption(t *testing.T) {
 	run(t, newConsumer(t, cfg))
 
 	var opened time.Time
-	waitFor(t, 10*time.Second, "the breaker to open", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the breaker to open", func() bool {
 		opened = metrics.firstState("psp", gobreaker.StateOpen)
 		return !opened.IsZero()
 	})
-	waitFor(t, 10*time.Second, "three half-open probes", func() bool { return stub.calls.Load() >= 5+3 })
+	testkit.WaitFor(t, 10*time.Second, "three half-open probes", func() bool { return stub.calls.Load() >= 5+3 })
 	downFor := time.Since(opened)
 	mu.Lock()
 	var whileOpen int
@@ -99,7 +99,7 @@ func TestBreakerPausesConsumption(t *testing.T) {
 	}
 
 	stub.down.Store(false)
-	waitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == total })
+	testkit.WaitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == total })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(handled) != total {
@@ -195,7 +195,7 @@ func TestBreakerIgnoresCancelledCalls(t *testing.T) {
 	if err := b.Do(ctx, fail); !errors.Is(err, consumer.ErrBreakerOpen) {
 		t.Fatalf("two failures around a cancelled call: %v, want the breaker open", err)
 	}
-	waitFor(t, 5*time.Second, "the breaker half-open", func() bool { return b.State() == gobreaker.StateHalfOpen })
+	testkit.WaitFor(t, 5*time.Second, "the breaker half-open", func() bool { return b.State() == gobreaker.StateHalfOpen })
 	if err := b.Do(ctx, cancelled); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled probe: %v", err)
 	}
@@ -243,7 +243,7 @@ func TestBreakerOpenErrorWithoutRetryAt(t *testing.T) {
 	}))
 	cfg.BreakerWait = wait
 	run(t, newConsumer(t, cfg))
-	waitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if len(calls) != 2 {

@@ -13,6 +13,7 @@ import (
 
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
 )
 
 // consumeAll runs cfg until the group has committed n offsets on partition
@@ -20,7 +21,7 @@ import (
 func (f *fixture) consumeAll(t *testing.T, cfg consumer.Config, n int64) {
 	t.Helper()
 	stop := run(t, newConsumer(t, cfg))
-	waitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == n })
+	testkit.WaitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == n })
 	stop()
 }
 
@@ -174,7 +175,7 @@ func TestAttemptTimeout(t *testing.T) {
 	f := newFixture(t, 1)
 	f.produce(t, f.topic, record("a", "slow-once"))
 	var mu sync.Mutex
-	var ctxErr, cause, seen error
+	var ctxErr, cause error
 	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 		if m.Attempt > 1 {
 			return nil
@@ -186,12 +187,7 @@ func TestAttemptTimeout(t *testing.T) {
 		return ctx.Err()
 	}))
 	cfg.AttemptTimeout = 100 * time.Millisecond
-	cfg.Retryable = func(err error) bool {
-		mu.Lock()
-		defer mu.Unlock()
-		seen = err
-		return true
-	}
+	seen := lastRetried(&cfg)
 	f.consumeAll(t, cfg, 1)
 	mu.Lock()
 	defer mu.Unlock()
@@ -201,8 +197,8 @@ func TestAttemptTimeout(t *testing.T) {
 	if !errors.Is(cause, consumer.ErrAttemptTimeout) {
 		t.Errorf("the slow attempt's context ended with cause %v, want ErrAttemptTimeout", cause)
 	}
-	if !errors.Is(seen, consumer.ErrAttemptTimeout) {
-		t.Errorf("the failed attempt's error is %v, want ErrAttemptTimeout", seen)
+	if err := seen(); !errors.Is(err, consumer.ErrAttemptTimeout) {
+		t.Errorf("the failed attempt's error is %v, want ErrAttemptTimeout", err)
 	}
 }
 
@@ -212,8 +208,6 @@ func TestAttemptTimeoutIgnoredContext(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1)
 	f.produce(t, f.topic, record("a", "late-once"))
-	var mu sync.Mutex
-	var seen error
 	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 		if m.Attempt == 1 {
 			time.Sleep(200 * time.Millisecond) // a handler deaf to ctx, past AttemptTimeout
@@ -221,17 +215,28 @@ func TestAttemptTimeoutIgnoredContext(t *testing.T) {
 		return nil
 	}))
 	cfg.AttemptTimeout = 50 * time.Millisecond
+	seen := lastRetried(&cfg)
+	f.consumeAll(t, cfg, 1)
+	if err := seen(); !errors.Is(err, consumer.ErrAttemptTimeout) {
+		t.Errorf("the late attempt's error is %v, want ErrAttemptTimeout", err)
+	}
+}
+
+// lastRetried makes cfg.Retryable record each error it is asked about (and
+// retry them all); the func it returns gives the last one.
+func lastRetried(cfg *consumer.Config) func() error {
+	var mu sync.Mutex
+	var last error
 	cfg.Retryable = func(err error) bool {
 		mu.Lock()
 		defer mu.Unlock()
-		seen = err
+		last = err
 		return true
 	}
-	f.consumeAll(t, cfg, 1)
-	mu.Lock()
-	defer mu.Unlock()
-	if !errors.Is(seen, consumer.ErrAttemptTimeout) {
-		t.Errorf("the late attempt's error is %v, want ErrAttemptTimeout", seen)
+	return func() error {
+		mu.Lock()
+		defer mu.Unlock()
+		return last
 	}
 }
 

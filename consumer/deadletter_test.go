@@ -141,7 +141,7 @@ func TestAlwaysFailingHandlerDeadLetters(t *testing.T) {
 	}
 	start := time.Now()
 	stop := run(t, newConsumer(t, cfg))
-	waitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
 	stop()
 
 	if n := attempts.get("0195f3c4-0000-7000-8000-000000000001"); n != consumer.DefaultMaxAttempts {
@@ -200,7 +200,7 @@ func TestRawModeDeadLetters(t *testing.T) {
 	}))
 	cfg.DeadLetterRaw = true
 	run(t, newConsumer(t, cfg))
-	waitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
 
 	rec, env := f.onlyDeadLetter(t)
 	if value, _ := awkward().Value.Encode(); !bytes.Equal(rec.Value, value) {
@@ -255,7 +255,7 @@ func TestDeadLetterTopicUnavailable(t *testing.T) {
 	}
 
 	fault.Remove()
-	waitFor(t, 10*time.Second, "offset 4 committed", func() bool { return f.committed(t, 0) == 4 })
+	testkit.WaitFor(t, 10*time.Second, "offset 4 committed", func() bool { return f.committed(t, 0) == 4 })
 	for _, v := range []string{"fine-1", "fine-2", "fine-3"} {
 		if handled.get(v) == 0 {
 			t.Errorf("%s never handled (handled %v)", v, handled.n)
@@ -334,8 +334,8 @@ func TestSlowDeadLetterWriteOverlapsHandling(t *testing.T) {
 	cfg.Metrics = metrics
 	run(t, newConsumer(t, cfg))
 
-	waitFor(t, 10*time.Second, "the dead-letter write at the broker", func() bool { return held.Load() > 0 })
-	waitFor(t, 10*time.Second, "the later messages handled while the write is held", func() bool { return handled.len() == later })
+	testkit.WaitFor(t, 10*time.Second, "the dead-letter write at the broker", func() bool { return held.Load() > 0 })
+	testkit.WaitFor(t, 10*time.Second, "the later messages handled while the write is held", func() bool { return handled.len() == later })
 	if n := metrics.marks(); n != 0 {
 		t.Errorf("%d offsets marked while the dead letter of offset 0 is unwritten, want none", n)
 	}
@@ -347,7 +347,7 @@ func TestSlowDeadLetterWriteOverlapsHandling(t *testing.T) {
 	}
 
 	release()
-	waitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == later+1 })
+	testkit.WaitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == later+1 })
 	if got := commits.list(); slices.ContainsFunc(got, func(o int64) bool { return o != later+1 }) {
 		t.Errorf("commits %v, want only %d: nothing settles past offset 0 before its dead letter", got, later+1)
 	}
@@ -401,12 +401,12 @@ func TestDeadLettersInFlightBound(t *testing.T) {
 	cfg.MaxDeadLettersInFlight = bound
 	run(t, newConsumer(t, cfg))
 
-	waitFor(t, 10*time.Second, "the third failing message handled", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the third failing message handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return calls >= bound+1
 	})
-	waitFor(t, 10*time.Second, "the dead-letter writes at the broker", func() bool { return held.Load() > 0 })
+	testkit.WaitFor(t, 10*time.Second, "the dead-letter writes at the broker", func() bool { return held.Load() > 0 })
 	mu.Lock()
 	if calls != bound+1 || peak > bound {
 		t.Errorf("%d messages handled (peak %d writes in flight) while %d writes are held, want %d: the partition must wait at the bound",
@@ -415,7 +415,7 @@ func TestDeadLettersInFlightBound(t *testing.T) {
 	mu.Unlock()
 
 	release()
-	waitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == poisons+1 })
+	testkit.WaitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == poisons+1 })
 	mu.Lock()
 	defer mu.Unlock()
 	if calls != poisons+1 || written != poisons || peak > bound {
@@ -453,7 +453,7 @@ func TestDeadLetterWriteFailingAtShutdown(t *testing.T) {
 
 	fault.Remove()
 	run(t, newConsumer(t, cfg))
-	waitFor(t, 10*time.Second, "offset 2 committed", func() bool { return f.committed(t, 0) == 2 })
+	testkit.WaitFor(t, 10*time.Second, "offset 2 committed", func() bool { return f.committed(t, 0) == 2 })
 	if n := len(f.readAll(t, f.dlq)); n != 1 {
 		t.Errorf("%d dead letters, want 1", n)
 	}
@@ -480,7 +480,7 @@ func TestKcatReadsDeadLetters(t *testing.T) {
 	run(t, newConsumer(t, f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 		return errors.New("psp timeout")
 	}))))
-	waitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
 
 	out, err := exec.Command(kcat, "-C", "-b", f.k.Brokers[0], "-t", f.dlq, "-e", "-q", "-f", "key=%k\\nheaders=%h\\nvalue=%s\\n").CombinedOutput()
 	if err != nil {

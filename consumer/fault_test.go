@@ -53,7 +53,7 @@ func TestConsumerKilledMidBatchLosesNothing(t *testing.T) {
 		c := testkit.StartChild(t, "TestConsumerChildProcess", env)
 		children = append(children, c)
 		target := (i + 1) * total / (kills + 2)
-		waitFor(t, 30*time.Second, fmt.Sprintf("child %d to handle %d messages", i+1, target), func() bool {
+		testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("child %d to handle %d messages", i+1, target), func() bool {
 			return len(handledIDs(t, logPath)) >= target
 		})
 		c.Kill(t)
@@ -61,8 +61,8 @@ func TestConsumerKilledMidBatchLosesNothing(t *testing.T) {
 	}
 	last := testkit.StartChild(t, "TestConsumerChildProcess", env)
 	children = append(children, last)
-	waitFor(t, 60*time.Second, "every message handled", func() bool { return len(handledIDs(t, logPath)) == total })
-	waitFor(t, 30*time.Second, "every offset committed", func() bool {
+	testkit.WaitFor(t, 60*time.Second, "every message handled", func() bool { return len(handledIDs(t, logPath)) == total })
+	testkit.WaitFor(t, 30*time.Second, "every offset committed", func() bool {
 		var sum int64
 		for p := range int32(partitions) {
 			sum += max(f.committed(t, p), 0)

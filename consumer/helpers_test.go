@@ -235,18 +235,6 @@ func newConsumer(t *testing.T, cfg consumer.Config) *consumer.Consumer {
 	return c
 }
 
-// waitFor polls cond until it holds or timeout passes.
-func waitFor(t testing.TB, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}
-
 // counter counts calls per key, safe for concurrent use.
 type counter struct {
 	mu sync.Mutex

@@ -63,7 +63,7 @@ func TestKeyedWorkersKeepPerKeyOrder(t *testing.T) {
 	}))
 	cfg.Workers = workers
 	run(t, newConsumer(t, cfg))
-	waitFor(t, 30*time.Second, "every message handled", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every message handled", func() bool {
 		mu.Lock()
 		defer mu.Unlock()
 		return done >= keys*perKey
@@ -114,7 +114,7 @@ func TestKeyedWorkersCommitBelowTheSlowest(t *testing.T) {
 	// The slow message's worker queue fills up behind it, and then the
 	// dispatch waits; the other workers get through what came before (the
 	// keys go to workers by a fixed hash, so always the same ones).
-	waitFor(t, 10*time.Second, "5 fast messages handled", func() bool { return metrics.count(consumer.OutcomeHandled) >= 5 })
+	testkit.WaitFor(t, 10*time.Second, "5 fast messages handled", func() bool { return metrics.count(consumer.OutcomeHandled) >= 5 })
 	if n := metrics.marks(); n != 0 {
 		t.Errorf("%d offsets marked while offset 0 is unfinished, want none", n)
 	}
@@ -122,5 +122,5 @@ func TestKeyedWorkersCommitBelowTheSlowest(t *testing.T) {
 		t.Errorf("commits %v while offset 0 is unfinished, want none", got)
 	}
 	close(release)
-	waitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == int64(len(msgs)) })
+	testkit.WaitFor(t, 10*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == int64(len(msgs)) })
 }

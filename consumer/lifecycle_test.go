@@ -76,7 +76,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	cfg.Workers = 3
 	cfg.Metrics = &recorder{}
 	stop := run(t, newConsumer(t, cfg))
-	waitFor(t, 10*time.Second, "every message settled", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "every message settled", func() bool {
 		return f.committed(t, 0)+f.committed(t, 1) == 3
 	})
 	stop()
@@ -133,16 +133,16 @@ func TestRebalanceLosesNothing(t *testing.T) {
 		produced <- nil
 	}()
 
-	waitFor(t, 20*time.Second, "a quarter handled by the first member", func() bool { return handled.len() >= total/4 })
+	testkit.WaitFor(t, 20*time.Second, "a quarter handled by the first member", func() bool { return handled.len() >= total/4 })
 	run(t, newConsumer(t, f.config(t, handler(&byB))))
-	waitFor(t, 20*time.Second, "the second member to take part", func() bool { return byB.Load() > 0 })
-	waitFor(t, 20*time.Second, "half handled", func() bool { return handled.len() >= total/2 })
+	testkit.WaitFor(t, 20*time.Second, "the second member to take part", func() bool { return byB.Load() > 0 })
+	testkit.WaitFor(t, 20*time.Second, "half handled", func() bool { return handled.len() >= total/2 })
 	stopA()
 	if err := <-produced; err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 30*time.Second, "every message handled", func() bool { return handled.len() == total })
-	waitFor(t, 30*time.Second, "every offset committed", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "every message handled", func() bool { return handled.len() == total })
+	testkit.WaitFor(t, 30*time.Second, "every offset committed", func() bool {
 		var sum int64
 		for p := range int32(partitions) {
 			sum += max(f.committed(t, p), 0)

@@ -30,7 +30,7 @@ func TestTransientFailureSucceedsOnAttempt3(t *testing.T) {
 		return nil
 	})))
 	stop := run(t, c)
-	waitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
 	stop()
 
 	mu.Lock()

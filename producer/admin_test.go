@@ -223,5 +223,5 @@ func TestRelayRunsRetentionInBatches(t *testing.T) {
 	}
 	clock.Advance(2 * time.Hour)
 	runRelay(t, relay)
-	waitFor(t, 10*time.Second, "retention to delete all 35 events", func() bool { return countRows(t, pg.Pool, "true") == 0 })
+	testkit.WaitFor(t, 10*time.Second, "retention to delete all 35 events", func() bool { return countRows(t, pg.Pool, "true") == 0 })
 }

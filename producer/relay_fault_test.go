@@ -84,7 +84,7 @@ func TestRelayKilledMidBatchLosesNothing(t *testing.T) {
 		child := testkit.StartChild(t, "TestRelayChildProcess", env)
 		children = append(children, child)
 		target := min(published()+perKill, total)
-		waitFor(t, 30*time.Second, fmt.Sprintf("child %d to publish up to %d events", i+1, target), func() bool {
+		testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("child %d to publish up to %d events", i+1, target), func() bool {
 			return published() >= target
 		})
 		// Every other kill lands at a chosen point: the batch is on Kafka
@@ -102,7 +102,7 @@ func TestRelayKilledMidBatchLosesNothing(t *testing.T) {
 		left := faultSessions(t, pg.Pool, app, "true")
 		// The kernel closed the dead child's sockets; its backends must see
 		// that and end, rolling back the claim they held.
-		waitFor(t, 15*time.Second, fmt.Sprintf("the sessions of killed child %d (%s) to end", i+1, app), func() bool {
+		testkit.WaitFor(t, 15*time.Second, fmt.Sprintf("the sessions of killed child %d (%s) to end", i+1, app), func() bool {
 			return faultSessions(t, pg.Pool, app, "true") == 0
 		})
 		t.Logf("kill %d: SIGKILL %s at %d/%d published; %d of its sessions still open right after", i+1, mode, at, total, left)
@@ -113,11 +113,11 @@ func TestRelayKilledMidBatchLosesNothing(t *testing.T) {
 
 	final := testkit.StartChild(t, "TestRelayChildProcess", env)
 	children = append(children, final)
-	waitFor(t, 30*time.Second, "the last child to publish every event", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the last child to publish every event", func() bool {
 		return countRows(t, pg.Pool, "status IN ('pending', 'failed')") == 0
 	})
 	final.Stop(t)
-	waitFor(t, 15*time.Second, "the sessions of the stopped child to end", func() bool {
+	testkit.WaitFor(t, 15*time.Second, "the sessions of the stopped child to end", func() bool {
 		return faultSessions(t, pg.Pool, app, "true") == 0
 	})
 
@@ -270,7 +270,7 @@ func TestRelayRecoversFromTerminatedBackends(t *testing.T) {
 	frozen := 0
 	for i := range kills {
 		target := i*round + round/2
-		waitFor(t, 30*time.Second, fmt.Sprintf("kill %d: %d events published, the relay connected and LISTENing", i+1, target), func() bool {
+		testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("kill %d: %d events published, the relay connected and LISTENing", i+1, target), func() bool {
 			checkRunning("while waiting for progress")
 			return published() >= target && pooled() && listening()
 		})
@@ -293,7 +293,7 @@ func TestRelayRecoversFromTerminatedBackends(t *testing.T) {
 		if n < 2 {
 			t.Errorf("kill %d terminated %d backends, want the LISTEN connection and at least one pool connection", i+1, n)
 		}
-		waitFor(t, 30*time.Second, fmt.Sprintf("the LISTEN connection to come back after kill %d", i+1), func() bool {
+		testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("the LISTEN connection to come back after kill %d", i+1), func() bool {
 			pid := listenerPID()
 			return pid != 0 && pid != oldListener
 		})
@@ -313,7 +313,7 @@ func TestRelayRecoversFromTerminatedBackends(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("the producer did not finish enqueueing within 30s")
 	}
-	waitFor(t, 30*time.Second, fmt.Sprintf("all %d events published", total), func() bool {
+	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("all %d events published", total), func() bool {
 		checkRunning("while waiting for progress")
 		return published() == total
 	})
@@ -449,7 +449,7 @@ func waitFaultRecords(t *testing.T, k *testkit.Kafka, c *consumer, topic string,
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, 30*time.Second, fmt.Sprintf("every record of %s up to the high watermarks %v", topic, hwm), func() bool {
+	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("every record of %s up to the high watermarks %v", topic, hwm), func() bool {
 		msgs = c.messages()
 		next := map[int32]int64{}
 		for _, m := range msgs {
@@ -538,12 +538,12 @@ func faultKillInSettle(t *testing.T, pool *pgxpool.Pool, app string, kill func()
 		release := faultFreezeSettle(t, pool)
 		if countRows(t, pool, "status IN ('pending', 'failed')") == 0 {
 			release() // the relay caught up: let the producer add more
-			waitFor(t, 15*time.Second, "events waiting to be published", func() bool {
+			testkit.WaitFor(t, 15*time.Second, "events waiting to be published", func() bool {
 				return countRows(t, pool, "status IN ('pending', 'failed')") > 0
 			})
 			continue
 		}
-		waitFor(t, 15*time.Second, "the relay to publish a batch and wait to record it", func() bool {
+		testkit.WaitFor(t, 15*time.Second, "the relay to publish a batch and wait to record it", func() bool {
 			return faultSessions(t, pool, app, faultSettleWaiting) > 0
 		})
 		kill()

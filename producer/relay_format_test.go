@@ -31,7 +31,7 @@ func TestStructuredModeCarriesTheEventInTheValue(t *testing.T) {
 	runOnce(t, relay)
 	c := consume(t, k, topic)
 	var msgs []*sarama.ConsumerMessage
-	waitFor(t, 10*time.Second, "two records", func() bool { msgs = c.messages(); return len(msgs) == 2 })
+	testkit.WaitFor(t, 10*time.Second, "two records", func() bool { msgs = c.messages(); return len(msgs) == 2 })
 
 	for _, m := range msgs {
 		if ct := headerValue(m, "content-type"); ct != "application/cloudevents+json; charset=UTF-8" {

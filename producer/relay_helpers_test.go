@@ -44,18 +44,6 @@ func runRelay(t *testing.T, r *producer.Relay) {
 	})
 }
 
-// waitFor polls cond every 10ms until it holds or the deadline passes.
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %v waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 // consumer reads every partition of a topic from the start.
 type consumer struct {
 	t        *testing.T
@@ -119,7 +107,7 @@ func (c *consumer) messages() []*sarama.ConsumerMessage {
 func (c *consumer) waitDistinct(n int, timeout time.Duration) []*sarama.ConsumerMessage {
 	c.t.Helper()
 	var msgs []*sarama.ConsumerMessage
-	waitFor(c.t, timeout, fmt.Sprintf("%d distinct events on Kafka", n), func() bool {
+	testkit.WaitFor(c.t, timeout, fmt.Sprintf("%d distinct events on Kafka", n), func() bool {
 		msgs = c.messages()
 		return len(distinctIDs(msgs)) >= n
 	})

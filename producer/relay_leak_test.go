@@ -27,8 +27,8 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
-	waitFor(t, 10*time.Second, "the event published", func() bool { return countRows(t, pg.Pool, "status = 'published'") == 1 })
-	waitFor(t, 10*time.Second, "the LISTEN session", func() bool { return listening(t, pg) })
+	testkit.WaitFor(t, 10*time.Second, "the event published", func() bool { return countRows(t, pg.Pool, "status = 'published'") == 1 })
+	testkit.WaitFor(t, 10*time.Second, "the LISTEN session", func() bool { return listening(t, pg) })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

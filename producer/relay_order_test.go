@@ -114,7 +114,7 @@ func TestThreeRelaysKeepKeyOrderUnderProduceFaults(t *testing.T) {
 		})
 		runRelay(t, relay)
 	}
-	waitFor(t, 3*time.Minute, "every event published", func() bool {
+	testkit.WaitFor(t, 3*time.Minute, "every event published", func() bool {
 		return countRows(t, pg.Pool, "status <> 'published'") == 0
 	})
 	msgs := consume(t, k, topic).waitDistinct(total, time.Minute)

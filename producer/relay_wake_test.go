@@ -39,7 +39,7 @@ func TestNotifyWakesIdleRelay(t *testing.T) {
 	metrics := &recordedMetrics{}
 	relay := newRelay(t, pg, k, producer.RelayConfig{PollInterval: time.Minute, Metrics: metrics, StatsInterval: time.Hour})
 	runRelay(t, relay)
-	waitFor(t, 10*time.Second, "the LISTEN session", func() bool { return listening(t, pg) })
+	testkit.WaitFor(t, 10*time.Second, "the LISTEN session", func() bool { return listening(t, pg) })
 	c := consume(t, k, topic)
 
 	ev := orderCreated("o-1")
@@ -124,7 +124,7 @@ func TestBreakerOpensWhileBrokerIsDown(t *testing.T) {
 		Workers: 1, Breaker: producer.Breaker{OpenFor: 300 * time.Millisecond}})
 	runRelay(t, relay)
 
-	waitFor(t, 30*time.Second, "the breaker to open and then probe again", func() bool {
+	testkit.WaitFor(t, 30*time.Second, "the breaker to open and then probe again", func() bool {
 		_, events := metrics.snapshot()
 		opened := 0
 		for _, e := range events {
@@ -155,8 +155,8 @@ func TestBreakerOpensWhileBrokerIsDown(t *testing.T) {
 	down.Store(false)
 	c := consume(t, k, topic)
 	c.waitDistinct(50, 30*time.Second)
-	waitFor(t, 10*time.Second, "the breaker to close", func() bool { return relay.Breaker() == producer.BreakerClosed })
-	waitFor(t, 10*time.Second, "every event marked published", func() bool {
+	testkit.WaitFor(t, 10*time.Second, "the breaker to close", func() bool { return relay.Breaker() == producer.BreakerClosed })
+	testkit.WaitFor(t, 10*time.Second, "every event marked published", func() bool {
 		return countRows(t, pg.Pool, "status <> 'published'") == 0
 	})
 	if n := countRows(t, pg.Pool, "retry_count > 0"); n != 0 {
