@@ -10,7 +10,8 @@ import (
 	"github.com/courierkit/courier/producer"
 )
 
-// fakePublisher stands in for Kafka: fail decides each record's fate.
+// fakePublisher stands in for Kafka: fail decides each record's fate, and
+// like any Publisher it fails the records of a key behind one that failed.
 type fakePublisher struct {
 	mu    sync.Mutex
 	fail  func(*sarama.ProducerMessage) error
@@ -23,9 +24,21 @@ func (f *fakePublisher) Publish(_ context.Context, records []*sarama.ProducerMes
 	defer f.mu.Unlock()
 	f.calls++
 	errs := make([]error, len(records))
+	failed := map[[2]string]error{}
 	for i, r := range records {
-		if f.fail != nil {
+		var key [2]string
+		if r.Key != nil {
+			k, _ := r.Key.Encode()
+			key = [2]string{r.Topic, string(k)}
+		}
+		switch {
+		case r.Key != nil && failed[key] != nil:
+			errs[i] = failed[key]
+		case f.fail != nil:
 			errs[i] = f.fail(r)
+		}
+		if errs[i] != nil && r.Key != nil {
+			failed[key] = errs[i]
 		}
 		if errs[i] == nil {
 			f.acked = append(f.acked, r)

@@ -169,8 +169,8 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 	}
 	var dupes []int
 	for i, id := range cols.id {
-		if written[id] {
-			res[i] = Enqueued{ID: id}
+		if written[id.Bytes] {
+			res[i] = Enqueued{ID: id.Bytes}
 		} else {
 			dupes = append(dupes, i)
 		}
@@ -230,9 +230,11 @@ func (o *Outbox) resolveDuplicates(ctx context.Context, db DBTX, cols *columns, 
 	return nil
 }
 
-// columns holds a batch column by column, as the insert's arrays.
+// columns holds a batch column by column, as the insert's arrays. Ids are
+// pgtype.UUIDs: pgx encodes an array of them natively, and an array of
+// uuid.UUIDs about thirty times slower (as text, through driver.Valuer).
 type columns struct {
-	id                                         []uuid.UUID
+	id                                         []pgtype.UUID
 	topic, partitionKey, eventType             []string
 	aggregateType, aggregateID, tenantID       []string
 	correlationID, causationID, idempotencyKey []string
@@ -245,7 +247,7 @@ type columns struct {
 func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) {
 	n := len(events)
 	c := &columns{
-		id: make([]uuid.UUID, n), topic: make([]string, n), partitionKey: make([]string, n),
+		id: make([]pgtype.UUID, n), topic: make([]string, n), partitionKey: make([]string, n),
 		eventType: make([]string, n), aggregateType: make([]string, n), aggregateID: make([]string, n),
 		tenantID: make([]string, n), correlationID: make([]string, n), causationID: make([]string, n),
 		idempotencyKey: make([]string, n), payload: make([][]byte, n), contentType: make([]string, n),
@@ -271,7 +273,8 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 		if payload == nil {
 			payload = []byte{} // the column is NOT NULL; no payload is an empty one
 		}
-		c.id[i], c.topic[i], c.partitionKey[i], c.eventType[i] = e.ID, e.Topic, e.Key, e.Type
+		c.id[i] = pgtype.UUID{Bytes: e.ID, Valid: true}
+		c.topic[i], c.partitionKey[i], c.eventType[i] = e.Topic, e.Key, e.Type
 		c.aggregateType[i], c.aggregateID[i], c.tenantID[i] = e.AggregateType, e.AggregateID, e.TenantID
 		c.correlationID[i], c.causationID[i], c.idempotencyKey[i] = e.CorrelationID, e.CausationID, e.IdempotencyKey
 		c.payload[i], c.contentType[i], c.headers[i] = payload, e.ContentType, string(headers)

@@ -16,8 +16,15 @@ import (
 
 // Publisher sends records to Kafka; it is the relay's only view of the
 // broker. Publish returns one error per record, nil for a record the broker
-// acknowledged. The relay never passes two records of the same topic and key
-// in one call, so a Publisher may send a call's records in any order.
+// acknowledged.
+//
+// The relay passes all the events of a batch in one call, several of a key
+// among them, in the order they must reach Kafka, so a Publisher must keep
+// that order: it writes the records of one topic and key in the order given,
+// and never acknowledges a record after it failed an earlier one of the same
+// topic and key. The Publisher of NewSaramaPublisher does so by writing the
+// records of a partition as one record batch, which the broker appends whole
+// or not at all.
 type Publisher interface {
 	Publish(ctx context.Context, records []*sarama.ProducerMessage) []error
 	Close() error
@@ -42,20 +49,36 @@ func NewSaramaConfig() *sarama.Config {
 	return cfg
 }
 
-// saramaPublisher publishes through a Sarama SyncProducer, created on first
-// use and again after a failure to connect, so a relay can start while Kafka
-// is down.
-type saramaPublisher struct {
+// batchPublisher writes the records of a Publish call with one produce
+// request per broker, the records of each partition as one record batch in
+// the order given. The broker appends a record batch whole or not at all, so
+// the events of a key (always on one partition) succeed or fail together and
+// in order, with one round trip for the whole call. A partition whose
+// records exceed Producer.MaxMessageBytes gets several batches, sent one
+// after the other, each only once the one before it was acknowledged.
+//
+// It uses Sarama's client for metadata and connections and its partitioner
+// (Producer.Partitioner), retries what Kafka may accept on a second try
+// (a leader moved, a broker restarted) up to Producer.Retry.Max times after
+// Producer.Retry.Backoff, and connects on first use and again after a failure,
+// so a relay can start while Kafka is down.
+type batchPublisher struct {
 	brokers []string
 	cfg     *sarama.Config
+	version int16 // of the produce requests
 
-	mu       sync.Mutex
-	producer sarama.SyncProducer
-	inflight sync.WaitGroup
+	mu           sync.Mutex
+	client       sarama.Client
+	partitioners map[string]sarama.Partitioner
+	inflight     sync.WaitGroup
+	closed       chan struct{}
 }
 
-// NewSaramaPublisher returns a Publisher for brokers. cfg nil means
-// NewSaramaConfig(); Producer.Return.Successes is forced on.
+// NewSaramaPublisher returns the Publisher the relay uses by default, on
+// brokers with cfg (nil means NewSaramaConfig()). cfg.Version must be 0.11
+// or later (record headers), RequiredAcks must ask for an acknowledgement,
+// and the idempotent and transactional producers are not supported: the
+// relay orders and retries events itself.
 func NewSaramaPublisher(brokers []string, cfg *sarama.Config) (Publisher, error) {
 	if len(brokers) == 0 {
 		return nil, errors.New("producer: no Kafka brokers given; set RelayConfig.Brokers, e.g. []string{\"localhost:9092\"}")
@@ -63,83 +86,366 @@ func NewSaramaPublisher(brokers []string, cfg *sarama.Config) (Publisher, error)
 	if cfg == nil {
 		cfg = NewSaramaConfig()
 	}
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.Return.Errors = true
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("producer: Sarama config: %w", err)
 	}
-	return &saramaPublisher{brokers: brokers, cfg: cfg}, nil
+	switch {
+	case !cfg.Version.IsAtLeast(sarama.V0_11_0_0):
+		return nil, fmt.Errorf("producer: Sarama config: Version %s is older than 0.11, which record headers need; leave Version at Sarama's default", cfg.Version)
+	case cfg.Producer.RequiredAcks == sarama.NoResponse:
+		return nil, errors.New("producer: Sarama config: Producer.RequiredAcks is NoResponse, so the relay could not know an event arrived; use sarama.WaitForAll (the default) or WaitForLocal")
+	case cfg.Producer.Idempotent || cfg.Producer.Transaction.ID != "":
+		return nil, errors.New("producer: Sarama config: Producer.Idempotent and Producer.Transaction are not supported; the relay keeps each key's order and retries itself")
+	}
+	return &batchPublisher{brokers: brokers, cfg: cfg, version: produceVersion(cfg.Version),
+		partitioners: map[string]sarama.Partitioner{}, closed: make(chan struct{})}, nil
 }
 
-func (p *saramaPublisher) syncProducer() (sarama.SyncProducer, error) {
+// produceVersion is the newest produce request version that Kafka version v
+// understands, as Sarama's own producer chooses it.
+func produceVersion(v sarama.KafkaVersion) int16 {
+	for _, c := range []struct {
+		since   sarama.KafkaVersion
+		version int16
+	}{
+		{sarama.V3_7_0_0, 10}, {sarama.V2_8_0_0, 9}, {sarama.V2_4_0_0, 8}, {sarama.V2_1_0_0, 7},
+		{sarama.V2_0_0_0, 6}, {sarama.V1_0_0_0, 5},
+	} {
+		if v.IsAtLeast(c.since) {
+			return c.version
+		}
+	}
+	return 3
+}
+
+func (p *batchPublisher) connect() (sarama.Client, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.producer == nil {
-		producer, err := sarama.NewSyncProducer(p.brokers, p.cfg)
+	if p.client == nil {
+		client, err := sarama.NewClient(p.brokers, p.cfg)
 		if err != nil {
 			return nil, fmt.Errorf("connect to Kafka at %v: %w", p.brokers, err)
 		}
-		p.producer = producer
+		p.client = client
 	}
-	return p.producer, nil
+	return p.client, nil
 }
 
-// Publish sends records and waits for every acknowledgement, or for ctx.
+func (p *batchPublisher) partitioner(topic string) sarama.Partitioner {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	pt := p.partitioners[topic]
+	if pt == nil {
+		pt = p.cfg.Producer.Partitioner(topic)
+		p.partitioners[topic] = pt
+	}
+	return pt
+}
+
+// Publish writes records and waits for every acknowledgement, or for ctx.
 // When ctx ends first, the records not yet answered get ctx's error; the
 // broker may still write them (a duplicate, never a loss, when retried).
-func (p *saramaPublisher) Publish(ctx context.Context, records []*sarama.ProducerMessage) []error {
-	errs := make([]error, len(records))
+func (p *batchPublisher) Publish(ctx context.Context, records []*sarama.ProducerMessage) []error {
 	if err := ctx.Err(); err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
+		return fill(make([]error, len(records)), err)
 	}
-	producer, err := p.syncProducer()
+	client, err := p.connect()
 	if err != nil {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
+		return fill(make([]error, len(records)), err)
 	}
-	for i, r := range records {
-		r.Metadata = i
-	}
-	done := make(chan error, 1)
-	p.inflight.Go(func() { done <- producer.SendMessages(records) })
+	done := make(chan []error, 1)
+	p.inflight.Go(func() { done <- p.write(ctx, client, records) })
 	select {
-	case err = <-done:
+	case errs := <-done:
+		return errs
 	case <-ctx.Done():
-		for i := range errs {
-			errs[i] = ctx.Err()
+		return fill(make([]error, len(records)), ctx.Err())
+	}
+}
+
+func fill(errs []error, err error) []error {
+	for i := range errs {
+		errs[i] = err
+	}
+	return errs
+}
+
+// partitionBatches are the records of one partition, split into record
+// batches that each fit in Producer.MaxMessageBytes.
+type partitionBatches struct {
+	topic     string
+	partition int32
+	batches   [][]int // indexes into the records of the call
+	next      int     // the first batch not yet acknowledged
+	tries     int     // failed tries of batches[next]
+}
+
+// write sorts records into partitions and writes them in rounds: each round
+// sends, for every partition that has one left, its next batch, one produce
+// request per leader. A partition stops at its first batch that fails for
+// good, and its later batches fail with the same error unsent.
+func (p *batchPublisher) write(ctx context.Context, client sarama.Client, records []*sarama.ProducerMessage) []error {
+	errs := make([]error, len(records))
+	parts := p.partition(client, records, errs)
+	for len(parts) > 0 {
+		results := p.round(client, records, parts)
+		var retry bool
+		live := parts[:0]
+		for i, pb := range parts {
+			err := results[i]
+			switch {
+			case err == nil:
+				pb.next, pb.tries = pb.next+1, 0
+			case pb.tries < p.cfg.Producer.Retry.Max && retriable(err):
+				pb.tries++
+				retry = true
+			default:
+				for _, batch := range pb.batches[pb.next:] {
+					for _, j := range batch {
+						errs[j] = err
+					}
+				}
+				pb.next = len(pb.batches)
+			}
+			if pb.next < len(pb.batches) {
+				live = append(live, pb)
+			}
 		}
-		return errs
-	}
-	if err == nil {
-		return errs
-	}
-	var perRecord sarama.ProducerErrors
-	if !errors.As(err, &perRecord) {
-		for i := range errs {
-			errs[i] = err
-		}
-		return errs
-	}
-	for _, pe := range perRecord {
-		if i, ok := pe.Msg.Metadata.(int); ok && i >= 0 && i < len(errs) {
-			errs[i] = pe.Err
+		parts = live
+		if retry {
+			_ = client.RefreshMetadata()
+			if !p.wait(ctx, p.cfg.Producer.Retry.Backoff) {
+				for _, pb := range parts {
+					for _, batch := range pb.batches[pb.next:] {
+						for _, j := range batch {
+							errs[j] = context.Cause(ctx)
+						}
+					}
+				}
+				return errs
+			}
 		}
 	}
 	return errs
 }
 
-// closeWait bounds how long Close waits for sends a cancelled Publish left
-// in flight before it closes the producer under them.
+// wait waits d unless ctx ends or the publisher closes first.
+func (p *batchPublisher) wait(ctx context.Context, d time.Duration) bool {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+		return true
+	case <-ctx.Done():
+	case <-p.closed:
+	}
+	return false
+}
+
+// partition assigns every record its partition and splits each partition's
+// records into batches. A record larger than Producer.MaxMessageBytes, or
+// for which no partition can be found, gets its error in errs.
+func (p *batchPublisher) partition(client sarama.Client, records []*sarama.ProducerMessage, errs []error) []*partitionBatches {
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	index := map[tp]*partitionBatches{}
+	var parts []*partitionBatches
+	sizes := map[*partitionBatches]int{}
+	limit := p.cfg.Producer.MaxMessageBytes
+	for i, m := range records {
+		size := m.ByteSize(2)
+		if size+recordBatchOverhead > limit {
+			errs[i] = fmt.Errorf("a record of %d bytes is larger than Producer.MaxMessageBytes (%d): %w", size, limit, sarama.ErrMessageSizeTooLarge)
+			continue
+		}
+		partitions, err := client.Partitions(m.Topic)
+		if err == nil && len(partitions) == 0 {
+			err = sarama.ErrLeaderNotAvailable
+		}
+		if err != nil {
+			errs[i] = err
+			continue
+		}
+		choice, err := p.partitioner(m.Topic).Partition(m, int32(len(partitions)))
+		if err != nil {
+			errs[i] = permanentError{fmt.Errorf("partitioner: %w", err)}
+			continue
+		}
+		m.Partition = partitions[choice]
+		key := tp{m.Topic, m.Partition}
+		pb := index[key]
+		if pb == nil {
+			pb = &partitionBatches{topic: m.Topic, partition: m.Partition}
+			index[key] = pb
+			parts = append(parts, pb)
+		}
+		if n := len(pb.batches); n == 0 || sizes[pb]+size > limit {
+			pb.batches = append(pb.batches, nil)
+			sizes[pb] = recordBatchOverhead
+		}
+		last := len(pb.batches) - 1
+		pb.batches[last] = append(pb.batches[last], i)
+		sizes[pb] += size
+	}
+	return parts
+}
+
+// recordBatchOverhead is the size of a record batch's header.
+const recordBatchOverhead = 61
+
+// round sends the next batch of every partition of parts, one request per
+// leader, all at once, and returns each partition's outcome.
+func (p *batchPublisher) round(client sarama.Client, records []*sarama.ProducerMessage, parts []*partitionBatches) []error {
+	results := make([]error, len(parts))
+	type request struct {
+		broker *sarama.Broker
+		req    *sarama.ProduceRequest
+		parts  []int // indexes into parts
+	}
+	var requests []*request
+	byBroker := map[*sarama.Broker]*request{}
+	now := time.Now()
+	for i, pb := range parts {
+		broker, err := client.Leader(pb.topic, pb.partition)
+		if err != nil {
+			results[i] = err
+			continue
+		}
+		r := byBroker[broker]
+		if r == nil {
+			r = &request{broker: broker, req: &sarama.ProduceRequest{
+				Version: p.version, RequiredAcks: p.cfg.Producer.RequiredAcks,
+				Timeout: int32(p.cfg.Producer.Timeout / time.Millisecond),
+			}}
+			byBroker[broker] = r
+			requests = append(requests, r)
+		}
+		batch, err := p.recordBatch(records, pb.batches[pb.next], now)
+		if err != nil {
+			results[i] = permanentError{err}
+			continue
+		}
+		r.req.AddBatch(pb.topic, pb.partition, batch)
+		r.parts = append(r.parts, i)
+	}
+	var wg sync.WaitGroup
+	for _, r := range requests {
+		if len(r.parts) == 0 {
+			continue
+		}
+		wg.Go(func() {
+			resp, err := r.broker.Produce(r.req)
+			if err != nil {
+				// The connection is broken or out of step: drop it, so that
+				// the next round connects again.
+				_ = r.broker.Close()
+			}
+			for _, i := range r.parts {
+				pb := parts[i]
+				results[i] = blockError(resp, err, pb.topic, pb.partition)
+				if results[i] == nil {
+					base := resp.GetBlock(pb.topic, pb.partition).Offset
+					for n, j := range pb.batches[pb.next] {
+						records[j].Offset = base + int64(n)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+// recordBatch encodes the records at idx as one record batch.
+func (p *batchPublisher) recordBatch(records []*sarama.ProducerMessage, idx []int, now time.Time) (*sarama.RecordBatch, error) {
+	batch := &sarama.RecordBatch{
+		Version: 2, Codec: p.cfg.Producer.Compression, CompressionLevel: p.cfg.Producer.CompressionLevel,
+		FirstTimestamp: now.Truncate(time.Millisecond), MaxTimestamp: now.Truncate(time.Millisecond),
+		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1,
+		LastOffsetDelta: int32(len(idx) - 1),
+		Records:         make([]*sarama.Record, len(idx)),
+	}
+	headers := 0
+	for _, j := range idx {
+		headers += len(records[j].Headers)
+	}
+	hs := make([]sarama.RecordHeader, 0, headers)
+	for n, j := range idx {
+		m := records[j]
+		rec := &sarama.Record{OffsetDelta: int64(n), Headers: make([]*sarama.RecordHeader, len(m.Headers))}
+		var err error
+		if m.Key != nil {
+			if rec.Key, err = m.Key.Encode(); err != nil {
+				return nil, fmt.Errorf("encode the key: %w", err)
+			}
+		}
+		if m.Value != nil {
+			if rec.Value, err = m.Value.Encode(); err != nil {
+				return nil, fmt.Errorf("encode the value: %w", err)
+			}
+		}
+		for h := range m.Headers {
+			hs = append(hs, m.Headers[h])
+			rec.Headers[h] = &hs[len(hs)-1]
+		}
+		batch.Records[n] = rec
+	}
+	return batch, nil
+}
+
+// blockError is the outcome of one partition of a produce request.
+func blockError(resp *sarama.ProduceResponse, err error, topic string, partition int32) error {
+	if err != nil {
+		return err
+	}
+	block := resp.GetBlock(topic, partition)
+	switch {
+	case block == nil:
+		return sarama.ErrIncompleteResponse
+	case block.Err == sarama.ErrNoError:
+		return nil
+	case block.ErrorMessage != nil && *block.ErrorMessage != "":
+		return fmt.Errorf("%w: %s", block.Err, *block.ErrorMessage)
+	default:
+		return block.Err
+	}
+}
+
+// retriable reports whether Kafka may accept a batch that failed with err
+// on a second try.
+func retriable(err error) bool {
+	if classify(err) == failPermanent {
+		return false
+	}
+	var kerr sarama.KError
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case sarama.ErrUnknownTopicOrPartition, sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition,
+			sarama.ErrRequestTimedOut, sarama.ErrNotEnoughReplicas, sarama.ErrNotEnoughReplicasAfterAppend,
+			sarama.ErrKafkaStorageError, sarama.ErrBrokerNotAvailable, sarama.ErrNetworkException:
+			return true
+		}
+		return false
+	}
+	return true // a broken connection, no leader known, an incomplete response
+}
+
+// closeWait bounds how long Close waits for writes a cancelled Publish left
+// in flight before it closes the client under them.
 const closeWait = 10 * time.Second
 
-// Close waits for sends in flight (at most closeWait) and closes the
-// producer.
-func (p *saramaPublisher) Close() error {
+// Close waits for writes in flight (at most closeWait) and closes the
+// client.
+func (p *batchPublisher) Close() error {
+	p.mu.Lock()
+	select {
+	case <-p.closed:
+	default:
+		close(p.closed)
+	}
+	p.mu.Unlock()
 	drained := make(chan struct{})
 	go func() { p.inflight.Wait(); close(drained) }()
 	timer := time.NewTimer(closeWait)
@@ -150,11 +456,11 @@ func (p *saramaPublisher) Close() error {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.producer == nil {
+	if p.client == nil {
 		return nil
 	}
-	err := p.producer.Close()
-	p.producer = nil
+	err := p.client.Close()
+	p.client = nil
 	return err
 }
 

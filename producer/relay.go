@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -474,115 +475,132 @@ type ack struct {
 
 type topicKey struct{ topic, key string }
 
-// publishBatch publishes events in waves: wave n holds the n-th event of
-// each key, so a key's next event leaves only after the broker acknowledged
-// the previous one, and a failure stops the key for the rest of the batch.
-// Retries inside the producer can then never put a later event of a key
-// ahead of an earlier one. Dead letters are written in the wave that makes
-// them, so a dead-letter write that fails stops its key too.
+// keyOf is the (topic, key) an event keeps its order within, and false for
+// an event without a key, which keeps no order.
+func keyOf(e *claimedEvent) (topicKey, bool) {
+	if e.Key == nil {
+		return topicKey{}, false
+	}
+	return topicKey{e.Topic, *e.Key}, true
+}
+
+// publishBatch publishes a batch in one Publish call, which keeps the order
+// of each key's events and never acknowledges one after it failed an
+// earlier one of its key (see Publisher). The first failure of a key decides
+// that event's fate (a retry, a deferral or a dead letter); the events
+// behind it are released to a later batch without counting an attempt.
+// Events given up on in an earlier batch, whose dead-letter write failed,
+// are written to the dead-letter topic first, and a write that fails again
+// holds back the later events of their key.
 func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *BatchResult) batchOutcome {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
 
-	var waves [][]*claimedEvent
-	depth := map[topicKey]int{}
-	for i := range events {
-		e := &events[i]
-		w := 0
-		if e.Key != nil {
-			k := topicKey{e.Topic, *e.Key}
-			w = depth[k]
-			depth[k]++
-		}
-		if w == len(waves) {
-			waves = append(waves, nil)
-		}
-		waves[w] = append(waves[w], e)
-	}
-
+	var out batchOutcome
 	stopped := map[topicKey]bool{} // keys whose later events wait for the next batch
 	stop := func(e *claimedEvent) {
-		if e.Key != nil {
-			stopped[topicKey{e.Topic, *e.Key}] = true
+		if k, ok := keyOf(e); ok {
+			stopped[k] = true
 		}
 	}
-	halted := false // the breaker refused: release everything left
-	var out batchOutcome
-	for _, wave := range waves {
-		var send []*claimedEvent
-		var dead []deadCandidate
-		for _, e := range wave {
-			switch {
-			case halted || (e.Key != nil && stopped[topicKey{e.Topic, *e.Key}]):
+	isStopped := func(e *claimedEvent) bool {
+		k, ok := keyOf(e)
+		return ok && stopped[k]
+	}
+	var send []*claimedEvent
+	var redead []deadCandidate
+	for i := range events {
+		e := &events[i]
+		if e.RetryCount >= r.maxRetries(e) {
+			redead = append(redead, deadCandidate{e: e, err: errors.New(lastError(e))})
+		} else {
+			send = append(send, e)
+		}
+	}
+	if len(redead) > 0 {
+		r.recordDead(ctx, redead, res, &out, stop)
+		send = slices.DeleteFunc(send, func(e *claimedEvent) bool {
+			if isStopped(e) {
 				res.Released++
-			case e.RetryCount >= r.maxRetries(e):
-				// Given up on before, but its dead-letter write failed: write
-				// that again, without another attempt on the main topic.
-				dead = append(dead, deadCandidate{e: e, err: errors.New(lastError(e))})
-			default:
-				send = append(send, e)
+				return true
 			}
+			return false
+		})
+	}
+	if len(send) == 0 {
+		return out
+	}
+	done, err := r.breaker.Allow()
+	if err != nil {
+		res.Released += len(send)
+		return out
+	}
+	errs := r.send(ctx, send, func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) { return r.record(e) })
+	succeeded, troubled := false, false
+	now := r.cfg.Now()
+	var dead []deadCandidate
+	for i, e := range send {
+		if errs[i] == nil {
+			succeeded = true
+			res.Published++
+			out.settlements = append(out.settlements, settlement{e: e, status: StatusPublished})
+			out.acks = append(out.acks, ack{topic: e.Topic, latency: now.Sub(e.CreatedAt)})
+			continue
 		}
-		if len(send) > 0 {
-			done, err := r.breaker.Allow()
-			if err != nil {
-				halted = true
-				res.Released += len(send) + len(dead)
-				continue
-			}
-			errs := r.send(ctx, send, func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) { return r.record(e) })
-			succeeded, troubled := false, false
-			now := r.cfg.Now()
-			for i, e := range send {
-				if errs[i] == nil {
-					succeeded = true
-					res.Published++
-					out.settlements = append(out.settlements, settlement{id: e.ID, status: StatusPublished})
-					out.acks = append(out.acks, ack{topic: e.Topic, latency: now.Sub(e.CreatedAt)})
-					continue
-				}
-				class := classify(errs[i])
-				r.metrics.PublishFailed(e.Topic, class.String())
-				switch {
-				case class == failUnavailable:
-					// Kafka could not take it: no attempt is counted; the event
-					// waits a moment so that others get their turn.
-					troubled = true
-					res.Deferred++
-					stop(e)
-					out.settlements = append(out.settlements, settlement{id: e.ID, status: statusUnchanged,
-						err: dlq.TruncateError(errs[i].Error()), delay: r.backoff.Delay(1, rand.Float64)})
-				case class == failPermanent || e.RetryCount+1 >= r.maxRetries(e):
-					dead = append(dead, deadCandidate{e: e, err: errs[i], attempted: true})
-				default:
-					troubled = true
-					res.Failed++
-					stop(e)
-					delay := r.backoff.Delay(e.RetryCount+1, rand.Float64)
-					out.settlements = append(out.settlements, settlement{id: e.ID, status: StatusFailed, attempted: true,
-						err: dlq.TruncateError(errs[i].Error()), delay: delay})
-					r.logFailure(ctx, slog.LevelWarn, "publish failed; will retry", e, errs[i], "retry_count", e.RetryCount+1, "retry_in", delay)
-				}
-			}
-			if troubled && !succeeded {
-				done(errUnavailable)
-			} else {
-				done(nil)
-			}
+		if isStopped(e) {
+			res.Released++
+			continue
 		}
-		if len(dead) > 0 {
-			settlements, letters := r.deadLetter(ctx, dead, res)
-			for i, st := range settlements {
-				if st.status != StatusDeadLettered || r.cfg.HoldKeyOnDeadLetter {
-					stop(dead[i].e)
-				}
-			}
-			out.settlements = append(out.settlements, settlements...)
-			out.dead = append(out.dead, letters...)
+		stop(e)
+		class := classify(errs[i])
+		r.metrics.PublishFailed(e.Topic, class.String())
+		switch {
+		case class == failUnavailable:
+			// Kafka could not take it: no attempt is counted; the event
+			// waits a moment so that others get their turn.
+			troubled = true
+			res.Deferred++
+			out.settlements = append(out.settlements, settlement{e: e, status: statusUnchanged,
+				err: dlq.TruncateError(errs[i].Error()), delay: r.backoff.Delay(1, rand.Float64)})
+		case class == failPermanent || e.RetryCount+1 >= r.maxRetries(e):
+			dead = append(dead, deadCandidate{e: e, err: errs[i], attempted: true})
+		default:
+			troubled = true
+			res.Failed++
+			delay := r.backoff.Delay(e.RetryCount+1, rand.Float64)
+			out.settlements = append(out.settlements, settlement{e: e, status: StatusFailed, attempted: true,
+				err: dlq.TruncateError(errs[i].Error()), delay: delay})
+			r.logFailure(ctx, slog.LevelWarn, "publish failed; will retry", e, errs[i], "retry_count", e.RetryCount+1, "retry_in", delay)
 		}
+	}
+	if troubled && !succeeded {
+		done(errUnavailable)
+	} else {
+		done(nil)
+	}
+	if len(dead) > 0 {
+		r.recordDead(ctx, dead, res, &out, stop)
 	}
 	return out
 }
+
+// recordDead gives up on dead and adds the outcome to out; stop holds back
+// the key of an event whose dead-letter write failed, and of every dead
+// letter when keys hold on dead letters.
+func (r *Relay) recordDead(ctx context.Context, dead []deadCandidate, res *BatchResult, out *batchOutcome, stop func(*claimedEvent)) {
+	settlements, letters := r.deadLetter(ctx, dead, res)
+	for i, st := range settlements {
+		if st.status != StatusDeadLettered || r.cfg.HoldKeyOnDeadLetter {
+			stop(dead[i].e)
+		}
+	}
+	out.settlements = append(out.settlements, settlements...)
+	out.dead = append(out.dead, letters...)
+}
+
+// errHeldBack is the error of an event not sent because an earlier event of
+// its key could not be.
+var errHeldBack = errors.New("producer: not sent: an earlier event of its key could not be")
 
 // lastError is the error an event was last given up with.
 func lastError(e *claimedEvent) string {
@@ -594,18 +612,29 @@ func lastError(e *claimedEvent) string {
 
 // send publishes records built for events in one call. A record refused for
 // good is sent once more on its own before it is believed: a broker refuses
-// a whole partition batch for one oversized record, and its neighbours must
-// not pay for it. A record that cannot be built is refused for good.
+// a whole record batch for one oversized record, and its neighbours must not
+// pay for it. These resends go one at a time in event order, and once one
+// fails for a reason other than the record itself (or for any reason, when
+// keys hold on dead letters) the later events of its key keep their error,
+// so that none overtakes it. A record that cannot be built is refused for
+// good, and the later events of its key are not sent (errHeldBack).
 func (r *Relay) send(ctx context.Context, events []*claimedEvent,
 	build func(int, *claimedEvent) (*sarama.ProducerMessage, error),
 ) []error {
 	errs := make([]error, len(events))
 	var records []*sarama.ProducerMessage
 	var index []int
+	unbuilt := map[topicKey]bool{}
 	for i, e := range events {
+		k, keyed := keyOf(e)
+		if keyed && unbuilt[k] {
+			errs[i] = errHeldBack
+			continue
+		}
 		rec, err := build(i, e)
 		if err != nil {
 			errs[i] = permanentError{err}
+			unbuilt[k] = keyed
 			continue
 		}
 		records = append(records, rec)
@@ -615,9 +644,15 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent,
 		errs[index[j]] = err
 	}
 	if len(records) > 1 {
+		held := map[topicKey]bool{}
 		for j, i := range index {
-			if errs[i] != nil && classify(errs[i]) == failPermanent {
-				errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]
+			k, keyed := keyOf(events[i])
+			if errs[i] == nil || classify(errs[i]) != failPermanent || (keyed && held[k]) {
+				continue
+			}
+			errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]
+			if errs[i] != nil && keyed && (r.cfg.HoldKeyOnDeadLetter || classify(errs[i]) != failPermanent) {
+				held[k] = true
 			}
 		}
 	}

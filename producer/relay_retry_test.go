@@ -124,10 +124,14 @@ func TestBackoffScheduleAndDeadLetter(t *testing.T) {
 		}
 	}
 
-	// The 6th failure dead-letters it; the event behind it goes out in the same batch.
+	// The 6th failure dead-letters it. The event behind it failed with it
+	// (one record batch) and was released: it goes out in the next batch.
 	row := rowOf(t, pg, failing)
 	if row.Status != producer.StatusDeadLettered || row.RetryCount != 6 {
 		t.Fatalf("after 6 failures: status %s retry_count %d, want dead_lettered 6", row.Status, row.RetryCount)
+	}
+	if res := runOnce(t, relay); res.Published != 1 {
+		t.Fatalf("the batch after the dead letter %+v, want the event behind it published", res)
 	}
 	if got := pub.ackedIDs("orders"); !slices.Equal(got, []string{other.String(), behind.String()}) {
 		t.Fatalf("published %v, want %s then %s", got, other, behind)

@@ -87,10 +87,12 @@ const lockSharesSQL = claimSettings + `,
 
 // claimSQL locks up to $2 due events of the shares lockSharesSQL took, in
 // insert order, leaving out the events queued behind a blocking event of
-// their key (the blockers index keeps that check cheap). Holding the
-// shares, it is the only claimer of their keys: it waits for a row another
-// transaction has locked (an admin requeue, never a relay) rather than skip
-// it, since skipping an event would let the next one of its key overtake it.
+// their key. That check looks up each event's key in the blockers index,
+// unless a first look (once per claim) finds no blocking event at all, as
+// is usual while Kafka is healthy. Holding the shares, the claim is the only
+// claimer of their keys: it waits for a row another transaction has locked
+// (an admin requeue, never a relay) rather than skip it, since skipping an
+// event would let the next one of its key overtake it.
 const claimSQL = `
 SELECT %[4]s
 FROM %[1]s e
@@ -98,11 +100,16 @@ WHERE mod(mod(hashtextextended(COALESCE(e.partition_key, e.id::text), 0), %[5]d)
       = ANY ((SELECT current_setting('courier.claim_shares')::int[])::int[])
   AND e.status IN ('pending', 'failed')
   AND e.next_attempt_at <= %[3]s
-  AND (e.partition_key IS NULL OR NOT EXISTS (
-      SELECT FROM %[1]s b
-      WHERE b.topic = e.topic AND b.partition_key = e.partition_key AND b.seq < e.seq
-        AND (b.status IN ('failed', 'dead_lettered') OR b.next_attempt_at > b.created_at)
-        AND (%[2]s)))
+  AND (e.partition_key IS NULL
+       OR NOT EXISTS (
+          SELECT FROM %[1]s b
+          WHERE (b.status IN ('failed', 'dead_lettered') OR b.next_attempt_at > b.created_at)
+            AND b.partition_key IS NOT NULL AND (%[2]s))
+       OR NOT EXISTS (
+          SELECT FROM %[1]s b
+          WHERE b.topic = e.topic AND b.partition_key = e.partition_key AND b.seq < e.seq
+            AND (b.status IN ('failed', 'dead_lettered') OR b.next_attempt_at > b.created_at)
+            AND (%[2]s)))
 ORDER BY e.seq
 LIMIT $2
 FOR UPDATE OF e`
@@ -123,11 +130,12 @@ UPDATE %[1]s o SET
 FROM unnest($2::uuid[], $3::text[], $4::bool[], $5::text[], $6::float8[]) AS u(id, status, attempted, error, delay_ms)
 WHERE o.id = u.id`
 
-// publishedSQL marks published events: the common outcome, on its own
-// because a plain ANY($2) update is cheaper than the general settleSQL.
+// publishedSQL marks published events, the common outcome, by their ctid:
+// a TID scan finds them without an index lookup. The claim's row locks keep
+// every claimed row where the claim found it until the batch commits.
 const publishedSQL = `
 UPDATE %[1]s SET status = 'published', published_at = %[2]s, last_attempt_at = %[2]s
-WHERE id = ANY($2::uuid[])`
+WHERE ctid = ANY($2::tid[])`
 
 // cleanupSQL deletes one bounded batch of events published before $1.
 const cleanupSQL = `
@@ -146,6 +154,9 @@ FROM %s WHERE status IN ('pending', 'failed')`
 // claimedEvent is an event of a claimed batch: what publishing it and
 // dead-lettering it need, scanned by scanClaimed in claimColumns order.
 type claimedEvent struct {
+	// tid is the row's physical address (ctid), which stays put while the
+	// claim holds the row lock, so settling finds the row without an index.
+	tid           pgtype.TID
 	ID            uuid.UUID
 	Topic         string
 	Key           *string
@@ -165,7 +176,7 @@ type claimedEvent struct {
 	CreatedAt     time.Time
 }
 
-const claimColumns = `id, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
+const claimColumns = `ctid, id, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
     correlation_id, causation_id, payload, content_type, headers, retry_count, max_retries, last_error,
     first_failed_at, created_at`
 
@@ -175,7 +186,7 @@ const claimColumns = `id, topic, partition_key, event_type, aggregate_type, aggr
 func scanClaimed(row pgx.CollectableRow) (claimedEvent, error) {
 	var e claimedEvent
 	var headers []byte
-	err := row.Scan(&e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
+	err := row.Scan(&e.tid, &e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
 		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.RetryCount, &e.MaxRetries,
 		&e.LastError, &e.FirstFailedAt, &e.CreatedAt)
 	if err == nil && string(headers) != "{}" {
@@ -230,7 +241,7 @@ const statusUnchanged = "unchanged"
 
 // settlement is the outcome of one event of a batch.
 type settlement struct {
-	id uuid.UUID
+	e *claimedEvent
 	// status is the new status, or statusUnchanged.
 	status string
 	// attempted counts a failed attempt (retry_count + 1).
@@ -244,17 +255,19 @@ type settlement struct {
 // settle records outcomes in one round trip: the published events with
 // publishedSQL, the others with settleSQL.
 func (s *store) settle(ctx context.Context, tx pgx.Tx, now pgtype.Timestamptz, outcomes []settlement) error {
-	var published, ids []uuid.UUID
+	var published []pgtype.TID
+	var ids []pgtype.UUID
 	var statuses []string
 	var attempted []bool
 	var errs []pgtype.Text
 	var delays []pgtype.Float8
 	for _, o := range outcomes {
 		if o.status == StatusPublished {
-			published = append(published, o.id)
+			published = append(published, o.e.tid)
 			continue
 		}
-		ids, statuses, attempted = append(ids, o.id), append(statuses, o.status), append(attempted, o.attempted)
+		ids = append(ids, pgtype.UUID{Bytes: o.e.ID, Valid: true})
+		statuses, attempted = append(statuses, o.status), append(attempted, o.attempted)
 		errs = append(errs, pgtype.Text{String: o.err, Valid: o.err != ""})
 		delays = append(delays, pgtype.Float8{Float64: float64(o.delay) / float64(time.Millisecond), Valid: o.delay > 0})
 	}
