@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -57,21 +58,22 @@ func NewSaramaConfig() *sarama.Config {
 // records exceed Producer.MaxMessageBytes gets several batches, sent one
 // after the other, each only once the one before it was acknowledged.
 //
-// It uses Sarama's client for metadata and connections and its partitioner
-// (Producer.Partitioner), retries what Kafka may accept on a second try
-// (a leader moved, a broker restarted) up to Producer.Retry.Max times after
-// Producer.Retry.Backoff, and connects on first use and again after a failure,
-// so a relay can start while Kafka is down.
+// It uses Sarama's client for metadata and connections, and the configured
+// partitioner (Producer.Partitioner; a new one per call and topic, since
+// Sarama's partitioners are not safe for concurrent use). It retries what
+// Kafka may accept on a second try (a leader moved, a broker restarted) up
+// to Producer.Retry.Max times after Producer.Retry.Backoff, and connects on
+// first use and again after a failure, so a relay can start while Kafka is
+// down.
 type batchPublisher struct {
 	brokers []string
 	cfg     *sarama.Config
 	version int16 // of the produce requests
 
-	mu           sync.Mutex
-	client       sarama.Client
-	partitioners map[string]sarama.Partitioner
-	inflight     sync.WaitGroup
-	closed       chan struct{}
+	mu       sync.Mutex
+	client   sarama.Client
+	inflight sync.WaitGroup
+	closed   chan struct{}
 }
 
 // NewSaramaPublisher returns the Publisher the relay uses by default, on
@@ -97,8 +99,7 @@ func NewSaramaPublisher(brokers []string, cfg *sarama.Config) (Publisher, error)
 	case cfg.Producer.Idempotent || cfg.Producer.Transaction.ID != "":
 		return nil, errors.New("producer: Sarama config: Producer.Idempotent and Producer.Transaction are not supported; the relay keeps each key's order and retries itself")
 	}
-	return &batchPublisher{brokers: brokers, cfg: cfg, version: produceVersion(cfg.Version),
-		partitioners: map[string]sarama.Partitioner{}, closed: make(chan struct{})}, nil
+	return &batchPublisher{brokers: brokers, cfg: cfg, version: produceVersion(cfg.Version), closed: make(chan struct{})}, nil
 }
 
 // produceVersion is the newest produce request version that Kafka version v
@@ -129,17 +130,6 @@ func (p *batchPublisher) connect() (sarama.Client, error) {
 		p.client = client
 	}
 	return p.client, nil
-}
-
-func (p *batchPublisher) partitioner(topic string) sarama.Partitioner {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	pt := p.partitioners[topic]
-	if pt == nil {
-		pt = p.cfg.Producer.Partitioner(topic)
-		p.partitioners[topic] = pt
-	}
-	return pt
 }
 
 // Publish writes records and waits for every acknowledgement, or for ctx.
@@ -188,6 +178,10 @@ func (p *batchPublisher) write(ctx context.Context, client sarama.Client, record
 	errs := make([]error, len(records))
 	parts := p.partition(client, records, errs)
 	for len(parts) > 0 {
+		if err := p.stopped(ctx); err != nil {
+			giveUp(parts, errs, err)
+			return errs
+		}
 		results := p.round(client, records, parts)
 		var retry bool
 		live := parts[:0]
@@ -200,12 +194,7 @@ func (p *batchPublisher) write(ctx context.Context, client sarama.Client, record
 				pb.tries++
 				retry = true
 			default:
-				for _, batch := range pb.batches[pb.next:] {
-					for _, j := range batch {
-						errs[j] = err
-					}
-				}
-				pb.next = len(pb.batches)
+				giveUp([]*partitionBatches{pb}, errs, err)
 			}
 			if pb.next < len(pb.batches) {
 				live = append(live, pb)
@@ -213,33 +202,58 @@ func (p *batchPublisher) write(ctx context.Context, client sarama.Client, record
 		}
 		parts = live
 		if retry {
-			_ = client.RefreshMetadata()
-			if !p.wait(ctx, p.cfg.Producer.Retry.Backoff) {
-				for _, pb := range parts {
-					for _, batch := range pb.batches[pb.next:] {
-						for _, j := range batch {
-							errs[j] = context.Cause(ctx)
-						}
-					}
-				}
-				return errs
-			}
+			_ = client.RefreshMetadata(topics(parts)...)
+			p.wait(ctx, p.cfg.Producer.Retry.Backoff)
 		}
 	}
 	return errs
 }
 
+// giveUp fails the records of parts not yet acknowledged with err.
+func giveUp(parts []*partitionBatches, errs []error, err error) {
+	for _, pb := range parts {
+		for _, batch := range pb.batches[pb.next:] {
+			for _, j := range batch {
+				errs[j] = err
+			}
+		}
+		pb.next = len(pb.batches)
+	}
+}
+
+// stopped returns why the write must stop: ctx ended or the publisher
+// closed; nil while neither happened.
+func (p *batchPublisher) stopped(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-p.closed:
+		return fmt.Errorf("producer: the publisher is closed: %w", sarama.ErrShuttingDown)
+	default:
+		return nil
+	}
+}
+
+// topics lists the topics of parts, once each.
+func topics(parts []*partitionBatches) []string {
+	var out []string
+	for _, pb := range parts {
+		if !slices.Contains(out, pb.topic) {
+			out = append(out, pb.topic)
+		}
+	}
+	return out
+}
+
 // wait waits d unless ctx ends or the publisher closes first.
-func (p *batchPublisher) wait(ctx context.Context, d time.Duration) bool {
+func (p *batchPublisher) wait(ctx context.Context, d time.Duration) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	select {
 	case <-timer.C:
-		return true
 	case <-ctx.Done():
 	case <-p.closed:
 	}
-	return false
 }
 
 // partition assigns every record its partition and splits each partition's
@@ -251,6 +265,7 @@ func (p *batchPublisher) partition(client sarama.Client, records []*sarama.Produ
 		partition int32
 	}
 	index := map[tp]*partitionBatches{}
+	partitioners := map[string]sarama.Partitioner{}
 	var parts []*partitionBatches
 	sizes := map[*partitionBatches]int{}
 	limit := p.cfg.Producer.MaxMessageBytes
@@ -260,7 +275,15 @@ func (p *batchPublisher) partition(client sarama.Client, records []*sarama.Produ
 			errs[i] = fmt.Errorf("a record of %d bytes is larger than Producer.MaxMessageBytes (%d): %w", size, limit, sarama.ErrMessageSizeTooLarge)
 			continue
 		}
+		partitioner := partitioners[m.Topic]
+		if partitioner == nil {
+			partitioner = p.cfg.Producer.Partitioner(m.Topic)
+			partitioners[m.Topic] = partitioner
+		}
 		partitions, err := client.Partitions(m.Topic)
+		if !partitioner.RequiresConsistency() {
+			partitions, err = client.WritablePartitions(m.Topic)
+		}
 		if err == nil && len(partitions) == 0 {
 			err = sarama.ErrLeaderNotAvailable
 		}
@@ -268,7 +291,7 @@ func (p *batchPublisher) partition(client sarama.Client, records []*sarama.Produ
 			errs[i] = err
 			continue
 		}
-		choice, err := p.partitioner(m.Topic).Partition(m, int32(len(partitions)))
+		choice, err := partitioner.Partition(m, int32(len(partitions)))
 		if err != nil {
 			errs[i] = permanentError{fmt.Errorf("partitioner: %w", err)}
 			continue

@@ -126,3 +126,25 @@ func TestThreeRelaysKeepKeyOrderUnderProduceFaults(t *testing.T) {
 		t.Fatalf("no injected failure reached the relay (%v): the test proves nothing", metrics.failures)
 	}
 }
+
+// TestRelayPublishesAHotKeyInOneRequest: a batch of 500 events of one key
+// leaves in one produce request and arrives in enqueue order. (A relay that
+// waited for each event's acknowledgement before sending the next of its
+// key would need 500 round trips.)
+func TestRelayPublishesAHotKeyInOneRequest(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	k := testkit.NewKafka(t, testkit.InProcess()) // the test counts requests
+	topic := k.Topic(t, 3)
+	total := enqueueKeyed(t, pg, out, topic, 1, 500)
+	relay := newRelay(t, pg, k, producer.RelayConfig{})
+	requests := observeProduce(k)
+
+	if res := runOnce(t, relay); res.Published != total {
+		t.Fatalf("batch %+v, want all %d published", res, total)
+	}
+	if n := requests.Hits(); n != 1 {
+		t.Fatalf("%d produce requests for one batch of one key, want 1", n)
+	}
+	checkKeyOrder(t, consume(t, k, topic).waitDistinct(total, 30*time.Second))
+}

@@ -1,0 +1,318 @@
+package producer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
+)
+
+// newPublisher is the relay's default Publisher on k, closed when the test
+// ends.
+func newPublisher(t *testing.T, k *testkit.Kafka, tune func(*sarama.Config)) producer.Publisher {
+	t.Helper()
+	cfg := producer.NewSaramaConfig()
+	if tune != nil {
+		tune(cfg)
+	}
+	pub, err := producer.NewSaramaPublisher(k.Brokers, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := pub.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return pub
+}
+
+// keyedRecords returns perKey records for each of keys keys, interleaved,
+// each carrying its key and number as "key/n" in the ce_id header.
+func keyedRecords(topic string, keys, perKey int, valueSize int) []*sarama.ProducerMessage {
+	var out []*sarama.ProducerMessage
+	for n := range perKey {
+		for k := range keys {
+			key := fmt.Sprintf("key-%d", k)
+			out = append(out, &sarama.ProducerMessage{
+				Topic: topic, Key: sarama.StringEncoder(key),
+				Value:   sarama.ByteEncoder(strings.Repeat("v", valueSize)),
+				Headers: []sarama.RecordHeader{{Key: []byte(producer.HeaderID), Value: fmt.Appendf(nil, "%s/%d", key, n)}},
+			})
+		}
+	}
+	return out
+}
+
+// observeProduce counts the produce requests the in-process broker answers.
+func observeProduce(k *testkit.Kafka) *kfake.FaultHandle {
+	return k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Count: -1, Observe: true})
+}
+
+// arrivedIDs reads topic until want records arrived and returns their ce_ids
+// by key, in partition order.
+func arrivedIDs(t *testing.T, k *testkit.Kafka, topic string, want int) map[string][]string {
+	t.Helper()
+	byKey := map[string][]string{}
+	for _, m := range consume(t, k, topic).waitDistinct(want, 30*time.Second) {
+		byKey[string(m.Key)] = append(byKey[string(m.Key)], headerValue(m, producer.HeaderID))
+	}
+	return byKey
+}
+
+// TestPublisherSendsOneRequestPerCall: 600 records over 20 keys and 6
+// partitions leave in one produce request and arrive in order, each with
+// the offset the broker gave it.
+func TestPublisherSendsOneRequestPerCall(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 6)
+	pub := newPublisher(t, k, nil)
+	requests := observeProduce(k)
+
+	records := keyedRecords(topic, 20, 30, 100)
+	for i, err := range pub.Publish(context.Background(), records) {
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	if n := requests.Hits(); n != 1 {
+		t.Fatalf("%d produce requests for one call, want 1", n)
+	}
+	offsets := map[int32][]int64{}
+	for _, r := range records {
+		offsets[r.Partition] = append(offsets[r.Partition], r.Offset)
+	}
+	for p, o := range offsets {
+		if !slices.IsSorted(o) || o[0] != 0 || o[len(o)-1] != int64(len(o)-1) {
+			t.Fatalf("partition %d offsets %v, want 0..%d in record order", p, o, len(o)-1)
+		}
+	}
+	for key, ids := range arrivedIDs(t, k, topic, len(records)) {
+		for n, id := range ids {
+			if id != fmt.Sprintf("%s/%d", key, n) {
+				t.Fatalf("key %s arrived as %v, want in order", key, ids)
+			}
+		}
+	}
+}
+
+// TestPublisherFailsAPartitionWhole: when the broker refuses one
+// partition, every record of that partition fails and none of them is
+// written, while the other partitions of the same request are.
+func TestPublisherFailsAPartitionWhole(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 3)
+	pub := newPublisher(t, k, func(c *sarama.Config) { c.Producer.Retry.Max = 0 })
+	k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{1}, Err: kerr.PolicyViolation})
+
+	records := keyedRecords(topic, 30, 4, 50)
+	errs := pub.Publish(context.Background(), records)
+	acked := 0
+	for i, r := range records {
+		switch {
+		case r.Partition == 1 && !errors.Is(errs[i], sarama.ErrPolicyViolation):
+			t.Fatalf("record %d on the refused partition: error %v, want the broker's refusal", i, errs[i])
+		case r.Partition != 1 && errs[i] != nil:
+			t.Fatalf("record %d on partition %d: %v", i, r.Partition, errs[i])
+		case errs[i] == nil:
+			acked++
+		}
+	}
+	if acked == 0 || acked == len(records) {
+		t.Fatalf("%d of %d acknowledged: the keys did not spread over the partitions", acked, len(records))
+	}
+	msgs := consume(t, k, topic).waitDistinct(acked, 30*time.Second)
+	for _, m := range msgs {
+		if m.Partition == 1 {
+			t.Fatalf("a record of the refused partition was written: %s", headerValue(m, producer.HeaderID))
+		}
+	}
+}
+
+// TestPublisherSplitsALargePartitionAndStopsAtAFailure: a partition whose
+// records exceed Producer.MaxMessageBytes goes as several record batches,
+// one after the other; when one fails, the later ones are not sent and fail
+// with it, so no record overtakes a failed one.
+func TestPublisherSplitsALargePartitionAndStopsAtAFailure(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 1)
+	pub := newPublisher(t, k, func(c *sarama.Config) {
+		c.Producer.MaxMessageBytes = 4000
+		c.Producer.Retry.Max = 0
+	})
+	requests := observeProduce(k)
+	var seen []kmsg.Request // When may run more than once for a request
+	k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.UnknownServerError, Count: -1,
+		When: func(req kmsg.Request) bool {
+			if !slices.Contains(seen, req) {
+				seen = append(seen, req)
+			}
+			return len(seen) == 2 && seen[1] == req // the second batch
+		}})
+
+	records := keyedRecords(topic, 1, 40, 300) // ~14 KB: four or more batches
+	errs := pub.Publish(context.Background(), records)
+	first := slices.IndexFunc(errs, func(err error) bool { return err != nil })
+	if first <= 0 {
+		t.Fatalf("errors %v: want the first batch acknowledged and a later one refused", errs)
+	}
+	for i, err := range errs[first:] {
+		if !errors.Is(err, sarama.ErrUnknown) {
+			t.Fatalf("record %d after the refused batch: %v, want the refusal", first+i, err)
+		}
+	}
+	if n := requests.Hits(); n != 2 {
+		t.Fatalf("%d produce requests, want 2: the batches after the refused one must not be sent", n)
+	}
+	ids := arrivedIDs(t, k, topic, first)["key-0"]
+	if len(ids) != first {
+		t.Fatalf("%d records on the topic, want the %d of the first batch", len(ids), first)
+	}
+}
+
+// TestPublisherRetriesALeaderMove: a partition whose leader moved is
+// refreshed and sent again, up to Producer.Retry.Max times.
+func TestPublisherRetriesALeaderMove(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 2)
+	pub := newPublisher(t, k, func(c *sarama.Config) { c.Producer.Retry.Backoff = time.Millisecond })
+	k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotLeaderForPartition, Count: 2})
+
+	records := keyedRecords(topic, 5, 5, 10)
+	for i, err := range pub.Publish(context.Background(), records) {
+		if err != nil {
+			t.Fatalf("record %d: %v, want it written after the retries", i, err)
+		}
+	}
+	arrivedIDs(t, k, topic, len(records))
+}
+
+// TestPublisherRefusesAnOversizedRecordAlone: a record larger than
+// Producer.MaxMessageBytes fails as too large without being sent; the
+// others of the call are written.
+func TestPublisherRefusesAnOversizedRecordAlone(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 1)
+	pub := newPublisher(t, k, func(c *sarama.Config) { c.Producer.MaxMessageBytes = 10_000 })
+	records := keyedRecords(topic, 3, 1, 100)
+	records[1].Value = sarama.ByteEncoder(make([]byte, 20_000))
+	errs := pub.Publish(context.Background(), records)
+	if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], sarama.ErrMessageSizeTooLarge) {
+		t.Fatalf("errors %v, want only the middle record refused as too large", errs)
+	}
+	if !strings.Contains(errs[1].Error(), "Producer.MaxMessageBytes") {
+		t.Fatalf("error %q does not name the setting to raise", errs[1])
+	}
+}
+
+// TestPublisherGivesUpWhenTheContextEnds: a Publish cut short by its
+// context reports the context's error for every record it did not finish.
+func TestPublisherGivesUpWhenTheContextEnds(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 1)
+	pub := newPublisher(t, k, func(c *sarama.Config) { c.Producer.Retry.Max, c.Producer.Retry.Backoff = 1000, time.Hour })
+	k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotLeaderForPartition})
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	for i, err := range pub.Publish(ctx, keyedRecords(topic, 2, 1, 10)) {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("record %d: %v, want the context's deadline", i, err)
+		}
+	}
+}
+
+// TestNewSaramaPublisherRefusesConfigsItCannotHonour: each refusal names
+// the setting and the fix.
+func TestNewSaramaPublisherRefusesConfigsItCannotHonour(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, want string
+		tune       func(*sarama.Config)
+	}{
+		{"old version", "Version", func(c *sarama.Config) { c.Version = sarama.V0_10_2_0 }},
+		{"no acks", "RequiredAcks", func(c *sarama.Config) { c.Producer.RequiredAcks = sarama.NoResponse }},
+		{"idempotent", "Idempotent", func(c *sarama.Config) {
+			c.Producer.Idempotent, c.Net.MaxOpenRequests = true, 1
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			cfg := producer.NewSaramaConfig()
+			c.tune(cfg)
+			_, err := producer.NewSaramaPublisher([]string{"127.0.0.1:9092"}, cfg)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("NewSaramaPublisher = %v, want an error naming %s", err, c.want)
+			}
+		})
+	}
+}
+
+// TestPublisherIsSafeForConcurrentCalls: the relay's workers share one
+// Publisher; calls at once, with keys and without, all succeed (and -race
+// finds no shared partitioner state).
+func TestPublisherIsSafeForConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 4)
+	pub := newPublisher(t, k, nil)
+	var wg sync.WaitGroup
+	for w := range 4 {
+		wg.Go(func() {
+			records := keyedRecords(topic, 10, 5, 20)
+			for i, r := range records {
+				if i%2 == w%2 {
+					r.Key = nil // no key: any partition
+				}
+			}
+			for i, err := range pub.Publish(context.Background(), records) {
+				if err != nil {
+					t.Errorf("caller %d, record %d: %v", w, i, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestPublisherStopsWhenClosed: a write waiting to retry gives up when the
+// publisher closes, with an error that says so.
+func TestPublisherStopsWhenClosed(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 1)
+	cfg := producer.NewSaramaConfig()
+	cfg.Producer.Retry.Max, cfg.Producer.Retry.Backoff = 1000, time.Hour
+	pub, err := producer.NewSaramaPublisher(k.Brokers, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fault := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: kerr.NotLeaderForPartition, Count: -1})
+	done := make(chan []error, 1)
+	go func() { done <- pub.Publish(context.Background(), keyedRecords(topic, 1, 1, 10)) }()
+	if err := fault.Wait(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := pub.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if errs := <-done; !errors.Is(errs[0], sarama.ErrShuttingDown) {
+		t.Fatalf("Publish after Close = %v, want ErrShuttingDown", errs)
+	}
+}
