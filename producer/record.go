@@ -1,11 +1,13 @@
 package producer
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/google/uuid"
 
 	"github.com/courierkit/courier/internal/ceheader"
 )
@@ -50,20 +52,77 @@ func (e *claimedEvent) extensions() [][2]string {
 }
 
 // binaryRecord is the event in CloudEvents binary mode: the payload as the
-// value, the attributes as ce_ headers.
+// value, the attributes as ce_ headers. The header values share one
+// allocation: this runs for every event the relay publishes.
 func (e *claimedEvent) binaryRecord(source string) *sarama.ProducerMessage {
-	headers := []sarama.RecordHeader{
-		header(HeaderSpecVersion, specVersion),
-		header(HeaderID, e.ID.String()),
-		header(HeaderType, e.Type),
-		header(HeaderSource, source),
-		header(HeaderTime, e.CreatedAt.UTC().Format(time.RFC3339Nano)),
-		header(HeaderContentType, e.ContentType),
+	exts := e.extensions()
+	size := uuidLen + len(e.Type) + len(source) + len(time.RFC3339Nano) + len(e.ContentType) + len(specVersion)
+	for _, x := range exts {
+		size += len(x[1])
 	}
-	for _, x := range e.extensions() {
-		headers = append(headers, header("ce_"+x[0], x[1]))
+	hs := headerValues{buf: make([]byte, 0, size)}
+	hs.add(keySpecVersion, specVersion)
+	hs.addUUID(keyID, e.ID)
+	hs.add(keyType, e.Type)
+	hs.add(keySource, source)
+	hs.addTime(keyTime, e.CreatedAt)
+	hs.add(keyContentType, e.ContentType)
+	for _, x := range exts {
+		hs.headers = append(hs.headers, header("ce_"+x[0], x[1]))
 	}
-	return e.message(sarama.ByteEncoder(e.Payload), append(headers, e.userHeaders()...))
+	return e.message(sarama.ByteEncoder(e.Payload), append(hs.headers, e.userHeaders()...))
+}
+
+// The names of the headers every binary-mode record has, converted once;
+// records share them (Sarama only reads header bytes).
+var (
+	keySpecVersion = []byte(HeaderSpecVersion)
+	keyID          = []byte(HeaderID)
+	keyType        = []byte(HeaderType)
+	keySource      = []byte(HeaderSource)
+	keyTime        = []byte(HeaderTime)
+	keyContentType = []byte(HeaderContentType)
+)
+
+// uuidLen is the length of a UUID's text form.
+const uuidLen = 36
+
+// headerValues builds headers whose values are cut from one buffer, which
+// must be allocated large enough for all of them: a value never moves once
+// a header holds it.
+type headerValues struct {
+	buf     []byte
+	headers []sarama.RecordHeader
+}
+
+func (h *headerValues) cut(key []byte, start int) {
+	end := len(h.buf)
+	h.headers = append(h.headers, sarama.RecordHeader{Key: key, Value: h.buf[start:end:end]})
+}
+
+func (h *headerValues) add(key []byte, value string) {
+	start := len(h.buf)
+	h.buf = append(h.buf, value...)
+	h.cut(key, start)
+}
+
+func (h *headerValues) addUUID(key []byte, id uuid.UUID) {
+	start := len(h.buf)
+	h.buf = h.buf[:start+uuidLen]
+	dst := h.buf[start:]
+	hex.Encode(dst[0:8], id[0:4])
+	hex.Encode(dst[9:13], id[4:6])
+	hex.Encode(dst[14:18], id[6:8])
+	hex.Encode(dst[19:23], id[8:10])
+	hex.Encode(dst[24:], id[10:])
+	dst[8], dst[13], dst[18], dst[23] = '-', '-', '-', '-'
+	h.cut(key, start)
+}
+
+func (h *headerValues) addTime(key []byte, t time.Time) {
+	start := len(h.buf)
+	h.buf = t.UTC().AppendFormat(h.buf, time.RFC3339Nano)
+	h.cut(key, start)
 }
 
 // structuredRecord is the event in CloudEvents structured mode: the value is
