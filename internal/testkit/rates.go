@@ -26,6 +26,13 @@ type Rates struct {
 func (r *Rates) Report(b *testing.B, name string, count int) float64 {
 	rate := float64(count) * float64(b.N) / b.Elapsed().Seconds()
 	b.ReportMetric(rate, r.Unit)
+	r.Set(name, rate)
+	return rate
+}
+
+// Set keeps rate under name, for a rate measured otherwise than over a
+// whole sub-benchmark.
+func (r *Rates) Set(name string, rate float64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.rates == nil {
@@ -35,7 +42,6 @@ func (r *Rates) Report(b *testing.B, name string, count int) float64 {
 		r.names = append(r.names, name)
 	}
 	r.rates[name] = rate
-	return rate
 }
 
 // Note adds text at the end of name's line.
