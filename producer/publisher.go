@@ -256,8 +256,8 @@ func (p *batchPublisher) wait(ctx context.Context, d time.Duration) {
 	}
 }
 
-// partition assigns every record its partition and splits each partition's
-// records into batches. A record larger than Producer.MaxMessageBytes, or
+// partition runs Producer.Interceptors on every record, assigns it its
+// partition and splits each partition's records into batches. A record larger than Producer.MaxMessageBytes, or
 // for which no partition can be found, gets its error in errs.
 func (p *batchPublisher) partition(client sarama.Client, records []*sarama.ProducerMessage, errs []error) []*partitionBatches {
 	type tp struct {
@@ -270,6 +270,9 @@ func (p *batchPublisher) partition(client sarama.Client, records []*sarama.Produ
 	sizes := map[*partitionBatches]int{}
 	limit := p.cfg.Producer.MaxMessageBytes
 	for i, m := range records {
+		for _, ic := range p.cfg.Producer.Interceptors {
+			intercept(ic, m)
+		}
 		size := m.ByteSize(2)
 		if size+recordBatchOverhead > limit {
 			errs[i] = fmt.Errorf("a record of %d bytes is larger than Producer.MaxMessageBytes (%d): %w", size, limit, sarama.ErrMessageSizeTooLarge)
@@ -313,6 +316,13 @@ func (p *batchPublisher) partition(client sarama.Client, records []*sarama.Produ
 		sizes[pb] += size
 	}
 	return parts
+}
+
+// intercept runs one of Producer.Interceptors on m, as Sarama's own
+// producer does, and like it carries on when the interceptor panics.
+func intercept(ic sarama.ProducerInterceptor, m *sarama.ProducerMessage) {
+	defer func() { _ = recover() }()
+	ic.OnSend(m)
 }
 
 // recordBatchOverhead is the size of a record batch's header.

@@ -316,3 +316,37 @@ func TestPublisherStopsWhenClosed(t *testing.T) {
 		t.Fatalf("Publish after Close = %v, want ErrShuttingDown", errs)
 	}
 }
+
+// stampInterceptor adds a header to every record it sees.
+type stampInterceptor struct{}
+
+func (stampInterceptor) OnSend(m *sarama.ProducerMessage) {
+	m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte("x-stamp"), Value: []byte("seen")})
+}
+
+// panicInterceptor panics, which must not stop the record.
+type panicInterceptor struct{}
+
+func (panicInterceptor) OnSend(*sarama.ProducerMessage) { panic("interceptor bug") }
+
+// TestPublisherRunsProducerInterceptors: Producer.Interceptors see every
+// record before it is sent, as with Sarama's own producer, and one that
+// panics does not stop the record.
+func TestPublisherRunsProducerInterceptors(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 1)
+	pub := newPublisher(t, k, func(c *sarama.Config) {
+		c.Producer.Interceptors = []sarama.ProducerInterceptor{panicInterceptor{}, stampInterceptor{}}
+	})
+	for i, err := range pub.Publish(context.Background(), keyedRecords(topic, 2, 1, 10)) {
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	for _, m := range consume(t, k, topic).waitDistinct(2, 30*time.Second) {
+		if got := headerValue(m, "x-stamp"); got != "seen" {
+			t.Fatalf("record %s: x-stamp = %q, want the interceptor's header", m.Key, got)
+		}
+	}
+}
