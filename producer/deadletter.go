@@ -39,7 +39,7 @@ func (r *Relay) deadLetter(ctx context.Context, dead []deadCandidate, res *Batch
 	}
 	dlqErrs := make([]error, len(dead))
 	if r.cfg.PublishDeadLetters {
-		dlqErrs = r.send(ctx, events, func(i int, e *claimedEvent) (*sarama.ProducerMessage, error) {
+		dlqErrs = r.send(ctx, events, false, func(i int, e *claimedEvent) (*sarama.ProducerMessage, error) {
 			return r.deadLetterRecord(e, letters[i])
 		})
 	}

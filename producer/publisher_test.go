@@ -204,21 +204,55 @@ func TestPublisherRetriesALeaderMove(t *testing.T) {
 }
 
 // TestPublisherRefusesAnOversizedRecordAlone: a record larger than
-// Producer.MaxMessageBytes fails as too large without being sent; the
-// others of the call are written.
+// Producer.MaxMessageBytes fails as too large without being sent, and the
+// later records of its key fail with it, unsent; the other keys' records
+// are written.
 func TestPublisherRefusesAnOversizedRecordAlone(t *testing.T) {
 	t.Parallel()
 	k := testkit.NewKafka(t, testkit.InProcess())
 	topic := k.Topic(t, 1)
 	pub := newPublisher(t, k, func(c *sarama.Config) { c.Producer.MaxMessageBytes = 10_000 })
-	records := keyedRecords(topic, 3, 1, 100)
+	records := keyedRecords(topic, 3, 2, 100) // key-0/0 key-1/0 key-2/0 key-0/1 key-1/1 key-2/1
 	records[1].Value = sarama.ByteEncoder(make([]byte, 20_000))
 	errs := pub.Publish(context.Background(), records)
-	if errs[0] != nil || errs[2] != nil || !errors.Is(errs[1], sarama.ErrMessageSizeTooLarge) {
-		t.Fatalf("errors %v, want only the middle record refused as too large", errs)
+	if !errors.Is(errs[1], sarama.ErrMessageSizeTooLarge) || !strings.Contains(errs[1].Error(), "Producer.MaxMessageBytes") {
+		t.Fatalf("oversized record: %v, want ErrMessageSizeTooLarge naming the setting to raise", errs[1])
 	}
-	if !strings.Contains(errs[1].Error(), "Producer.MaxMessageBytes") {
-		t.Fatalf("error %q does not name the setting to raise", errs[1])
+	if errs[4] == nil {
+		t.Fatal("the record behind the oversized one, of the same key, was acknowledged: it overtook it")
+	}
+	for _, i := range []int{0, 2, 3, 5} {
+		if errs[i] != nil {
+			t.Fatalf("record %d of another key: %v", i, errs[i])
+		}
+	}
+	got := arrivedIDs(t, k, topic, 4)
+	if len(got["key-1"]) != 0 {
+		t.Fatalf("key-1 records written: %v", got["key-1"])
+	}
+}
+
+// TestPublisherLooksUpATopicOncePerCall: records for a topic the broker
+// does not know fail with its error after one metadata lookup for the
+// whole call, not one per record.
+func TestPublisherLooksUpATopicOncePerCall(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.InProcess())
+	pub := newPublisher(t, k, func(c *sarama.Config) { c.Metadata.Retry.Max = 0 })
+	// Connect first: the client's bootstrap metadata request is not the lookup.
+	known := k.Topic(t, 1)
+	if err := pub.Publish(context.Background(), keyedRecords(known, 1, 1, 10))[0]; err != nil {
+		t.Fatal(err)
+	}
+	lookups := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Metadata}, Count: -1, Observe: true})
+	errs := pub.Publish(context.Background(), keyedRecords("t.never-created", 10, 2, 10))
+	for i, err := range errs {
+		if err == nil {
+			t.Fatalf("record %d for a missing topic was acknowledged", i)
+		}
+	}
+	if n := lookups.Hits(); n != 1 {
+		t.Fatalf("%d metadata requests for one call to one missing topic, want 1", n)
 	}
 }
 
@@ -252,6 +286,7 @@ func TestNewSaramaPublisherRefusesConfigsItCannotHonour(t *testing.T) {
 		{"idempotent", "Idempotent", func(c *sarama.Config) {
 			c.Producer.Idempotent, c.Net.MaxOpenRequests = true, 1
 		}},
+		{"random partitioner", "Partitioner", func(c *sarama.Config) { c.Producer.Partitioner = sarama.NewRandomPartitioner }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := producer.NewSaramaConfig()
@@ -349,4 +384,28 @@ func TestPublisherRunsProducerInterceptors(t *testing.T) {
 			t.Fatalf("record %s: x-stamp = %q, want the interceptor's header", m.Key, got)
 		}
 	}
+}
+
+// TestPublisherSplitsRequestsOverMaxRequestSize: when one broker's batches
+// exceed sarama.MaxRequestSize they go in several requests, and every
+// record is written. (Not parallel: it lowers a Sarama global.)
+func TestPublisherSplitsRequestsOverMaxRequestSize(t *testing.T) {
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 4)
+	pub := newPublisher(t, k, nil)
+	saved := sarama.MaxRequestSize
+	sarama.MaxRequestSize = 40_000
+	t.Cleanup(func() { sarama.MaxRequestSize = saved })
+	requests := observeProduce(k)
+
+	records := keyedRecords(topic, 8, 10, 1_000) // ~90 KB over 4 partitions
+	for i, err := range pub.Publish(context.Background(), records) {
+		if err != nil {
+			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	if n := requests.Hits(); n < 3 {
+		t.Fatalf("%d produce requests for ~90 KB under a 40 KB request limit, want 3 or more", n)
+	}
+	arrivedIDs(t, k, topic, len(records))
 }

@@ -535,7 +535,10 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 		res.Released += len(send)
 		return out
 	}
-	errs := r.send(ctx, send, func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) { return r.record(e) })
+	// A refused event's dead letter is written after this send: when it
+	// goes to a topic or holds its key, the key waits for it.
+	hold := r.cfg.HoldKeyOnDeadLetter || r.cfg.PublishDeadLetters
+	errs := r.send(ctx, send, hold, func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) { return r.record(e) })
 	succeeded, troubled := false, false
 	now := r.cfg.Now()
 	var dead []deadCandidate
@@ -613,12 +616,13 @@ func lastError(e *claimedEvent) string {
 // send publishes records built for events in one call. A record refused for
 // good is sent once more on its own before it is believed: a broker refuses
 // a whole record batch for one oversized record, and its neighbours must not
-// pay for it. These resends go one at a time in event order, and once one
-// fails for a reason other than the record itself (or for any reason, when
-// keys hold on dead letters) the later events of its key keep their error,
-// so that none overtakes it. A record that cannot be built is refused for
-// good, and the later events of its key are not sent (errHeldBack).
-func (r *Relay) send(ctx context.Context, events []*claimedEvent,
+// pay for it. These resends go one at a time in event order. Once one fails
+// for a reason other than the record itself, or for any reason when
+// holdOnRefusal (the refused event's dead letter must be written before its
+// key moves on), the later events of its key are not resent and fail with
+// errHeldBack, so that none overtakes it. A record that cannot be built is
+// refused for good, and the later events of its key are not sent either.
+func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal bool,
 	build func(int, *claimedEvent) (*sarama.ProducerMessage, error),
 ) []error {
 	errs := make([]error, len(events))
@@ -647,12 +651,15 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent,
 		held := map[topicKey]bool{}
 		for j, i := range index {
 			k, keyed := keyOf(events[i])
-			if errs[i] == nil || classify(errs[i]) != failPermanent || (keyed && held[k]) {
-				continue
-			}
-			errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]
-			if errs[i] != nil && keyed && (r.cfg.HoldKeyOnDeadLetter || classify(errs[i]) != failPermanent) {
-				held[k] = true
+			switch {
+			case errs[i] == nil:
+			case keyed && held[k]:
+				errs[i] = errHeldBack
+			case classify(errs[i]) == failPermanent:
+				errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]
+				if errs[i] != nil && keyed && (holdOnRefusal || classify(errs[i]) != failPermanent) {
+					held[k] = true
+				}
 			}
 		}
 	}

@@ -356,48 +356,91 @@ func TestUnavailablePartitionDoesNotStarveOthers(t *testing.T) {
 // the key moves on.
 func TestFailedDeadLetterWriteKeepsKeyOrder(t *testing.T) {
 	t.Parallel()
-	pg, out := setup(t)
-	clock := newFakeClock()
-	pub := &fakePublisher{}
-	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now, PublishDeadLetters: true, MaxRetries: 1})
-	first := enqueue(t, pg, out, orderCreated("o-1"))
-	second := enqueue(t, pg, out, orderCreated("o-1"))
-	mainAttempts := 0
-	pub.setFail(func(m *sarama.ProducerMessage) error {
-		switch {
-		case m.Topic == "orders" && recordHeader(m, producer.HeaderID) == first.String():
-			mainAttempts++
-			return sarama.ErrUnknown
-		case m.Topic == "orders.dlq":
-			return sarama.ErrNotEnoughReplicas
-		}
-		return nil
-	})
-	res := runOnce(t, relay)
-	if res.Published != 0 || res.Failed != 1 {
-		t.Fatalf("batch %+v: the key must stop while its dead letter is not written", res)
-	}
-	if row := rowOf(t, pg, first); row.Status != producer.StatusFailed || row.RetryCount != 1 {
-		t.Fatalf("first event %+v, want failed with its one attempt", row)
-	}
+	for _, c := range []struct {
+		name  string
+		cause error
+	}{
+		{"retries exhausted", sarama.ErrUnknown},
+		{"refused for good", sarama.ErrInvalidRecord}, // resent alone first, then given up on at once
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pg, out := setup(t)
+			clock := newFakeClock()
+			pub := &fakePublisher{}
+			relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now, PublishDeadLetters: true, MaxRetries: 1})
+			first := enqueue(t, pg, out, orderCreated("o-1"))
+			second := enqueue(t, pg, out, orderCreated("o-1"))
+			mainAttempts := 0
+			pub.setFail(func(m *sarama.ProducerMessage) error {
+				switch {
+				case m.Topic == "orders" && recordHeader(m, producer.HeaderID) == first.String():
+					return c.cause
+				case m.Topic == "orders.dlq":
+					return sarama.ErrNotEnoughReplicas
+				}
+				return nil
+			})
+			res := runOnce(t, relay)
+			if res.Published != 0 || res.Failed != 1 {
+				t.Fatalf("batch %+v: the key must stop while its dead letter is not written", res)
+			}
+			if row := rowOf(t, pg, first); row.Status != producer.StatusFailed || row.RetryCount != 1 {
+				t.Fatalf("first event %+v, want failed with its one attempt", row)
+			}
 
-	pub.setFail(func(m *sarama.ProducerMessage) error {
-		if m.Topic == "orders" && recordHeader(m, producer.HeaderID) == first.String() {
-			mainAttempts++
-			return sarama.ErrUnknown
-		}
-		return nil
-	})
-	clock.Advance(time.Minute)
-	res = runOnce(t, relay)
-	if res.DeadLettered != 1 || res.Published != 1 || mainAttempts != 1 {
-		t.Fatalf("batch %+v after %d main attempts: want the dead letter written without a new attempt, then the key moving on", res, mainAttempts)
+			pub.setFail(func(m *sarama.ProducerMessage) error {
+				if m.Topic == "orders" && recordHeader(m, producer.HeaderID) == first.String() {
+					mainAttempts++
+					return c.cause
+				}
+				return nil
+			})
+			clock.Advance(time.Minute)
+			res = runOnce(t, relay)
+			if res.DeadLettered != 1 || res.Published != 1 || mainAttempts != 0 {
+				t.Fatalf("batch %+v after %d new main attempts: want the dead letter written without a new attempt, then the key moving on", res, mainAttempts)
+			}
+			if row := rowOf(t, pg, first); row.Status != producer.StatusDeadLettered || row.RetryCount != 1 {
+				t.Fatalf("first event %+v, want dead_lettered with retry_count 1", row)
+			}
+			if got := pub.ackedIDs("orders"); !slices.Equal(got, []string{second.String()}) {
+				t.Fatalf("main topic got %v, want only the second event", got)
+			}
+		})
 	}
-	if row := rowOf(t, pg, first); row.Status != producer.StatusDeadLettered || row.RetryCount != 1 {
-		t.Fatalf("first event %+v, want dead_lettered with retry_count 1", row)
+}
+
+// TestRefusedEventHoldsItsKeyWhenKeysHold: with HoldKeyOnDeadLetter, an
+// event the relay itself refuses (larger than Producer.MaxMessageBytes) is
+// dead-lettered and the event behind it, of the same key, is not published.
+func TestRefusedEventHoldsItsKeyWhenKeysHold(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	pg.Migrate(t)
+	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema, MaxPayloadBytes: 1 << 20})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if got := pub.ackedIDs("orders"); !slices.Equal(got, []string{second.String()}) {
-		t.Fatalf("main topic got %v, want only the second event", got)
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 1)
+	saramaCfg := producer.NewSaramaConfig()
+	saramaCfg.Producer.MaxMessageBytes = 10_000
+	relay := newRelay(t, pg, k, producer.RelayConfig{Sarama: saramaCfg, HoldKeyOnDeadLetter: true})
+	big := producer.Event{Topic: topic, Key: "o-1", Type: "Blob", ContentType: "application/octet-stream", Payload: make([]byte, 20_000)}
+	poison := enqueue(t, pg, out, big)
+	next := orderCreated("o-1")
+	next.Topic = topic
+	behind := enqueue(t, pg, out, next)
+
+	if res := runOnce(t, relay); res.DeadLettered != 1 || res.Published != 0 {
+		t.Fatalf("batch %+v: want the oversized event dead-lettered and nothing published", res)
+	}
+	if row := rowOf(t, pg, poison); row.Status != producer.StatusDeadLettered {
+		t.Fatalf("oversized event %+v, want dead_lettered", row)
+	}
+	if row := rowOf(t, pg, behind); row.Status != producer.StatusPending || row.RetryCount != 0 {
+		t.Fatalf("event behind it %+v, want pending and untried", row)
 	}
 }
 

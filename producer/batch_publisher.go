@@ -1,0 +1,551 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// batchPublisher writes the records of a Publish call with one produce
+// request per broker, the records of each partition as one record batch in
+// the order given. The broker appends a record batch whole or not at all, so
+// the events of a key (always on one partition) succeed or fail together and
+// in order, with one round trip for the whole call. A partition whose
+// records exceed Producer.MaxMessageBytes gets several batches, sent one
+// after the other, each only once the one before it was acknowledged; a
+// broker whose batches exceed sarama.MaxRequestSize gets several requests.
+//
+// It uses Sarama's client for metadata and connections, and the configured
+// partitioner (Producer.Partitioner; a new one per call and topic, since
+// Sarama's partitioners are not safe for concurrent use). It retries what
+// Kafka may accept on a second try (a leader moved, a broker restarted) up
+// to Producer.Retry.Max times after Producer.Retry.Backoff, and connects on
+// first use and again after a failure, so a relay can start while Kafka is
+// down.
+type batchPublisher struct {
+	brokers []string
+	cfg     *sarama.Config
+	version int16 // of the produce requests
+
+	mu       sync.Mutex // guards client, and closed against new writes
+	client   sarama.Client
+	inflight sync.WaitGroup
+	closed   chan struct{}
+}
+
+// NewSaramaPublisher returns the Publisher the relay uses by default, on
+// brokers with cfg (nil means NewSaramaConfig()). cfg.Version must be 0.11
+// or later (record headers), RequiredAcks must ask for an acknowledgement,
+// the partitioner must put a key always on the same partition, and the
+// idempotent and transactional producers are not supported: the relay
+// orders and retries events itself.
+func NewSaramaPublisher(brokers []string, cfg *sarama.Config) (Publisher, error) {
+	if len(brokers) == 0 {
+		return nil, errors.New("producer: no Kafka brokers given; set RelayConfig.Brokers, e.g. []string{\"localhost:9092\"}")
+	}
+	if cfg == nil {
+		cfg = NewSaramaConfig()
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("producer: Sarama config: %w", err)
+	}
+	switch {
+	case !cfg.Version.IsAtLeast(sarama.V0_11_0_0):
+		return nil, fmt.Errorf("producer: Sarama config: Version %s is older than 0.11, which record headers need; leave Version at Sarama's default", cfg.Version)
+	case cfg.Producer.RequiredAcks == sarama.NoResponse:
+		return nil, errors.New("producer: Sarama config: Producer.RequiredAcks is NoResponse, so the relay could not know an event arrived; use sarama.WaitForAll (the default) or WaitForLocal")
+	case cfg.Producer.Idempotent || cfg.Producer.Transaction.ID != "":
+		return nil, errors.New("producer: Sarama config: Producer.Idempotent and Producer.Transaction are not supported; the relay keeps each key's order and retries itself")
+	case !cfg.Producer.Partitioner("").RequiresConsistency():
+		return nil, errors.New("producer: Sarama config: Producer.Partitioner does not put a key always on the same partition, so per-key order could not hold; use sarama.NewMurmur2Partitioner (the default), NewHashPartitioner or NewReferenceHashPartitioner")
+	}
+	return &batchPublisher{brokers: brokers, cfg: cfg, version: produceVersion(cfg.Version), closed: make(chan struct{})}, nil
+}
+
+// produceVersion is the newest produce request version that Kafka version v
+// understands, as Sarama's own producer chooses it.
+func produceVersion(v sarama.KafkaVersion) int16 {
+	for _, c := range []struct {
+		since   sarama.KafkaVersion
+		version int16
+	}{
+		{sarama.V3_7_0_0, 10}, {sarama.V2_8_0_0, 9}, {sarama.V2_4_0_0, 8}, {sarama.V2_1_0_0, 7},
+		{sarama.V2_0_0_0, 6}, {sarama.V1_0_0_0, 5},
+	} {
+		if v.IsAtLeast(c.since) {
+			return c.version
+		}
+	}
+	return 3
+}
+
+// errPublisherClosed is the error of records a closed publisher will not
+// write (an unavailable Kafka, for the relay).
+var errPublisherClosed = fmt.Errorf("producer: the publisher is closed: %w", sarama.ErrShuttingDown)
+
+// start registers a write in flight, connecting first when there is no
+// client; it fails once the publisher is closed, so that Close's wait
+// covers every write.
+func (p *batchPublisher) start() (sarama.Client, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	select {
+	case <-p.closed:
+		return nil, errPublisherClosed
+	default:
+	}
+	if p.client == nil {
+		client, err := sarama.NewClient(p.brokers, p.cfg)
+		if err != nil {
+			return nil, fmt.Errorf("connect to Kafka at %v: %w", p.brokers, err)
+		}
+		p.client = client
+	}
+	p.inflight.Add(1)
+	return p.client, nil
+}
+
+// Publish writes records and waits for every acknowledgement, or for ctx.
+// When ctx ends first, the records already answered keep their outcome and
+// the others get ctx's error; the broker may still write those (a
+// duplicate, never a loss, when retried).
+func (p *batchPublisher) Publish(ctx context.Context, records []*sarama.ProducerMessage) []error {
+	out := newOutcome(len(records))
+	if err := ctx.Err(); err != nil {
+		return out.rest(err)
+	}
+	client, err := p.start()
+	if err != nil {
+		return out.rest(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer p.inflight.Done()
+		defer close(done)
+		p.write(ctx, client, records, out)
+	}()
+	select {
+	case <-done:
+		return out.rest(nil)
+	case <-ctx.Done():
+		return out.rest(ctx.Err())
+	}
+}
+
+// outcome collects the results of a write as they come, so that a Publish
+// cut short still reports those it has.
+type outcome struct {
+	mu       sync.Mutex
+	errs     []error
+	answered []bool
+}
+
+func newOutcome(n int) *outcome {
+	return &outcome{errs: make([]error, n), answered: make([]bool, n)}
+}
+
+// set records err (nil: acknowledged) for the records at idx.
+func (o *outcome) set(idx []int, err error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, i := range idx {
+		o.errs[i], o.answered[i] = err, true
+	}
+}
+
+// rest returns a copy of the outcomes, with err for the records not
+// answered.
+func (o *outcome) rest(err error) []error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	errs := slices.Clone(o.errs)
+	for i, answered := range o.answered {
+		if !answered {
+			errs[i] = err
+		}
+	}
+	return errs
+}
+
+// partitionBatches are the records of one partition, split into record
+// batches that each fit in Producer.MaxMessageBytes.
+type partitionBatches struct {
+	topic     string
+	partition int32
+	batches   [][]int // indexes into the records of the call
+	sizes     []int   // of each batch, in bytes
+	next      int     // the first batch not yet acknowledged
+	tries     int     // failed tries of batches[next]
+}
+
+// giveUp fails the records of pb not yet acknowledged with err.
+func (pb *partitionBatches) giveUp(out *outcome, err error) {
+	for _, batch := range pb.batches[pb.next:] {
+		out.set(batch, err)
+	}
+	pb.next = len(pb.batches)
+}
+
+// write sorts records into partitions and writes them in rounds: each round
+// sends, for every partition that has one left, its next batch, one produce
+// request per leader. A partition stops at its first batch that fails for
+// good, and its later batches fail with the same error unsent. Every record
+// gets its outcome in out.
+func (p *batchPublisher) write(ctx context.Context, client sarama.Client, records []*sarama.ProducerMessage, out *outcome) {
+	parts := p.partition(ctx, client, records, out)
+	for len(parts) > 0 {
+		if err := p.stopped(ctx); err != nil {
+			for _, pb := range parts {
+				pb.giveUp(out, err)
+			}
+			return
+		}
+		results := p.round(client, records, parts, out)
+		var retry bool
+		live := parts[:0]
+		for i, pb := range parts {
+			switch err := results[i]; {
+			case err == nil:
+				pb.next, pb.tries = pb.next+1, 0
+			case pb.tries < p.cfg.Producer.Retry.Max && retriable(err):
+				pb.tries++
+				retry = true
+			default:
+				pb.giveUp(out, err)
+			}
+			if pb.next < len(pb.batches) {
+				live = append(live, pb)
+			}
+		}
+		parts = live
+		if retry {
+			_ = client.RefreshMetadata(topics(parts)...)
+			p.wait(ctx, p.cfg.Producer.Retry.Backoff)
+		}
+	}
+}
+
+// stopped returns why the write must stop: ctx ended or the publisher
+// closed; nil while neither happened.
+func (p *batchPublisher) stopped(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-p.closed:
+		return errPublisherClosed
+	default:
+		return nil
+	}
+}
+
+// topics lists the topics of parts, once each.
+func topics(parts []*partitionBatches) []string {
+	var out []string
+	for _, pb := range parts {
+		if !slices.Contains(out, pb.topic) {
+			out = append(out, pb.topic)
+		}
+	}
+	return out
+}
+
+// wait waits d unless ctx ends or the publisher closes first.
+func (p *batchPublisher) wait(ctx context.Context, d time.Duration) {
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-ctx.Done():
+	case <-p.closed:
+	}
+}
+
+// route is where the records of a topic go, looked up once per call.
+type route struct {
+	partitioner sarama.Partitioner
+	partitions  []int32
+	err         error
+}
+
+// partition runs Producer.Interceptors on every record, assigns it its
+// partition and splits each partition's records into batches. A record
+// larger than Producer.MaxMessageBytes, or whose topic has no partitions to
+// be found, fails at once; so do the later records of its key (with
+// errHeldBack), which must not overtake it.
+func (p *batchPublisher) partition(ctx context.Context, client sarama.Client, records []*sarama.ProducerMessage, out *outcome) []*partitionBatches {
+	type tp struct {
+		topic     string
+		partition int32
+	}
+	index := map[tp]*partitionBatches{}
+	routes := map[string]*route{}
+	held := map[topicKey]bool{} // keys with a record failed here
+	var parts []*partitionBatches
+	limit := p.cfg.Producer.MaxMessageBytes
+	for i, m := range records {
+		var key topicKey
+		keyed := m.Key != nil
+		if keyed {
+			k, err := m.Key.Encode()
+			if err != nil {
+				out.set([]int{i}, permanentError{fmt.Errorf("encode the key: %w", err)})
+				continue // a key that cannot be encoded has no other records
+			}
+			key = topicKey{m.Topic, string(k)}
+		}
+		fail := func(err error) {
+			out.set([]int{i}, err)
+			held[key] = keyed
+		}
+		if keyed && held[key] {
+			out.set([]int{i}, errHeldBack)
+			continue
+		}
+		for _, ic := range p.cfg.Producer.Interceptors {
+			intercept(ic, m)
+		}
+		size := m.ByteSize(2)
+		if size+recordBatchOverhead > limit {
+			fail(fmt.Errorf("a record of %d bytes is larger than Producer.MaxMessageBytes (%d): %w", size, limit, sarama.ErrMessageSizeTooLarge))
+			continue
+		}
+		r := routes[m.Topic]
+		if r == nil {
+			r = p.route(ctx, client, m.Topic)
+			routes[m.Topic] = r
+		}
+		if r.err != nil {
+			fail(r.err)
+			continue
+		}
+		choice, err := r.partitioner.Partition(m, int32(len(r.partitions)))
+		if err != nil {
+			fail(permanentError{fmt.Errorf("partitioner: %w", err)})
+			continue
+		}
+		m.Partition = r.partitions[choice]
+		pb := index[tp{m.Topic, m.Partition}]
+		if pb == nil {
+			pb = &partitionBatches{topic: m.Topic, partition: m.Partition}
+			index[tp{m.Topic, m.Partition}] = pb
+			parts = append(parts, pb)
+		}
+		if n := len(pb.batches); n == 0 || pb.sizes[n-1]+size > limit {
+			pb.batches = append(pb.batches, nil)
+			pb.sizes = append(pb.sizes, recordBatchOverhead)
+		}
+		last := len(pb.batches) - 1
+		pb.batches[last] = append(pb.batches[last], i)
+		pb.sizes[last] += size
+	}
+	return parts
+}
+
+// route looks up the partitions of topic, unless the write must stop.
+func (p *batchPublisher) route(ctx context.Context, client sarama.Client, topic string) *route {
+	r := &route{partitioner: p.cfg.Producer.Partitioner(topic)}
+	if r.err = p.stopped(ctx); r.err != nil {
+		return r
+	}
+	r.partitions, r.err = client.Partitions(topic)
+	if r.err == nil && len(r.partitions) == 0 {
+		r.err = sarama.ErrLeaderNotAvailable
+	}
+	return r
+}
+
+// intercept runs one of Producer.Interceptors on m, as Sarama's own
+// producer does, and like it carries on when the interceptor panics.
+func intercept(ic sarama.ProducerInterceptor, m *sarama.ProducerMessage) {
+	defer func() { _ = recover() }()
+	ic.OnSend(m)
+}
+
+// recordBatchOverhead is the size of a record batch's header.
+const recordBatchOverhead = 61
+
+// requestHeadroom is kept free under sarama.MaxRequestSize for the
+// request's own fields, as Sarama's producer does.
+const requestHeadroom = 10 * 1024
+
+// produceRequest is one request of a round and the partitions it carries
+// (indexes into the round's parts).
+type produceRequest struct {
+	broker *sarama.Broker
+	req    *sarama.ProduceRequest
+	size   int
+	parts  []int
+}
+
+// round sends the next batch of every partition of parts, one request per
+// leader (more when they would exceed sarama.MaxRequestSize), all at once,
+// and returns each partition's outcome; acknowledged records get theirs in
+// out at once.
+func (p *batchPublisher) round(client sarama.Client, records []*sarama.ProducerMessage, parts []*partitionBatches, out *outcome) []error {
+	results := make([]error, len(parts))
+	var requests []*produceRequest
+	open := map[*sarama.Broker]*produceRequest{}
+	maxSize := int(sarama.MaxRequestSize) - requestHeadroom
+	now := time.Now().Truncate(time.Millisecond)
+	for i, pb := range parts {
+		broker, err := client.Leader(pb.topic, pb.partition)
+		if err != nil {
+			results[i] = err
+			continue
+		}
+		batch, err := recordBatch(records, pb.batches[pb.next], now, p.cfg)
+		if err != nil {
+			results[i] = permanentError{err}
+			continue
+		}
+		size := pb.sizes[pb.next]
+		r := open[broker]
+		if r == nil || r.size+size > maxSize {
+			r = &produceRequest{broker: broker, req: &sarama.ProduceRequest{
+				Version: p.version, RequiredAcks: p.cfg.Producer.RequiredAcks,
+				Timeout: int32(p.cfg.Producer.Timeout / time.Millisecond),
+			}}
+			open[broker] = r
+			requests = append(requests, r)
+		}
+		r.req.AddBatch(pb.topic, pb.partition, batch)
+		r.size += size
+		r.parts = append(r.parts, i)
+	}
+	var wg sync.WaitGroup
+	for _, r := range requests {
+		wg.Go(func() {
+			resp, err := r.broker.Produce(r.req)
+			if err != nil && !errors.As(err, new(sarama.PacketEncodingError)) {
+				// The connection is broken or out of step: drop it, so
+				// that the next round connects again. (An encoding error
+				// sent nothing.)
+				_ = r.broker.Close()
+			}
+			for _, i := range r.parts {
+				pb := parts[i]
+				if results[i] = blockError(resp, err, pb.topic, pb.partition); results[i] == nil {
+					base := resp.GetBlock(pb.topic, pb.partition).Offset
+					for n, j := range pb.batches[pb.next] {
+						records[j].Offset = base + int64(n)
+					}
+					out.set(pb.batches[pb.next], nil)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return results
+}
+
+// recordBatch encodes the records at idx as one record batch, compressed as
+// cfg says.
+func recordBatch(records []*sarama.ProducerMessage, idx []int, now time.Time, cfg *sarama.Config) (*sarama.RecordBatch, error) {
+	batch := &sarama.RecordBatch{
+		Version: 2, Codec: cfg.Producer.Compression, CompressionLevel: cfg.Producer.CompressionLevel,
+		FirstTimestamp: now, MaxTimestamp: now,
+		ProducerID: -1, ProducerEpoch: -1, FirstSequence: -1,
+		LastOffsetDelta: int32(len(idx) - 1),
+		Records:         make([]*sarama.Record, len(idx)),
+	}
+	headers := 0
+	for _, j := range idx {
+		headers += len(records[j].Headers)
+	}
+	hs := make([]sarama.RecordHeader, 0, headers)
+	for n, j := range idx {
+		m := records[j]
+		rec := &sarama.Record{OffsetDelta: int64(n), Headers: make([]*sarama.RecordHeader, len(m.Headers))}
+		var err error
+		if m.Key != nil {
+			if rec.Key, err = m.Key.Encode(); err != nil {
+				return nil, fmt.Errorf("encode the key: %w", err)
+			}
+		}
+		if m.Value != nil {
+			if rec.Value, err = m.Value.Encode(); err != nil {
+				return nil, fmt.Errorf("encode the value: %w", err)
+			}
+		}
+		for h := range m.Headers {
+			hs = append(hs, m.Headers[h])
+			rec.Headers[h] = &hs[len(hs)-1]
+		}
+		batch.Records[n] = rec
+	}
+	return batch, nil
+}
+
+// blockError is the outcome of one partition of a produce request.
+func blockError(resp *sarama.ProduceResponse, err error, topic string, partition int32) error {
+	if err != nil {
+		return err
+	}
+	block := resp.GetBlock(topic, partition)
+	switch {
+	case block == nil:
+		return sarama.ErrIncompleteResponse
+	case block.Err == sarama.ErrNoError:
+		return nil
+	case block.ErrorMessage != nil && *block.ErrorMessage != "":
+		return fmt.Errorf("%w: %s", block.Err, *block.ErrorMessage)
+	default:
+		return block.Err
+	}
+}
+
+// retriable reports whether Kafka may accept a batch that failed with err
+// on a second try.
+func retriable(err error) bool {
+	if classify(err) == failPermanent {
+		return false
+	}
+	var kerr sarama.KError
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case sarama.ErrUnknownTopicOrPartition, sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition,
+			sarama.ErrRequestTimedOut, sarama.ErrNotEnoughReplicas, sarama.ErrNotEnoughReplicasAfterAppend,
+			sarama.ErrKafkaStorageError, sarama.ErrBrokerNotAvailable, sarama.ErrNetworkException:
+			return true
+		}
+		return false
+	}
+	return true // a broken connection, no leader known, an incomplete response
+}
+
+// closeWait bounds how long Close waits for writes a cancelled Publish left
+// in flight before it closes the client under them.
+const closeWait = 10 * time.Second
+
+// Close stops the writes in flight from starting new requests, waits for
+// them (at most closeWait) and closes the client. Publish fails after it.
+func (p *batchPublisher) Close() error {
+	p.mu.Lock()
+	select {
+	case <-p.closed:
+	default:
+		close(p.closed)
+	}
+	p.mu.Unlock()
+	drained := make(chan struct{})
+	go func() { p.inflight.Wait(); close(drained) }()
+	timer := time.NewTimer(closeWait)
+	defer timer.Stop()
+	select {
+	case <-drained:
+	case <-timer.C:
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.client == nil {
+		return nil
+	}
+	err := p.client.Close()
+	p.client = nil
+	return err
+}
