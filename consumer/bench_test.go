@@ -8,11 +8,10 @@ package consumer_test
 //
 //	go test -run '^$' -bench Consume -benchtime 1x ./consumer/
 //
-// -benchtime 1x consumes one backlog per sub-benchmark: about 15s in all on
-// two cores. A longer -benchtime repeats each (every iteration seeds a
-// fresh topic and joins a fresh group); -count repeats the whole run.
-// Anything else loading the machine (another go test) moves the figures:
-// compare figures of one run, and run it more than once.
+// -benchtime 1x consumes one backlog per configuration: about 20s in all on
+// two cores. -benchtime 3x consumes three per configuration, the
+// configurations taking turns (about a minute): use it for figures.
+// Anything else loading the machine (another go test) moves the figures.
 
 import (
 	"context"
@@ -62,38 +61,28 @@ const (
 // that only marks each message, the baseline, and with the runner (retries
 // and dead letters on, the default config) whose handler returns nil, or
 // fails 1% of the messages with consumer.Permanent (they go to the
-// dead-letter topic, whose records are counted afterwards). Then it
+// dead-letter topic, whose records are counted afterwards). It also
 // consumes benchSlowMessages messages with a handler that takes 5ms, with
 // Config.Workers 1 and 16.
 //
-// Each sub-benchmark seeds its own topic and creates a fresh group (the
+// Each consumption seeds its own topic and creates a fresh group (the
 // runner with the Sarama settings it uses by default, the raw group with
-// the same) with the timer stopped. On the in-process broker the timer
-// starts when the broker receives the group's first fetch of the topic, so
-// the group join is not timed, and stops when the last message is settled
-// (handled or dead-lettered by the runner, marked by the raw group): msgs/s
-// is consuming throughput. The backlog is large because the raw group
-// drains it fast (200,000 messages in about 0.4s on two cores). The parent
-// then prints every figure beside its baseline's, and each 5ms row beside
-// its ceiling: the backlog's busiest worker handling its messages one after
-// the other, which that many workers cannot beat.
+// the same). On the in-process broker the clock starts when the broker
+// receives the group's first fetch of the topic, so the group join is not
+// timed, and stops when the last message is settled (handled or
+// dead-lettered by the runner, marked by the raw group): msgs/s is
+// consuming throughput. The backlog is large because the raw group drains
+// it fast (200,000 messages in about 0.4s on two cores).
+//
+// The configurations take turns: each iteration consumes one backlog with
+// every one of them, starting one further along the list each time, so that
+// a machine whose speed drifts meets them all alike. A configuration's rate
+// is its messages over its median consuming time. The figures are printed
+// beside their baseline's, and each 5ms row beside its ceiling: the
+// backlog's busiest worker handling its messages one after the other, which
+// that many workers cannot beat.
 func BenchmarkConsume(b *testing.B) {
 	k := testkit.NewKafka(b)
-	results := &testkit.Rates{Unit: "msgs/s"}
-	b.Run(benchRaw, func(b *testing.B) {
-		benchConsume(b, k, benchMessages, results, benchRawGroup)
-	})
-	b.Run("runner/no-failures", func(b *testing.B) {
-		benchConsume(b, k, benchMessages, results, benchRunner(consumer.Config{}, func(context.Context, *consumer.Message, bool) error { return nil }))
-	})
-	b.Run("runner/1%-permanent", func(b *testing.B) {
-		benchConsume(b, k, benchMessages, results, benchRunner(consumer.Config{}, func(_ context.Context, m *consumer.Message, fail bool) error {
-			if fail {
-				return consumer.Permanent(fmt.Errorf("bench: message %s fails for good", m.ID))
-			}
-			return nil
-		}))
-	})
 	slow := func(ctx context.Context, _ *consumer.Message, _ bool) error {
 		t := time.NewTimer(benchSlowHandler)
 		defer t.Stop()
@@ -104,23 +93,64 @@ func BenchmarkConsume(b *testing.B) {
 			return ctx.Err()
 		}
 	}
-	for _, workers := range []int{1, 16} {
-		name := fmt.Sprintf("runner/handler=5ms/workers=%d", workers)
-		b.Run(name, func(b *testing.B) {
-			bl, rate := benchConsume(b, k, benchSlowMessages, results, benchRunner(consumer.Config{Workers: workers}, slow))
-			ceiling := bl.ceiling(workers, benchSlowHandler)
-			b.ReportMetric(ceiling, "ceiling-msgs/s")
-			results.Note(name, fmt.Sprintf("(ceiling %.0f: %.2fx)", ceiling, rate/ceiling))
-		})
+	cases := []*consumeCase{
+		{name: benchRaw, n: benchMessages, consume: benchRawGroup},
+		{name: "runner/no-failures", n: benchMessages,
+			consume: benchRunner(consumer.Config{}, func(context.Context, *consumer.Message, bool) error { return nil })},
+		{name: "runner/1%-permanent", n: benchMessages,
+			consume: benchRunner(consumer.Config{}, func(_ context.Context, m *consumer.Message, fail bool) error {
+				if fail {
+					return consumer.Permanent(fmt.Errorf("bench: message %s fails for good", m.ID))
+				}
+				return nil
+			})},
 	}
-	results.Print(os.Stdout, fmt.Sprintf("msgs/s consuming %d messages (%d with the 5ms handler) over %d keys and %d partitions, one run, same broker:",
-		benchMessages, benchSlowMessages, benchKeys, benchPartitions), func(name string) string {
+	for _, workers := range []int{1, 16} {
+		cases = append(cases, &consumeCase{name: fmt.Sprintf("runner/handler=5ms/workers=%d", workers), n: benchSlowMessages,
+			workers: workers, consume: benchRunner(consumer.Config{Workers: workers}, slow)})
+	}
+	round := 0
+	for b.Loop() {
+		for i := range cases {
+			c := cases[(round+i)%len(cases)]
+			c.last = seedBacklog(b, k, c.n)
+			runtime.GC() // start from the same heap: no collection owed by the seeding or an earlier consumption
+			s := newBenchSettled(c.n)
+			c.spent = append(c.spent, c.consume(b, c.last, s))
+			if got := s.count.Load(); got != int64(c.n) {
+				b.Fatalf("%s: %d messages settled, want %d (redelivered after a rebalance?)", c.name, got, c.n)
+			}
+		}
+		round++
+	}
+	b.ReportMetric(0, "ns/op") // the sum of every consumption and seeding: meaningless
+	results := &testkit.Rates{Unit: "msgs/s"}
+	for _, c := range cases {
+		rate := testkit.MedianRate(c.n, c.spent)
+		results.Set(c.name, rate)
+		if c.workers > 0 {
+			ceiling := c.last.ceiling(c.workers, benchSlowHandler)
+			results.Note(c.name, fmt.Sprintf("(ceiling %.0f: %.2fx)", ceiling, rate/ceiling))
+		}
+	}
+	results.Print(os.Stdout, fmt.Sprintf("msgs/s consuming %d messages (%d with the 5ms handler) over %d keys and %d partitions, %d times each, taking turns, same broker:",
+		benchMessages, benchSlowMessages, benchKeys, benchPartitions, round), func(name string) string {
 		if strings.HasPrefix(name, "runner/handler=5ms/") {
 			return benchSlowBase
 		}
 		return benchRaw
 	})
 	fmt.Println("  (ceiling: the backlog's busiest worker handling its messages one after the other)")
+}
+
+// consumeCase is one way of consuming a backlog.
+type consumeCase struct {
+	name    string
+	n       int // messages in its backlog
+	workers int // Config.Workers of a 5ms-handler case, else 0
+	consume benchConsumeFunc
+	spent   []time.Duration // consuming, each iteration
+	last    *benchBacklog   // the last backlog, for the ceiling
 }
 
 // benchBacklog is a seeded topic, its dead-letter topic and a fresh group.
@@ -151,27 +181,9 @@ func (bl *benchBacklog) ceiling(workers int, d time.Duration) float64 {
 }
 
 // benchConsumeFunc consumes bl until s has counted every message, then stops
-// and returns once its consumer has shut down.
-type benchConsumeFunc func(b *testing.B, bl *benchBacklog, s *benchSettled)
-
-// benchConsume seeds a backlog of n messages per iteration, consumes it
-// with consume, checks that every message was settled once, and reports
-// msgs/s. It returns the last backlog.
-func benchConsume(b *testing.B, k *testkit.Kafka, n int, results *testkit.Rates, consume benchConsumeFunc) (*benchBacklog, float64) {
-	var bl *benchBacklog
-	for b.Loop() {
-		b.StopTimer()
-		bl = seedBacklog(b, k, n)
-		runtime.GC() // start from the same heap: no collection owed by the seeding or an earlier sub-benchmark
-		s := newBenchSettled(n)
-		consume(b, bl, s)
-		if got := s.count.Load(); got != int64(n) {
-			b.Fatalf("%d messages settled, want %d (redelivered after a rebalance?)", got, n)
-		}
-		b.StartTimer()
-	}
-	return bl, results.Report(b, strings.TrimPrefix(b.Name(), "BenchmarkConsume/"), n)
-}
+// and returns how long consuming took (see benchSettled.measure), once its
+// consumer has shut down.
+type benchConsumeFunc func(b *testing.B, bl *benchBacklog, s *benchSettled) time.Duration
 
 // benchSettled counts settled messages and closes done with the last.
 type benchSettled struct {
@@ -190,10 +202,10 @@ func (s *benchSettled) add() {
 	}
 }
 
-// measure times the consumption: it starts the timer when fetching starts
-// (see benchBacklog.fetching) and stops it at the last settled message,
-// failing after benchDeadline for either.
-func (s *benchSettled) measure(b *testing.B, fetching <-chan struct{}) {
+// measure times the consumption, from when fetching starts (see
+// benchBacklog.fetching) to the last settled message, failing after
+// benchDeadline for either.
+func (s *benchSettled) measure(b *testing.B, fetching <-chan struct{}) time.Duration {
 	b.Helper()
 	if fetching != nil {
 		select {
@@ -202,18 +214,18 @@ func (s *benchSettled) measure(b *testing.B, fetching <-chan struct{}) {
 			b.Fatalf("the group did not fetch within %v: did it join?", benchDeadline)
 		}
 	}
-	b.StartTimer()
+	start := time.Now()
 	select {
 	case <-s.done:
 	case <-time.After(benchDeadline):
 		b.Fatalf("%d of %d messages settled within %v", s.count.Load(), s.target, benchDeadline)
 	}
-	b.StopTimer()
+	return time.Since(start)
 }
 
 // benchRawGroup is the baseline: a Sarama consumer group, configured as the
 // runner's default, whose ConsumeClaim only marks each message.
-func benchRawGroup(b *testing.B, bl *benchBacklog, s *benchSettled) {
+func benchRawGroup(b *testing.B, bl *benchBacklog, s *benchSettled) time.Duration {
 	fetching := bl.fetching()
 	group, err := sarama.NewConsumerGroup(bl.k.Brokers, bl.group, consumer.NewSaramaConfig())
 	if err != nil {
@@ -243,7 +255,7 @@ func benchRawGroup(b *testing.B, bl *benchBacklog, s *benchSettled) {
 		}
 		<-drained
 	}()
-	s.measure(b, fetching)
+	return s.measure(b, fetching)
 }
 
 // benchMarker is the raw group's handler.
@@ -273,7 +285,7 @@ func (h benchMarker) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama
 // (handled or dead-lettered). Afterwards the dead-letter topic must hold
 // exactly the messages meant to fail when handle failed them, else none.
 func benchRunner(cfg consumer.Config, handle func(ctx context.Context, m *consumer.Message, fail bool) error) benchConsumeFunc {
-	return func(b *testing.B, bl *benchBacklog, s *benchSettled) {
+	return func(b *testing.B, bl *benchBacklog, s *benchSettled) time.Duration {
 		var failed atomic.Int64
 		cfg.Brokers, cfg.Group, cfg.Topics = bl.k.Brokers, bl.group, []string{bl.topic}
 		cfg.Handler = consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
@@ -304,12 +316,13 @@ func benchRunner(cfg consumer.Config, handle func(ctx context.Context, m *consum
 				b.Errorf("Run did not return within 30s of its context ending")
 			}
 		}()
-		s.measure(b, fetching)
+		elapsed := s.measure(b, fetching)
 		want := 0
 		if failed.Load() > 0 {
 			want = len(bl.fail)
 		}
 		bl.checkDeadLetters(b, want)
+		return elapsed
 	}
 }
 
