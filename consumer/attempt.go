@@ -25,8 +25,9 @@ type attemptContext struct {
 	ended  bool // the attempt returned: an inner context made now is ended
 }
 
-func newAttemptContext(parent context.Context, deadline time.Time) *attemptContext {
-	return &attemptContext{parent: parent, deadline: deadline}
+// start readies c, unused until now, for an attempt.
+func (c *attemptContext) start(parent context.Context, deadline time.Time) {
+	c.parent, c.deadline = parent, deadline
 }
 
 // materialize returns the context behind c, making it on first use.
@@ -90,9 +91,8 @@ func (c *attemptContext) Value(key any) any {
 
 func (c *attemptContext) String() string { return "consumer attempt context" }
 
-// end ends the attempt at now: its context, made or to be made, is
-// cancelled. timedOut reports whether the attempt ran to its deadline.
-func (c *attemptContext) end(now time.Time) (timedOut bool) {
+// end ends the attempt: its context, made or to be made, is cancelled.
+func (c *attemptContext) end() {
 	c.mu.Lock()
 	c.ended = true
 	cancel := c.cancel
@@ -100,5 +100,4 @@ func (c *attemptContext) end(now time.Time) (timedOut bool) {
 	if cancel != nil {
 		cancel()
 	}
-	return !now.Before(c.deadline)
 }

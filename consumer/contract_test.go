@@ -325,7 +325,11 @@ func TestMessageFields(t *testing.T) {
 		t.Errorf("message %+v", got)
 	}
 	if len(got.Headers) != 5 || string(got.Headers[2].Key) != "bin" || string(got.Headers[4].Value) != "again" {
-		t.Errorf("headers %q, want the record's five in order", got.Headers)
+		var names []string
+		for _, h := range got.Headers {
+			names = append(names, string(h.Key))
+		}
+		t.Errorf("headers %q, want the record's five in order", names)
 	}
 	if v, ok := got.Headers.Lookup("bin"); !ok || string(v) != "again" {
 		t.Errorf("Lookup(bin) = %q, %t; want the last one, again", v, ok)

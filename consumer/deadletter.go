@@ -154,9 +154,11 @@ func (d *delivery) write(ctx context.Context, cause error, failure dlq.Failure) 
 func (d *delivery) original() dlq.Original {
 	m := d.m
 	o := dlq.Original{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp, Key: m.Key, Value: m.Value}
-	o.Headers = make([]dlq.Header, len(m.Headers))
-	for i, h := range m.Headers {
-		o.Headers[i] = dlq.Header(h)
+	o.Headers = make([]dlq.Header, 0, len(m.Headers))
+	for _, h := range m.Headers {
+		if h != nil {
+			o.Headers = append(o.Headers, dlq.Header(*h))
+		}
 	}
 	return o
 }

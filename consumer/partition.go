@@ -35,6 +35,10 @@ type partition struct {
 	// letters are the partition's dead-letter writes in flight.
 	letters deadLetters
 
+	// clock is when the partition started: attempts read their time as
+	// clock plus the monotonic time since (cheaper than time.Now).
+	clock time.Time
+
 	mu     sync.Mutex
 	pauses int // waiters holding the partition paused
 }
@@ -48,6 +52,7 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		partition:    claim.Partition(),
 		log:          h.c.log.With("topic", claim.Topic(), "partition", claim.Partition()),
 		sessCtx:      sess.Context(),
+		clock:        time.Now(),
 		letters:      deadLetters{slots: make(chan struct{}, h.c.cfg.MaxDeadLettersInFlight)},
 	}
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.sessCtx))

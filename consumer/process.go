@@ -23,7 +23,10 @@ type delivery struct {
 	firstFailed time.Time
 	lastFailed  time.Time
 
-	msg Message // what m points to: one allocation for both
+	// What m and the first attempt's context point to: one allocation
+	// for both.
+	msg      Message
+	firstCtx attemptContext
 }
 
 // process handles msg until it is handled (then it settles it), handed to
@@ -96,9 +99,11 @@ func (d *delivery) handle(ctx context.Context) fate {
 //
 // The first attempt runs outside failsafe: most messages succeed on it, and
 // a failsafe execution costs dozens of allocations, several times what the
-// rest of a message costs. When it fails, failsafe takes over and replays
-// its error as its own first execution, so every decision after a failure
-// (abort, delay, retry, give up) is failsafe's, as if it had run it.
+// rest of a message costs. A first failure that ends the attempts (not
+// retryable, an open breaker, no attempt left) ends them here, as
+// failsafe's policy would. Otherwise failsafe takes over and replays the
+// error as its own first execution, so every later decision (abort, delay,
+// retry, give up) is failsafe's, as if it had run it.
 func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 	c := d.p.c
 	budget := c.cfg.MaxAttempts - d.failed
@@ -106,10 +111,18 @@ func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 	if first == nil {
 		return true, nil
 	}
+	if _, open := c.breakerWait(first); open || budget <= 1 || !c.retryable(first) {
+		return false, first // failsafe would stop here too (a Permanent error, say)
+	}
+	judged := false // the first failure, already judged retryable above
 	policy := retrypolicy.NewBuilder[any]().
 		WithMaxAttempts(budget).
 		ReturnLastFailure().
 		AbortIf(func(_ any, err error) bool {
+			if !judged {
+				judged = true
+				return false
+			}
 			_, open := c.breakerWait(err)
 			return open || !c.retryable(err)
 		}).
@@ -141,7 +154,11 @@ func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 // was open) and a panic is logged.
 func (d *delivery) try(ctx context.Context) error {
 	d.m.Attempt = d.failed + 1
-	err := d.p.attempt(ctx, d.m)
+	actx := &d.firstCtx
+	if d.m.Attempt > 1 {
+		actx = new(attemptContext) // the first may live on in the handler's goroutines
+	}
+	err := d.p.attempt(ctx, actx, d.m)
 	if err == nil {
 		return nil
 	}
@@ -165,16 +182,19 @@ func (d *delivery) try(ctx context.Context) error {
 // than a failsafe Timeout policy, which costs a dozen allocations per
 // message, or a plain context timeout, whose timer costs more than the rest
 // of the message.)
-func (p *partition) attempt(ctx context.Context, m *Message) error {
-	start := time.Now() // read once: the clock is a good part of an attempt's cost
-	actx := newAttemptContext(ctx, start.Add(p.c.cfg.AttemptTimeout))
+func (p *partition) attempt(ctx context.Context, actx *attemptContext, m *Message) error {
+	// The clock is a good part of an attempt's cost: read only the
+	// monotonic clock, twice, against the partition's time base.
+	start := p.clock.Add(time.Since(p.clock))
+	actx.start(ctx, start.Add(p.c.cfg.AttemptTimeout))
 	err := p.call(actx, m)
-	end := time.Now()
-	if actx.end(end) {
+	took := time.Since(start)
+	actx.end()
+	if took >= p.c.cfg.AttemptTimeout {
 		err = fmt.Errorf("%w after %v (Config.AttemptTimeout)", ErrAttemptTimeout, p.c.cfg.AttemptTimeout)
 	}
 	if p.c.measured {
-		p.c.metrics.HandlerDuration(m.Topic, end.Sub(start))
+		p.c.metrics.HandlerDuration(m.Topic, took)
 	}
 	return err
 }

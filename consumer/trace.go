@@ -20,9 +20,11 @@ func (h headerCarrier) Get(key string) string {
 func (h headerCarrier) Set(string, string) {}
 
 func (h headerCarrier) Keys() []string {
-	keys := make([]string, len(h))
-	for i, hd := range h {
-		keys[i] = string(hd.Key)
+	keys := make([]string, 0, len(h))
+	for _, hd := range h {
+		if hd != nil {
+			keys = append(keys, string(hd.Key))
+		}
 	}
 	return keys
 }
