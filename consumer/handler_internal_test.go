@@ -12,10 +12,10 @@ import (
 func TestSetMessage(t *testing.T) {
 	h := func(k, v string) *sarama.RecordHeader { return &sarama.RecordHeader{Key: []byte(k), Value: []byte(v)} }
 	for _, tc := range []struct {
-		name           string
-		headers        []*sarama.RecordHeader
-		id, corr       string
-		traced         bool
+		name     string
+		headers  []*sarama.RecordHeader
+		id, corr string
+		traced   bool
 	}{
 		{"none", nil, "", "", false},
 		{"both", []*sarama.RecordHeader{h("ce_id", "id-1"), h("ce_correlationid", "corr-1")}, "id-1", "corr-1", false},
