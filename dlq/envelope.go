@@ -415,16 +415,20 @@ func (e Envelope) originalHeaders() ([]Header, error) {
 	}
 	headers := make([]Header, 0, len(e.OriginalHeaderList))
 	for i, h := range e.OriginalHeaderList {
-		field := fmt.Sprintf("original_header_list[%d]", i)
+		// The field's name is made only for an error: this runs for every
+		// header of every dead letter written.
+		field := func() string { return fmt.Sprintf("original_header_list[%d]", i) }
 		if (h.Key == nil) == (h.KeyBase64 == nil) {
-			return nil, fieldErr(field, ErrInvalidEnvelope, "needs exactly one of key and key_base64")
+			return nil, fieldErr(field(), ErrInvalidEnvelope, "needs exactly one of key and key_base64")
 		}
-		key, err := decodeText(field+".key", h.Key, h.KeyBase64)
+		key, err := decodeText("original_header_list", h.Key, h.KeyBase64)
 		if err != nil {
+			_, err = decodeText(field()+".key", h.Key, h.KeyBase64)
 			return nil, err
 		}
-		value, err := decodeText(field+".value", h.Value, h.ValueBase64)
+		value, err := decodeText("original_header_list", h.Value, h.ValueBase64)
 		if err != nil {
+			_, err = decodeText(field()+".value", h.Value, h.ValueBase64)
 			return nil, err
 		}
 		headers = append(headers, Header{Key: key, Value: value})

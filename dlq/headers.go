@@ -125,16 +125,16 @@ type Record struct {
 // key, the encoded envelope as value, and Headers plus
 // dlq_format=envelope.
 func (e Envelope) Record() (Record, error) {
-	o, err := e.Original()
+	value, err := Encode(e) // validates e
 	if err != nil {
 		return Record{}, err
 	}
-	value, err := Encode(e)
+	key, err := decodeText("original_key", e.OriginalKey, e.OriginalKeyBase64)
 	if err != nil {
 		return Record{}, err
 	}
 	headers := append(e.Headers(), Header{Key: []byte(HeaderFormat), Value: []byte(FormatEnvelope)})
-	return Record{Key: o.Key, Value: value, Headers: headers}, nil
+	return Record{Key: key, Value: value, Headers: headers}, nil
 }
 
 // RawRecord returns the raw-mode dead-letter record of e: the original key
