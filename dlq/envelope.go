@@ -233,7 +233,9 @@ func New(o Original, f Failure) (Envelope, error) {
 	if !representable(e.OriginalTimestamp) {
 		e.OriginalTimestamp = time.Time{}
 	}
-	if err := e.Validate(); err != nil {
+	// build wrote the key, value and headers itself, valid by
+	// construction: check the rest.
+	if err := e.validate(false); err != nil {
 		return Envelope{}, err
 	}
 	return e, nil
@@ -283,14 +285,27 @@ func build(o Original, f Failure) Envelope {
 // compacts raw JSON), and not the literal null (which reads back as "no
 // value").
 func exactJSON(value []byte) bool {
-	if !utf8.Valid(value) || !json.Valid(value) || string(value) == "null" {
-		return false
+	return utf8.Valid(value) && json.Valid(value) && string(value) != "null" && compactJSON(value)
+}
+
+// compactJSON reports whether valid JSON has no whitespace outside its
+// strings: the only bytes json.Compact would take out.
+func compactJSON(value []byte) bool {
+	inString, escaped := false, false
+	for _, c := range value {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			escaped = c == '\\'
+			inString = c != '"'
+		case c == '"':
+			inString = true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			return false
+		}
 	}
-	var compact bytes.Buffer
-	if err := json.Compact(&compact, value); err != nil {
-		return false
-	}
-	return bytes.Equal(compact.Bytes(), value)
+	return true
 }
 
 func textOrBase64(b []byte) (text, b64 *string) {
@@ -468,7 +483,11 @@ func decodeBase64(field string, b64 *string) ([]byte, error) {
 
 // Validate checks e against the rules of envelope version 1. The error is an
 // *EnvelopeError naming the first offending field.
-func (e Envelope) Validate() error {
+func (e Envelope) Validate() error { return e.validate(true) }
+
+// validate is Validate; with encoded false it leaves out the fields that
+// hold the original's bytes (key, value, headers).
+func (e Envelope) validate(encoded bool) error {
 	switch {
 	case e.Version == 0:
 		return fieldErr("envelope_version", ErrInvalidEnvelope, "is missing; set it to %d, or build the envelope with New", EnvelopeVersion)
@@ -493,14 +512,16 @@ func (e Envelope) Validate() error {
 	if !representable(e.OriginalTimestamp) {
 		return fieldErr("original_timestamp", ErrInvalidEnvelope, "%s is outside the years 0-9999 that RFC 3339 can write; leave it zero", e.OriginalTimestamp)
 	}
-	if _, err := decodeText("original_key", e.OriginalKey, e.OriginalKeyBase64); err != nil {
-		return err
-	}
-	if _, err := e.OriginalValue(); err != nil {
-		return err
-	}
-	if err := e.validateHeaders(); err != nil {
-		return err
+	if encoded {
+		if _, err := decodeText("original_key", e.OriginalKey, e.OriginalKeyBase64); err != nil {
+			return err
+		}
+		if err := e.checkMessage(); err != nil {
+			return err
+		}
+		if err := e.validateHeaders(); err != nil {
+			return err
+		}
 	}
 	switch {
 	case e.ErrorKind == "":
@@ -517,6 +538,42 @@ func (e Envelope) Validate() error {
 		return fieldErr("replay_count", ErrInvalidEnvelope, "is %d; it counts replays and cannot be negative", e.ReplayCount)
 	}
 	return nil
+}
+
+// checkMessage is the check of OriginalValue, without compacting a copy
+// of original_message when it is plainly fine (the usual case).
+func (e Envelope) checkMessage() error {
+	if e.OriginalMessage != nil && e.OriginalMessageBase64 == nil && json.Valid(e.OriginalMessage) &&
+		string(bytes.TrimSpace(e.OriginalMessage)) != "null" {
+		return nil
+	}
+	_, err := e.OriginalValue()
+	return err
+}
+
+// plainEntries reports whether every entry of the list is plainly fine:
+// exactly one of key and key_base64, text fields valid UTF-8 and base64
+// fields valid base64. It decodes nothing it need not: originalHeaders
+// says what is wrong otherwise.
+func (e Envelope) plainEntries() bool {
+	plain := func(text, b64 *string) bool {
+		switch {
+		case text != nil && b64 != nil:
+			return false
+		case text != nil:
+			return utf8.ValidString(*text)
+		case b64 != nil:
+			_, err := base64.StdEncoding.DecodeString(*b64)
+			return err == nil
+		}
+		return true
+	}
+	for _, h := range e.OriginalHeaderList {
+		if (h.Key == nil) == (h.KeyBase64 == nil) || !plain(h.Key, h.KeyBase64) || !plain(h.Value, h.ValueBase64) {
+			return false
+		}
+	}
+	return true
 }
 
 // validateHeaders checks the list and that the maps are exactly the view
@@ -539,8 +596,10 @@ func (e Envelope) validateHeaders() error {
 		_, err := e.originalHeaders()
 		return err
 	}
-	if _, err := e.originalHeaders(); err != nil {
-		return err
+	if !e.plainEntries() {
+		if _, err := e.originalHeaders(); err != nil {
+			return err
+		}
 	}
 	text, b64 := headerView(e.OriginalHeaderList)
 	if !maps.Equal(text, e.OriginalHeaders) {

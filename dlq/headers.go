@@ -86,10 +86,9 @@ func isContextHeader(name []byte) bool {
 // milliseconds, every value cut to MaxHeaderValueBytes. Headers for unknown
 // times and empty ids are left out.
 func (e Envelope) Headers() []Header {
-	headers := make([]Header, 0, 13)
-	add := func(name, value string) {
-		headers = append(headers, Header{Key: []byte(name), Value: []byte(truncate(value, MaxHeaderValueBytes))})
-	}
+	type header struct{ name, value string }
+	list := make([]header, 0, 13)
+	add := func(name, value string) { list = append(list, header{name, truncate(value, MaxHeaderValueBytes)}) }
 	addTime := func(name string, t time.Time) {
 		if s := formatTime(t); s != nil {
 			add(name, *s)
@@ -112,6 +111,21 @@ func (e Envelope) Headers() []Header {
 		add(HeaderConsumerGroup, e.ConsumerGroup)
 	}
 	add(HeaderReplayCount, strconv.Itoa(e.ReplayCount))
+	// Every name and value in one allocation: a dead letter's headers are
+	// written for each of them.
+	size := 0
+	for _, h := range list {
+		size += len(h.name) + len(h.value)
+	}
+	buf := make([]byte, 0, size)
+	headers := make([]Header, len(list))
+	for i, h := range list {
+		start := len(buf)
+		buf = append(buf, h.name...)
+		mid := len(buf)
+		buf = append(buf, h.value...)
+		headers[i] = Header{Key: buf[start:mid:mid], Value: buf[mid:len(buf):len(buf)]}
+	}
 	return headers
 }
 
