@@ -33,6 +33,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/courierkit/courier/internal/bench"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
 )
@@ -90,7 +91,7 @@ func BenchmarkRelayThroughput(b *testing.B) {
 	}
 	results := &testkit.Rates{Unit: "events/s"}
 	for _, c := range cases {
-		results.Set(c.name, testkit.MedianRate(benchEvents, c.spent))
+		results.Set(c.name, bench.MedianRate(benchEvents, c.spent))
 		if c.claims != nil {
 			results.Note(c.name, fmt.Sprintf("%.1f claims per drain", float64(c.claims.Load())/float64(round)))
 		}

@@ -1,6 +1,6 @@
 // Command courier is the operator's tool for courier: it migrates the outbox
-// schema (and, as the toolkit grows, runs the relay and inspects outboxes and
-// dead-letter topics).
+// schema and measures courier beside baselines (bench); as the toolkit
+// grows, it runs the relay and inspects outboxes and dead-letter topics.
 //
 // Every command takes its flags also from COURIER_* environment variables,
 // prints JSON with --output json, and exits 0 on success, 1 on failure and 2
@@ -61,12 +61,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 func newRootCmd() *cobra.Command {
 	root := &cobra.Command{
 		Use:           "courier",
-		Short:         "Operate courier's transactional outbox",
+		Short:         "Operate courier's transactional outbox and Kafka consumers",
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newMigrateCmd())
+	root.AddCommand(newMigrateCmd(), newBenchCmd())
 	return root
 }
 

@@ -3,11 +3,9 @@ package testkit
 import (
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
-	"time"
 )
 
 // Rates collects the rates that sub-benchmarks report, to print each beside
@@ -74,19 +72,4 @@ func (r *Rates) Print(w io.Writer, title string, baseline func(name string) stri
 		sb.WriteByte('\n')
 	}
 	_, _ = io.WriteString(w, sb.String())
-}
-
-// MedianRate is n items over the median of durations, each the time one run
-// took for n items: on a machine shared with others, the median shrugs off
-// the run that met a neighbour's burst.
-func MedianRate(n int, durations []time.Duration) float64 {
-	if len(durations) == 0 {
-		return 0
-	}
-	sorted := slices.Sorted(slices.Values(durations))
-	median := sorted[len(sorted)/2]
-	if len(sorted)%2 == 0 {
-		median = (sorted[len(sorted)/2-1] + median) / 2
-	}
-	return float64(n) / median.Seconds()
 }

@@ -221,25 +221,3 @@ func TestHelperUnreachablePostgres(t *testing.T) {
 	testkit.Postgres(t)
 	t.Fatal("testkit.Postgres returned for an unreachable server")
 }
-
-func TestMedianRate(t *testing.T) {
-	ms := func(n ...int) []time.Duration {
-		var out []time.Duration
-		for _, v := range n {
-			out = append(out, time.Duration(v)*time.Millisecond)
-		}
-		return out
-	}
-	for _, c := range []struct {
-		durations []time.Duration
-		want      float64
-	}{
-		{ms(500, 100, 400), 1000 / 0.4},       // odd: the middle one, whatever the order
-		{ms(100, 300, 200, 900), 1000 / 0.25}, // even: the mean of the middle two
-		{nil, 0},
-	} {
-		if got := testkit.MedianRate(1000, c.durations); got != c.want {
-			t.Errorf("MedianRate(1000, %v) = %v, want %v", c.durations, got, c.want)
-		}
-	}
-}

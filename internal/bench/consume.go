@@ -1,0 +1,654 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/google/uuid"
+	"github.com/sony/gobreaker/v2"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/producer"
+)
+
+// Defaults of ConsumeConfig.
+const (
+	DefaultMessages     = 200_000
+	DefaultSlowMessages = 4_000
+	DefaultRounds       = 1
+)
+
+const (
+	keys        = 1_000 // distinct record keys
+	partitions  = 12
+	payloadSize = 200 // bytes of JSON per message
+	failEvery   = 100 // 1%: messages i with i%failEvery == failEvery-1 fail for good
+	seedChunk   = 5_000
+	slowHandler = 5 * time.Millisecond
+	deadline    = 2 * time.Minute // to join the group, then again to consume the backlog
+
+	// Raw names the baseline configuration.
+	Raw      = "raw-sarama-group"
+	slowBase = "runner/handler=5ms/workers=1"
+)
+
+// ConsumeConfig says where and how much Consume measures. Only Brokers is
+// required.
+type ConsumeConfig struct {
+	// Brokers are the Kafka bootstrap addresses; the run creates (and
+	// deletes) its own topics there.
+	Brokers []string
+	// Sarama returns the client config for creating topics, seeding and
+	// reading dead letters. Defaults to sarama.NewConfig() with acks from
+	// all in-sync replicas.
+	Sarama func() *sarama.Config
+	// Messages is the backlog of the throughput configurations. Defaults
+	// to 200,000.
+	Messages int
+	// SlowMessages is the backlog of the 5 ms handler configurations.
+	// Defaults to 4,000.
+	SlowMessages int
+	// Rounds is how many backlogs each configuration consumes. Defaults
+	// to 1; use 5 for figures.
+	Rounds int
+	// Fetching, when set, returns a channel closed when the broker receives
+	// the first fetch of topic, so that the group join is not timed.
+	Fetching func(topic string) <-chan struct{}
+	// Logger receives the runners' logs; their "message dead-lettered"
+	// lines are expected. Defaults to a logger that formats and discards,
+	// as a service would pay for them.
+	Logger *slog.Logger
+	// Name makes topic and group names unique. Defaults to a random one.
+	Name string
+}
+
+// Result is one configuration's figure.
+type Result struct {
+	Name string `json:"name"`
+	// Rate is messages per second over the median consuming time.
+	Rate float64 `json:"msgs_per_s"`
+	// Baseline names the configuration Ratio compares with.
+	Baseline string  `json:"baseline"`
+	Ratio    float64 `json:"ratio"`
+	// Ceiling is the most a 5 ms handler configuration could reach; 0 for
+	// the others.
+	Ceiling float64 `json:"ceiling_msgs_per_s,omitempty"`
+}
+
+// ConsumeReport is the figures of one Consume run.
+type ConsumeReport struct {
+	Messages     int      `json:"messages"`
+	SlowMessages int      `json:"slow_messages"`
+	Rounds       int      `json:"rounds"`
+	Results      []Result `json:"results"`
+}
+
+// WriteText writes the report as the table the benchmarks print.
+func (r ConsumeReport) WriteText(w io.Writer) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "msgs/s consuming %d messages (%d with the 5ms handler) over %d keys and %d partitions, %d times each, taking turns, same broker:\n",
+		r.Messages, r.SlowMessages, keys, partitions, r.Rounds)
+	for _, res := range r.Results {
+		fmt.Fprintf(&b, "  %-36s %9.0f  %5.2fx %s", res.Name, res.Rate, res.Ratio, res.Baseline)
+		if res.Ceiling > 0 {
+			fmt.Fprintf(&b, "  (ceiling %.0f: %.2fx)", res.Ceiling, res.Rate/res.Ceiling)
+		}
+		b.WriteByte('\n')
+	}
+	b.WriteString("  (ceiling: the backlog's busiest worker handling its messages one after the other)\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// Consume measures the consumer runner beside a raw Sarama consumer group,
+// in one run on one broker: the figures `courier bench consume` and
+// BenchmarkConsume print.
+//
+// Each configuration consumes its own freshly seeded backlog: 200,000
+// messages by default, 1,000 keys over 12 partitions, ~200-byte JSON values
+// with the CloudEvents headers courier's relay writes. The configurations:
+//
+//   - raw-sarama-group: a Sarama consumer group that only marks each
+//     message (the baseline);
+//   - runner/no-failures: consumer.Consumer, default config, handler
+//     returning nil;
+//   - runner/1%-permanent: the same, failing 1% of the messages with
+//     consumer.Permanent, so they go to the dead-letter topic (whose
+//     records are checked afterwards);
+//   - runner/handler=5ms/workers=1 and =16: 4,000 messages with a handler
+//     that takes 5 ms, one worker per partition against 16, each beside its
+//     ceiling (the backlog's busiest worker handling its messages one after
+//     the other).
+//
+// They take turns, Rounds times, each round starting one further along the
+// list, so that a machine whose speed drifts meets them all alike; a
+// configuration's rate is its messages over its median consuming time,
+// which starts at the group's first fetch when ConsumeConfig.Fetching can tell it
+// (the in-process broker can), else when the consumer starts.
+//
+// It returns the report, or the first error.
+func Consume(ctx context.Context, cfg ConsumeConfig) (ConsumeReport, error) {
+	run, err := NewConsumeRun(cfg)
+	if err != nil {
+		return ConsumeReport{}, err
+	}
+	for range run.cfg.Rounds {
+		if err := run.Round(ctx); err != nil {
+			return ConsumeReport{}, err
+		}
+	}
+	return run.Report(), nil
+}
+
+// ConsumeRun is Consume one round at a time, for a caller that counts the
+// rounds itself (a benchmark's b.Loop). ConsumeConfig.Rounds is not used.
+type ConsumeRun struct {
+	cfg    ConsumeConfig
+	cases  []*benchCase
+	rounds int
+}
+
+// NewConsumeRun validates cfg and applies its defaults.
+func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	slow := func(ctx context.Context, _ *consumer.Message, _ bool) error {
+		t := time.NewTimer(slowHandler)
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	cases := []*benchCase{
+		{name: Raw, n: cfg.Messages, consume: rawGroup},
+		{name: "runner/no-failures", n: cfg.Messages,
+			consume: runner(consumer.Config{}, func(context.Context, *consumer.Message, bool) error { return nil })},
+		{name: "runner/1%-permanent", n: cfg.Messages,
+			consume: runner(consumer.Config{}, func(_ context.Context, m *consumer.Message, fail bool) error {
+				if fail {
+					return consumer.Permanent(fmt.Errorf("bench: message %s fails for good", m.ID))
+				}
+				return nil
+			})},
+	}
+	for _, workers := range []int{1, 16} {
+		cases = append(cases, &benchCase{name: fmt.Sprintf("runner/handler=5ms/workers=%d", workers), n: cfg.SlowMessages,
+			workers: workers, consume: runner(consumer.Config{Workers: workers}, slow)})
+	}
+	return &ConsumeRun{cfg: cfg, cases: cases}, nil
+}
+
+// Round consumes one backlog with every configuration, starting one
+// further along the list than the round before.
+func (r *ConsumeRun) Round(ctx context.Context) error {
+	for i := range r.cases {
+		c := r.cases[(r.rounds+i)%len(r.cases)]
+		if err := c.once(ctx, &r.cfg, fmt.Sprintf("%s_%d_%d", r.cfg.Name, r.rounds, i)); err != nil {
+			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	r.rounds++
+	return nil
+}
+
+// Report is the figures of the rounds so far.
+func (r *ConsumeRun) Report() ConsumeReport {
+	report := ConsumeReport{Messages: r.cfg.Messages, SlowMessages: r.cfg.SlowMessages, Rounds: r.rounds}
+	rates := map[string]float64{}
+	for _, c := range r.cases {
+		rates[c.name] = MedianRate(c.n, c.spent)
+	}
+	for _, c := range r.cases {
+		res := Result{Name: c.name, Rate: rates[c.name], Baseline: Raw}
+		if c.workers > 0 && c.last != nil {
+			res.Baseline = slowBase
+			res.Ceiling = c.last.ceiling(c.workers, slowHandler)
+		}
+		if base := rates[res.Baseline]; base > 0 {
+			res.Ratio = res.Rate / base
+		}
+		report.Results = append(report.Results, res)
+	}
+	return report
+}
+
+func (c *ConsumeConfig) setDefaults() error {
+	if len(c.Brokers) == 0 {
+		return errors.New("bench: no Kafka brokers given")
+	}
+	if c.Sarama == nil {
+		c.Sarama = func() *sarama.Config {
+			cfg := sarama.NewConfig()
+			cfg.Producer.RequiredAcks = sarama.WaitForAll
+			cfg.Producer.Return.Successes = true
+			return cfg
+		}
+	}
+	for _, d := range []struct {
+		field *int
+		def   int
+	}{{&c.Messages, DefaultMessages}, {&c.SlowMessages, DefaultSlowMessages}, {&c.Rounds, DefaultRounds}} {
+		if *d.field < 0 {
+			return fmt.Errorf("bench: a negative count (%d); use a positive one, or 0 for the default of %d", *d.field, d.def)
+		}
+		if *d.field == 0 {
+			*d.field = d.def
+		}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	}
+	if c.Name == "" {
+		c.Name = "bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+	}
+	return nil
+}
+
+// benchCase is one way of consuming a backlog.
+type benchCase struct {
+	name    string
+	n       int // messages in its backlog
+	workers int // Config.Workers of a 5 ms handler case, else 0
+	consume consumeFunc
+	spent   []time.Duration // consuming, each round
+	last    *backlog        // the last backlog, for the ceiling
+}
+
+// consumeFunc consumes bl until s has counted every message, then stops
+// and returns how long consuming took (see settled.measure), once its
+// consumer has shut down.
+type consumeFunc func(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error)
+
+// once seeds a backlog named name and consumes it.
+func (c *benchCase) once(ctx context.Context, cfg *ConsumeConfig, name string) error {
+	bl, err := seed(cfg, name, c.n)
+	if err != nil {
+		return err
+	}
+	defer bl.drop()
+	c.last = bl
+	runtime.GC() // start from the same heap: no collection owed by the seeding or an earlier consumption
+	s := &settled{target: int64(c.n), done: make(chan struct{})}
+	took, err := c.consume(ctx, cfg, bl, s)
+	if err != nil {
+		return err
+	}
+	if got := s.count.Load(); got != int64(c.n) {
+		return fmt.Errorf("%d messages settled, want %d (redelivered after a rebalance?)", got, c.n)
+	}
+	c.spent = append(c.spent, took)
+	return nil
+}
+
+// backlog is a seeded topic, its dead-letter topic and a fresh group.
+type backlog struct {
+	brokers []string
+	admin   sarama.ClusterAdmin
+	sarama  *sarama.Config
+	topic   string
+	dlq     string
+	group   string
+	n       int
+	fail    map[string]bool  // ce_id of the messages meant to fail
+	keys    []map[string]int // messages by key, by partition
+}
+
+// ceiling is the most msgs/s a handler taking d can reach on the backlog
+// with Config.Workers workers: the busiest worker of the busiest partition
+// handles its messages one after the other. Keys are spread over workers by
+// CRC-32, as the runner does; with 1 worker this is the busiest partition.
+func (bl *backlog) ceiling(workers int, d time.Duration) float64 {
+	busiest := 0
+	for _, keys := range bl.keys {
+		load := make([]int, workers)
+		for key, n := range keys {
+			load[crc32.ChecksumIEEE([]byte(key))%uint32(workers)] += n
+		}
+		busiest = max(busiest, slices.Max(load))
+	}
+	return float64(bl.n) / (float64(busiest) * d.Seconds())
+}
+
+// seed creates a topic and its dead-letter topic and writes n messages to
+// the topic. Keys come from a fixed-seed generator, so every configuration
+// consumes the same backlog; each message has a new ce_id.
+func seed(cfg *ConsumeConfig, name string, n int) (*backlog, error) {
+	saramaCfg := cfg.Sarama()
+	admin, err := sarama.NewClusterAdmin(cfg.Brokers, saramaCfg)
+	if err != nil {
+		return nil, fmt.Errorf("connect to Kafka at %v: %w", cfg.Brokers, err)
+	}
+	bl := &backlog{
+		brokers: cfg.Brokers, admin: admin, sarama: saramaCfg,
+		topic: "courier.bench." + name, group: "courier.bench." + name,
+		n: n, fail: map[string]bool{}, keys: make([]map[string]int, partitions),
+	}
+	for i := range bl.keys {
+		bl.keys[i] = map[string]int{}
+	}
+	bl.dlq = dlq.Topic(bl.topic, consumer.DefaultDeadLetterSuffix)
+	for topic, parts := range map[string]int32{bl.topic: partitions, bl.dlq: 1} {
+		if err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: parts, ReplicationFactor: 1}, false); err != nil {
+			bl.drop()
+			return nil, fmt.Errorf("create topic %s: %w", topic, err)
+		}
+	}
+	if err := bl.write(n); err != nil {
+		bl.drop()
+		return nil, err
+	}
+	return bl, nil
+}
+
+// write produces the backlog's n messages.
+func (bl *backlog) write(n int) error {
+	sp, err := sarama.NewSyncProducer(bl.brokers, bl.sarama)
+	if err != nil {
+		return err
+	}
+	defer sp.Close()
+	rng := rand.New(rand.NewPCG(13, 13))
+	created := time.Now().UTC().Format(time.RFC3339Nano)
+	msgs := make([]*sarama.ProducerMessage, 0, seedChunk)
+	for i := range n {
+		key := fmt.Sprintf("order-%d", rng.IntN(keys))
+		id := uuid.Must(uuid.NewV7()).String()
+		if i%failEvery == failEvery-1 {
+			bl.fail[id] = true
+		}
+		payload := fmt.Appendf(nil, `{"order_id":%q,"n":%d,"status":"created","note":"`, key, i)
+		payload = append(payload, strings.Repeat("x", max(payloadSize-len(payload)-2, 0))...)
+		payload = append(payload, `"}`...)
+		msgs = append(msgs, &sarama.ProducerMessage{
+			Topic: bl.topic,
+			Key:   sarama.StringEncoder(key),
+			Value: sarama.ByteEncoder(payload),
+			Headers: []sarama.RecordHeader{
+				header(producer.HeaderSpecVersion, "1.0"),
+				header(producer.HeaderID, id),
+				header(producer.HeaderType, "OrderCreated"),
+				header(producer.HeaderSource, producer.DefaultSource),
+				header(producer.HeaderTime, created),
+				header(producer.HeaderContentType, "application/json"),
+				header(producer.HeaderCorrelationID, "corr-"+key),
+			},
+		})
+		if len(msgs) == seedChunk || i == n-1 {
+			if err := sp.SendMessages(msgs); err != nil {
+				return fmt.Errorf("seed %s: %w", bl.topic, err)
+			}
+			for _, m := range msgs {
+				bl.keys[m.Partition][string(m.Key.(sarama.StringEncoder))]++
+			}
+			msgs = msgs[:0]
+		}
+	}
+	return nil
+}
+
+// drop deletes the backlog's topics and closes its admin client.
+func (bl *backlog) drop() {
+	for _, topic := range []string{bl.topic, bl.dlq} {
+		_ = bl.admin.DeleteTopic(topic)
+	}
+	_ = bl.admin.Close()
+}
+
+func header(name, value string) sarama.RecordHeader {
+	return sarama.RecordHeader{Key: []byte(name), Value: []byte(value)}
+}
+
+// settled counts settled messages and closes done with the last.
+type settled struct {
+	target int64
+	count  atomic.Int64
+	done   chan struct{}
+}
+
+func (s *settled) add() {
+	if s.count.Add(1) == s.target {
+		close(s.done)
+	}
+}
+
+// measure times the consumption, from when fetching starts (see
+// ConsumeConfig.Fetching; now when nil) to the last settled message, failing
+// after deadline for either.
+func (s *settled) measure(ctx context.Context, fetching <-chan struct{}) (time.Duration, error) {
+	if fetching != nil {
+		select {
+		case <-fetching:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-time.After(deadline):
+			return 0, fmt.Errorf("the group did not fetch within %v: did it join?", deadline)
+		}
+	}
+	start := time.Now()
+	select {
+	case <-s.done:
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(deadline):
+		return 0, fmt.Errorf("%d of %d messages settled within %v", s.count.Load(), s.target, deadline)
+	}
+	return time.Since(start), nil
+}
+
+func (cfg *ConsumeConfig) fetching(topic string) <-chan struct{} {
+	if cfg.Fetching == nil {
+		return nil
+	}
+	return cfg.Fetching(topic)
+}
+
+// rawGroup is the baseline: a Sarama consumer group, configured as the
+// runner's default, whose ConsumeClaim only marks each message.
+func rawGroup(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error) {
+	fetching := cfg.fetching(bl.topic)
+	group, err := sarama.NewConsumerGroup(bl.brokers, bl.group, consumer.NewSaramaConfig())
+	if err != nil {
+		return 0, err
+	}
+	drained := make(chan struct{})
+	go func() {
+		defer close(drained)
+		for err := range group.Errors() {
+			cfg.Logger.Warn("raw consumer group error", "error", err)
+		}
+	}()
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for runCtx.Err() == nil {
+			if err := group.Consume(runCtx, []string{bl.topic}, marker{s}); err != nil && runCtx.Err() == nil {
+				cfg.Logger.Warn("raw consumer group session failed", "error", err)
+			}
+		}
+	})
+	took, err := s.measure(ctx, fetching)
+	cancel()
+	wg.Wait()
+	err = errors.Join(err, group.Close())
+	<-drained
+	return took, err
+}
+
+// marker is the raw group's handler.
+type marker struct{ s *settled }
+
+func (marker) Setup(sarama.ConsumerGroupSession) error   { return nil }
+func (marker) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+
+func (h marker) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	for {
+		select {
+		case <-sess.Context().Done():
+			return nil
+		case msg, ok := <-claim.Messages():
+			if !ok {
+				return nil
+			}
+			sess.MarkMessage(msg, "")
+			h.s.add()
+		}
+	}
+}
+
+// runner consumes with a runner configured as rc plus the backlog's
+// brokers, group and topic. handle is told whether the message is one of
+// those meant to fail. Messages are counted as settled through Metrics
+// (handled or dead-lettered). Afterwards the dead-letter topic must hold
+// exactly the messages meant to fail when handle failed them, else none.
+func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Message, fail bool) error) consumeFunc {
+	return func(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error) {
+		var failed atomic.Int64
+		rc.Brokers, rc.Group, rc.Topics = bl.brokers, bl.group, []string{bl.topic}
+		rc.Handler = consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+			err := handle(ctx, m, bl.fail[m.ID])
+			if err != nil {
+				failed.Add(1)
+			}
+			return err
+		})
+		rc.Metrics = settledMetrics{s}
+		rc.Logger = cfg.Logger
+		c, err := consumer.New(rc)
+		if err != nil {
+			return 0, err
+		}
+		fetching := cfg.fetching(bl.topic)
+		runCtx, cancel := context.WithCancel(ctx)
+		runErr := make(chan error, 1)
+		go func() { runErr <- c.Run(runCtx) }()
+		took, err := s.measure(ctx, fetching)
+		cancel()
+		select {
+		case rerr := <-runErr:
+			err = errors.Join(err, rerr)
+		case <-time.After(30 * time.Second):
+			err = errors.Join(err, errors.New("Run did not return within 30s of its context ending"))
+		}
+		if err != nil {
+			return 0, err
+		}
+		want := 0
+		if failed.Load() > 0 {
+			want = len(bl.fail)
+		}
+		return took, bl.checkDeadLetters(want)
+	}
+}
+
+// settledMetrics counts messages handled or dead-lettered.
+type settledMetrics struct{ s *settled }
+
+func (m settledMetrics) Message(_ string, o consumer.Outcome) {
+	if o == consumer.OutcomeHandled || o == consumer.OutcomeDeadLettered {
+		m.s.add()
+	}
+}
+func (settledMetrics) HandlerDuration(string, time.Duration)  {}
+func (settledMetrics) InFlight(string, int)                   {}
+func (settledMetrics) BreakerChanged(string, gobreaker.State) {}
+func (settledMetrics) Lag(string, int32, int64)               {}
+func (settledMetrics) Released(string, int32)                 {}
+
+// checkDeadLetters fails unless the dead-letter topic holds want records,
+// each the envelope of a distinct message meant to fail.
+func (bl *backlog) checkDeadLetters(want int) error {
+	cfg := bl.sarama
+	cfg.Consumer.Offsets.Initial = sarama.OffsetOldest
+	client, err := sarama.NewClient(bl.brokers, cfg)
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	hwm, err := client.GetOffset(bl.dlq, 0, sarama.OffsetNewest)
+	if err != nil {
+		return err
+	}
+	if hwm != int64(want) {
+		return fmt.Errorf("the dead-letter topic holds %d records, want %d", hwm, want)
+	}
+	if want == 0 {
+		return nil
+	}
+	c, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	pc, err := c.ConsumePartition(bl.dlq, 0, sarama.OffsetOldest)
+	if err != nil {
+		return err
+	}
+	defer pc.Close()
+	seen := map[string]bool{}
+	for rec := range pc.Messages() {
+		headers := make([]dlq.Header, len(rec.Headers))
+		for i, h := range rec.Headers {
+			headers[i] = dlq.Header{Key: h.Key, Value: h.Value}
+		}
+		env, err := dlq.Read(rec.Key, rec.Value, headers)
+		if err != nil {
+			return fmt.Errorf("dead letter at offset %d: %w", rec.Offset, err)
+		}
+		o, err := env.Original()
+		if err != nil {
+			return fmt.Errorf("dead letter at offset %d: %w", rec.Offset, err)
+		}
+		id := ""
+		for _, h := range o.Headers {
+			if string(h.Key) == producer.HeaderID {
+				id = string(h.Value)
+			}
+		}
+		if !bl.fail[id] || seen[id] {
+			return fmt.Errorf("dead letter at offset %d is of message %q: not meant to fail, or twice", rec.Offset, id)
+		}
+		seen[id] = true
+		if rec.Offset+1 >= hwm {
+			break
+		}
+	}
+	return nil
+}
+
+// KfakeFetching is a ConsumeConfig.Fetching for the in-process broker: the
+// channel closes when the cluster receives the first fetch of topic.
+func KfakeFetching(cluster *kfake.Cluster) func(topic string) <-chan struct{} {
+	return func(topic string) <-chan struct{} {
+		ch := make(chan struct{})
+		var once sync.Once
+		cluster.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+			for _, t := range req.(*kmsg.FetchRequest).Topics {
+				if t.Topic == topic {
+					once.Do(func() { close(ch) })
+					cluster.DropControl()
+				}
+			}
+			return nil, nil, false // observe only: the broker handles it
+		})
+		return ch
+	}
+}
