@@ -227,6 +227,19 @@ func TestHoldKeyOnDeadLetterUntilRequeued(t *testing.T) {
 	}
 }
 
+// setupMaxPayload is setup with an outbox that takes payloads up to maxPayload
+// bytes, to enqueue events larger than a broker accepts.
+func setupMaxPayload(t *testing.T, maxPayload int) (*testkit.PG, *producer.Outbox) {
+	t.Helper()
+	pg := testkit.Postgres(t)
+	pg.Migrate(t)
+	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema, MaxPayloadBytes: maxPayload})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pg, out
+}
+
 // TestPoisonEventIsDeadLetteredAtOnce sends a record larger than the broker
 // accepts among ordinary ones: the broker's refusal dead-letters it on its
 // first attempt, and every other event — of other keys sharing its
@@ -234,12 +247,7 @@ func TestHoldKeyOnDeadLetterUntilRequeued(t *testing.T) {
 // batch.
 func TestPoisonEventIsDeadLetteredAtOnce(t *testing.T) {
 	t.Parallel()
-	pg := testkit.Postgres(t)
-	pg.Migrate(t)
-	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema, MaxPayloadBytes: 4 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pg, out := setupMaxPayload(t, 4<<20)
 	k := testkit.NewKafka(t)
 	topic := k.Topic(t, 2)
 	saramaCfg := producer.NewSaramaConfig()
@@ -416,12 +424,7 @@ func TestFailedDeadLetterWriteKeepsKeyOrder(t *testing.T) {
 // dead-lettered and the event behind it, of the same key, is not published.
 func TestRefusedEventHoldsItsKeyWhenKeysHold(t *testing.T) {
 	t.Parallel()
-	pg := testkit.Postgres(t)
-	pg.Migrate(t)
-	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema, MaxPayloadBytes: 1 << 20})
-	if err != nil {
-		t.Fatal(err)
-	}
+	pg, out := setupMaxPayload(t, 1<<20)
 	k := testkit.NewKafka(t)
 	topic := k.Topic(t, 1)
 	saramaCfg := producer.NewSaramaConfig()
