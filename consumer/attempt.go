@@ -61,19 +61,13 @@ func (c *attemptContext) Deadline() (time.Time, bool) {
 func (c *attemptContext) Done() <-chan struct{} { return c.materialize().Done() }
 
 func (c *attemptContext) Err() error {
-	if inner := c.made(); inner != nil {
-		return inner.Err()
-	}
-	if c.parent.Err() != nil || !time.Now().Before(c.deadline) {
-		return c.materialize().Err() // ended: say so the way the standard context would
-	}
 	c.mu.Lock()
-	ended := c.ended
+	inner, ended := c.inner, c.ended
 	c.mu.Unlock()
-	if ended {
-		return c.materialize().Err()
+	if inner == nil && !ended && c.parent.Err() == nil && time.Now().Before(c.deadline) {
+		return nil // live, and nothing needed the context behind it yet
 	}
-	return nil
+	return c.materialize().Err() // as the standard context says it
 }
 
 // Value looks key up in the context behind c once there is one (which

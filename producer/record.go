@@ -1,13 +1,11 @@
 package producer
 
 import (
-	"encoding/hex"
 	"encoding/json"
 	"slices"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/google/uuid"
 
 	"github.com/courierkit/courier/internal/ceheader"
 )
@@ -62,7 +60,7 @@ func (e *claimedEvent) binaryRecord(source string) *sarama.ProducerMessage {
 	}
 	hs := headerValues{buf: make([]byte, 0, size)}
 	hs.add(keySpecVersion, specVersion)
-	hs.addUUID(keyID, e.ID)
+	hs.add(keyID, e.ID.String())
 	hs.add(keyType, e.Type)
 	hs.add(keySource, source)
 	hs.addTime(keyTime, e.CreatedAt)
@@ -103,19 +101,6 @@ func (h *headerValues) cut(key []byte, start int) {
 func (h *headerValues) add(key []byte, value string) {
 	start := len(h.buf)
 	h.buf = append(h.buf, value...)
-	h.cut(key, start)
-}
-
-func (h *headerValues) addUUID(key []byte, id uuid.UUID) {
-	start := len(h.buf)
-	h.buf = h.buf[:start+uuidLen]
-	dst := h.buf[start:]
-	hex.Encode(dst[0:8], id[0:4])
-	hex.Encode(dst[9:13], id[4:6])
-	hex.Encode(dst[14:18], id[6:8])
-	hex.Encode(dst[19:23], id[8:10])
-	hex.Encode(dst[24:], id[10:])
-	dst[8], dst[13], dst[18], dst[23] = '-', '-', '-', '-'
 	h.cut(key, start)
 }
 
