@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/courierkit/courier/internal/topicname"
 )
 
 // EnvelopeVersion is the envelope version this package writes and reads.
@@ -497,7 +499,7 @@ func (e Envelope) validate(encoded bool) error {
 		return fieldErr("envelope_version", ErrUnsupportedVersion,
 			"is %d; this courier reads version %d only, upgrade courier to read newer dead letters", e.Version, EnvelopeVersion)
 	}
-	if err := validTopic(e.OriginalTopic); err != nil {
+	if err := topicname.Validate(e.OriginalTopic); err != nil {
 		return fieldErr("original_topic", ErrInvalidEnvelope, "%s", err)
 	}
 	switch {
@@ -609,27 +611,6 @@ func (e Envelope) validateHeaders() error {
 	if !maps.Equal(b64, e.OriginalHeadersBase64) {
 		return fieldErr("original_headers_base64", ErrInvalidEnvelope,
 			"disagrees with original_header_list, from which replay restores headers; edit the list and derive the map from it (last value per name)")
-	}
-	return nil
-}
-
-// maxTopicLen is Kafka's limit on topic names.
-const maxTopicLen = 249
-
-// validTopic applies Kafka's topic naming rules.
-func validTopic(topic string) error {
-	switch {
-	case topic == "":
-		return errors.New("is empty; set it to the topic the record was read from or meant for")
-	case len(topic) > maxTopicLen:
-		return fmt.Errorf("has %d characters, Kafka allows at most %d", len(topic), maxTopicLen)
-	case topic == "." || topic == "..":
-		return fmt.Errorf("%q is not a valid Kafka topic", topic)
-	}
-	for _, r := range topic {
-		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '.' || r == '_' || r == '-') {
-			return fmt.Errorf("%q has %q; Kafka topics use only ASCII letters, digits, '.', '_' and '-'", topic, r)
-		}
 	}
 	return nil
 }

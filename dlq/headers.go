@@ -294,3 +294,8 @@ func (p *rawParser) time(name string, required bool) time.Time {
 	}
 	return t
 }
+
+// TruncateHeader returns s cut to at most MaxHeaderValueBytes on a UTF-8
+// boundary, as the dlq_* context headers are, for other packages' context
+// headers (the retry_* headers of package retrytopics).
+func TruncateHeader(s string) string { return truncate(s, MaxHeaderValueBytes) }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 
 	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/internal/topicname"
 )
 
 // ErrInvalidPublisherConfig is matched by every error NewPublisher returns.
@@ -56,7 +58,7 @@ func NewPublisher(producer sarama.SyncProducer, cfg PublisherConfig) (*Publisher
 // Validate reports whether NewPublisher would accept c: the dead-letter
 // topics Suffix makes must be valid Kafka topic names.
 func (c PublisherConfig) Validate() error {
-	if err := validTopic(Topic("t", c.Suffix)); err != nil {
+	if err := topicname.Validate(Topic("t", c.Suffix)); err != nil {
 		return fmt.Errorf("%w: Suffix %q: the dead-letter topic %w", ErrInvalidPublisherConfig, c.Suffix, err)
 	}
 	return nil
