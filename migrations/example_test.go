@@ -46,3 +46,35 @@ func ExampleMigrator_Up() {
 	// applied 0003_drop_key_order
 	// second run applied 0
 }
+
+// Create the inbox table that dedupe.Inbox records processed message ids in.
+// Its versions are kept apart from the outbox's, in courier_inbox_migrations.
+func ExampleNewInbox() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, testkit.DatabaseURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS courier_example_inbox CASCADE"); err != nil {
+		log.Fatalf("%v (is PostgreSQL running? try `make services`)", err)
+	}
+	defer pool.Exec(ctx, "DROP SCHEMA courier_example_inbox CASCADE")
+
+	migrator, err := migrations.NewInbox(migrations.Config{Schema: "courier_example_inbox"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrator.Up(ctx, pool); err != nil {
+		log.Fatal(err)
+	}
+	states, err := migrator.Status(ctx, pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	for _, s := range states {
+		fmt.Printf("%04d_%s applied: %t\n", s.Version, s.Name, s.Applied)
+	}
+	// Output:
+	// 0001_create_inbox applied: true
+}

@@ -7,16 +7,21 @@ import (
 )
 
 func TestEmbeddedMigrationsLoad(t *testing.T) {
-	ms, err := load(files)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(ms) == 0 || ms[0].Version != 1 || ms[0].Name != "create_outbox" {
-		t.Fatalf("first migration = %+v, want version 1 create_outbox", ms[0])
-	}
-	for _, m := range ms {
-		if !strings.Contains(m.Up, "courier_outbox") || m.Down == "" {
-			t.Errorf("migration %d: up or down SQL missing", m.Version)
+	for _, s := range []struct{ dir, table, first string }{
+		{"sql", "courier_outbox", "create_outbox"},
+		{"sql/inbox", "courier_inbox", "create_inbox"},
+	} {
+		ms, err := load(files, s.dir)
+		if err != nil {
+			t.Fatalf("%s: %v", s.dir, err)
+		}
+		if len(ms) == 0 || ms[0].Version != 1 || ms[0].Name != s.first {
+			t.Fatalf("%s: migrations %+v, want version 1 %s first", s.dir, ms, s.first)
+		}
+		for _, m := range ms {
+			if !strings.Contains(m.Up, s.table) || m.Down == "" {
+				t.Errorf("%s: migration %d: up or down SQL missing", s.dir, m.Version)
+			}
 		}
 	}
 }
@@ -38,7 +43,7 @@ func TestLoadRejectsMalformedFiles(t *testing.T) {
 		}, "without gaps"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			_, err := load(tc.fsys)
+			_, err := load(tc.fsys, "sql")
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("load: %v, want an error containing %q", err, tc.want)
 			}
@@ -47,9 +52,25 @@ func TestLoadRejectsMalformedFiles(t *testing.T) {
 }
 
 func TestRenderRenamesTableAndDerivedNames(t *testing.T) {
-	got := render("CREATE TABLE courier_outbox (); CREATE INDEX courier_outbox_due ON courier_outbox (x); -- my_courier_outbox", "billing_events")
+	got := render("CREATE TABLE courier_outbox (); CREATE INDEX courier_outbox_due ON courier_outbox (x); -- my_courier_outbox", outbox.tableWord, "billing_events")
 	want := "CREATE TABLE billing_events (); CREATE INDEX billing_events_due ON billing_events (x); -- my_courier_outbox"
 	if got != want {
 		t.Fatalf("render:\n got %s\nwant %s", got, want)
+	}
+	got = render("CREATE TABLE courier_inbox (); CREATE INDEX courier_inbox_processed ON courier_inbox (x); -- courier_outbox", inbox.tableWord, "billing_inbox")
+	want = "CREATE TABLE billing_inbox (); CREATE INDEX billing_inbox_processed ON billing_inbox (x); -- courier_outbox"
+	if got != want {
+		t.Fatalf("render inbox:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestLoadSkipsOtherSeries(t *testing.T) {
+	file := &fstest.MapFile{Data: []byte("x")}
+	ms, err := load(fstest.MapFS{
+		"sql/0001_a.up.sql": file, "sql/0001_a.down.sql": file,
+		"sql/inbox/0001_b.up.sql": file, "sql/inbox/0001_b.down.sql": file,
+	}, "sql")
+	if err != nil || len(ms) != 1 || ms[0].Name != "a" {
+		t.Fatalf("load(sql) = %+v, %v; want only migration a", ms, err)
 	}
 }

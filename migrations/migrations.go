@@ -1,12 +1,20 @@
 // Package migrations creates and upgrades courier's PostgreSQL tables.
 //
-// The SQL lives in embedded files under sql/ named NNNN_name.up.sql and
-// NNNN_name.down.sql. They are plain SQL that create courier_outbox in the
-// current schema, so a team with its own migration tool (golang-migrate, goose,
-// Flyway, …) can copy and apply them as they are. The Migrator applies the same
-// files into a configured schema and table name, records each applied version
-// in <table>_migrations, and serializes concurrent runs with a PostgreSQL
-// advisory lock, so any number of processes may migrate at start-up.
+// There are two series of migrations, one per table:
+//
+//   - the outbox (New, All): sql/NNNN_name.up.sql and .down.sql, creating
+//     courier_outbox, the producer's transactional outbox;
+//   - the inbox (NewInbox, AllInbox): sql/inbox/NNNN_name.up.sql and
+//     .down.sql, creating courier_inbox, the ids of processed messages that
+//     dedupe.Inbox records in a handler's transaction.
+//
+// The files are embedded, and are plain SQL that create their table in the
+// current schema, so a team with its own migration tool (golang-migrate,
+// goose, Flyway, …) can copy and apply them as they are. A Migrator applies
+// one series into a configured schema and table name, records each applied
+// version in <table>_migrations, and serializes concurrent runs with a
+// PostgreSQL advisory lock, so any number of processes may migrate at
+// start-up.
 package migrations
 
 import (
@@ -27,8 +35,34 @@ import (
 	"github.com/courierkit/courier/internal/pgname"
 )
 
-//go:embed sql/*.sql
+//go:embed sql/*.sql sql/inbox/*.sql
 var files embed.FS
+
+// DefaultInboxTable is the inbox table name NewInbox uses when none is
+// configured. The outbox's is "courier_outbox" (pgname.DefaultTable).
+const DefaultInboxTable = "courier_inbox"
+
+// series is one table's migrations: the embedded files under dir, written
+// for the table named table.
+type series struct {
+	dir        string
+	table      string
+	tableWord  *regexp.Regexp // table at the start of a word, for render
+	migrations []Migration
+}
+
+func mustSeries(fsys fs.FS, dir, table string) *series {
+	ms, err := load(fsys, dir)
+	if err != nil {
+		panic(err) // the files are compiled in; a test covers them
+	}
+	return &series{dir: dir, table: table, tableWord: regexp.MustCompile(`\b` + table), migrations: ms}
+}
+
+var (
+	outbox = mustSeries(files, "sql", pgname.DefaultTable)
+	inbox  = mustSeries(files, "sql/inbox", DefaultInboxTable)
+)
 
 // Migration is one embedded schema change.
 type Migration struct {
@@ -49,18 +83,19 @@ type State struct {
 
 // Config selects where the migrations apply. The zero value is valid.
 type Config struct {
-	// Schema holds the outbox table; it is created when missing. Must be a
+	// Schema holds the table; it is created when missing. Must be a
 	// lower-case identifier. Defaults to "public" (pgname.DefaultSchema).
 	Schema string
-	// Table is the outbox table name. Must be a lower-case identifier of at
-	// most 40 bytes. Defaults to "courier_outbox" (pgname.DefaultTable).
+	// Table is the table name. Must be a lower-case identifier of at most 40
+	// bytes. Defaults to "courier_outbox" (pgname.DefaultTable) for New and
+	// to "courier_inbox" (DefaultInboxTable) for NewInbox.
 	Table string
 	// Logger receives one line per applied or reverted migration. Defaults to
 	// a logger that discards everything.
 	Logger *slog.Logger
 }
 
-// ErrInvalidConfig is matched by every error New returns.
+// ErrInvalidConfig is matched by every error New and NewInbox return.
 var ErrInvalidConfig = errors.New("migrations: invalid config")
 
 // ErrInvalidSteps is returned by Down for a step count below 1.
@@ -72,14 +107,26 @@ type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 }
 
-// Migrator applies the embedded migrations to one outbox table.
+// Migrator applies one series of embedded migrations (the outbox's or the
+// inbox's) to one table.
 type Migrator struct {
-	table pgname.Table
-	log   *slog.Logger
+	series *series
+	table  pgname.Table
+	log    *slog.Logger
 }
 
-// New validates cfg and returns a Migrator.
-func New(cfg Config) (*Migrator, error) {
+// New validates cfg and returns a Migrator of the outbox table.
+func New(cfg Config) (*Migrator, error) { return newMigrator(outbox, cfg) }
+
+// NewInbox validates cfg and returns a Migrator of the inbox table that
+// dedupe.Inbox uses. Its versions are recorded apart from the outbox's, in
+// <table>_migrations (courier_inbox_migrations by default).
+func NewInbox(cfg Config) (*Migrator, error) { return newMigrator(inbox, cfg) }
+
+func newMigrator(s *series, cfg Config) (*Migrator, error) {
+	if cfg.Table == "" {
+		cfg.Table = s.table
+	}
 	table, err := pgname.NewTable(cfg.Schema, cfg.Table)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -88,36 +135,34 @@ func New(cfg Config) (*Migrator, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Migrator{table: table, log: log}, nil
+	return &Migrator{series: s, table: table, log: log}, nil
 }
 
-// All returns the embedded migrations in version order.
-func All() []Migration { return slices.Clone(all) }
+// All returns the embedded outbox migrations in version order.
+func All() []Migration { return slices.Clone(outbox.migrations) }
 
-var all = mustLoad(files)
+// AllInbox returns the embedded inbox migrations in version order.
+func AllInbox() []Migration { return slices.Clone(inbox.migrations) }
 
 var fileName = regexp.MustCompile(`^(\d{4})_([a-z0-9_]+)\.(up|down)\.sql$`)
 
-func mustLoad(fsys fs.FS) []Migration {
-	ms, err := load(fsys)
-	if err != nil {
-		panic(err) // the files are compiled in; a test covers them
-	}
-	return ms
-}
-
-func load(fsys fs.FS) ([]Migration, error) {
-	entries, err := fs.ReadDir(fsys, "sql")
+// load reads the migrations in directory dir of fsys; subdirectories are
+// other series and are skipped.
+func load(fsys fs.FS, dir string) ([]Migration, error) {
+	entries, err := fs.ReadDir(fsys, dir)
 	if err != nil {
 		return nil, err
 	}
 	byVersion := map[int]*Migration{}
 	for _, e := range entries {
+		if e.IsDir() {
+			continue
+		}
 		m := fileName.FindStringSubmatch(e.Name())
 		if m == nil {
 			return nil, fmt.Errorf("migrations: file %q is not named NNNN_name.up.sql or NNNN_name.down.sql", e.Name())
 		}
-		body, err := fs.ReadFile(fsys, "sql/"+e.Name())
+		body, err := fs.ReadFile(fsys, dir+"/"+e.Name())
 		if err != nil {
 			return nil, err
 		}
@@ -157,7 +202,7 @@ func load(fsys fs.FS) ([]Migration, error) {
 func (m *Migrator) Up(ctx context.Context, db DB) ([]Migration, error) {
 	var applied []Migration
 	err := m.locked(ctx, db, func(tx pgx.Tx, done map[int]time.Time) error {
-		for _, mig := range all {
+		for _, mig := range m.series.migrations {
 			if _, ok := done[mig.Version]; ok {
 				continue
 			}
@@ -180,13 +225,15 @@ func (m *Migrator) Up(ctx context.Context, db DB) ([]Migration, error) {
 
 // Down reverts the most recent steps applied migrations, newest first, in one
 // transaction, and returns the ones it reverted. Reverting the first migration
-// drops the outbox table and every event in it.
+// drops the table and every row in it: the outbox's events, or the inbox's
+// processed ids.
 func (m *Migrator) Down(ctx context.Context, db DB, steps int) ([]Migration, error) {
 	if steps < 1 {
 		return nil, fmt.Errorf("%w: got %d", ErrInvalidSteps, steps)
 	}
 	var reverted []Migration
 	err := m.locked(ctx, db, func(tx pgx.Tx, done map[int]time.Time) error {
+		all := m.series.migrations
 		for i := len(all) - 1; i >= 0 && len(reverted) < steps; i-- {
 			mig := all[i]
 			if _, ok := done[mig.Version]; !ok {
@@ -218,7 +265,7 @@ func (m *Migrator) Status(ctx context.Context, db DB) ([]State, error) {
 		if err != nil {
 			return err
 		}
-		for _, mig := range all {
+		for _, mig := range m.series.migrations {
 			at, ok := done[mig.Version]
 			states = append(states, State{Migration: mig, Applied: ok, AppliedAt: at})
 		}
@@ -284,7 +331,7 @@ func (m *Migrator) appliedVersions(ctx context.Context, tx pgx.Tx) (map[int]time
 }
 
 func (m *Migrator) exec(ctx context.Context, tx pgx.Tx, mig Migration, sql string) error {
-	if _, err := tx.Exec(ctx, render(sql, m.table.Name)); err != nil {
+	if _, err := tx.Exec(ctx, render(sql, m.series.tableWord, m.table.Name)); err != nil {
 		return fmt.Errorf("migrations: version %d (%s) on %s: %w", mig.Version, mig.Name, m.table, err)
 	}
 	return nil
@@ -292,15 +339,11 @@ func (m *Migrator) exec(ctx context.Context, tx pgx.Tx, mig Migration, sql strin
 
 func (m *Migrator) versionTable() string { return m.table.Derived("migrations") }
 
-var defaultTableWord = regexp.MustCompile(`\b` + pgname.DefaultTable)
-
-// render returns a migration's SQL with the default table name, and every
-// index and constraint name derived from it, replaced by the validated table.
-func render(sql, table string) string {
-	if table == pgname.DefaultTable {
-		return sql
-	}
-	return defaultTableWord.ReplaceAllLiteralString(sql, table)
+// render returns a migration's SQL with the series' default table name
+// (matched by defaultWord), and every index and constraint name derived from
+// it, replaced by the validated table.
+func render(sql string, defaultWord *regexp.Regexp, table string) string {
+	return defaultWord.ReplaceAllLiteralString(sql, table)
 }
 
 // wrapConnErr adds a hint to errors of a server that could not be reached.

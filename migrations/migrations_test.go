@@ -21,11 +21,51 @@ import (
 
 func newMigrator(t *testing.T, cfg migrations.Config) *migrations.Migrator {
 	t.Helper()
-	m, err := migrations.New(cfg)
+	return outboxSeries.migrator(t, cfg)
+}
+
+// series is one of the two migration series, for tests that run on both.
+type series struct {
+	name  string
+	new   func(migrations.Config) (*migrations.Migrator, error)
+	all   func() []migrations.Migration
+	dir   string // where the plain SQL files are
+	table string // the default table name
+	// insert adds a row to the default table.
+	insert string
+}
+
+var (
+	outboxSeries = series{
+		name: "outbox", new: migrations.New, all: migrations.All, dir: "sql", table: "courier_outbox",
+		insert: "INSERT INTO courier_outbox (id, topic, event_type, payload, content_type) VALUES (gen_random_uuid(), 'orders', 'X', '\\x7b7d', 'application/json')",
+	}
+	inboxSeries = series{
+		name: "inbox", new: migrations.NewInbox, all: migrations.AllInbox, dir: "sql/inbox", table: migrations.DefaultInboxTable,
+		insert: "INSERT INTO courier_inbox (scope, id) VALUES ('payouts', 'evt-1')",
+	}
+	bothSeries = []series{outboxSeries, inboxSeries}
+)
+
+func (s series) migrator(t *testing.T, cfg migrations.Config) *migrations.Migrator {
+	t.Helper()
+	m, err := s.new(cfg)
 	if err != nil {
-		t.Fatalf("migrations.New(%+v): %v", cfg, err)
+		t.Fatalf("%s migrator of %+v: %v", s.name, cfg, err)
 	}
 	return m
+}
+
+func (s series) versions() []int { return versions(s.all()) }
+
+// eachSeries runs test once per series, in parallel subtests.
+func eachSeries(t *testing.T, test func(t *testing.T, s series)) {
+	for _, s := range bothSeries {
+		t.Run(s.name, func(t *testing.T) {
+			t.Parallel()
+			test(t, s)
+		})
+	}
 }
 
 func versions(ms []migrations.Migration) []int {
@@ -36,7 +76,7 @@ func versions(ms []migrations.Migration) []int {
 	return vs
 }
 
-func allVersions() []int { return versions(migrations.All()) }
+func allVersions() []int { return outboxSeries.versions() }
 
 // tableExists reports whether schema.table is a table.
 func tableExists(t *testing.T, db *pgxpool.Pool, schema, table string) bool {
@@ -52,16 +92,20 @@ func tableExists(t *testing.T, db *pgxpool.Pool, schema, table string) bool {
 
 func TestUpTwiceAppliesOnce(t *testing.T) {
 	t.Parallel()
+	eachSeries(t, testUpTwiceAppliesOnce)
+}
+
+func testUpTwiceAppliesOnce(t *testing.T, s series) {
 	pg := testkit.Postgres(t)
-	m := newMigrator(t, migrations.Config{Schema: pg.Schema})
+	m := s.migrator(t, migrations.Config{Schema: pg.Schema})
 	ctx := context.Background()
 
 	first, err := m.Up(ctx, pg.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !slices.Equal(versions(first), allVersions()) {
-		t.Fatalf("first Up applied %v, want %v", versions(first), allVersions())
+	if !slices.Equal(versions(first), s.versions()) {
+		t.Fatalf("first Up applied %v, want %v", versions(first), s.versions())
 	}
 	second, err := m.Up(ctx, pg.Pool)
 	if err != nil {
@@ -79,8 +123,11 @@ func TestUpTwiceAppliesOnce(t *testing.T) {
 			t.Errorf("migration %d: applied=%v at %v, want applied", s.Version, s.Applied, s.AppliedAt)
 		}
 	}
-	if !tableExists(t, pg.Pool, pg.Schema, "courier_outbox") {
-		t.Fatal("courier_outbox not created")
+	if len(states) != len(s.versions()) {
+		t.Errorf("Status lists %d migrations, want %d", len(states), len(s.versions()))
+	}
+	if !tableExists(t, pg.Pool, pg.Schema, s.table) || !tableExists(t, pg.Pool, pg.Schema, s.table+"_migrations") {
+		t.Fatalf("%s or its version table not created", s.table)
 	}
 }
 
@@ -182,27 +229,31 @@ func indexNames(t *testing.T, db *pgxpool.Pool, schema, table string) []string {
 
 func TestDownThenUp(t *testing.T) {
 	t.Parallel()
+	eachSeries(t, testDownThenUp)
+}
+
+func testDownThenUp(t *testing.T, s series) {
 	pg := testkit.Postgres(t)
 	ctx := context.Background()
-	m := newMigrator(t, migrations.Config{Schema: pg.Schema})
+	m := s.migrator(t, migrations.Config{Schema: pg.Schema})
 	if _, err := m.Up(ctx, pg.Pool); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pg.Pool.Exec(ctx, "INSERT INTO courier_outbox (id, topic, event_type, payload, content_type) VALUES (gen_random_uuid(), 'orders', 'X', '\\x7b7d', 'application/json')"); err != nil {
+	if _, err := pg.Pool.Exec(ctx, s.insert); err != nil {
 		t.Fatal(err)
 	}
 
-	reverted, err := m.Down(ctx, pg.Pool, len(allVersions()))
+	reverted, err := m.Down(ctx, pg.Pool, len(s.versions()))
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := allVersions()
+	want := s.versions()
 	slices.Reverse(want)
 	if !slices.Equal(versions(reverted), want) {
 		t.Fatalf("Down reverted %v, want %v (newest first)", versions(reverted), want)
 	}
-	if tableExists(t, pg.Pool, pg.Schema, "courier_outbox") {
-		t.Fatal("courier_outbox survived Down")
+	if tableExists(t, pg.Pool, pg.Schema, s.table) {
+		t.Fatalf("%s survived Down", s.table)
 	}
 	again, err := m.Down(ctx, pg.Pool, 1)
 	if err != nil || len(again) != 0 {
@@ -222,11 +273,11 @@ func TestDownThenUp(t *testing.T) {
 		t.Fatal(err)
 	}
 	var n int
-	if err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM courier_outbox").Scan(&n); err != nil {
+	if err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+s.table).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
-		t.Fatalf("outbox has %d rows after down and up, want 0", n)
+		t.Fatalf("%s has %d rows after down and up, want 0", s.table, n)
 	}
 }
 
@@ -239,13 +290,17 @@ func TestDownRejectsStepsBelowOne(t *testing.T) {
 
 func TestStatusOfMissingSchemaChangesNothing(t *testing.T) {
 	t.Parallel()
+	eachSeries(t, testStatusOfMissingSchemaChangesNothing)
+}
+
+func testStatusOfMissingSchemaChangesNothing(t *testing.T, s series) {
 	pg := testkit.Postgres(t)
 	schema := pg.FreshSchema(t)
-	states, err := newMigrator(t, migrations.Config{Schema: schema}).Status(context.Background(), pg.Pool)
+	states, err := s.migrator(t, migrations.Config{Schema: schema}).Status(context.Background(), pg.Pool)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(states) != len(allVersions()) || states[0].Applied {
+	if len(states) != len(s.versions()) || states[0].Applied {
 		t.Fatalf("Status = %+v, want every migration unapplied", states)
 	}
 	var exists bool
@@ -267,9 +322,11 @@ func TestNewRejectsInvalidNames(t *testing.T) {
 		{Table: strings.Repeat("a", pgname.MaxTableLen+1)},
 		{Schema: strings.Repeat("s", pgname.MaxSchemaLen+1)},
 	} {
-		_, err := migrations.New(cfg)
-		if !errors.Is(err, migrations.ErrInvalidConfig) || !errors.Is(err, pgname.ErrInvalidName) {
-			t.Errorf("New(%+v) = %v, want ErrInvalidConfig wrapping ErrInvalidName", cfg, err)
+		for _, s := range bothSeries {
+			_, err := s.new(cfg)
+			if !errors.Is(err, migrations.ErrInvalidConfig) || !errors.Is(err, pgname.ErrInvalidName) {
+				t.Errorf("%s migrator of %+v = %v, want ErrInvalidConfig wrapping ErrInvalidName", s.name, cfg, err)
+			}
 		}
 	}
 }
@@ -287,11 +344,16 @@ func TestUnreachableDatabaseSaysHowToStartIt(t *testing.T) {
 	}
 }
 
-// TestPlainSQLFilesMatchTheGoAPI applies the files under sql/ with psql, as a
-// team with its own migration tool would, and checks that they build the same
-// table as the Migrator, then that the down files remove it.
+// TestPlainSQLFilesMatchTheGoAPI applies the files of each series (under sql/
+// and sql/inbox/) with psql, as a team with its own migration tool would, and
+// checks that they build the same table as the Migrator, then that the down
+// files remove it.
 func TestPlainSQLFilesMatchTheGoAPI(t *testing.T) {
 	t.Parallel()
+	eachSeries(t, testPlainSQLFilesMatchTheGoAPI)
+}
+
+func testPlainSQLFilesMatchTheGoAPI(t *testing.T, s series) {
 	psql, err := exec.LookPath("psql")
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -302,11 +364,14 @@ func TestPlainSQLFilesMatchTheGoAPI(t *testing.T) {
 	pg := testkit.Postgres(t)
 	ctx := context.Background()
 	viaGo := pg.FreshSchema(t)
-	if _, err := newMigrator(t, migrations.Config{Schema: viaGo}).Up(ctx, pg.Pool); err != nil {
+	if _, err := s.migrator(t, migrations.Config{Schema: viaGo}).Up(ctx, pg.Pool); err != nil {
 		t.Fatal(err)
 	}
-	ups, _ := filepath.Glob("sql/*.up.sql")
-	downs, _ := filepath.Glob("sql/*.down.sql")
+	ups, _ := filepath.Glob(s.dir + "/*.up.sql")
+	downs, _ := filepath.Glob(s.dir + "/*.down.sql")
+	if len(ups) != len(s.versions()) || len(downs) != len(s.versions()) {
+		t.Fatalf("found %d up and %d down files under %s, want %d of each", len(ups), len(downs), s.dir, len(s.versions()))
+	}
 	slices.Reverse(downs)
 	runPsql := func(files []string) {
 		t.Helper()
@@ -319,31 +384,31 @@ func TestPlainSQLFilesMatchTheGoAPI(t *testing.T) {
 		}
 	}
 	runPsql(ups)
-	if got, want := describe(t, pg.Pool, pg.Schema), describe(t, pg.Pool, viaGo); !slices.Equal(got, want) {
+	if got, want := describe(t, pg.Pool, pg.Schema, s.table), describe(t, pg.Pool, viaGo, s.table); !slices.Equal(got, want) {
 		t.Fatalf("psql-applied table differs from the Go API's:\n psql: %v\n   go: %v", got, want)
 	}
 	runPsql(downs)
-	if tableExists(t, pg.Pool, pg.Schema, "courier_outbox") {
-		t.Fatal("down files left courier_outbox behind")
+	if tableExists(t, pg.Pool, pg.Schema, s.table) {
+		t.Fatalf("down files left %s behind", s.table)
 	}
 }
 
-// describe lists the outbox table's columns and index definitions with the
-// schema name taken out, so two schemas compare equal.
-func describe(t *testing.T, db *pgxpool.Pool, schema string) []string {
+// describe lists a table's columns, index definitions, constraints and
+// triggers with the schema name taken out, so two schemas compare equal.
+func describe(t *testing.T, db *pgxpool.Pool, schema, table string) []string {
 	t.Helper()
 	rows, err := db.Query(context.Background(), `
 		SELECT column_name || ' ' || data_type || ' ' || is_nullable || ' ' || coalesce(column_default, '') FROM information_schema.columns
-		WHERE table_schema = $1 AND table_name = 'courier_outbox'
+		WHERE table_schema = $1 AND table_name = $2
 		UNION ALL
-		SELECT replace(indexdef, $1 || '.', '') FROM pg_indexes WHERE schemaname = $1 AND tablename = 'courier_outbox'
+		SELECT replace(indexdef, $1 || '.', '') FROM pg_indexes WHERE schemaname = $1 AND tablename = $2
 		UNION ALL
 		SELECT pg_get_constraintdef(c.oid) FROM pg_constraint c JOIN pg_class r ON r.oid = c.conrelid
-		JOIN pg_namespace n ON n.oid = r.relnamespace WHERE n.nspname = $1 AND r.relname = 'courier_outbox'
+		JOIN pg_namespace n ON n.oid = r.relnamespace WHERE n.nspname = $1 AND r.relname = $2
 		UNION ALL
 		SELECT replace(pg_get_triggerdef(t.oid), $1 || '.', '') FROM pg_trigger t JOIN pg_class r ON r.oid = t.tgrelid
-		JOIN pg_namespace n ON n.oid = r.relnamespace WHERE n.nspname = $1 AND r.relname = 'courier_outbox' AND NOT t.tgisinternal
-		ORDER BY 1`, schema)
+		JOIN pg_namespace n ON n.oid = r.relnamespace WHERE n.nspname = $1 AND r.relname = $2 AND NOT t.tgisinternal
+		ORDER BY 1`, schema, table)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +417,44 @@ func describe(t *testing.T, db *pgxpool.Pool, schema string) []string {
 		t.Fatal(err)
 	}
 	if len(lines) == 0 {
-		t.Fatalf("no courier_outbox in schema %s", schema)
+		t.Fatalf("no %s in schema %s", table, schema)
 	}
 	return lines
+}
+
+// TestInboxBesideOutbox migrates both tables, renamed, into one schema: each
+// keeps its own version table, and reverting one leaves the other.
+func TestInboxBesideOutbox(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	ctx := context.Background()
+	out := outboxSeries.migrator(t, migrations.Config{Schema: pg.Schema})
+	in := inboxSeries.migrator(t, migrations.Config{Schema: pg.Schema, Table: "billing_inbox"})
+	for _, m := range []*migrations.Migrator{out, in} {
+		if _, err := m.Up(ctx, pg.Pool); err != nil {
+			t.Fatal(err)
+		}
+	}
+	indexes := indexNames(t, pg.Pool, pg.Schema, "billing_inbox")
+	if want := []string{"billing_inbox_pkey", "billing_inbox_processed"}; !slices.Equal(indexes, want) {
+		t.Errorf("billing_inbox indexes = %v, want %v", indexes, want)
+	}
+	if tableExists(t, pg.Pool, pg.Schema, "courier_inbox") {
+		t.Error("courier_inbox created although Table is billing_inbox")
+	}
+	if _, err := in.Down(ctx, pg.Pool, len(inboxSeries.versions())); err != nil {
+		t.Fatal(err)
+	}
+	states, err := out.Status(ctx, pg.Pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range states {
+		if !s.Applied {
+			t.Errorf("outbox migration %d unapplied by the inbox's Down", s.Version)
+		}
+	}
+	if tableExists(t, pg.Pool, pg.Schema, "billing_inbox") || !tableExists(t, pg.Pool, pg.Schema, "courier_outbox") {
+		t.Fatal("the inbox's Down did not drop billing_inbox alone")
+	}
 }
