@@ -25,9 +25,10 @@ services:
 deps:
 	$(GO) mod download
 
-## migrate: apply courier's migrations to the test database (public schema)
+## migrate: apply courier's migrations (outbox and inbox) to the test database (public schema)
 migrate:
 	$(GO) run ./cmd/courier migrate up --database-url "$(COURIER_TEST_DATABASE_URL)"
+	$(GO) run ./cmd/courier migrate up --inbox --database-url "$(COURIER_TEST_DATABASE_URL)"
 
 ## vet: go vet and gofmt
 vet:

@@ -87,17 +87,24 @@ func newMigrateCmd() *cobra.Command {
 	var db dbFlags
 	var out outputFlag
 	var steps int
+	var inbox bool
 	cmd := &cobra.Command{
 		Use:   "migrate [up|down|status]",
-		Short: "Create, upgrade or revert the outbox table",
-		Long: `Applies courier's embedded SQL migrations to the outbox table.
+		Short: "Create, upgrade or revert the outbox table (or, with --inbox, the inbox table)",
+		Long: `Applies courier's embedded SQL migrations to the outbox table, or with
+--inbox to the inbox table that dedupe.Inbox records processed message ids in.
 
   up      apply every migration not yet applied (the default); safe to run
           from many processes at once
   down    revert the newest --steps migrations (reverting the first drops the
-          outbox table and every event in it)
-  status  list the migrations and whether each is applied`,
+          table and every row in it)
+  status  list the migrations and whether each is applied
+
+With --inbox the table defaults to courier_inbox (env COURIER_INBOX_TABLE);
+--table still overrides it, and COURIER_TABLE, which names the outbox, is
+ignored.`,
 		Example: `  courier migrate --database-url postgres://app@db:5432/shop
+  courier migrate up --inbox --database-url postgres://app@db:5432/shop
   courier migrate status --schema billing --output json
   COURIER_DATABASE_URL=postgres://app@db/shop courier migrate down --steps 1`,
 		Args:      cobra.MatchAll(cobra.MaximumNArgs(1), cobra.OnlyValidArgs),
@@ -114,7 +121,14 @@ func newMigrateCmd() *cobra.Command {
 				return usageError{fmt.Errorf("--steps %d: revert at least 1 migration", steps)}
 			}
 			logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			m, err := migrations.New(migrations.Config{Schema: db.schema, Table: db.table, Logger: logger})
+			newMigrator, table := migrations.New, db.table
+			if inbox {
+				newMigrator = migrations.NewInbox
+				if !cmd.Flags().Changed("table") {
+					table = envOr("COURIER_INBOX_TABLE", migrations.DefaultInboxTable)
+				}
+			}
+			m, err := newMigrator(migrations.Config{Schema: db.schema, Table: table, Logger: logger})
 			if err != nil {
 				return usageError{err}
 			}
@@ -144,6 +158,7 @@ func newMigrateCmd() *cobra.Command {
 	db.register(cmd)
 	out.register(cmd)
 	cmd.Flags().IntVar(&steps, "steps", 1, "with down: how many migrations to revert")
+	cmd.Flags().BoolVar(&inbox, "inbox", false, "migrate the inbox table (default courier_inbox) instead of the outbox")
 	return cmd
 }
 

@@ -62,6 +62,60 @@ func TestMigrateUpStatusDown(t *testing.T) {
 	}
 }
 
+func TestMigrateInbox(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	schema := pg.FreshSchema(t)
+	db := []string{"--database-url", pg.URL, "--schema", schema, "--inbox"}
+	exists := func(table string) bool {
+		t.Helper()
+		var ok bool
+		if err := pg.Pool.QueryRow(context.Background(), "SELECT to_regclass($1) IS NOT NULL", schema+"."+table).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+
+	all := len(migrations.AllInbox())
+	code, out, errOut := courier(t, append([]string{"migrate", "up"}, db...)...)
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("applied %d migration(s)", all)) || !strings.Contains(out, "create_inbox") {
+		t.Fatalf("migrate up --inbox: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if !exists("courier_inbox") || !exists("courier_inbox_migrations") || exists("courier_outbox") {
+		t.Fatal("migrate up --inbox did not create courier_inbox alone")
+	}
+	code, out, _ = courier(t, append([]string{"migrate", "status", "--output", "json"}, db...)...)
+	if code != exitOK || !strings.Contains(out, `"name": "create_inbox"`) || strings.Contains(out, "create_outbox") {
+		t.Fatalf("migrate status --inbox: exit %d\n%s", code, out)
+	}
+
+	// --table still names the table; COURIER_TABLE names the outbox's only.
+	custom := append(db, "--table", "billing_inbox")
+	if code, out, errOut = courier(t, append([]string{"migrate", "up"}, custom...)...); code != exitOK || !exists("billing_inbox") {
+		t.Fatalf("migrate up --inbox --table billing_inbox: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, _ = courier(t, append([]string{"migrate", "down", "--steps", strconv.Itoa(all)}, db...)...)
+	if code != exitOK || !strings.Contains(out, fmt.Sprintf("reverted %d migration(s)", all)) {
+		t.Fatalf("migrate down --inbox: exit %d\n%s", code, out)
+	}
+	if exists("courier_inbox") || !exists("billing_inbox") {
+		t.Fatal("migrate down --inbox did not drop courier_inbox alone")
+	}
+}
+
+func TestMigrateInboxIgnoresOutboxTableVariable(t *testing.T) {
+	pg := testkit.Postgres(t)
+	schema := pg.FreshSchema(t)
+	t.Setenv("COURIER_TABLE", "env_outbox")
+	if code, out, errOut := courier(t, "migrate", "up", "--inbox", "--database-url", pg.URL, "--schema", schema); code != exitOK {
+		t.Fatalf("migrate up --inbox: exit %d\n%s%s", code, out, errOut)
+	}
+	var exists bool
+	if err := pg.Pool.QueryRow(context.Background(), "SELECT to_regclass($1) IS NOT NULL", schema+".courier_inbox").Scan(&exists); err != nil || !exists {
+		t.Fatalf("migrate up --inbox with COURIER_TABLE set: %s.courier_inbox missing (%v)", schema, err)
+	}
+}
+
 func TestMigrateEnvironmentVariables(t *testing.T) {
 	pg := testkit.Postgres(t)
 	schema := pg.FreshSchema(t)
@@ -88,6 +142,7 @@ func TestMigrateUsageErrorsExitTwo(t *testing.T) {
 		{"migrate", "--no-such-flag"},
 		{"no-such-command"},
 		{"migrate", "--database-url", "postgres://%zz"},
+		{"migrate", "--inbox", "--table", "Bad-Table"},
 	} {
 		if code, _, errOut := courier(t, args...); code != exitUsage || !strings.Contains(errOut, "courier --help") {
 			t.Errorf("courier %v: exit %d, want %d with a pointer to --help\n%s", args, code, exitUsage, errOut)
