@@ -9,7 +9,9 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/retrytopics"
 )
 
 // Consumer defaults.
@@ -26,6 +28,10 @@ const (
 	DefaultShutdownTimeout  = 10 * time.Second
 
 	DefaultMaxDeadLettersInFlight = 64
+
+	DefaultDedupeLease    = 2 * time.Minute
+	DefaultDedupeBusyWait = 250 * time.Millisecond
+	DefaultDedupeBatch    = 256
 )
 
 // Backoff schedules retries: failed attempt n waits Base·Factor^(n-1),
@@ -120,6 +126,26 @@ type Config struct {
 	// beside the handling. Defaults to 64.
 	MaxDeadLettersInFlight int
 
+	// Retry sends a message whose attempts ran out to retry topics
+	// (<topic>.retry.<delay>, see package retrytopics) before the
+	// dead-letter topic: it waits there, without holding up its partition,
+	// and is handled again, by this consumer, with up to MaxAttempts more
+	// attempts per tier. The consumer subscribes to the retry topics of
+	// every topic in Topics itself. Its DeadLetterSuffix, when set, must
+	// equal DeadLetterSuffix. Defaults to no retry topics.
+	Retry retrytopics.Config
+	// KeyOrder keeps the messages of a key in order across the retry
+	// tiers: while a message of a key waits in a retry tier, later
+	// messages of the key follow it there instead of overtaking it. See
+	// retrytopics.NewRedisKeyOrder. Needs Retry.Delays. Defaults to none:
+	// a later message of a key may be handled before an earlier one that
+	// is waiting in a retry tier.
+	KeyOrder retrytopics.KeyOrder
+
+	// Dedupe skips messages already processed (see DedupeConfig). Defaults
+	// to none.
+	Dedupe DedupeConfig
+
 	// ShutdownTimeout is how long handlers and dead-letter writes in flight
 	// may run on after the session ends (Run's context ended, or a
 	// rebalance); then their context ends. Retry waits stop at once.
@@ -130,6 +156,44 @@ type Config struct {
 	Logger *slog.Logger
 	// Metrics receives measurements (see package prom). Defaults to none.
 	Metrics Metrics
+}
+
+// DedupeConfig configures deduplication: before the handler sees a
+// message, the consumer claims its id in Store; a message whose id was
+// processed already is skipped (its offset is committed, the handler is
+// not called), and one whose id is claimed elsewhere waits until that claim
+// ends. After the handler succeeds the id is marked processed; when the
+// message fails (it moves to a retry topic or the dead-letter topic) its
+// claim is released.
+type DedupeConfig struct {
+	// Store remembers the processed ids: dedupe.NewRedis, or
+	// dedupe.NewInbox for a handler that writes to PostgreSQL. nil turns
+	// deduplication off. Defaults to nil.
+	Store dedupe.Store
+	// Key returns a message's id. Defaults to Message.ID (the ce_id
+	// header), or, for a message without one, its original topic,
+	// partition and offset ("orders/3/1842"), which still tells a
+	// redelivery from a new message.
+	Key func(*Message) string
+	// Lease is how long a claim lasts before another consumer may take
+	// the message: after a crash, a redelivered message waits this long.
+	// The consumer extends the claim while the message is being handled.
+	// Must exceed AttemptTimeout plus Backoff.Max. Defaults to 2m.
+	Lease time.Duration
+	// BusyWait is how long a partition pauses before it asks again about
+	// a message claimed elsewhere. Defaults to 250ms.
+	BusyWait time.Duration
+	// Batch is the most messages claimed in one round trip. Defaults to
+	// 256.
+	Batch int
+	// FailOpen makes the consumer handle messages without deduplication
+	// while Store fails, counting them in Metrics.FailedOpen. Defaults to
+	// false: while Store fails, the partition pauses and asks again (no
+	// duplicates, no loss, but no progress).
+	FailOpen bool
+	// Metrics receives hits, errors and latencies (see package prom).
+	// Defaults to none.
+	Metrics dedupe.Metrics
 }
 
 // DeadLetter describes a message written to its dead-letter topic.
@@ -240,6 +304,12 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: Sarama's group strategies rebalance cooperatively, which the consumer does not support "+
 			"(a revoked partition's retries and breaker waits would not stop); use an eager strategy such as sarama.NewBalanceStrategySticky()", ErrInvalidConfig)
 	}
+	if err := c.setRetryDefaults(); err != nil {
+		return err
+	}
+	if err := c.setDedupeDefaults(); err != nil {
+		return err
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
@@ -292,4 +362,58 @@ func cooperative(cfg *sarama.Config) bool {
 		}
 	}
 	return len(strategies) > 0
+}
+
+// setRetryDefaults validates Retry and KeyOrder.
+func (c *Config) setRetryDefaults() error {
+	switch {
+	case c.Retry.DeadLetterSuffix == "":
+		c.Retry.DeadLetterSuffix = c.DeadLetterSuffix
+	case c.Retry.DeadLetterSuffix != c.DeadLetterSuffix:
+		return fmt.Errorf("%w: Retry.DeadLetterSuffix %q differs from DeadLetterSuffix %q; set only DeadLetterSuffix", ErrInvalidConfig, c.Retry.DeadLetterSuffix, c.DeadLetterSuffix)
+	}
+	if c.KeyOrder != nil && len(c.Retry.Delays) == 0 {
+		return fmt.Errorf("%w: KeyOrder is set but Retry.Delays is empty; KeyOrder keeps keys in order across retry topics, so configure some", ErrInvalidConfig)
+	}
+	if len(c.Retry.Delays) == 0 {
+		return nil
+	}
+	var retryTopics []string
+	for _, topic := range c.Topics {
+		t, err := retrytopics.New(topic, c.Retry)
+		if err != nil {
+			return fmt.Errorf("%w: Retry: %w", ErrInvalidConfig, err)
+		}
+		retryTopics = append(retryTopics, t.Topics()...)
+	}
+	for _, topic := range c.Topics {
+		if slices.Contains(retryTopics, topic) {
+			return fmt.Errorf("%w: Topics lists %s, a retry topic of another of its topics; list only the main topics, the consumer subscribes to their retry topics itself", ErrInvalidConfig, topic)
+		}
+	}
+	return nil
+}
+
+// setDedupeDefaults validates Dedupe.
+func (c *Config) setDedupeDefaults() error {
+	d := &c.Dedupe
+	if d.Store == nil {
+		return nil
+	}
+	if err := setDefaults(
+		field[time.Duration]{"Dedupe.Lease", &d.Lease, DefaultDedupeLease},
+		field[time.Duration]{"Dedupe.BusyWait", &d.BusyWait, DefaultDedupeBusyWait},
+	); err != nil {
+		return err
+	}
+	if err := setDefaults(field[int]{"Dedupe.Batch", &d.Batch, DefaultDedupeBatch}); err != nil {
+		return err
+	}
+	if floor := c.AttemptTimeout + c.Backoff.Max; d.Lease <= floor {
+		return fmt.Errorf("%w: Dedupe.Lease (%v) must exceed AttemptTimeout plus Backoff.Max (%v), or a claim could run out during an attempt; raise it", ErrInvalidConfig, d.Lease, floor)
+	}
+	if d.Metrics == nil {
+		d.Metrics = noDedupeMetrics{}
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/backoff"
+	"github.com/courierkit/courier/retrytopics"
 )
 
 // ErrRunning is returned by Run when the Consumer is already running.
@@ -29,6 +31,13 @@ type Consumer struct {
 	// measured (the clock is not read for handler durations).
 	measured bool
 	running  atomic.Bool
+
+	// topics are what the group subscribes to: Config.Topics and their
+	// retry topics.
+	topics []string
+	// topologies holds the retry topology of each main topic and each
+	// retry topic (the one it belongs to); empty without Config.Retry.
+	topologies map[string]*retrytopics.Topology
 }
 
 // New validates cfg, applies its defaults and returns a Consumer. It does
@@ -38,13 +47,39 @@ func New(cfg Config) (*Consumer, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	return &Consumer{
-		cfg:      cfg,
-		backoff:  backoff.Policy(cfg.Backoff),
-		log:      cfg.Logger.With("group", cfg.Group),
-		metrics:  cfg.Metrics,
-		measured: measured,
-	}, nil
+	c := &Consumer{
+		cfg:        cfg,
+		backoff:    backoff.Policy(cfg.Backoff),
+		log:        cfg.Logger.With("group", cfg.Group),
+		metrics:    cfg.Metrics,
+		measured:   measured,
+		topics:     slices.Clone(cfg.Topics),
+		topologies: map[string]*retrytopics.Topology{},
+	}
+	if len(cfg.Retry.Delays) > 0 {
+		for _, topic := range cfg.Topics {
+			t, _ := retrytopics.New(topic, cfg.Retry) // validated by setDefaults
+			c.topologies[topic] = &t
+			for _, retry := range t.Topics() {
+				c.topologies[retry] = &t
+				c.topics = append(c.topics, retry)
+			}
+		}
+	}
+	return c, nil
+}
+
+// Topologies returns the retry topology of each topic in Config.Topics, in
+// order; none without Config.Retry. Pass them to retrytopics.Ensure to
+// create the topics ahead of time.
+func (c *Consumer) Topologies() []retrytopics.Topology {
+	var out []retrytopics.Topology
+	for _, topic := range c.cfg.Topics {
+		if t, ok := c.topologies[topic]; ok {
+			out = append(out, *t)
+		}
+	}
+	return out
 }
 
 // Run joins the consumer group and handles messages until ctx ends. It
@@ -64,9 +99,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return err // nil when ctx ended
 	}
 	defer k.close(c)
-	h := &groupHandler{c: c, group: k.group, dlq: k.publisher}
+	h := &groupHandler{c: c, group: k.group, dlq: k.publisher, producer: k.producer}
 	for failures := 0; ctx.Err() == nil; {
-		err := k.group.Consume(ctx, c.cfg.Topics, h)
+		err := k.group.Consume(ctx, c.topics, h)
 		if err == nil || ctx.Err() != nil {
 			failures = 0
 			continue // a rebalance ended the session, or Run is done
@@ -123,6 +158,10 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 	}
 	// The suffix was validated by New.
 	k.publisher, _ = dlq.NewPublisher(k.producer, dlq.PublisherConfig{Suffix: c.cfg.DeadLetterSuffix, Raw: c.cfg.DeadLetterRaw})
+	if !c.ensureTopics(ctx, brokers, client.Config()) {
+		k.close(c)
+		return nil, nil
+	}
 	go func() {
 		defer close(k.drained)
 		for err := range k.group.Errors() {
@@ -130,6 +169,35 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 		}
 	}()
 	return k, nil
+}
+
+// ensureTopics checks that the retry and dead-letter topics exist, creating
+// them with Retry.CreateTopics, and waits while they are missing (logging
+// which). It reports whether they exist (false: ctx ended first).
+func (c *Consumer) ensureTopics(ctx context.Context, brokers []string, cfg *sarama.Config) bool {
+	topologies := c.Topologies()
+	if len(topologies) == 0 {
+		return true
+	}
+	for failures := 1; ; failures++ {
+		admin, err := sarama.NewClusterAdmin(brokers, cfg)
+		if err == nil {
+			var created []string
+			created, err = retrytopics.Ensure(ctx, admin, c.cfg.Retry.CreateTopics, topologies...)
+			c.logClose("cluster admin", admin.Close())
+			if len(created) > 0 {
+				c.log.Info("created retry and dead-letter topics", "topics", created)
+			}
+		}
+		if err == nil {
+			return true
+		}
+		delay := c.backoff.Delay(failures, rand.Float64)
+		c.log.Error("the retry topics are not ready; waiting", "error", err, "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return false
+		}
+	}
 }
 
 // close leaves the group and closes what open opened, logging failures.
@@ -184,9 +252,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // groupHandler is the sarama.ConsumerGroupHandler of a running Consumer.
 type groupHandler struct {
-	c     *Consumer
-	group sarama.ConsumerGroup
-	dlq   *dlq.Publisher
+	c        *Consumer
+	group    sarama.ConsumerGroup
+	dlq      *dlq.Publisher
+	producer sarama.SyncProducer // writes to retry topics
 }
 
 func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }

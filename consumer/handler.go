@@ -48,8 +48,16 @@ type Message struct {
 	ID string
 	// CorrelationID is the ce_correlationid header; "" when missing.
 	CorrelationID string
-	// Attempt is 1 on the first attempt, 2 on the first retry, and so on.
+	// Attempt is 1 on the first attempt, 2 on the first retry, and so on,
+	// counting on through the retry topics: a message that failed 3
+	// attempts on its main topic has Attempt 4 in its first retry tier.
 	Attempt int
+	// OriginalTopic is the main topic the message was first read from:
+	// Topic, unless the message comes from a retry topic.
+	OriginalTopic string
+	// RetryRound is 0 on the main topic and n in the nth retry tier (see
+	// Config.Retry).
+	RetryRound int
 }
 
 // Header is one record header, as Sarama decodes it: Key and Value. A nil

@@ -3,6 +3,7 @@ package consumer
 import (
 	"time"
 
+	"github.com/courierkit/courier/dedupe"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -21,10 +22,16 @@ const (
 	// OutcomeDeadLettered: the message is on its dead-letter topic; the
 	// offset is marked.
 	OutcomeDeadLettered Outcome = "dead_lettered"
-	// OutcomeDeduplicated: a dedupe store found the message already
-	// processed and it was skipped. The consumer itself never reports it;
-	// the dedupe hook does.
+	// OutcomeDeduplicated: the dedupe store found the message processed
+	// already; the handler was not called and the offset is marked.
 	OutcomeDeduplicated Outcome = "deduplicated"
+	// OutcomeSentToRetry: the message's attempts ran out and it is on its
+	// next retry topic; the offset is marked.
+	OutcomeSentToRetry Outcome = "sent_to_retry"
+	// OutcomeDeferred: an earlier message of its key waits in a retry
+	// tier (Config.KeyOrder), so the message was sent to a retry topic to
+	// follow it, without being handled; the offset is marked.
+	OutcomeDeferred Outcome = "deferred"
 )
 
 // Metrics receives the consumer's measurements. The consumer calls it on its
@@ -59,3 +66,11 @@ func (noMetrics) InFlight(string, int)                   {}
 func (noMetrics) BreakerChanged(string, gobreaker.State) {}
 func (noMetrics) Lag(string, int32, int64)               {}
 func (noMetrics) Released(string, int32)                 {}
+
+// noDedupeMetrics is the dedupe.Metrics used when none is configured.
+type noDedupeMetrics struct{}
+
+func (noDedupeMetrics) Hits(int)                              {}
+func (noDedupeMetrics) Error(dedupe.Op)                       {}
+func (noDedupeMetrics) FailedOpen(int)                        {}
+func (noDedupeMetrics) Latency(dedupe.Op, int, time.Duration) {}

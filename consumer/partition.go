@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"context"
+	"fmt"
 	"hash/crc32"
 	"log/slog"
 	"slices"
@@ -9,6 +10,9 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/google/uuid"
+
+	"github.com/courierkit/courier/retrytopics"
 )
 
 // partition handles the messages of one claim.
@@ -39,8 +43,27 @@ type partition struct {
 	// clock plus the monotonic time since (cheaper than time.Now).
 	clock time.Time
 
-	mu     sync.Mutex
-	pauses int // waiters holding the partition paused
+	// topology is the retry topology of the partition's topic (a main
+	// topic or one of its retry topics); nil without Config.Retry.
+	topology *retrytopics.Topology
+
+	// maxBatch is the most messages taken at once (see take); batch is
+	// their buffer, and carry a message taken but not yet due.
+	maxBatch int
+	batch    []taken
+	carry    *taken
+
+	// owner tells this partition's dedupe claims from any other's.
+	owner string
+	// marks sends the dedupe marks of handled messages; nil without
+	// Dedupe.
+	marks *doneMarks
+	// parkedKeys are the keys this partition parked in KeyOrder.
+	parkedKeys sync.Map
+
+	mu        sync.Mutex
+	pauses    int      // waiters holding the partition paused
+	abandoned []string // ids of claims to release when the partition is given up
 }
 
 func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) *partition {
@@ -54,7 +77,13 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		sessCtx:      sess.Context(),
 		clock:        time.Now(),
 		letters:      deadLetters{slots: make(chan struct{}, h.c.cfg.MaxDeadLettersInFlight)},
+		topology:     h.c.topologies[claim.Topic()],
+		maxBatch:     1,
 	}
+	if h.c.cfg.Dedupe.Store != nil || h.c.cfg.KeyOrder != nil {
+		p.maxBatch = max(h.c.cfg.Dedupe.Batch, 1)
+	}
+	p.batch = make([]taken, 0, p.maxBatch)
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.sessCtx))
 	grace := h.c.cfg.ShutdownTimeout
 	stop := context.AfterFunc(p.sessCtx, func() {
@@ -68,33 +97,45 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 	})
 	p.workCtx = workCtx
 	p.stopWork = func() { stop(); cancel() }
+	if h.c.cfg.Dedupe.Store != nil {
+		p.owner = fmt.Sprintf("%s/%d/%s", p.topic, p.partition, uuid.NewString())
+		p.marks = newDoneMarks(p)
+	}
 	return p
 }
 
-// close waits for the dead-letter writes in flight (they end with the
-// session, or ShutdownTimeout after it) and releases the partition.
+// close waits for the writes in flight (they end with the session, or
+// ShutdownTimeout after it) and the dedupe marks, releases the claims of
+// the messages left unhandled, and releases the partition.
 func (p *partition) close() {
 	p.letters.wg.Wait()
+	if p.marks != nil {
+		p.marks.close()
+		if p.carry != nil {
+			p.carry.d.abandon()
+		}
+		p.releaseAbandoned()
+	}
 	p.stopWork()
 	p.c.metrics.Released(p.topic, p.partition)
 }
 
-// serial handles the messages one at a time, in offset order. Dead-letter
-// writes run beside it (see deadLetter), so offsets are marked up to the
-// lowest message not yet settled.
+// serial handles the messages one at a time, in offset order. Writes to
+// retry and dead-letter topics run beside it (see forward), so offsets are
+// marked up to the lowest message not yet settled.
 func (p *partition) serial() {
 	for {
-		select {
-		case <-p.sessCtx.Done():
+		batch := p.take()
+		for i, t := range batch {
+			if !p.process(t.d, t.traced) {
+				for _, left := range batch[i+1:] {
+					left.d.abandon()
+				}
+				return
+			}
+		}
+		if batch == nil {
 			return
-		case msg, ok := <-p.claim.Messages():
-			if !ok || !p.waitDeadLetters() {
-				return
-			}
-			p.pending.start(msg.Offset)
-			if !p.process(msg) {
-				return
-			}
 		}
 	}
 }
@@ -107,16 +148,16 @@ const workerQueue = 4
 func (p *partition) keyed(n int) {
 	var (
 		wg     sync.WaitGroup
-		queues = make([]chan *sarama.ConsumerMessage, n)
+		queues = make([]chan taken, n)
 	)
 	for i := range queues {
-		queue := make(chan *sarama.ConsumerMessage, workerQueue)
+		queue := make(chan taken, workerQueue)
 		queues[i] = queue
 		wg.Go(func() {
-			for msg := range queue {
+			for t := range queue {
 				// After a message is abandoned (the session ended) the
-				// rest of the queue is skipped by process.
-				p.process(msg)
+				// rest of the queue is abandoned by process.
+				p.process(t.d, t.traced)
 			}
 		})
 	}
@@ -127,27 +168,31 @@ func (p *partition) keyed(n int) {
 		wg.Wait()
 	}()
 	for {
-		var msg *sarama.ConsumerMessage
-		select {
-		case <-p.sessCtx.Done():
+		batch := p.take()
+		if batch == nil {
 			return
-		case m, ok := <-p.claim.Messages():
-			if !ok || !p.waitDeadLetters() {
-				return
+		}
+		for i, t := range batch {
+			worker := int(t.d.m.Offset % int64(n)) // keyless: no order to keep
+			if t.d.m.Key != nil {
+				worker = int(crc32.ChecksumIEEE(t.d.m.Key) % uint32(n))
 			}
-			msg = m
-		}
-		worker := int(msg.Offset % int64(n)) // keyless: no order to keep
-		if msg.Key != nil {
-			worker = int(crc32.ChecksumIEEE(msg.Key) % uint32(n))
-		}
-		p.pending.start(msg.Offset)
-		select {
-		case <-p.sessCtx.Done():
-			return
-		case queues[worker] <- msg:
+			select {
+			case <-p.sessCtx.Done():
+				for _, left := range batch[i:] {
+					left.d.abandon()
+				}
+				return
+			case queues[worker] <- t:
+			}
 		}
 	}
+}
+
+// parkedHere reports whether this partition parked key in KeyOrder.
+func (p *partition) parkedHere(key []byte) bool {
+	_, ok := p.parkedKeys.Load(string(key))
+	return ok
 }
 
 // settle records the message at offset as settled, and marks the offset

@@ -13,15 +13,40 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/courierkit/courier/dedupe"
+	"github.com/courierkit/courier/retrytopics"
 )
 
 // delivery is one message on its way through the attempts.
 type delivery struct {
 	p           *partition
 	m           *Message
-	failed      int // attempts that failed and count
+	failed      int // attempts of this delivery that failed and count
 	firstFailed time.Time
 	lastFailed  time.Time
+
+	// Retry state, from the retry headers of a record on a retry topic.
+	fromRetry bool
+	retry     retrytopics.Info
+	base      int   // attempts that failed before this delivery
+	round     int   // the retry round the record is in
+	corrupt   error // malformed retry headers: dead-lettered unhandled
+
+	// id is the message's identity for Dedupe and KeyOrder; "" when
+	// neither is on.
+	id string
+	// place is where KeyOrder put the message among its key's parked
+	// messages (-1: free) when it was taken.
+	place int
+	// parked: the message is among its key's parked messages, and leaves
+	// them once settled other than by a move to a retry tier.
+	parked   bool
+	firstDue time.Time // when the first parked message of its key is due
+	// claim is what Dedupe said of the message when it was taken.
+	claim     dedupe.Status
+	claimed   bool // the consumer holds its claim: Done or Release owed
+	claimedAt time.Time
 
 	// What m and the first attempt's context point to: one allocation
 	// for both.
@@ -29,17 +54,51 @@ type delivery struct {
 	firstCtx attemptContext
 }
 
-// process handles msg until it is handled (then it settles it), handed to
-// a dead-letter write (which settles it once written), or abandoned, and
-// reports whether it was not abandoned. Abandoned means the session ended
-// first: the message stays unsettled, for the next owner of the partition.
-func (p *partition) process(msg *sarama.ConsumerMessage) bool {
+// newDelivery is the delivery of a record taken from the partition.
+func (p *partition) newDelivery(msg *sarama.ConsumerMessage) (d *delivery, traced bool) {
+	d = &delivery{p: p, place: -1}
+	d.m = &d.msg
+	traced = setMessage(d.m, msg)
+	d.m.OriginalTopic = msg.Topic
+	if p.topology != nil && p.topology.IsRetryTopic(msg.Topic) {
+		d.readRetry()
+	}
+	return d, traced
+}
+
+// readRetry reads the retry headers of a record on a retry topic.
+func (d *delivery) readRetry() {
+	info, found, err := retrytopics.Parse(d.m.Headers)
+	switch {
+	case err != nil:
+		d.corrupt = fmt.Errorf("record on retry topic %s: %w", d.m.Topic, err)
+		return
+	case !found:
+		d.corrupt = fmt.Errorf("record on retry topic %s has no retry headers (retry_attempt, retry_not_before, …); "+
+			"only the consumer writes to retry topics", d.m.Topic)
+		return
+	}
+	d.fromRetry, d.retry = true, info
+	d.base, d.round = info.FailedAttempts, info.Round
+	d.firstFailed = info.FirstFailedAt
+	d.m.OriginalTopic, d.m.RetryRound = info.OriginalTopic, info.Round
+}
+
+// foreign reports whether the record is another consumer group's, in a
+// retry topic the groups share: this group leaves it alone.
+func (d *delivery) foreign() bool {
+	return d.fromRetry && d.retry.ConsumerGroup != "" && d.retry.ConsumerGroup != d.p.c.cfg.Group
+}
+
+// process handles d until it is handled (then it settles it), handed to a
+// write (which settles it once written), or abandoned, and reports whether
+// it was not abandoned. Abandoned means the session ended first: the
+// message stays unsettled, for the next owner of the partition.
+func (p *partition) process(d *delivery, traced bool) bool {
 	if p.sessCtx.Err() != nil {
+		d.abandon()
 		return false
 	}
-	d := &delivery{p: p}
-	d.m = &d.msg
-	traced := setMessage(d.m, msg)
 	m := d.m
 	p.c.metrics.InFlight(m.Topic, 1)
 	ctx := p.workCtx
@@ -50,12 +109,16 @@ func (p *partition) process(msg *sarama.ConsumerMessage) bool {
 	case fateHandled:
 		p.c.metrics.Message(m.Topic, OutcomeHandled)
 		p.c.metrics.InFlight(m.Topic, -1)
-		p.settle(m.Offset)
+		d.handled()
 		return true
-	case fateDeadLettering:
+	case fateSkipped:
+		p.c.metrics.InFlight(m.Topic, -1)
+		return true
+	case fateMoving:
 		return true // the write counts it out of flight and settles it
 	default:
 		p.c.metrics.InFlight(m.Topic, -1)
+		d.abandon()
 		return false
 	}
 }
@@ -64,14 +127,28 @@ func (p *partition) process(msg *sarama.ConsumerMessage) bool {
 type fate int
 
 const (
-	fateAbandoned     fate = iota // the session ended first
-	fateHandled                   // the handler returned nil
-	fateDeadLettering             // its dead-letter write started
+	fateAbandoned fate = iota // the session ended first
+	fateHandled               // the handler returned nil
+	fateMoving                // its write to a retry or dead-letter topic started
+	fateSkipped               // settled without handling: processed already, or another group's
 )
 
-// handle runs the attempts, waits out open breakers, and starts the
-// dead-letter write when the attempts fail.
+// handle settles what needs no handling, defers a message whose key waits
+// in a retry tier, runs the attempts, waits out open breakers, and starts
+// the write to a retry tier or the dead-letter topic when the attempts
+// fail.
 func (d *delivery) handle(ctx context.Context) fate {
+	switch {
+	case d.foreign():
+		d.p.settle(d.m.Offset)
+		return fateSkipped
+	case d.corrupt != nil:
+		d.log().Error("malformed retry record; dead-lettering it unhandled", "error", d.corrupt)
+		return d.move(ctx, d.deadLetterRoute(Permanent(d.corrupt)))
+	}
+	if f, done := d.admit(ctx); done {
+		return f
+	}
 	for {
 		ok, err := d.attempts(ctx)
 		switch {
@@ -86,11 +163,16 @@ func (d *delivery) handle(ctx context.Context) fate {
 			}
 			continue
 		}
-		if !d.deadLetter(ctx, err) {
-			return fateAbandoned
-		}
-		return fateDeadLettering
+		return d.move(ctx, d.failedRoute(err))
 	}
+}
+
+// move starts the write of the message to r.
+func (d *delivery) move(ctx context.Context, r route) fate {
+	if !d.forward(ctx, r) {
+		return fateAbandoned
+	}
+	return fateMoving
 }
 
 // attempts runs the handler until it succeeds, the attempts run out, an
@@ -153,7 +235,8 @@ func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 // try runs one attempt and records its failure: it counts (unless a breaker
 // was open) and a panic is logged.
 func (d *delivery) try(ctx context.Context) error {
-	d.m.Attempt = d.failed + 1
+	d.m.Attempt = d.base + d.failed + 1
+	d.extendClaim()
 	actx := &d.firstCtx
 	if d.m.Attempt > 1 {
 		actx = new(attemptContext) // the first may live on in the handler's goroutines
@@ -165,7 +248,7 @@ func (d *delivery) try(ctx context.Context) error {
 	if _, open := d.p.c.breakerWait(err); !open {
 		d.failed++
 		d.lastFailed = time.Now()
-		if d.failed == 1 {
+		if d.firstFailed.IsZero() {
 			d.firstFailed = d.lastFailed
 		}
 		if pe, ok := errors.AsType[*PanicError](err); ok {
@@ -262,4 +345,25 @@ func (d *delivery) waitBreaker(wait time.Duration, err error) bool {
 // log is the partition's logger with the message's identity.
 func (d *delivery) log() *slog.Logger {
 	return d.p.log.With("offset", d.m.Offset, "ce_id", d.m.ID, "correlation_id", d.m.CorrelationID)
+}
+
+// extendClaim extends the message's dedupe claim once half its lease has
+// passed, so that it lasts through the attempt (Dedupe.Lease exceeds
+// AttemptTimeout plus Backoff.Max). A failure is logged: the claim may run
+// out, and a duplicate delivery elsewhere could then be handled at the
+// same time.
+func (d *delivery) extendClaim() {
+	cfg := &d.p.c.cfg.Dedupe
+	if !d.claimed || time.Since(d.claimedAt) < cfg.Lease/2 {
+		return
+	}
+	p := d.p
+	err := p.dedupeCall(p.workCtx, dedupe.OpExtend, 1, func(ctx context.Context) error {
+		return cfg.Store.Extend(ctx, p.owner, []string{d.id}, cfg.Lease)
+	})
+	if err != nil {
+		d.log().Warn("cannot extend the message's dedupe claim; it may run out during the attempt", "error", err, "dedupe_id", d.id)
+		return
+	}
+	d.claimedAt = time.Now()
 }

@@ -38,7 +38,7 @@ func BenchmarkProcess(b *testing.B) {
 			for i := 0; b.Loop(); i++ {
 				msg.Offset = int64(i)
 				p.pending.start(msg.Offset)
-				if !p.process(msg) {
+				if d, traced := p.newDelivery(msg); !p.process(d, traced) {
 					b.Fatal("message abandoned")
 				}
 			}

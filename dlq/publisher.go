@@ -90,10 +90,10 @@ func (p *Publisher) Publish(ctx context.Context, e Envelope) (Written, error) {
 		format = FormatRaw
 	}
 	w, err := p.send(ctx, e, format)
-	if err != nil && format == FormatEnvelope && tooLarge(err) {
+	if err != nil && format == FormatEnvelope && TooLarge(err) {
 		w, err = p.send(ctx, e, FormatRaw)
 	}
-	if err != nil && tooLarge(err) {
+	if err != nil && TooLarge(err) {
 		err = fmt.Errorf("%w: %w", ErrTooLarge, err)
 	}
 	return w, err
@@ -128,8 +128,10 @@ func (p *Publisher) send(ctx context.Context, e Envelope, format string) (Writte
 	return w, nil
 }
 
-// tooLarge reports whether err refuses a record for its size.
-func tooLarge(err error) bool {
+// TooLarge reports whether err is Kafka or Sarama refusing a record for its
+// size: the broker's message.max.bytes or the topic's max.message.bytes, or
+// the producer's Producer.MaxMessageBytes.
+func TooLarge(err error) bool {
 	var configErr sarama.ConfigurationError
 	return errors.Is(err, sarama.ErrMessageSizeTooLarge) || errors.Is(err, sarama.ErrMessageSetSizeTooLarge) ||
 		errors.As(err, &configErr) // Sarama refuses records over Producer.MaxMessageBytes this way

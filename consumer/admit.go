@@ -1,0 +1,309 @@
+package consumer
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"strconv"
+	"time"
+
+	"github.com/courierkit/courier/dedupe"
+	"github.com/courierkit/courier/retrytopics"
+)
+
+// taken is a message taken from the partition, not yet handed to a worker.
+type taken struct {
+	d      *delivery
+	traced bool
+}
+
+// take blocks for the partition's next message and returns it with the
+// messages that are already waiting behind it, up to Dedupe.Batch (one
+// message when neither Dedupe nor KeyOrder is on), each recorded as
+// pending. A record of a retry topic is taken only once it is due: the
+// partition pauses until then. It returns nil when the session ends.
+func (p *partition) take() []taken {
+	batch := p.batch[:0]
+	first := p.carry
+	p.carry = nil
+	if first == nil {
+		select {
+		case <-p.sessCtx.Done():
+			return nil
+		case msg, ok := <-p.claim.Messages():
+			if !ok {
+				return nil
+			}
+			d, traced := p.newDelivery(msg)
+			p.pending.start(msg.Offset)
+			first = &taken{d, traced}
+		}
+	}
+	if !p.waitDeadLetters() || !p.waitDue(first.d) {
+		return nil
+	}
+	batch = append(batch, *first)
+	for len(batch) < p.maxBatch {
+		select {
+		case msg, ok := <-p.claim.Messages():
+			if !ok {
+				return p.admitBatch(batch)
+			}
+			d, traced := p.newDelivery(msg)
+			p.pending.start(msg.Offset)
+			if !d.due(time.Now()) {
+				p.carry = &taken{d, traced}
+				return p.admitBatch(batch)
+			}
+			batch = append(batch, taken{d, traced})
+		default:
+			return p.admitBatch(batch)
+		}
+	}
+	return p.admitBatch(batch)
+}
+
+// due reports whether the message may be handled at now.
+func (d *delivery) due(now time.Time) bool {
+	return !d.fromRetry || !d.retry.NotBefore.After(now)
+}
+
+// waitDue waits until the message is due, with the partition paused so
+// that nothing more is fetched meanwhile (Sarama heartbeats on its own), and
+// reports whether it is (false: the session ended first).
+func (p *partition) waitDue(d *delivery) bool {
+	wait := time.Until(d.retry.NotBefore)
+	if !d.fromRetry || wait <= 0 {
+		return true
+	}
+	p.pause()
+	defer p.resume()
+	return sleep(p.sessCtx, wait)
+}
+
+// admitBatch asks KeyOrder where the keyed messages of batch stand and
+// claims their ids in Dedupe, one round trip each for the whole batch. It
+// returns nil when the session ends first.
+func (p *partition) admitBatch(batch []taken) []taken {
+	p.batch = batch
+	c := p.c
+	if c.cfg.KeyOrder == nil && c.cfg.Dedupe.Store == nil {
+		return batch
+	}
+	for _, t := range batch {
+		t.d.id = c.identity(t.d)
+	}
+	if p.topology != nil && c.cfg.KeyOrder != nil && !p.follow(batch) {
+		return nil
+	}
+	if c.cfg.Dedupe.Store != nil && !p.claimAll(batch) {
+		return nil
+	}
+	return batch
+}
+
+// follow asks KeyOrder where the keyed messages stand.
+func (p *partition) follow(batch []taken) bool {
+	var (
+		msgs []retrytopics.Parked
+		of   []*delivery
+	)
+	for _, t := range batch {
+		if t.d.keyed() && !t.d.foreign() && t.d.corrupt == nil {
+			msgs = append(msgs, t.d.parkedAs())
+			of = append(of, t.d)
+		}
+	}
+	if len(msgs) == 0 {
+		return true
+	}
+	var places []retrytopics.Place
+	if !p.persistIn(p.sessCtx, "look up the parked messages of the keys", true, func(ctx context.Context) (err error) {
+		places, err = p.c.cfg.KeyOrder.Follow(ctx, msgs)
+		return err
+	}) {
+		return false
+	}
+	for i, d := range of {
+		d.place = places[i].Position
+		d.parked = d.place >= 0
+		d.firstDue = places[i].FirstDue
+	}
+	return true
+}
+
+// claimAll claims the ids of the messages that need handling.
+func (p *partition) claimAll(batch []taken) bool {
+	var (
+		ids []string
+		of  []*delivery
+	)
+	for _, t := range batch {
+		if d := t.d; !d.foreign() && d.corrupt == nil && d.place <= 0 {
+			ids = append(ids, d.id)
+			of = append(of, d)
+		}
+	}
+	if len(ids) == 0 {
+		return true
+	}
+	statuses, ok, failedOpen := p.claimIDs(ids)
+	if !ok {
+		return false
+	}
+	now := time.Now()
+	for i, d := range of {
+		d.claim = statuses[i]
+		d.claimed = !failedOpen && d.claim == dedupe.Claimed
+		d.claimedAt = now
+	}
+	return true
+}
+
+// claimIDs claims ids, retrying while the store fails, and reports whether it
+// got an answer (false: the session ended first). When the store fails and
+// Dedupe.FailOpen is set, every id counts as claimed and failedOpen is
+// true.
+func (p *partition) claimIDs(ids []string) (statuses []dedupe.Status, ok, failedOpen bool) {
+	d := &p.c.cfg.Dedupe
+	ok = p.persistIn(p.sessCtx, "claim the message ids", true, func(ctx context.Context) error {
+		err := p.dedupeCall(ctx, dedupe.OpClaim, len(ids), func(ctx context.Context) (err error) {
+			statuses, err = d.Store.Claim(ctx, p.owner, ids, d.Lease)
+			if err == nil && len(statuses) != len(ids) {
+				err = fmt.Errorf("dedupe: the store answered %d statuses for %d ids", len(statuses), len(ids))
+			}
+			return err
+		})
+		if err != nil && d.FailOpen {
+			d.Metrics.FailedOpen(len(ids))
+			p.log.Warn("dedupe store failed; handling the messages without deduplication (Dedupe.FailOpen)", "error", err, "messages", len(ids))
+			statuses = make([]dedupe.Status, len(ids)) // Claimed
+			failedOpen = true
+			return nil
+		}
+		return err
+	})
+	return statuses, ok, failedOpen
+}
+
+// dedupeCall times one round trip to the store and counts its failure.
+func (p *partition) dedupeCall(ctx context.Context, op dedupe.Op, n int, call func(context.Context) error) error {
+	metrics := p.c.cfg.Dedupe.Metrics
+	start := time.Now()
+	err := call(ctx)
+	metrics.Latency(op, n, time.Since(start))
+	if err != nil {
+		metrics.Error(op)
+	}
+	return err
+}
+
+// persistIn calls call until it succeeds, pausing the partition meanwhile
+// when pause is set, and reports whether it did (false: ctx ended first).
+// Each failure is logged with what was being done.
+func (p *partition) persistIn(ctx context.Context, what string, pause bool, call func(context.Context) error) bool {
+	err := call(ctx)
+	if err == nil {
+		return true
+	}
+	if pause {
+		p.pause()
+		defer p.resume()
+	}
+	for failures := 1; ; failures++ {
+		if ctx.Err() != nil {
+			return false
+		}
+		delay := p.c.backoff.Delay(failures, rand.Float64)
+		p.log.Warn("cannot "+what+"; is the store up? the partition waits and tries again", "error", err, "failures", failures, "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return false
+		}
+		if err = call(ctx); err == nil {
+			return true
+		}
+	}
+}
+
+// identity is the message's id for Dedupe and KeyOrder: Dedupe.Key's, or
+// the ce_id, or else its place on its main topic.
+func (c *Consumer) identity(d *delivery) string {
+	if c.cfg.Dedupe.Key != nil {
+		var id string
+		c.guard("Dedupe.Key (the default key is used)", func() { id = c.cfg.Dedupe.Key(d.m) })
+		if id != "" {
+			return id
+		}
+	}
+	if d.m.ID != "" {
+		return d.m.ID
+	}
+	o := d.origin()
+	return o.Topic + "/" + strconv.FormatInt(int64(o.Partition), 10) + "/" + strconv.FormatInt(o.Offset, 10)
+}
+
+// keyed reports whether KeyOrder keeps the message in order: it has a key.
+func (d *delivery) keyed() bool { return d.m.Key != nil }
+
+// parkedAs names the message for KeyOrder.
+func (d *delivery) parkedAs() retrytopics.Parked {
+	return retrytopics.Parked{Topic: d.p.topology.Topic, Key: string(d.m.Key), ID: d.id}
+}
+
+// admit decides, just before the attempts, what needs no attempt: a
+// message whose key has an earlier message parked in a retry tier follows
+// it there, and one Dedupe found processed is skipped. It waits while the
+// message is claimed elsewhere. done reports that the message needs no
+// attempt, and f what became of it.
+func (d *delivery) admit(ctx context.Context) (f fate, done bool) {
+	p := d.p
+	if p.topology != nil && p.c.cfg.KeyOrder != nil && d.keyed() {
+		if d.place < 0 && p.parkedHere(d.m.Key) && !p.follow([]taken{{d: d}}) {
+			// This partition parked the key after the batch was looked up:
+			// look again.
+			return fateAbandoned, true
+		}
+		if d.place > 0 {
+			return d.move(ctx, d.deferRoute()), true
+		}
+	}
+	if p.c.cfg.Dedupe.Store == nil {
+		return 0, false
+	}
+	for d.claim == dedupe.Busy {
+		d.log().Info("message claimed elsewhere; waiting", "dedupe_id", d.id, "retry_in", p.c.cfg.Dedupe.BusyWait)
+		p.pause()
+		ok := sleep(p.sessCtx, p.c.cfg.Dedupe.BusyWait)
+		p.resume()
+		if !ok {
+			return fateAbandoned, true
+		}
+		statuses, ok, failedOpen := p.claimIDs([]string{d.id})
+		if !ok {
+			return fateAbandoned, true
+		}
+		d.claim, d.claimed, d.claimedAt = statuses[0], !failedOpen && statuses[0] == dedupe.Claimed, time.Now()
+	}
+	if d.claim == dedupe.Processed {
+		p.c.cfg.Dedupe.Metrics.Hits(1)
+		p.c.metrics.Message(d.m.Topic, OutcomeDeduplicated)
+		d.log().Info("message processed already; skipped", "dedupe_id", d.id)
+		if !d.leaveParked() {
+			return fateAbandoned, true
+		}
+		p.settle(d.m.Offset)
+		return fateSkipped, true
+	}
+	return 0, false
+}
+
+// deferRoute sends a message behind its key's first parked message: to the
+// tier whose delay covers the first one's wait, keeping its own retry
+// state.
+func (d *delivery) deferRoute() route {
+	t := d.p.topology
+	tier, _ := t.Holding(time.Until(d.firstDue))
+	info := d.retryInfo(tier, nil)
+	info.Round = d.round
+	return route{tier: &tier, info: info}
+}

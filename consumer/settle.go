@@ -1,0 +1,188 @@
+package consumer
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/courierkit/courier/dedupe"
+)
+
+// releaseTimeout bounds the release of the claims of abandoned messages
+// when a partition is given up.
+const releaseTimeout = 2 * time.Second
+
+// handled settles a message the handler handled. It leaves its key's parked
+// messages first, and with Dedupe its id is marked processed before its
+// offset is (the marks of a partition go to the store in batches, beside
+// the handling).
+func (d *delivery) handled() {
+	if !d.leaveParked() {
+		return
+	}
+	if d.claimed {
+		d.p.marks.add(d)
+		return
+	}
+	d.p.settle(d.m.Offset)
+}
+
+// moved settles a message once written to r: its claim is released, so
+// that its next delivery (from the retry tier, or a replay of the dead
+// letter) is handled; and, unless it went to a retry tier, it leaves its
+// key's parked messages.
+func (d *delivery) moved(r route) {
+	p := d.p
+	if d.claimed {
+		store := p.c.cfg.Dedupe.Store
+		if !p.persistDedupe("release the message id", dedupe.OpRelease, 1, func(ctx context.Context) error {
+			return store.Release(ctx, p.owner, []string{d.id})
+		}) {
+			return
+		}
+		d.claimed = false
+	}
+	if r.tier == nil && !d.leaveParked() {
+		return
+	}
+	p.settle(d.m.Offset)
+}
+
+// leaveParked removes a parked message from its key's parked messages, and
+// reports whether it did (false: the partition's work ended first).
+func (d *delivery) leaveParked() bool {
+	if !d.parked {
+		return true
+	}
+	p := d.p
+	ok := p.persistIn(p.workCtx, "unpark the key", false, func(ctx context.Context) error {
+		return p.c.cfg.KeyOrder.Unpark(ctx, d.parkedAs())
+	})
+	d.parked = !ok
+	return ok
+}
+
+// abandon records that the message will not be settled by this partition:
+// its claim is released when the partition is given up, so that the next
+// owner need not wait for the lease to run out.
+func (d *delivery) abandon() {
+	if !d.claimed {
+		return
+	}
+	d.claimed = false
+	p := d.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.abandoned = append(p.abandoned, d.id)
+}
+
+// releaseAbandoned releases the claims of the abandoned messages, once,
+// within releaseTimeout; a claim it cannot release runs out with its lease.
+func (p *partition) releaseAbandoned() {
+	p.mu.Lock()
+	ids := p.abandoned
+	p.abandoned = nil
+	p.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.sessCtx), releaseTimeout)
+	defer cancel()
+	store := p.c.cfg.Dedupe.Store
+	if err := p.dedupeCall(ctx, dedupe.OpRelease, len(ids), func(ctx context.Context) error {
+		return store.Release(ctx, p.owner, ids)
+	}); err != nil {
+		p.log.Warn("cannot release the claims of the messages left unhandled; the next owner of the partition waits for their lease (Dedupe.Lease)",
+			"error", err, "messages", len(ids))
+	}
+}
+
+// persistDedupe calls the store until it succeeds or the partition's work
+// ends, and reports whether the message may be settled: when it succeeded,
+// or when the store failed and Dedupe.FailOpen is set.
+func (p *partition) persistDedupe(what string, op dedupe.Op, n int, call func(context.Context) error) bool {
+	if p.c.cfg.Dedupe.FailOpen {
+		err := p.dedupeCall(p.workCtx, op, n, call)
+		if err != nil {
+			p.log.Warn("cannot "+what+"; going on without it (Dedupe.FailOpen)", "error", err, "messages", n)
+		}
+		return true
+	}
+	return p.persistIn(p.workCtx, what, false, func(ctx context.Context) error { return p.dedupeCall(ctx, op, n, call) })
+}
+
+// doneMarks are the handled messages of a partition whose ids are being
+// marked processed; each is settled once its mark is stored. One goroutine
+// (flush) sends them, as many at a time as have gathered.
+type doneMarks struct {
+	p     *partition
+	mu    sync.Mutex
+	queue []*delivery
+	wake  chan struct{} // a send means the queue has something
+	stop  chan struct{} // closed when no more marks come
+	done  chan struct{} // closed when flush returns
+}
+
+func newDoneMarks(p *partition) *doneMarks {
+	m := &doneMarks{p: p, wake: make(chan struct{}, 1), stop: make(chan struct{}), done: make(chan struct{})}
+	go m.flush()
+	return m
+}
+
+// add queues a handled message for its mark.
+func (m *doneMarks) add(d *delivery) {
+	m.mu.Lock()
+	m.queue = append(m.queue, d)
+	m.mu.Unlock()
+	select {
+	case m.wake <- struct{}{}:
+	default:
+	}
+}
+
+// close sends the marks still queued and waits for them.
+func (m *doneMarks) close() {
+	close(m.stop)
+	<-m.done
+}
+
+// flush sends the queued marks, as many at a time as have gathered, until
+// close.
+func (m *doneMarks) flush() {
+	defer close(m.done)
+	for {
+		select {
+		case <-m.wake:
+			m.send()
+		case <-m.stop:
+			m.send()
+			return
+		}
+	}
+}
+
+// send marks the queued messages processed in one round trip and settles
+// them; when the partition's work ends first, they stay unsettled.
+func (m *doneMarks) send() {
+	m.mu.Lock()
+	batch := m.queue
+	m.queue = nil
+	m.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	p := m.p
+	ids := make([]string, len(batch))
+	for i, d := range batch {
+		ids[i] = d.id
+	}
+	store := p.c.cfg.Dedupe.Store
+	if !p.persistDedupe("mark the message ids processed", dedupe.OpDone, len(ids), func(ctx context.Context) error {
+		return store.Done(ctx, ids)
+	}) {
+		return
+	}
+	for _, d := range batch {
+		p.settle(d.m.Offset)
+	}
+}

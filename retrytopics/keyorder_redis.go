@@ -1,0 +1,179 @@
+package retrytopics
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// KeyOrder defaults.
+const (
+	// DefaultKeyOrderPrefix starts every key RedisKeyOrder writes.
+	DefaultKeyOrderPrefix = "courier:keyorder:"
+	// DefaultKeyOrderTTL is how long a key's parked messages are kept
+	// after the last change.
+	DefaultKeyOrderTTL = 24 * time.Hour
+)
+
+// RedisKeyOrderConfig configures NewRedisKeyOrder. Scope is required.
+type RedisKeyOrderConfig struct {
+	// Scope tells apart the consumers whose keys are tracked: use the
+	// consumer group. Required; it may not contain '{' or '}'.
+	Scope string
+	// Prefix starts every Redis key. Defaults to "courier:keyorder:".
+	Prefix string
+	// TTL is how long a key's parked messages are kept after the last
+	// change: a parked message that never settles (its consumer group was
+	// deleted, say) stops holding its key back after it. Make it longer
+	// than a message can take through all the tiers, consumer downtime
+	// included. Defaults to 24h.
+	TTL time.Duration
+}
+
+// RedisKeyOrder is the KeyOrder of go-redis/v9 (a client, a ring or a
+// cluster client; Redis 6.0.6 or newer). Each key with parked messages has
+// a list of their ids, in order, and a hash of when each is due, both
+// under one hash tag so that a cluster keeps them on one node:
+//
+//	<prefix><scope>:{<topic>:<key>}:queue   list of ids
+//	<prefix><scope>:{<topic>:<key>}:due     id → due time (unix ms)
+//
+// Every change is one Lua script, so it is atomic; Follow sends the
+// scripts of a whole batch in one pipeline.
+type RedisKeyOrder struct {
+	client redis.UniversalClient
+	cfg    RedisKeyOrderConfig
+	ttl    string // cfg.TTL in milliseconds
+}
+
+var _ KeyOrder = (*RedisKeyOrder)(nil)
+
+// NewRedisKeyOrder validates cfg, applies its defaults and returns a
+// RedisKeyOrder on client, which it does not close.
+func NewRedisKeyOrder(client redis.UniversalClient, cfg RedisKeyOrderConfig) (*RedisKeyOrder, error) {
+	switch {
+	case client == nil:
+		return nil, fmt.Errorf("%w: the Redis client is nil; pass one from redis.NewClient", ErrInvalidConfig)
+	case cfg.Scope == "":
+		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.Scope is empty; set it to the consumer group", ErrInvalidConfig)
+	case strings.ContainsAny(cfg.Scope+cfg.Prefix, "{}"):
+		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.Scope or Prefix contains '{' or '}', which Redis Cluster reads as a hash tag; remove them", ErrInvalidConfig)
+	case cfg.TTL < 0:
+		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.TTL is %v; use a positive value, or 0 for the default of %v", ErrInvalidConfig, cfg.TTL, DefaultKeyOrderTTL)
+	case cfg.TTL > 0 && cfg.TTL < time.Millisecond:
+		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.TTL is %v; use at least 1ms", ErrInvalidConfig, cfg.TTL)
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultKeyOrderPrefix
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = DefaultKeyOrderTTL
+	}
+	return &RedisKeyOrder{client: client, cfg: cfg, ttl: strconv.FormatInt(cfg.TTL.Milliseconds(), 10)}, nil
+}
+
+// keys returns the list and the hash of m's key.
+func (o *RedisKeyOrder) keys(m Parked) []string {
+	base := o.cfg.Prefix + o.cfg.Scope + ":{" + m.Topic + ":" + m.Key + "}:"
+	return []string{base + "queue", base + "due"}
+}
+
+// followScript parks ARGV[1] behind the key's parked messages when there
+// are some, and returns its position and the first one's due time.
+var followScript = redis.NewScript(`
+local n = redis.call('LLEN', KEYS[1])
+if n == 0 then return {-1, 0} end
+local pos = redis.call('LPOS', KEYS[1], ARGV[1])
+if not pos then
+	redis.call('RPUSH', KEYS[1], ARGV[1])
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	redis.call('PEXPIRE', KEYS[2], ARGV[2])
+	pos = n
+end
+local due = redis.call('HGET', KEYS[2], redis.call('LINDEX', KEYS[1], 0))
+return {pos, tonumber(due) or 0}
+`)
+
+// parkScript parks ARGV[1] (keeping its place if parked) due at ARGV[2].
+var parkScript = redis.NewScript(`
+if not redis.call('LPOS', KEYS[1], ARGV[1]) then
+	redis.call('RPUSH', KEYS[1], ARGV[1])
+end
+redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[3])
+return 1
+`)
+
+// unparkScript removes ARGV[1] from the key's parked messages.
+var unparkScript = redis.NewScript(`
+redis.call('LREM', KEYS[1], 0, ARGV[1])
+redis.call('HDEL', KEYS[2], ARGV[1])
+if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+return 1
+`)
+
+// Follow implements KeyOrder: one pipeline for all of msgs.
+func (o *RedisKeyOrder) Follow(ctx context.Context, msgs []Parked) ([]Place, error) {
+	if len(msgs) == 0 {
+		return nil, nil
+	}
+	var cmds []*redis.Cmd
+	run := func(evalSha bool) error {
+		cmds = cmds[:0]
+		_, err := o.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
+			for _, m := range msgs {
+				if evalSha {
+					cmds = append(cmds, followScript.EvalSha(ctx, pipe, o.keys(m), m.ID, o.ttl))
+				} else {
+					cmds = append(cmds, followScript.Eval(ctx, pipe, o.keys(m), m.ID, o.ttl))
+				}
+			}
+			return nil
+		})
+		return err
+	}
+	err := run(true)
+	if err != nil && redis.HasErrorPrefix(err, "NOSCRIPT") {
+		err = run(false) // EVAL loads the script for the next EVALSHA
+	}
+	if err != nil {
+		return nil, o.wrap("follow", err)
+	}
+	places := make([]Place, len(msgs))
+	for i, cmd := range cmds {
+		vals, err := cmd.Int64Slice()
+		if err != nil || len(vals) != 2 {
+			return nil, o.wrap("follow", errors.Join(errors.New("unexpected reply of the follow script"), err))
+		}
+		places[i].Position = int(vals[0])
+		if vals[0] >= 0 && vals[1] > 0 {
+			places[i].FirstDue = time.UnixMilli(vals[1])
+		}
+	}
+	return places, nil
+}
+
+// Park implements KeyOrder.
+func (o *RedisKeyOrder) Park(ctx context.Context, m Parked, due time.Time) error {
+	err := parkScript.Run(ctx, o.client, o.keys(m), m.ID, due.UnixMilli(), o.ttl).Err()
+	return o.wrap("park", err)
+}
+
+// Unpark implements KeyOrder.
+func (o *RedisKeyOrder) Unpark(ctx context.Context, m Parked) error {
+	err := unparkScript.Run(ctx, o.client, o.keys(m), m.ID).Err()
+	return o.wrap("unpark", err)
+}
+
+func (o *RedisKeyOrder) wrap(op string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("retrytopics: key order %s in Redis: %w (is Redis running? try `make services`)", op, err)
+}
