@@ -321,6 +321,7 @@ func TestMessageFields(t *testing.T) {
 	value, _ := rec.Value.Encode()
 	if got.Topic != f.topic || got.Partition != 0 || got.Offset != 1 || !bytes.Equal(got.Key, key) || !bytes.Equal(got.Value, value) ||
 		got.Attempt != 1 || got.ID != "0195f3c4-0000-7000-8000-000000000001" || got.CorrelationID != "tx_xyz" ||
+		got.OriginalTopic != f.topic || got.RetryRound != 0 ||
 		time.Since(got.Timestamp) > time.Minute {
 		t.Errorf("message %+v", got)
 	}

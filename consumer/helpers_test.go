@@ -18,16 +18,17 @@ import (
 
 // fixture is a test's broker, topic (with its dead-letter topic) and group.
 type fixture struct {
-	k     *testkit.Kafka
-	topic string
-	dlq   string
-	group string
+	k          *testkit.Kafka
+	topic      string
+	dlq        string
+	group      string
+	partitions int32
 }
 
 func newFixture(t *testing.T, partitions int32, opts ...testkit.KafkaOption) *fixture {
 	t.Helper()
 	k := testkit.NewKafka(t, opts...)
-	f := &fixture{k: k, topic: k.Topic(t, partitions), group: "g." + testkit.UniqueName(t, 100)}
+	f := &fixture{k: k, topic: k.Topic(t, partitions), group: "g." + testkit.UniqueName(t, 100), partitions: partitions}
 	f.dlq = dlq.Topic(f.topic, dlq.DefaultSuffix)
 	k.CreateTopic(t, f.dlq, 1)
 	return f

@@ -1,0 +1,331 @@
+package consumer_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/retrytopics"
+)
+
+// withRetry creates the retry topics of delays (as many partitions as the
+// main topic) and sets them in cfg, with one attempt per tier.
+func (f *fixture) withRetry(t *testing.T, cfg *consumer.Config, delays ...time.Duration) retrytopics.Topology {
+	t.Helper()
+	cfg.Retry = retrytopics.Config{Delays: delays}
+	cfg.MaxAttempts = 1
+	topo, err := retrytopics.New(f.topic, cfg.Retry)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, topic := range topo.Topics() {
+		f.k.CreateTopic(t, topic, f.partitions)
+	}
+	return topo
+}
+
+// call is one handler call as a test records it.
+type call struct {
+	at      time.Time
+	topic   string
+	attempt int
+	round   int
+	origin  string
+	key     string
+	value   string
+}
+
+// calls records handler calls, safe for concurrent use.
+type calls struct {
+	mu   sync.Mutex
+	list []call
+}
+
+func (c *calls) add(m *consumer.Message) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.list = append(c.list, call{at: time.Now(), topic: m.Topic, attempt: m.Attempt, round: m.RetryRound,
+		origin: m.OriginalTopic, key: string(m.Key), value: string(m.Value)})
+}
+
+func (c *calls) all() []call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.list)
+}
+
+func (c *calls) count(value string) int {
+	n := 0
+	for _, got := range c.all() {
+		if got.value == value {
+			n++
+		}
+	}
+	return n
+}
+
+func TestRetryTopicsHandleOnAttempt3NeverEarly(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 2)
+	var seen calls
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		if m.Attempt < 3 {
+			return fmt.Errorf("psp 503 on attempt %d", m.Attempt)
+		}
+		return nil
+	}))
+	topo := f.withRetry(t, &cfg, time.Second, 2*time.Second)
+	if got := topo.Topics(); !slices.Equal(got, []string{f.topic + ".retry.1s", f.topic + ".retry.2s"}) {
+		t.Fatalf("retry topics %q", got)
+	}
+	f.produce(t, f.topic, awkward())
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 20*time.Second, "attempt 3", func() bool { return len(seen.all()) == 3 })
+	stop()
+
+	got := seen.all()
+	for i, want := range []struct {
+		topic string
+		round int
+		wait  time.Duration
+	}{{f.topic, 0, 0}, {f.topic + ".retry.1s", 1, time.Second}, {f.topic + ".retry.2s", 2, 2 * time.Second}} {
+		c := got[i]
+		if c.topic != want.topic || c.attempt != i+1 || c.round != want.round || c.origin != f.topic {
+			t.Errorf("call %d: topic %s attempt %d round %d original %s; want %s, %d, %d, %s", i, c.topic, c.attempt, c.round, c.origin,
+				want.topic, i+1, want.round, f.topic)
+		}
+		// retry_not_before has millisecond precision.
+		if i > 0 && c.at.Sub(got[i-1].at) < want.wait-time.Millisecond {
+			t.Errorf("call %d came %v after the failure before it, before its tier's delay of %v", i, c.at.Sub(got[i-1].at), want.wait)
+		}
+	}
+	if n := len(f.readAll(t, f.dlq)); n != 0 {
+		t.Errorf("%d dead letters, want none", n)
+	}
+	// The records in the tiers: the original key, value and headers, then
+	// the retry headers, once each.
+	for i, topic := range topo.Topics() {
+		recs := f.readAll(t, topic)
+		if len(recs) != 1 {
+			t.Fatalf("%s holds %d records, want 1", topic, len(recs))
+		}
+		rec := recs[0]
+		want := awkward()
+		key, _ := want.Key.Encode()
+		value, _ := want.Value.Encode()
+		if !bytes.Equal(rec.Key, key) || !bytes.Equal(rec.Value, value) {
+			t.Errorf("%s: key %q value %q, want the original", topic, rec.Key, rec.Value)
+		}
+		for j, h := range want.Headers {
+			if !bytes.Equal(rec.Headers[j].Key, h.Key) || !bytes.Equal(rec.Headers[j].Value, h.Value) {
+				t.Errorf("%s: header %d is %q=%q, want the original %q=%q", topic, j, rec.Headers[j].Key, rec.Headers[j].Value, h.Key, h.Value)
+			}
+		}
+		names := map[string]int{}
+		for _, h := range rec.Headers[len(want.Headers):] {
+			names[string(h.Key)]++
+		}
+		for _, name := range []string{retrytopics.HeaderAttempt, retrytopics.HeaderOriginalTopic, retrytopics.HeaderNotBefore,
+			retrytopics.HeaderFirstFailedAt, retrytopics.HeaderLastError, retrytopics.HeaderFailedAttempts} {
+			if names[name] != 1 {
+				t.Errorf("%s: %d %s headers, want 1 (replaced, never appended)", topic, names[name], name)
+			}
+		}
+		info, _, err := retrytopics.Parse(rec.Headers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.Round != i+1 || info.FailedAttempts != i+1 || info.OriginalTopic != f.topic || info.OriginalOffset != 0 ||
+			info.LastError != fmt.Sprintf("psp 503 on attempt %d", i+1) || info.ConsumerGroup != f.group {
+			t.Errorf("%s: retry headers %+v", topic, info)
+		}
+	}
+}
+
+func TestRetryTopicsAlwaysFailingReachesTheDeadLetterTopicWithItsHistory(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	var seen calls
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		return errors.New("psp timeout after 30s")
+	}))
+	f.withRetry(t, &cfg, 50*time.Millisecond, 100*time.Millisecond)
+	cfg.MaxAttempts = 2 // two attempts per tier: six in all
+	f.produce(t, f.topic, awkward())
+	start := time.Now()
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 20*time.Second, "a dead letter", func() bool { return len(f.readAll(t, f.dlq)) == 1 })
+	testkit.WaitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
+	stop()
+
+	var attempts []int
+	for _, c := range seen.all() {
+		attempts = append(attempts, c.attempt)
+	}
+	if !slices.Equal(attempts, []int{1, 2, 3, 4, 5, 6}) {
+		t.Errorf("attempts %v, want 1 to 6 (two per topic)", attempts)
+	}
+	// The envelope holds the record as it was on the main topic, and the
+	// whole history.
+	_, env := f.onlyDeadLetter(t)
+	if env.RetryCount != 6 || env.ErrorKind != dlq.KindRetriesExhausted || env.Error != "psp timeout after 30s" {
+		t.Errorf("envelope retry count %d kind %s error %q, want 6 retries_exhausted", env.RetryCount, env.ErrorKind, env.Error)
+	}
+	first := seen.all()[0].at
+	if env.FirstFailedAt.Before(start.Truncate(time.Millisecond)) || env.FirstFailedAt.After(first.Add(time.Millisecond)) ||
+		!env.FailedAt.After(env.FirstFailedAt) {
+		t.Errorf("first failed at %v (first attempt at %v), failed at %v", env.FirstFailedAt, first, env.FailedAt)
+	}
+}
+
+func TestSlowRetryTierDoesNotSlowTheMainTopic(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	var seen calls
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		if string(m.Value) == "poison" && m.RetryRound == 0 {
+			return errors.New("downstream 503")
+		}
+		return nil
+	}))
+	const delay = time.Minute
+	f.withRetry(t, &cfg, delay)
+	f.produce(t, f.topic, record("k", "poison"))
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 10*time.Second, "the poison message in its tier", func() bool {
+		return len(f.readAll(t, f.topic+".retry.1m")) == 1
+	})
+	parked := time.Now()
+	var msgs []*sarama.ProducerMessage
+	for i := range 200 {
+		msgs = append(msgs, record("key-"+strconv.Itoa(i%7), "v"+strconv.Itoa(i)))
+	}
+	f.produce(t, f.topic, msgs...)
+	testkit.WaitFor(t, 20*time.Second, "200 main-topic messages handled", func() bool { return f.committed(t, 0) == 201 })
+	if waited := time.Since(parked); waited >= delay {
+		t.Fatalf("the main topic took %v, as long as the tier's delay", waited)
+	}
+	stop()
+	if n := seen.count("poison"); n != 1 {
+		t.Errorf("poison handled %d times while it waits out its minute, want 1", n)
+	}
+}
+
+func TestRetryTopicRecordsOfAnotherGroupAreLeftAlone(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	var seen calls
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		return nil
+	}))
+	f.withRetry(t, &cfg, time.Millisecond)
+	tier := f.topic + ".retry.1ms"
+	retryRecord := func(group, value string) *sarama.ProducerMessage {
+		m := record("k", value)
+		for _, h := range retrytopics.Headers(nil, retrytopics.Info{Round: 1, FailedAttempts: 1, OriginalTopic: f.topic,
+			NotBefore: time.Now(), ConsumerGroup: group}) {
+			m.Headers = append(m.Headers, h)
+		}
+		return m
+	}
+	f.produce(t, tier, retryRecord("another-group", "theirs"), retryRecord(f.group, "ours"))
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 10*time.Second, "our retry record handled", func() bool { return seen.count("ours") == 1 })
+	stop()
+	if n := seen.count("theirs"); n != 0 {
+		t.Errorf("another group's retry record handled %d times", n)
+	}
+}
+
+func TestMalformedRetryHeadersAreDeadLetteredUnhandled(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	var seen calls
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		return nil
+	}))
+	f.withRetry(t, &cfg, time.Millisecond)
+	bad := record("k", "bad")
+	bad.Headers = append(bad.Headers,
+		sarama.RecordHeader{Key: []byte(retrytopics.HeaderAttempt), Value: []byte("1")},
+		sarama.RecordHeader{Key: []byte(retrytopics.HeaderOriginalTopic), Value: []byte(f.topic)},
+		sarama.RecordHeader{Key: []byte(retrytopics.HeaderOriginalPartition), Value: []byte("0")},
+		sarama.RecordHeader{Key: []byte(retrytopics.HeaderOriginalOffset), Value: []byte("7")},
+		sarama.RecordHeader{Key: []byte(retrytopics.HeaderNotBefore), Value: []byte("soon")})
+	bare := record("k", "bare") // on a retry topic without retry headers
+	fine := record("k", "fine")
+	for _, h := range retrytopics.Headers(nil, retrytopics.Info{Round: 1, OriginalTopic: f.topic, NotBefore: time.Now()}) {
+		fine.Headers = append(fine.Headers, h)
+	}
+	f.produce(t, f.topic+".retry.1ms", bad, bare, fine)
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 10*time.Second, "two dead letters", func() bool { return len(f.readAll(t, f.dlq)) == 2 })
+	testkit.WaitFor(t, 10*time.Second, "the good retry record handled", func() bool { return len(seen.all()) == 1 })
+	stop()
+	if got := seen.all(); got[0].value != "fine" {
+		t.Errorf("handled %q, want only the well-formed retry record", got[0].value)
+	}
+	for i, env := range f.deadLetters(t) {
+		if env.ErrorKind != dlq.KindPermanent || env.OriginalTopic != f.topic || env.OriginalPartition != dlq.NoPartition {
+			t.Errorf("dead letter %d: kind %s original %s/%d, want permanent from %s/-1", i, env.ErrorKind, env.OriginalTopic, env.OriginalPartition, f.topic)
+		}
+		o, err := env.Original()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(o.Headers) != 1 || string(o.Headers[0].Key) != "ce_id" {
+			t.Errorf("dead letter %d keeps headers %v, want only ce_id (the retry headers stripped)", i, o.Headers)
+		}
+	}
+	if errText := f.deadLetters(t)[0].Error; !bytes.Contains([]byte(errText), []byte("retry_not_before")) {
+		t.Errorf("error %q does not name the malformed header", errText)
+	}
+}
+
+func TestRetryTopicsAreCreatedOrAwaited(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 3, testkit.InProcess())
+	var seen calls
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		if m.RetryRound == 0 {
+			return errors.New("fails once")
+		}
+		return nil
+	}))
+	cfg.MaxAttempts = 1
+	cfg.Retry = retrytopics.Config{Delays: []time.Duration{10 * time.Millisecond}, CreateTopics: true}
+	f.produce(t, f.topic, record("k", "v"))
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 20*time.Second, "the retry handled", func() bool { return len(seen.all()) == 2 })
+	stop()
+
+	admin, err := sarama.NewClusterAdmin(f.k.Brokers, f.k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	topics, err := admin.ListTopics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := topics[f.topic+".retry.10ms"].NumPartitions; got != 3 {
+		t.Errorf("the created retry topic has %d partitions, want the main topic's 3", got)
+	}
+}
