@@ -329,3 +329,65 @@ func TestRetryTopicsAreCreatedOrAwaited(t *testing.T) {
 		t.Errorf("the created retry topic has %d partitions, want the main topic's 3", got)
 	}
 }
+
+func TestKeyOrderAcrossRetryTiers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	r := testkit.NewRedis(t)
+	order, err := retrytopics.NewRedisKeyOrder(r.Client, retrytopics.RedisKeyOrderConfig{Scope: f.group, Prefix: r.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen calls
+	failed := map[string]bool{}
+	var mu sync.Mutex
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		mu.Lock()
+		defer mu.Unlock()
+		// k1 and k4 fail once; everything else succeeds.
+		if v := string(m.Value); (v == "k1" || v == "k4") && !failed[v] {
+			failed[v] = true
+			return errors.New("downstream 503")
+		}
+		return nil
+	}))
+	f.withRetry(t, &cfg, 300*time.Millisecond, 600*time.Millisecond)
+	cfg.KeyOrder = order
+	// k1, k2 and k3 come in one batch: k2 and k3 were free when the batch
+	// was looked up, and must still follow k1 once it is parked.
+	f.produce(t, f.topic, record("K", "k1"), record("K", "k2"), record("L", "l1"), record("K", "k3"))
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 20*time.Second, "k1, k2, k3 handled", func() bool {
+		return seen.count("k2") == 1 && seen.count("k3") == 1 && seen.count("k1") == 2
+	})
+	// A message of K arriving later, while nothing of K is parked, is
+	// handled at once; k4 fails and k5 follows it.
+	f.produce(t, f.topic, record("K", "k4"), record("K", "k5"))
+	testkit.WaitFor(t, 20*time.Second, "k4 and k5 handled", func() bool { return seen.count("k5") == 1 && seen.count("k4") == 2 })
+	stop()
+
+	var handledK []string
+	var l1At, k1RetryAt time.Time
+	for _, c := range seen.all() {
+		switch {
+		case c.value == "l1":
+			l1At = c.at
+		case c.key == "K" && c.round > 0 && c.value == "k1":
+			k1RetryAt = c.at
+		}
+		if c.key == "K" {
+			handledK = append(handledK, c.value)
+		}
+	}
+	if want := []string{"k1", "k1", "k2", "k3", "k4", "k4", "k5"}; !slices.Equal(handledK, want) {
+		t.Errorf("K handled in the order %q, want %q", handledK, want)
+	}
+	if !l1At.Before(k1RetryAt) {
+		t.Errorf("l1 handled at %v, after k1's retry at %v: another key waited for K", l1At, k1RetryAt)
+	}
+	keys, err := r.Client.Keys(context.Background(), r.Prefix+"*").Result()
+	if err != nil || len(keys) != 0 {
+		t.Errorf("Redis keeps %q (%v) after every message settled, want nothing parked", keys, err)
+	}
+}

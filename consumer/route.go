@@ -236,13 +236,15 @@ func (d *delivery) writeRetry(r route) error {
 	if err != nil {
 		return fmt.Errorf("write to retry topic %s: %w", r.tier.Topic, err)
 	}
-	outcome := OutcomeSentToRetry
+	log := d.log().With("retry_topic", r.tier.Topic, "retry_partition", partition, "retry_offset", offset,
+		"retry_round", r.info.Round, "failed_attempts", r.info.FailedAttempts, "not_before", r.info.NotBefore)
 	if r.cause == nil {
-		outcome = OutcomeDeferred
+		d.p.c.metrics.Message(m.Topic, OutcomeDeferred)
+		log.Info("message follows an earlier message of its key to a retry topic")
+		return nil
 	}
-	d.p.c.metrics.Message(m.Topic, outcome)
-	d.log().Warn("message sent to a retry topic", "error", r.cause, "retry_topic", r.tier.Topic, "retry_partition", partition,
-		"retry_offset", offset, "retry_round", r.info.Round, "failed_attempts", r.info.FailedAttempts, "not_before", r.info.NotBefore)
+	d.p.c.metrics.Message(m.Topic, OutcomeSentToRetry)
+	log.Warn("message sent to a retry topic", "error", r.cause)
 	return nil
 }
 
