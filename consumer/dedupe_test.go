@@ -37,9 +37,9 @@ type dedupeMetrics struct {
 	hits, errors, failedOpen atomic.Int64
 }
 
-func (m *dedupeMetrics) Hits(n int)                              { m.hits.Add(int64(n)) }
-func (m *dedupeMetrics) Error(dedupe.Op)                         { m.errors.Add(1) }
-func (m *dedupeMetrics) FailedOpen(n int)                        { m.failedOpen.Add(int64(n)) }
+func (m *dedupeMetrics) Hits(n int)                            { m.hits.Add(int64(n)) }
+func (m *dedupeMetrics) Error(dedupe.Op)                       { m.errors.Add(1) }
+func (m *dedupeMetrics) FailedOpen(n int)                      { m.failedOpen.Add(int64(n)) }
 func (m *dedupeMetrics) Latency(dedupe.Op, int, time.Duration) {}
 
 // withID is a record with the given ce_id.
