@@ -1,7 +1,6 @@
 package prom
 
 import (
-	"fmt"
 	"strconv"
 	"time"
 
@@ -61,20 +60,11 @@ var _ consumer.Metrics = (*ConsumerMetrics)(nil)
 // metric cannot be registered, typically because reg already holds the
 // metrics of a consumer with the same ConsumerConfig.Group.
 func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*ConsumerMetrics, error) {
-	if reg == nil {
-		return nil, fmt.Errorf("%w: the registerer is nil; pass prometheus.DefaultRegisterer or a registry from prometheus.NewRegistry()", ErrInvalidConfig)
-	}
-	cfg.Buckets = bucketsOrDefault(cfg.Buckets)
-	if err := validLabel("Group", cfg.Group); err != nil {
+	constLabels, buckets, err := groupOptions(reg, cfg.Group, cfg.Buckets, DefaultBuckets)
+	if err != nil {
 		return nil, err
 	}
-	if err := validBuckets(cfg.Buckets); err != nil {
-		return nil, err
-	}
-	var constLabels prometheus.Labels
-	if cfg.Group != "" {
-		constLabels = prometheus.Labels{LabelGroup: cfg.Group}
-	}
+	cfg.Buckets = buckets
 	m := &ConsumerMetrics{
 		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name:        NameConsumerMessages,
@@ -103,17 +93,13 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*Consume
 			ConstLabels: constLabels,
 		}, []string{LabelTopic, LabelPartition}),
 	}
-	hint := "give each consumer its own registry or a distinct ConsumerConfig.Group"
-	if cfg.Group != "" {
-		hint = fmt.Sprintf("another ConsumerMetrics with Group %q is registered; give each consumer a distinct ConsumerConfig.Group", cfg.Group)
-	}
-	err := register(reg, []named{
+	err = register(reg, []named{
 		{NameConsumerMessages, m.messages},
 		{NameConsumerHandlerSeconds, m.handler},
 		{NameConsumerInFlight, m.inFlight},
 		{NameConsumerBreakerState, m.breakerState},
 		{NameConsumerLag, m.lag},
-	}, hint)
+	}, groupHint("ConsumerMetrics", "ConsumerConfig", cfg.Group))
 	if err != nil {
 		return nil, err
 	}

@@ -1,5 +1,6 @@
 // Package prom has the Prometheus metrics for courier: the outbox relay's
-// (NewRelayMetrics) and the consumer's (NewConsumerMetrics).
+// (NewRelayMetrics), the consumer's (NewConsumerMetrics) and its
+// deduplication's (NewDedupeMetrics).
 //
 // NewRelayMetrics registers the outbox relay's metrics on a
 // prometheus.Registerer and returns a *RelayMetrics to pass as
@@ -49,6 +50,20 @@
 // shutdown), so summing the lag over all members counts each partition
 // once. Consumers of different groups sharing a registry set
 // ConsumerConfig.Group, a constant group label.
+//
+// # Dedupe metrics
+//
+// NewDedupeMetrics registers the metrics of the consumer's deduplication
+// and returns a *DedupeMetrics to pass as consumer.DedupeConfig.Metrics:
+//
+//	courier_dedupe_hits_total       counter    messages skipped: their ids were processed already
+//	courier_dedupe_errors_total     counter    failed round trips to the store, per op: claim, extend, done, release
+//	courier_dedupe_fail_open_total  counter    messages handled without deduplication while the store failed (consumer.DedupeConfig.FailOpen)
+//	courier_dedupe_seconds          histogram  one round trip to the store (a batch of ids), per op
+//
+// The series of every op exist from the start, at 0. DedupeConfig.Group
+// sets a constant group label, as ConsumerConfig.Group does; the two may
+// share one registry.
 //
 // # Several relays in one process
 //
@@ -135,6 +150,40 @@ func bucketsOrDefault(buckets []float64) []float64 {
 		return DefaultBuckets()
 	}
 	return slices.Clone(buckets)
+}
+
+// groupOptions checks what the metrics of one consumer group are made
+// from: a registerer, ConsumerConfig.Group (or DedupeConfig.Group) and
+// histogram buckets, whose defaults come from defaultBuckets. It returns
+// the constant labels (group, when set) and a copy of the buckets.
+func groupOptions(reg prometheus.Registerer, group string, buckets []float64, defaultBuckets func() []float64) (prometheus.Labels, []float64, error) {
+	if reg == nil {
+		return nil, nil, fmt.Errorf("%w: the registerer is nil; pass prometheus.DefaultRegisterer or a registry from prometheus.NewRegistry()", ErrInvalidConfig)
+	}
+	if len(buckets) == 0 {
+		buckets = defaultBuckets()
+	} else {
+		buckets = slices.Clone(buckets)
+	}
+	if err := validLabel("Group", group); err != nil {
+		return nil, nil, err
+	}
+	if err := validBuckets(buckets); err != nil {
+		return nil, nil, err
+	}
+	if group == "" {
+		return nil, buckets, nil
+	}
+	return prometheus.Labels{LabelGroup: group}, buckets, nil
+}
+
+// groupHint says how to fix a collision of the metrics of one consumer
+// group (kind, configured by config) on a registry.
+func groupHint(kind, config, group string) string {
+	if group == "" {
+		return "give each consumer its own registry or a distinct " + config + ".Group"
+	}
+	return fmt.Sprintf("another %s with Group %q is registered; give each consumer a distinct %s.Group", kind, group, config)
 }
 
 func (c Config) validate() error {

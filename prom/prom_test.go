@@ -266,6 +266,13 @@ courier_outbox_publish_latency_seconds_count{topic="payments"} 1
 courier_outbox_published_total{topic="orders"} 2
 courier_outbox_published_total{topic="payments"} 1
 `
+	expectExposition(t, reg, want)
+}
+
+// expectExposition checks that a scrape of reg returns want, and that
+// promlint finds nothing to say about it.
+func expectExposition(t *testing.T, reg prometheus.Gatherer, want string) {
+	t.Helper()
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
 		t.Error(err)
 	}
@@ -517,27 +524,17 @@ func TestHooksConcurrent(t *testing.T) {
 	t.Parallel()
 	m, reg := newMetrics(t, prom.Config{})
 	const workers, rounds = 8, 500
-	var wg sync.WaitGroup
-	for w := range workers {
-		wg.Go(func() {
-			topic := []string{"orders", "payments"}[w%2]
-			for range rounds {
-				m.Claimed(2)
-				m.Published(topic, time.Millisecond)
-				m.PublishFailed(topic, "retriable")
-				m.DeadLettered(topic)
-				m.BreakerChanged(producer.BreakerClosed)
-				m.Backlog(1, time.Second)
-			}
-		})
-	}
-	// Scrapes race with the hooks in production too.
-	for range 10 {
-		if _, err := reg.Gather(); err != nil {
-			t.Fatal(err)
+	concurrently(t, reg, workers, func(w int) {
+		topic := []string{"orders", "payments"}[w%2]
+		for range rounds {
+			m.Claimed(2)
+			m.Published(topic, time.Millisecond)
+			m.PublishFailed(topic, "retriable")
+			m.DeadLettered(topic)
+			m.BreakerChanged(producer.BreakerClosed)
+			m.Backlog(1, time.Second)
 		}
-	}
-	wg.Wait()
+	})
 
 	got := series(t, reg)
 	perTopic := float64(workers / 2 * rounds)
@@ -554,4 +551,20 @@ func TestHooksConcurrent(t *testing.T) {
 			t.Errorf("%s = %v, want %v", key, got[key], want)
 		}
 	}
+}
+
+// concurrently runs hooks(w) in workers goroutines while reg is scraped, as
+// scrapes race with the hooks in production too, and waits for them.
+func concurrently(t *testing.T, reg prometheus.Gatherer, workers int, hooks func(w int)) {
+	t.Helper()
+	var wg sync.WaitGroup
+	for w := range workers {
+		wg.Go(func() { hooks(w) })
+	}
+	for range 10 {
+		if _, err := reg.Gather(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	wg.Wait()
 }
