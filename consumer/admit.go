@@ -65,15 +65,18 @@ func (p *partition) take() []taken {
 
 // due reports whether the message may be handled at now.
 func (d *delivery) due(now time.Time) bool {
-	return !d.fromRetry || !d.retry.NotBefore.After(now)
+	return d.retry == nil || !d.retry.NotBefore.After(now)
 }
 
 // waitDue waits until the message is due, with the partition paused so
 // that nothing more is fetched meanwhile (Sarama heartbeats on its own), and
 // reports whether it is (false: the session ended first).
 func (p *partition) waitDue(d *delivery) bool {
+	if d.retry == nil {
+		return true
+	}
 	wait := time.Until(d.retry.NotBefore)
-	if !d.fromRetry || wait <= 0 {
+	if wait <= 0 {
 		return true
 	}
 	p.pause()
@@ -127,7 +130,9 @@ func (p *partition) follow(batch []taken) bool {
 	for i, d := range of {
 		d.place = places[i].Position
 		d.parked = d.place >= 0
-		d.firstDue = places[i].FirstDue
+		if due := places[i].FirstDue; !due.IsZero() {
+			d.firstDue = due.UnixMilli()
+		}
 	}
 	return true
 }
@@ -151,7 +156,7 @@ func (p *partition) claimAll(batch []taken) bool {
 	if !ok {
 		return false
 	}
-	now := time.Now()
+	now := p.now()
 	for i, d := range of {
 		d.claim = statuses[i]
 		d.claimed = !failedOpen && d.claim == dedupe.Claimed
@@ -282,7 +287,7 @@ func (d *delivery) admit(ctx context.Context) (f fate, done bool) {
 		if !ok {
 			return fateAbandoned, true
 		}
-		d.claim, d.claimed, d.claimedAt = statuses[0], !failedOpen && statuses[0] == dedupe.Claimed, time.Now()
+		d.claim, d.claimed, d.claimedAt = statuses[0], !failedOpen && statuses[0] == dedupe.Claimed, p.now()
 	}
 	if d.claim == dedupe.Processed {
 		p.c.cfg.Dedupe.Metrics.Hits(1)
@@ -302,7 +307,7 @@ func (d *delivery) admit(ctx context.Context) (f fate, done bool) {
 // state.
 func (d *delivery) deferRoute() route {
 	t := d.p.topology
-	tier, _ := t.Holding(time.Until(d.firstDue))
+	tier, _ := t.Holding(time.Until(time.UnixMilli(d.firstDue)))
 	info := d.retryInfo(tier, nil)
 	info.Round = d.round
 	return route{tier: &tier, info: info}

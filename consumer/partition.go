@@ -263,3 +263,9 @@ func (o *offsets) finish(offset int64, mark func(next int64)) {
 	o.done = slices.Delete(o.done, 0, n)
 	mark(next)
 }
+
+// now is the time on the partition's clock: since it started, monotonic.
+func (p *partition) now() time.Duration { return time.Since(p.clock) }
+
+// since is how long ago t was on the partition's clock.
+func (p *partition) since(t time.Duration) time.Duration { return p.now() - t }

@@ -24,14 +24,12 @@ type delivery struct {
 	m           *Message
 	failed      int // attempts of this delivery that failed and count
 	firstFailed time.Time
-	lastFailed  time.Time
 
 	// Retry state, from the retry headers of a record on a retry topic.
-	fromRetry bool
-	retry     retrytopics.Info
-	base      int   // attempts that failed before this delivery
-	round     int   // the retry round the record is in
-	corrupt   error // malformed retry headers: dead-lettered unhandled
+	retry   *retrytopics.Info // nil for a record of a main topic
+	base    int               // attempts that failed before this delivery
+	round   int               // the retry round the record is in
+	corrupt error             // malformed retry headers: dead-lettered unhandled
 
 	// id is the message's identity for Dedupe and KeyOrder; "" when
 	// neither is on.
@@ -41,12 +39,16 @@ type delivery struct {
 	place int
 	// parked: the message is among its key's parked messages, and leaves
 	// them once settled other than by a move to a retry tier.
-	parked   bool
-	firstDue time.Time // when the first parked message of its key is due
+	parked bool
 	// claim is what Dedupe said of the message when it was taken.
-	claim     dedupe.Status
-	claimed   bool // the consumer holds its claim: Done or Release owed
-	claimedAt time.Time
+	claim   dedupe.Status
+	claimed bool // the consumer holds its claim: Done or Release owed
+	// firstDue is when the first parked message of its key is due (unix
+	// ms, 0: unknown), and claimedAt when the claim was taken or extended
+	// (on the partition's clock): as integers, since every message
+	// carries them.
+	firstDue  int64
+	claimedAt time.Duration
 
 	// What m and the first attempt's context point to: one allocation
 	// for both.
@@ -78,7 +80,7 @@ func (d *delivery) readRetry() {
 			"only the consumer writes to retry topics", d.m.Topic)
 		return
 	}
-	d.fromRetry, d.retry = true, info
+	d.retry = &info
 	d.base, d.round = info.FailedAttempts, info.Round
 	d.firstFailed = info.FirstFailedAt
 	d.m.OriginalTopic, d.m.RetryRound = info.OriginalTopic, info.Round
@@ -87,7 +89,7 @@ func (d *delivery) readRetry() {
 // foreign reports whether the record is another consumer group's, in a
 // retry topic the groups share: this group leaves it alone.
 func (d *delivery) foreign() bool {
-	return d.fromRetry && d.retry.ConsumerGroup != "" && d.retry.ConsumerGroup != d.p.c.cfg.Group
+	return d.retry != nil && d.retry.ConsumerGroup != "" && d.retry.ConsumerGroup != d.p.c.cfg.Group
 }
 
 // process handles d until it is handled (then it settles it), handed to a
@@ -247,9 +249,8 @@ func (d *delivery) try(ctx context.Context) error {
 	}
 	if _, open := d.p.c.breakerWait(err); !open {
 		d.failed++
-		d.lastFailed = time.Now()
 		if d.firstFailed.IsZero() {
-			d.firstFailed = d.lastFailed
+			d.firstFailed = time.Now()
 		}
 		if pe, ok := errors.AsType[*PanicError](err); ok {
 			d.log().Error("handler panicked", "error", err, "attempt", d.failed, "stack", string(pe.Stack))
@@ -354,7 +355,7 @@ func (d *delivery) log() *slog.Logger {
 // same time.
 func (d *delivery) extendClaim() {
 	cfg := &d.p.c.cfg.Dedupe
-	if !d.claimed || time.Since(d.claimedAt) < cfg.Lease/2 {
+	if !d.claimed || d.p.since(d.claimedAt) < cfg.Lease/2 {
 		return
 	}
 	p := d.p
@@ -365,5 +366,5 @@ func (d *delivery) extendClaim() {
 		d.log().Warn("cannot extend the message's dedupe claim; it may run out during the attempt", "error", err, "dedupe_id", d.id)
 		return
 	}
-	d.claimedAt = time.Now()
+	d.claimedAt = d.p.now()
 }

@@ -122,8 +122,10 @@ func (d *delivery) retryInfo(tier retrytopics.Tier, cause error) retrytopics.Inf
 		OriginalTimestamp: o.Timestamp,
 		NotBefore:         time.Now().Add(tier.Delay),
 		FirstFailedAt:     d.firstFailed,
-		LastError:         d.retry.LastError,
 		ConsumerGroup:     d.p.c.cfg.Group,
+	}
+	if d.retry != nil {
+		info.LastError = d.retry.LastError
 	}
 	if cause != nil {
 		info.LastError = cause.Error()
@@ -291,7 +293,7 @@ func (d *delivery) origin() dlq.Original {
 	case d.corrupt != nil:
 		o.Topic, o.Partition, o.Offset = d.p.topology.Topic, dlq.NoPartition, dlq.NoOffset
 		headers = retrytopics.Strip(headers)
-	case d.fromRetry:
+	case d.retry != nil:
 		o.Topic, o.Partition, o.Offset, o.Timestamp = d.retry.OriginalTopic, d.retry.OriginalPartition, d.retry.OriginalOffset, d.retry.OriginalTimestamp
 		headers = retrytopics.Strip(headers)
 	}
