@@ -10,6 +10,14 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dedupe"
+	"github.com/courierkit/courier/retrytopics"
+)
+
+// nopStore and nopKeyOrder stand in where only the config is checked.
+type (
+	nopStore    struct{ dedupe.Store }
+	nopKeyOrder struct{ retrytopics.KeyOrder }
 )
 
 func TestConfigValidation(t *testing.T) {
@@ -24,6 +32,17 @@ func TestConfigValidation(t *testing.T) {
 	}
 	if _, err := consumer.New(valid()); err != nil {
 		t.Fatalf("New(valid) = %v", err)
+	}
+	full := valid()
+	full.Retry.Delays = []time.Duration{time.Second, time.Minute}
+	full.KeyOrder = nopKeyOrder{}
+	full.Dedupe.Store = nopStore{}
+	c, err := consumer.New(full)
+	if err != nil {
+		t.Fatalf("New(with retry topics, key order and dedupe) = %v", err)
+	}
+	if topo := c.Topologies(); len(topo) != 1 || topo[0].DeadLetter != "payouts.dlq" || len(topo[0].Tiers) != 2 {
+		t.Errorf("Topologies() = %+v", topo)
 	}
 	for _, tc := range []struct {
 		name   string
@@ -52,6 +71,17 @@ func TestConfigValidation(t *testing.T) {
 		{"max below base", func(c *consumer.Config) { c.Backoff.Base, c.Backoff.Max = time.Second, time.Millisecond }, "Backoff.Max"},
 		{"bad suffix", func(c *consumer.Config) { c.DeadLetterSuffix = ".dead letters" }, "DeadLetterSuffix"},
 		{"bad sarama", func(c *consumer.Config) { c.Sarama = sarama.NewConfig(); c.Sarama.ChannelBufferSize = -1 }, "Sarama"},
+		{"zero retry delay", func(c *consumer.Config) { c.Retry.Delays = []time.Duration{time.Second, 0} }, "Delays[1]"},
+		{"bad retry suffix", func(c *consumer.Config) { c.Retry = retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "+r"} }, "Suffix"},
+		{"two dead-letter suffixes", func(c *consumer.Config) { c.Retry.DeadLetterSuffix = ".dead" }, "Retry.DeadLetterSuffix"},
+		{"retry topic listed", func(c *consumer.Config) {
+			c.Retry.Delays = []time.Duration{time.Second}
+			c.Topics = []string{"payouts", "payouts.retry.1s"}
+		}, "payouts.retry.1s"},
+		{"key order without tiers", func(c *consumer.Config) { c.KeyOrder = nopKeyOrder{} }, "Retry.Delays"},
+		{"lease too short", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Lease: 30 * time.Second} }, "Dedupe.Lease"},
+		{"negative busy wait", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, BusyWait: -1} }, "Dedupe.BusyWait"},
+		{"negative batch", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Batch: -1} }, "Dedupe.Batch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
