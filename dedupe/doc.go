@@ -1,8 +1,9 @@
 // Package dedupe remembers which messages were processed, so that a consumer
 // skips the duplicates that at-least-once delivery brings: a producer's
 // retry, a relay that crashed after publishing, a rebalance that hands a
-// partition over before its offsets were committed, a replay from the
-// dead-letter topic. Messages are told apart by their id, the CloudEvents
+// partition over before its offsets were committed, a dead letter replayed
+// twice (replayed once, it is processed: its claim was released, never
+// marked processed). Messages are told apart by their id, the CloudEvents
 // ce_id header.
 //
 // # The Store contract
@@ -55,8 +56,7 @@
 // The window (RedisConfig.Window, InboxConfig.Window; 24h by default) is
 // how long a processed id is remembered. It must cover the redeliveries
 // you expect: a producer's retries take seconds, a rebalance minutes, a
-// replay of dead letters or a consumer group reset to an earlier offset
-// hours or days. A longer window costs memory (Redis: about 150 bytes per
+// consumer group reset to an earlier offset hours or days. A longer window costs memory (Redis: about 150 bytes per
 // id) or table size (inbox: one row per id until Cleanup). A message that
 // comes again after its window is processed again.
 package dedupe

@@ -42,8 +42,8 @@ type RedisConfig struct {
 	Prefix string
 	// Window is how long a processed id is remembered: a message delivered
 	// again within it is skipped, one delivered later is processed again.
-	// A longer window covers later redeliveries (a replay of yesterday's
-	// dead letters, a consumer reset to an old offset) and costs memory:
+	// A longer window covers later redeliveries (a consumer group reset to
+	// an old offset, a dead letter replayed twice) and costs memory:
 	// one key of about 150 bytes (for a UUID id) per id processed within
 	// the window. At least 1ms. Defaults to 24h (DefaultWindow).
 	Window time.Duration
