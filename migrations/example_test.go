@@ -15,14 +15,8 @@ import (
 // to call from every replica at once.
 func ExampleMigrator_Up() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testkit.DatabaseURL())
-	if err != nil {
-		log.Fatal(err)
-	}
+	pool := exampleDB(ctx, "courier_example_billing")
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS courier_example_billing CASCADE"); err != nil {
-		log.Fatalf("%v (is PostgreSQL running? try `make services`)", err)
-	}
 
 	migrator, err := migrations.New(migrations.Config{Schema: "courier_example_billing", Table: "billing_outbox"})
 	if err != nil {
@@ -51,15 +45,8 @@ func ExampleMigrator_Up() {
 // Its versions are kept apart from the outbox's, in courier_inbox_migrations.
 func ExampleNewInbox() {
 	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, testkit.DatabaseURL())
-	if err != nil {
-		log.Fatal(err)
-	}
+	pool := exampleDB(ctx, "courier_example_inbox")
 	defer pool.Close()
-	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS courier_example_inbox CASCADE"); err != nil {
-		log.Fatalf("%v (is PostgreSQL running? try `make services`)", err)
-	}
-	defer pool.Exec(ctx, "DROP SCHEMA courier_example_inbox CASCADE")
 
 	migrator, err := migrations.NewInbox(migrations.Config{Schema: "courier_example_inbox"})
 	if err != nil {
@@ -77,4 +64,17 @@ func ExampleNewInbox() {
 	}
 	// Output:
 	// 0001_create_inbox applied: true
+}
+
+// exampleDB connects to the test database, where schema does not exist
+// (any left from an earlier run is dropped).
+func exampleDB(ctx context.Context, schema string) *pgxpool.Pool {
+	pool, err := pgxpool.New(ctx, testkit.DatabaseURL())
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE"); err != nil {
+		log.Fatalf("%v (is PostgreSQL running? try `make services`)", err)
+	}
+	return pool
 }
