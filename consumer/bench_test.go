@@ -29,6 +29,7 @@ func BenchmarkConsume(b *testing.B) {
 		Sarama:  k.Config,
 		Logger:  testkit.Logger(b, `msg="message dead-lettered"`),
 		Name:    testkit.UniqueName(b, 60),
+		Redis:   testkit.NewRedis(b).Client,
 	}
 	if k.Cluster != nil {
 		cfg.Fetching = bench.KfakeFetching(k.Cluster)
@@ -45,7 +46,8 @@ func BenchmarkConsume(b *testing.B) {
 	b.ReportMetric(0, "ns/op") // the sum of every consumption and seeding: meaningless
 	report := run.Report()
 	for _, r := range report.Results {
-		if r.Name == "runner/no-failures" || r.Name == "runner/1%-permanent" {
+		switch r.Name {
+		case "runner/no-failures", "runner/1%-permanent", bench.RetryTiers, bench.DedupeRedis:
 			b.ReportMetric(r.Ratio, r.Name[len("runner/"):]+"-x-raw")
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kfake"
 
@@ -24,7 +25,7 @@ func newBenchCmd() *cobra.Command {
 
 func newBenchConsumeCmd() *cobra.Command {
 	var out outputFlag
-	var brokers string
+	var brokers, redisURL string
 	var cfg bench.ConsumeConfig
 	cmd := &cobra.Command{
 		Use:   "consume",
@@ -32,9 +33,10 @@ func newBenchConsumeCmd() *cobra.Command {
 		Long: `Measures msgs/s through the consumer runner (retries and dead letters on)
 beside a raw Sarama consumer group that only marks messages, on the same broker
 in the same run: without failures, with 1% of the messages failing for good
-(they go to the dead-letter topic), and with a 5 ms handler on 1 and on 16
-workers per partition. The configurations take turns --rounds times and each
-figure is the median.
+(they go to the dead-letter topic), with 1% failing twice and passing through
+two retry tiers (the main topic's rate), with Redis dedupe on (--redis-url),
+and with a 5 ms handler on 1 and on 16 workers per partition. The
+configurations take turns --rounds times and each figure is the median.
 
 Without --brokers it starts an in-process Kafka-protocol broker (kfake) and
 times from the group's first fetch. Against a cluster it creates and deletes
@@ -68,6 +70,18 @@ topics named courier.bench.*, and the group join is timed too.`,
 			// expected and only formatted, as a service would.
 			cfg.Logger = slog.New(slog.NewTextHandler(skipLines{cmd.ErrOrStderr(), `msg="message dead-lettered"`},
 				&slog.HandlerOptions{Level: slog.LevelWarn}))
+			if redisURL != "" {
+				opts, err := redis.ParseURL(redisURL)
+				if err != nil {
+					return usageError{fmt.Errorf("--redis-url %s: %w (want redis://host:6379/0)", redact(redisURL), err)}
+				}
+				client := redis.NewClient(opts)
+				defer client.Close()
+				if err := client.Ping(cmd.Context()).Err(); err != nil {
+					return fmt.Errorf("Redis at %s: %w (is it running? try `make services`, or --redis-url \"\" to leave dedupe out)", redact(redisURL), err)
+				}
+				cfg.Redis = client
+			}
 			report, err := bench.Consume(cmd.Context(), cfg)
 			if err != nil {
 				return fmt.Errorf("bench consume against %s: %w", strings.Join(cfg.Brokers, ","), err)
@@ -81,6 +95,8 @@ topics named courier.bench.*, and the group join is timed too.`,
 	out.register(cmd)
 	cmd.Flags().StringVar(&brokers, "brokers", envOr("COURIER_BROKERS", ""),
 		"Kafka bootstrap addresses, comma-separated (env COURIER_BROKERS); empty: an in-process broker")
+	cmd.Flags().StringVar(&redisURL, "redis-url", envOr("COURIER_REDIS_URL", "redis://127.0.0.1:6379/0"),
+		"Redis for the dedupe run (env COURIER_REDIS_URL); empty: no dedupe run")
 	cmd.Flags().IntVar(&cfg.Messages, "messages", bench.DefaultMessages, "backlog of the throughput runs")
 	cmd.Flags().IntVar(&cfg.SlowMessages, "slow-messages", bench.DefaultSlowMessages, "backlog of the 5 ms handler runs")
 	cmd.Flags().IntVar(&cfg.Rounds, "rounds", bench.DefaultRounds, "backlogs each configuration consumes, taking turns (5 for figures)")

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/internal/testkit"
 )
 
 // TestBenchConsume runs `courier bench consume` on small backlogs on the
@@ -13,7 +14,8 @@ import (
 // baseline, as JSON.
 func TestBenchConsume(t *testing.T) {
 	t.Parallel()
-	code, out, errOut := courier(t, "bench", "consume", "--messages", "2000", "--slow-messages", "120", "--output", "json")
+	code, out, errOut := courier(t, "bench", "consume", "--messages", "2000", "--slow-messages", "120", "--output", "json",
+		"--redis-url", testkit.RedisURL())
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
 	}
@@ -21,7 +23,8 @@ func TestBenchConsume(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &report); err != nil {
 		t.Fatalf("output is not a report: %v\n%s", err, out)
 	}
-	want := []string{bench.Raw, "runner/no-failures", "runner/1%-permanent", "runner/handler=5ms/workers=1", "runner/handler=5ms/workers=16"}
+	want := []string{bench.Raw, "runner/no-failures", "runner/1%-permanent", bench.RetryTiers, bench.DedupeRedis,
+		"runner/handler=5ms/workers=1", "runner/handler=5ms/workers=16"}
 	if len(report.Results) != len(want) || report.Messages != 2000 || report.Rounds != 1 {
 		t.Fatalf("report %+v, want the %d configurations over 2000 messages, 1 round", report, len(want))
 	}

@@ -17,13 +17,16 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/google/uuid"
+	"github.com/redis/go-redis/v9"
 	"github.com/sony/gobreaker/v2"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/retrytopics"
 )
 
 // Defaults of ConsumeConfig.
@@ -42,9 +45,18 @@ const (
 	slowHandler = 5 * time.Millisecond
 	deadline    = 2 * time.Minute // to join the group, then again to consume the backlog
 
+	// retryDelay is the first retry tier's delay: short, so that the
+	// failing messages cycle through the tiers while the main topic flows.
+	retryDelay = 50 * time.Millisecond
+
 	// Raw names the baseline configuration.
 	Raw      = "raw-sarama-group"
 	slowBase = "runner/handler=5ms/workers=1"
+	// RetryTiers names the configuration where 1% of the messages fail
+	// twice and pass through two retry tiers; its rate is the main topic's.
+	RetryTiers = "runner/1%-through-retry-tiers"
+	// DedupeRedis names the configuration with Redis dedupe on.
+	DedupeRedis = "runner/dedupe-redis"
 )
 
 // ConsumeConfig says where and how much Consume measures. Only Brokers is
@@ -75,6 +87,10 @@ type ConsumeConfig struct {
 	Logger *slog.Logger
 	// Name makes topic and group names unique. Defaults to a random one.
 	Name string
+	// Redis, when set, adds the configuration with Redis dedupe on; its
+	// keys live under courier:bench:<Name>: and are deleted after each
+	// round. Defaults to none.
+	Redis redis.UniversalClient
 }
 
 // Result is one configuration's figure.
@@ -130,6 +146,13 @@ func (r ConsumeReport) WriteText(w io.Writer) error {
 //   - runner/1%-permanent: the same, failing 1% of the messages with
 //     consumer.Permanent, so they go to the dead-letter topic (whose
 //     records are checked afterwards);
+//   - runner/1%-through-retry-tiers: the same 1% fail twice and pass
+//     through two retry tiers (50ms and 100ms) before they are handled;
+//     its rate is the main topic's, from the first fetch until every
+//     message of the main topic is handled or in its first tier, while
+//     the tiers are consumed beside it;
+//   - runner/dedupe-redis (with ConsumeConfig.Redis): no failures, each
+//     message claimed and marked in Redis (dedupe.NewRedis);
 //   - runner/handler=5ms/workers=1 and =16: 4,000 messages with a handler
 //     that takes 5 ms, one worker per partition against 16, each beside its
 //     ceiling (the backlog's busiest worker handling its messages one after
@@ -189,6 +212,17 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 				}
 				return nil
 			})},
+	}
+	cases = append(cases, &benchCase{name: RetryTiers, n: cfg.Messages, consume: runner(
+		consumer.Config{Retry: retrytopics.Config{Delays: []time.Duration{retryDelay, 2 * retryDelay}, CreateTopics: true}},
+		func(_ context.Context, m *consumer.Message, fail bool) error {
+			if fail && m.RetryRound < 2 {
+				return fmt.Errorf("bench: message %s fails in round %d", m.ID, m.RetryRound)
+			}
+			return nil
+		})})
+	if cfg.Redis != nil {
+		cases = append(cases, &benchCase{name: DedupeRedis, n: cfg.Messages, consume: dedupeRunner(cfg.Redis)})
 	}
 	for _, workers := range []int{1, 16} {
 		cases = append(cases, &benchCase{name: fmt.Sprintf("runner/handler=5ms/workers=%d", workers), n: cfg.SlowMessages,
@@ -405,9 +439,14 @@ func (bl *backlog) write(n int) error {
 	return nil
 }
 
-// drop deletes the backlog's topics and closes its admin client.
+// drop deletes the backlog's topics (its retry topics too, if a runner
+// created them) and closes its admin client.
 func (bl *backlog) drop() {
-	for _, topic := range []string{bl.topic, bl.dlq} {
+	topics := []string{bl.topic, bl.dlq}
+	if topo, err := retrytopics.New(bl.topic, retrytopics.Config{Delays: []time.Duration{retryDelay, 2 * retryDelay}}); err == nil {
+		topics = append(topics, topo.Topics()...)
+	}
+	for _, topic := range topics {
 		_ = bl.admin.DeleteTopic(topic)
 	}
 	_ = bl.admin.Close()
@@ -530,7 +569,7 @@ func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Mes
 			}
 			return err
 		})
-		rc.Metrics = settledMetrics{s}
+		rc.Metrics = settledMetrics{s: s, topic: bl.topic}
 		rc.Logger = cfg.Logger
 		c, err := consumer.New(rc)
 		if err != nil {
@@ -552,18 +591,61 @@ func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Mes
 			return 0, err
 		}
 		want := 0
-		if failed.Load() > 0 {
+		if failed.Load() > 0 && len(rc.Retry.Delays) == 0 {
 			want = len(bl.fail)
 		}
 		return took, bl.checkDeadLetters(want)
 	}
 }
 
-// settledMetrics counts messages handled or dead-lettered.
-type settledMetrics struct{ s *settled }
+// dedupeRunner consumes with Redis dedupe on, under a key prefix of the
+// backlog's that it deletes afterwards.
+func dedupeRunner(client redis.UniversalClient) consumeFunc {
+	return func(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error) {
+		prefix := "courier:bench:" + bl.group + ":"
+		store, err := dedupe.NewRedis(client, dedupe.RedisConfig{Scope: "bench", Prefix: prefix, Window: 10 * time.Minute})
+		if err != nil {
+			return 0, err
+		}
+		took, err := runner(consumer.Config{Dedupe: consumer.DedupeConfig{Store: store}},
+			func(context.Context, *consumer.Message, bool) error { return nil })(ctx, cfg, bl, s)
+		return took, errors.Join(err, deleteKeys(ctx, client, prefix))
+	}
+}
 
-func (m settledMetrics) Message(_ string, o consumer.Outcome) {
-	if o == consumer.OutcomeHandled || o == consumer.OutcomeDeadLettered {
+// deleteKeys deletes the Redis keys under prefix.
+func deleteKeys(ctx context.Context, client redis.UniversalClient, prefix string) error {
+	iter := client.Scan(ctx, 0, prefix+"*", 10_000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == 10_000 {
+			if err := client.Unlink(ctx, batch...).Err(); err != nil {
+				return err
+			}
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		if err := client.Unlink(ctx, batch...).Err(); err != nil {
+			return err
+		}
+	}
+	return iter.Err()
+}
+
+// settledMetrics counts the messages of the main topic that are settled:
+// handled, dead-lettered, or on their way through the retry tiers.
+type settledMetrics struct {
+	s     *settled
+	topic string
+}
+
+func (m settledMetrics) Message(topic string, o consumer.Outcome) {
+	if topic != m.topic {
+		return
+	}
+	switch o {
+	case consumer.OutcomeHandled, consumer.OutcomeDeadLettered, consumer.OutcomeSentToRetry:
 		m.s.add()
 	}
 }

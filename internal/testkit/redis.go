@@ -19,7 +19,7 @@ type Redis struct {
 // NewRedis connects to the test Redis and reserves a key prefix for the test.
 func NewRedis(t testing.TB) *Redis {
 	t.Helper()
-	raw := envOr(EnvRedisURL, DefaultRedisURL)
+	raw := RedisURL()
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
 		t.Fatalf("testkit: %s=%q: %v", EnvRedisURL, redactURL(raw), err)

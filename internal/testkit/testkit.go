@@ -64,6 +64,9 @@ func inCI() bool {
 // DatabaseURL is the test database: COURIER_TEST_DATABASE_URL or its default.
 func DatabaseURL() string { return envOr(EnvDatabaseURL, DefaultDatabaseURL) }
 
+// RedisURL is the test Redis: COURIER_TEST_REDIS_URL or its default.
+func RedisURL() string { return envOr(EnvRedisURL, DefaultRedisURL) }
+
 func envOr(name, def string) string {
 	if v := os.Getenv(name); v != "" {
 		return v
