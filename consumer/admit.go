@@ -65,17 +65,19 @@ func (p *partition) take() []taken {
 
 // due reports whether the message may be handled at now.
 func (d *delivery) due(now time.Time) bool {
-	return d.retry == nil || !d.retry.NotBefore.After(now)
+	r := d.retried()
+	return r == nil || !r.NotBefore.After(now)
 }
 
 // waitDue waits until the message is due, with the partition paused so
 // that nothing more is fetched meanwhile (Sarama heartbeats on its own), and
 // reports whether it is (false: the session ended first).
 func (p *partition) waitDue(d *delivery) bool {
-	if d.retry == nil {
+	r := d.retried()
+	if r == nil {
 		return true
 	}
-	wait := time.Until(d.retry.NotBefore)
+	wait := time.Until(r.NotBefore)
 	if wait <= 0 {
 		return true
 	}

@@ -72,7 +72,9 @@ func TestConfigValidation(t *testing.T) {
 		{"bad suffix", func(c *consumer.Config) { c.DeadLetterSuffix = ".dead letters" }, "DeadLetterSuffix"},
 		{"bad sarama", func(c *consumer.Config) { c.Sarama = sarama.NewConfig(); c.Sarama.ChannelBufferSize = -1 }, "Sarama"},
 		{"zero retry delay", func(c *consumer.Config) { c.Retry.Delays = []time.Duration{time.Second, 0} }, "Delays[1]"},
-		{"bad retry suffix", func(c *consumer.Config) { c.Retry = retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "+r"} }, "Suffix"},
+		{"bad retry suffix", func(c *consumer.Config) {
+			c.Retry = retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "+r"}
+		}, "Suffix"},
 		{"two dead-letter suffixes", func(c *consumer.Config) { c.Retry.DeadLetterSuffix = ".dead" }, "Retry.DeadLetterSuffix"},
 		{"retry topic listed", func(c *consumer.Config) {
 			c.Retry.Delays = []time.Duration{time.Second}

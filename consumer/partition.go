@@ -46,6 +46,9 @@ type partition struct {
 	// topology is the retry topology of the partition's topic (a main
 	// topic or one of its retry topics); nil without Config.Retry.
 	topology *retrytopics.Topology
+	// tracked: its deliveries carry tracking (Retry, Dedupe or KeyOrder
+	// is on).
+	tracked bool
 
 	// maxBatch is the most messages taken at once (see take); batch is
 	// their buffer, and carry a message taken but not yet due.
@@ -82,7 +85,9 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 	}
 	if h.c.cfg.Dedupe.Store != nil || h.c.cfg.KeyOrder != nil {
 		p.maxBatch = max(h.c.cfg.Dedupe.Batch, 1)
+		p.tracked = true
 	}
+	p.tracked = p.tracked || p.topology != nil
 	p.batch = make([]taken, 0, p.maxBatch)
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.sessCtx))
 	grace := h.c.cfg.ShutdownTimeout

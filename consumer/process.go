@@ -25,7 +25,21 @@ type delivery struct {
 	failed      int // attempts of this delivery that failed and count
 	firstFailed time.Time
 
-	// Retry state, from the retry headers of a record on a retry topic.
+	// Retry, dedupe and key order state: nil for a record of a main topic
+	// when neither Dedupe nor KeyOrder is on (the most common message
+	// pays for none of it).
+	*tracking
+
+	// What m and the first attempt's context point to: one allocation
+	// for both.
+	msg      Message
+	firstCtx attemptContext
+}
+
+// tracking is the state of a message from a retry topic, or taken with
+// Dedupe or KeyOrder on.
+type tracking struct {
+	// From the retry headers of a record on a retry topic.
 	retry   *retrytopics.Info // nil for a record of a main topic
 	base    int               // attempts that failed before this delivery
 	round   int               // the retry round the record is in
@@ -45,28 +59,56 @@ type delivery struct {
 	claimed bool // the consumer holds its claim: Done or Release owed
 	// firstDue is when the first parked message of its key is due (unix
 	// ms, 0: unknown), and claimedAt when the claim was taken or extended
-	// (on the partition's clock): as integers, since every message
-	// carries them.
+	// (on the partition's clock).
 	firstDue  int64
 	claimedAt time.Duration
-
-	// What m and the first attempt's context point to: one allocation
-	// for both.
-	msg      Message
-	firstCtx attemptContext
 }
 
 // newDelivery is the delivery of a record taken from the partition.
 func (p *partition) newDelivery(msg *sarama.ConsumerMessage) (d *delivery, traced bool) {
-	d = &delivery{p: p, place: -1}
+	d = &delivery{p: p}
 	d.m = &d.msg
 	traced = setMessage(d.m, msg)
 	d.m.OriginalTopic = msg.Topic
-	if p.topology != nil && p.topology.IsRetryTopic(msg.Topic) {
-		d.readRetry()
+	if p.tracked {
+		d.tracking = &tracking{place: -1}
+		if p.topology != nil && p.topology.IsRetryTopic(msg.Topic) {
+			d.readRetry()
+		}
 	}
 	return d, traced
 }
+
+// prior is how many attempts failed before this delivery.
+func (d *delivery) prior() int {
+	if d.tracking == nil {
+		return 0
+	}
+	return d.base
+}
+
+// malformed is the error of a retry record with malformed retry headers.
+func (d *delivery) malformed() error {
+	if d.tracking == nil {
+		return nil
+	}
+	return d.corrupt
+}
+
+// retried is what the retry headers say; nil for a record of a main topic.
+func (d *delivery) retried() *retrytopics.Info {
+	if d.tracking == nil {
+		return nil
+	}
+	return d.retry
+}
+
+// holdsClaim reports whether the consumer holds the message's dedupe
+// claim.
+func (d *delivery) holdsClaim() bool { return d.tracking != nil && d.claimed }
+
+// isParked reports whether the message is among its key's parked messages.
+func (d *delivery) isParked() bool { return d.tracking != nil && d.parked }
 
 // readRetry reads the retry headers of a record on a retry topic.
 func (d *delivery) readRetry() {
@@ -89,7 +131,8 @@ func (d *delivery) readRetry() {
 // foreign reports whether the record is another consumer group's, in a
 // retry topic the groups share: this group leaves it alone.
 func (d *delivery) foreign() bool {
-	return d.retry != nil && d.retry.ConsumerGroup != "" && d.retry.ConsumerGroup != d.p.c.cfg.Group
+	r := d.retried()
+	return r != nil && r.ConsumerGroup != "" && r.ConsumerGroup != d.p.c.cfg.Group
 }
 
 // process handles d until it is handled (then it settles it), handed to a
@@ -144,7 +187,7 @@ func (d *delivery) handle(ctx context.Context) fate {
 	case d.foreign():
 		d.p.settle(d.m.Offset)
 		return fateSkipped
-	case d.corrupt != nil:
+	case d.malformed() != nil:
 		d.log().Error("malformed retry record; dead-lettering it unhandled", "error", d.corrupt)
 		return d.move(ctx, d.deadLetterRoute(Permanent(d.corrupt)))
 	}
@@ -237,7 +280,7 @@ func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 // try runs one attempt and records its failure: it counts (unless a breaker
 // was open) and a panic is logged.
 func (d *delivery) try(ctx context.Context) error {
-	d.m.Attempt = d.base + d.failed + 1
+	d.m.Attempt = d.prior() + d.failed + 1
 	d.extendClaim()
 	actx := &d.firstCtx
 	if d.m.Attempt > 1 {
@@ -355,7 +398,7 @@ func (d *delivery) log() *slog.Logger {
 // same time.
 func (d *delivery) extendClaim() {
 	cfg := &d.p.c.cfg.Dedupe
-	if !d.claimed || d.p.since(d.claimedAt) < cfg.Lease/2 {
+	if !d.holdsClaim() || d.p.since(d.claimedAt) < cfg.Lease/2 {
 		return
 	}
 	p := d.p

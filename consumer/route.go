@@ -89,7 +89,7 @@ type route struct {
 // deadLetterRoute is the route of a message given up on.
 func (d *delivery) deadLetterRoute(cause error) route {
 	kind := dlq.KindRetriesExhausted
-	if !d.p.c.retryable(cause) || d.corrupt != nil {
+	if !d.p.c.retryable(cause) || d.malformed() != nil {
 		kind = dlq.KindPermanent
 	}
 	return route{cause: cause, kind: kind}
@@ -100,7 +100,7 @@ func (d *delivery) deadLetterRoute(cause error) route {
 // dead-letter topic.
 func (d *delivery) failedRoute(cause error) route {
 	t := d.p.topology
-	if t == nil || d.corrupt != nil || !d.p.c.retryable(cause) {
+	if t == nil || d.malformed() != nil || !d.p.c.retryable(cause) {
 		return d.deadLetterRoute(cause)
 	}
 	tier, ok := t.Next(d.round)
@@ -115,7 +115,7 @@ func (d *delivery) retryInfo(tier retrytopics.Tier, cause error) retrytopics.Inf
 	o := d.origin()
 	info := retrytopics.Info{
 		Round:             tier.Round,
-		FailedAttempts:    d.base + d.failed,
+		FailedAttempts:    d.prior() + d.failed,
 		OriginalTopic:     o.Topic,
 		OriginalPartition: o.Partition,
 		OriginalOffset:    o.Offset,
@@ -124,8 +124,8 @@ func (d *delivery) retryInfo(tier retrytopics.Tier, cause error) retrytopics.Inf
 		FirstFailedAt:     d.firstFailed,
 		ConsumerGroup:     d.p.c.cfg.Group,
 	}
-	if d.retry != nil {
-		info.LastError = d.retry.LastError
+	if r := d.retried(); r != nil {
+		info.LastError = r.LastError
 	}
 	if cause != nil {
 		info.LastError = cause.Error()
@@ -257,7 +257,7 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 	failure := dlq.Failure{
 		Error:         r.cause.Error(),
 		Kind:          r.kind,
-		RetryCount:    d.base + d.failed,
+		RetryCount:    d.prior() + d.failed,
 		FailedAt:      time.Now(),
 		FirstFailedAt: d.firstFailed,
 		CorrelationID: d.m.CorrelationID,
@@ -290,11 +290,12 @@ func (d *delivery) origin() dlq.Original {
 	o := dlq.Original{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp, Key: m.Key, Value: m.Value}
 	headers := m.Headers
 	switch {
-	case d.corrupt != nil:
+	case d.malformed() != nil:
 		o.Topic, o.Partition, o.Offset = d.p.topology.Topic, dlq.NoPartition, dlq.NoOffset
 		headers = retrytopics.Strip(headers)
-	case d.retry != nil:
-		o.Topic, o.Partition, o.Offset, o.Timestamp = d.retry.OriginalTopic, d.retry.OriginalPartition, d.retry.OriginalOffset, d.retry.OriginalTimestamp
+	case d.retried() != nil:
+		r := d.retry
+		o.Topic, o.Partition, o.Offset, o.Timestamp = r.OriginalTopic, r.OriginalPartition, r.OriginalOffset, r.OriginalTimestamp
 		headers = retrytopics.Strip(headers)
 	}
 	o.Headers = make([]dlq.Header, 0, len(headers))

@@ -20,7 +20,7 @@ func (d *delivery) handled() {
 	if !d.leaveParked() {
 		return
 	}
-	if d.claimed {
+	if d.holdsClaim() {
 		d.p.marks.add(d)
 		return
 	}
@@ -33,7 +33,7 @@ func (d *delivery) handled() {
 // key's parked messages.
 func (d *delivery) moved(r route) {
 	p := d.p
-	if d.claimed {
+	if d.holdsClaim() {
 		store := p.c.cfg.Dedupe.Store
 		if !p.persistDedupe("release the message id", dedupe.OpRelease, 1, func(ctx context.Context) error {
 			return store.Release(ctx, p.owner, []string{d.id})
@@ -51,7 +51,7 @@ func (d *delivery) moved(r route) {
 // leaveParked removes a parked message from its key's parked messages, and
 // reports whether it did (false: the partition's work ended first).
 func (d *delivery) leaveParked() bool {
-	if !d.parked {
+	if !d.isParked() {
 		return true
 	}
 	p := d.p
@@ -66,7 +66,7 @@ func (d *delivery) leaveParked() bool {
 // its claim is released when the partition is given up, so that the next
 // owner need not wait for the lease to run out.
 func (d *delivery) abandon() {
-	if !d.claimed {
+	if !d.holdsClaim() {
 		return
 	}
 	d.claimed = false

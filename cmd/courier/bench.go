@@ -43,6 +43,7 @@ times from the group's first fetch. Against a cluster it creates and deletes
 topics named courier.bench.*, and the group join is timed too.`,
 		Example: `  courier bench consume
   courier bench consume --rounds 5 --output json
+  courier bench consume --only runner/dedupe-redis,runner/1%-through-retry-tiers
   courier bench consume --brokers kafka-1:9092 --messages 1000000`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -97,6 +98,7 @@ topics named courier.bench.*, and the group join is timed too.`,
 		"Kafka bootstrap addresses, comma-separated (env COURIER_BROKERS); empty: an in-process broker")
 	cmd.Flags().StringVar(&redisURL, "redis-url", envOr("COURIER_REDIS_URL", "redis://127.0.0.1:6379/0"),
 		"Redis for the dedupe run (env COURIER_REDIS_URL); empty: no dedupe run")
+	cmd.Flags().StringSliceVar(&cfg.Only, "only", nil, "configurations to run beside the baseline, comma-separated (default all)")
 	cmd.Flags().IntVar(&cfg.Messages, "messages", bench.DefaultMessages, "backlog of the throughput runs")
 	cmd.Flags().IntVar(&cfg.SlowMessages, "slow-messages", bench.DefaultSlowMessages, "backlog of the 5 ms handler runs")
 	cmd.Flags().IntVar(&cfg.Rounds, "rounds", bench.DefaultRounds, "backlogs each configuration consumes, taking turns (5 for figures)")

@@ -87,6 +87,9 @@ type ConsumeConfig struct {
 	Logger *slog.Logger
 	// Name makes topic and group names unique. Defaults to a random one.
 	Name string
+	// Only names the configurations to run beside the baseline (the 5 ms
+	// handler on 16 workers brings its 1-worker baseline). Defaults to all.
+	Only []string
 	// Redis, when set, adds the configuration with Redis dedupe on; its
 	// keys live under courier:bench:<Name>: and are deleted after each
 	// round. Defaults to none.
@@ -214,7 +217,9 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 			})},
 	}
 	cases = append(cases, &benchCase{name: RetryTiers, n: cfg.Messages, consume: runner(
-		consumer.Config{Retry: retrytopics.Config{Delays: []time.Duration{retryDelay, 2 * retryDelay}, CreateTopics: true}},
+		// One attempt per tier: a failing message leaves its partition at
+		// once (in-process retries would hold the partition up).
+		consumer.Config{MaxAttempts: 1, Retry: retrytopics.Config{Delays: []time.Duration{retryDelay, 2 * retryDelay}, CreateTopics: true}},
 		func(_ context.Context, m *consumer.Message, fail bool) error {
 			if fail && m.RetryRound < 2 {
 				return fmt.Errorf("bench: message %s fails in round %d", m.ID, m.RetryRound)
@@ -227,6 +232,18 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 	for _, workers := range []int{1, 16} {
 		cases = append(cases, &benchCase{name: fmt.Sprintf("runner/handler=5ms/workers=%d", workers), n: cfg.SlowMessages,
 			workers: workers, consume: runner(consumer.Config{Workers: workers}, slow)})
+	}
+	if len(cfg.Only) > 0 {
+		kept := cases[:1] // the baseline
+		for _, c := range cases[1:] {
+			if slices.Contains(cfg.Only, c.name) || c.name == slowBase && slices.Contains(cfg.Only, "runner/handler=5ms/workers=16") {
+				kept = append(kept, c)
+			}
+		}
+		if len(kept) == 1 {
+			return nil, fmt.Errorf("bench: none of %q is a configuration; see the names `courier bench consume` prints", cfg.Only)
+		}
+		cases = kept
 	}
 	return &ConsumeRun{cfg: cfg, cases: cases}, nil
 }
