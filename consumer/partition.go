@@ -46,8 +46,8 @@ type partition struct {
 	// topology is the retry topology of the partition's topic (a main
 	// topic or one of its retry topics); nil without Config.Retry.
 	topology *retrytopics.Topology
-	// tracked: its deliveries carry tracking (Retry, Dedupe or KeyOrder
-	// is on).
+	// tracked: its deliveries carry tracking (Dedupe or KeyOrder is on);
+	// those of a retry topic always do.
 	tracked bool
 
 	// maxBatch is the most messages taken at once (see take); batch is
@@ -87,7 +87,6 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		p.maxBatch = max(h.c.cfg.Dedupe.Batch, 1)
 		p.tracked = true
 	}
-	p.tracked = p.tracked || p.topology != nil
 	p.batch = make([]taken, 0, p.maxBatch)
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.sessCtx))
 	grace := h.c.cfg.ShutdownTimeout

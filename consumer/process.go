@@ -26,8 +26,8 @@ type delivery struct {
 	firstFailed time.Time
 
 	// Retry, dedupe and key order state: nil for a record of a main topic
-	// when neither Dedupe nor KeyOrder is on (the most common message
-	// pays for none of it).
+	// when neither Dedupe nor KeyOrder is on (most messages pay for none
+	// of it).
 	*tracking
 
 	// What m and the first attempt's context point to: one allocation
@@ -70,11 +70,12 @@ func (p *partition) newDelivery(msg *sarama.ConsumerMessage) (d *delivery, trace
 	d.m = &d.msg
 	traced = setMessage(d.m, msg)
 	d.m.OriginalTopic = msg.Topic
-	if p.tracked {
+	retry := p.topology != nil && p.topology.IsRetryTopic(msg.Topic)
+	if p.tracked || retry {
 		d.tracking = &tracking{place: -1}
-		if p.topology != nil && p.topology.IsRetryTopic(msg.Topic) {
-			d.readRetry()
-		}
+	}
+	if retry {
+		d.readRetry()
 	}
 	return d, traced
 }
@@ -85,6 +86,14 @@ func (d *delivery) prior() int {
 		return 0
 	}
 	return d.base
+}
+
+// retryRound is the retry round the record is in: 0 on a main topic.
+func (d *delivery) retryRound() int {
+	if d.tracking == nil {
+		return 0
+	}
+	return d.round
 }
 
 // malformed is the error of a retry record with malformed retry headers.

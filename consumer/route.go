@@ -103,7 +103,7 @@ func (d *delivery) failedRoute(cause error) route {
 	if t == nil || d.malformed() != nil || !d.p.c.retryable(cause) {
 		return d.deadLetterRoute(cause)
 	}
-	tier, ok := t.Next(d.round)
+	tier, ok := t.Next(d.retryRound())
 	if !ok {
 		return d.deadLetterRoute(cause)
 	}
