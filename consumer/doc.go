@@ -1,8 +1,9 @@
 // Package consumer runs a Handler over the messages of a Kafka consumer
 // group (Sarama) and makes the failure paths boring: it retries a failing
-// handler in process, writes what still fails to a dead-letter topic as a
-// dlq envelope, pauses a partition while a downstream's circuit breaker is
-// open, and commits an offset only once its message is settled.
+// handler in process and then through retry topics, writes what still
+// fails to a dead-letter topic as a dlq envelope, skips messages processed
+// already, pauses a partition while a downstream's circuit breaker is open,
+// and commits an offset only once its message is settled.
 //
 // # Running
 //
@@ -33,7 +34,8 @@
 // # What happens to a message
 //
 // A message is settled when the handler returns nil, or when it is
-// written to its dead-letter topic; only then is its offset marked
+// written to a retry topic or its dead-letter topic (or skipped as a
+// duplicate); only then is its offset marked
 // (guarantee 4 of DESIGN.md). Until then:
 //
 //   - A failed attempt is retried, up to MaxAttempts (3) attempts, with
@@ -59,6 +61,40 @@
 //     the attempt does not count: the partition stops fetching
 //     (ConsumerGroup.Pause) until the breaker lets a probe through, and
 //     then the same message is handled again (guarantee 5).
+//
+// # Retry topics
+//
+// With Config.Retry (package retrytopics), a message whose attempts ran out
+// does not go to the dead-letter topic at once: it moves to its topic's
+// first retry tier, <topic>.retry.<delay>, with its key, value and headers
+// and the retry_* headers, and its offset is committed once that write is
+// acknowledged. The consumer subscribes to the retry topics itself and
+// handles their records with the same handler, each no earlier than its
+// retry_not_before: the partition pauses until then (no sleep in the
+// handler, heartbeats go on, other partitions flow). A record failing again
+// moves to the next tier, and after the last to the dead-letter topic with
+// its whole history (retry_count counts every attempt, first_failed_at is
+// the first failure, the original topic, partition and offset are the main
+// topic's). Message.Attempt counts on across the tiers, Message.RetryRound
+// tells the tier and Message.OriginalTopic the main topic. Permanent errors
+// skip the tiers. MaxAttempts applies per tier: set it to 1 for one attempt
+// per tier.
+//
+// Config.KeyOrder keeps a key's messages in order across the tiers: while
+// one waits in a tier, later messages of its key follow it there instead of
+// being handled first.
+//
+// # Deduplication
+//
+// With Config.Dedupe (package dedupe), the ids (ce_id) of the messages
+// taken are claimed in the store in one round trip per batch before the
+// handler sees them. A message processed already is skipped; one being
+// processed elsewhere waits (the partition pauses) until that claim ends.
+// After the handler succeeds, the id is marked processed, in batches beside
+// the handling, and only then is the offset marked. When the message moves
+// to a retry tier or the dead-letter topic, its claim is released. While
+// the store fails, the partition pauses and asks again (nothing processed
+// twice, nothing lost); Dedupe.FailOpen handles messages without it instead.
 //
 // A message carries its ce_id (Message.ID) and ce_correlationid; a
 // traceparent header continues the producer's trace in the handler's

@@ -23,7 +23,7 @@ func TestBenchConsume(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &report); err != nil {
 		t.Fatalf("output is not a report: %v\n%s", err, out)
 	}
-	want := []string{bench.Raw, "runner/no-failures", "runner/1%-permanent", bench.RetryTiers, bench.DedupeRedis,
+	want := []string{bench.Raw, "runner/no-failures", "runner/1%-permanent", bench.RetryTiers, bench.DedupeMemory, bench.DedupeRedis,
 		"runner/handler=5ms/workers=1", "runner/handler=5ms/workers=16"}
 	if len(report.Results) != len(want) || report.Messages != 2000 || report.Rounds != 1 {
 		t.Fatalf("report %+v, want the %d configurations over 2000 messages, 1 round", report, len(want))

@@ -57,6 +57,9 @@ const (
 	RetryTiers = "runner/1%-through-retry-tiers"
 	// DedupeRedis names the configuration with Redis dedupe on.
 	DedupeRedis = "runner/dedupe-redis"
+	// DedupeMemory names the configuration with dedupe on an in-process
+	// store: the consumer's own cost of deduplication, without Redis.
+	DedupeMemory = "runner/dedupe-in-process-store"
 )
 
 // ConsumeConfig says where and how much Consume measures. Only Brokers is
@@ -154,6 +157,8 @@ func (r ConsumeReport) WriteText(w io.Writer) error {
 //     its rate is the main topic's, from the first fetch until every
 //     message of the main topic is handled or in its first tier, while
 //     the tiers are consumed beside it;
+//   - runner/dedupe-in-process-store: no failures, each message claimed
+//     and marked in a map: what deduplication costs the consumer itself;
 //   - runner/dedupe-redis (with ConsumeConfig.Redis): no failures, each
 //     message claimed and marked in Redis (dedupe.NewRedis);
 //   - runner/handler=5ms/workers=1 and =16: 4,000 messages with a handler
@@ -226,6 +231,9 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 			}
 			return nil
 		})})
+	cases = append(cases, &benchCase{name: DedupeMemory, n: cfg.Messages, consume: runner(
+		consumer.Config{Dedupe: consumer.DedupeConfig{Store: &memoryStore{}}},
+		func(context.Context, *consumer.Message, bool) error { return nil })})
 	if cfg.Redis != nil {
 		cases = append(cases, &benchCase{name: DedupeRedis, n: cfg.Messages, consume: dedupeRunner(cfg.Redis)})
 	}
@@ -751,3 +759,52 @@ func KfakeFetching(cluster *kfake.Cluster) func(topic string) <-chan struct{} {
 		return ch
 	}
 }
+
+// memoryStore is a dedupe.Store in a map, for measuring what deduplication
+// costs the consumer itself. Claims never expire; it is good for one run.
+type memoryStore struct {
+	mu  sync.Mutex
+	ids map[string]string // id → owner, or "" once done
+}
+
+func (s *memoryStore) Claim(_ context.Context, owner string, ids []string, _ time.Duration) ([]dedupe.Status, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.ids == nil {
+		s.ids = map[string]string{}
+	}
+	out := make([]dedupe.Status, len(ids))
+	for i, id := range ids {
+		switch held, ok := s.ids[id]; {
+		case !ok:
+			s.ids[id] = owner
+		case held == "":
+			out[i] = dedupe.Processed
+		default:
+			out[i] = dedupe.Busy
+		}
+	}
+	return out, nil
+}
+
+func (s *memoryStore) Done(_ context.Context, ids []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		s.ids[id] = ""
+	}
+	return nil
+}
+
+func (s *memoryStore) Release(_ context.Context, owner string, ids []string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, id := range ids {
+		if s.ids[id] == owner {
+			delete(s.ids, id)
+		}
+	}
+	return nil
+}
+
+func (s *memoryStore) Extend(context.Context, string, []string, time.Duration) error { return nil }
