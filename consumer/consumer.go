@@ -158,16 +158,16 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 	}
 	// The suffix was validated by New.
 	k.publisher, _ = dlq.NewPublisher(k.producer, dlq.PublisherConfig{Suffix: c.cfg.DeadLetterSuffix, Raw: c.cfg.DeadLetterRaw})
-	if !c.ensureTopics(ctx, brokers, client.Config()) {
-		k.close(c)
-		return nil, nil
-	}
 	go func() {
 		defer close(k.drained)
 		for err := range k.group.Errors() {
 			c.log.Warn("kafka consumer group error", "error", err)
 		}
 	}()
+	if !c.ensureTopics(ctx, brokers, client.Config()) {
+		k.close(c)
+		return nil, nil
+	}
 	return k, nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os/exec"
 	"slices"
 	"strconv"
@@ -463,4 +464,37 @@ func TestKcatAndRedisCliReadRetryState(t *testing.T) {
 	if failed != "0" {
 		t.Errorf("the failed message's claim is still there (EXISTS = %s); it must be released for its retry", failed)
 	}
+}
+
+func TestRunStopsWhileWaitingForRetryTopics(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error { return nil }))
+	cfg.Retry = retrytopics.Config{Delays: []time.Duration{time.Second}} // its topic is never created
+	logs := &lines{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 10*time.Second, "the missing retry topic reported", func() bool {
+		return logs.contains("the retry topics are not ready") && logs.contains(f.topic+".retry.1s")
+	})
+	stop() // fails the test unless Run returns within 15s
+}
+
+// lines is an io.Writer that keeps what is written, safe for concurrent
+// use.
+type lines struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (l *lines) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lines) contains(s string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.Contains(l.b.String(), s)
 }
