@@ -498,3 +498,49 @@ func (l *lines) contains(s string) bool {
 	defer l.mu.Unlock()
 	return strings.Contains(l.b.String(), s)
 }
+
+func TestRecordTooLargeForItsRetryTopicIsDeadLettered(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1, testkit.InProcess())
+	r := testkit.NewRedis(t)
+	order, err := retrytopics.NewRedisKeyOrder(r.Client, retrytopics.RedisKeyOrderConfig{Scope: f.group, Prefix: r.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen calls
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		if len(m.Value) > 1000 {
+			return errors.New("downstream 503")
+		}
+		return nil
+	}))
+	cfg.Retry = retrytopics.Config{Delays: []time.Duration{10 * time.Millisecond}}
+	cfg.MaxAttempts = 1
+	cfg.KeyOrder = order
+	// The retry topic takes smaller records than the main topic.
+	admin, err := sarama.NewClusterAdmin(f.k.Brokers, f.k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	limit := "1500"
+	if err := admin.CreateTopic(f.topic+".retry.10ms", &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1,
+		ConfigEntries: map[string]*string{"max.message.bytes": &limit}}, false); err != nil {
+		t.Fatal(err)
+	}
+	f.produce(t, f.topic, record("K", strings.Repeat("x", 1400)), record("K", "small"))
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 20*time.Second, "the dead letter and the next message of its key", func() bool {
+		return len(f.readAll(t, f.dlq)) == 1 && seen.count("small") == 1
+	})
+	stop()
+	env := f.deadLetters(t)[0]
+	if env.ErrorKind != dlq.KindPermanent || !strings.Contains(env.Error, "downstream 503") || !strings.Contains(env.Error, "too large for retry topic") {
+		t.Errorf("dead letter kind %s error %q, want permanent, naming both the failure and the size", env.ErrorKind, env.Error)
+	}
+	keys, err := r.Client.Keys(context.Background(), r.Prefix+"*").Result()
+	if err != nil || len(keys) != 0 {
+		t.Errorf("Redis keeps %q (%v): the dead-lettered message still holds its key", keys, err)
+	}
+}

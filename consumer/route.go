@@ -163,10 +163,10 @@ func (d *delivery) forward(ctx context.Context, r route) bool {
 	}
 	p.letters.wg.Go(func() {
 		defer func() { <-p.letters.slots }()
-		written := d.write(ctx, r)
+		to, written := d.write(ctx, r)
 		p.c.metrics.InFlight(d.m.Topic, -1)
 		if written {
-			d.moved(r)
+			d.moved(to)
 		} else {
 			d.abandon()
 		}
@@ -175,10 +175,11 @@ func (d *delivery) forward(ctx context.Context, r route) bool {
 }
 
 // write writes the message to its route, retrying a failed write with the
-// Backoff delays until it succeeds or the session ends, and reports whether
-// it was written. While it is failing, the partition takes no new message.
-// A record too large for its retry topic goes to the dead-letter topic.
-func (d *delivery) write(ctx context.Context, r route) bool {
+// Backoff delays until it succeeds or the session ends, and reports where
+// it was written, if it was. While it is failing, the partition takes no
+// new message. A record too large for its retry topic goes to the
+// dead-letter topic instead.
+func (d *delivery) write(ctx context.Context, r route) (route, bool) {
 	c := d.p.c
 	failing := false
 	defer func() {
@@ -189,11 +190,11 @@ func (d *delivery) write(ctx context.Context, r route) bool {
 	for writes := 1; ; writes++ {
 		err := d.writeOnce(ctx, r)
 		if err == nil {
-			return true
+			return r, true
 		}
 		if r.tier != nil && dlq.TooLarge(err) {
 			d.log().Warn("message too large for its retry topic; dead-lettering it", "error", err, "retry_topic", r.tier.Topic)
-			r = d.deadLetterRoute(fmt.Errorf("%w (and too large for retry topic %s: %w)", r.cause, r.tier.Topic, err))
+			r = d.tooLargeRoute(r, err)
 			continue
 		}
 		if !failing {
@@ -208,9 +209,20 @@ func (d *delivery) write(ctx context.Context, r route) bool {
 		d.log().Error("write failed; the partition takes no new message and nothing is committed past this one; retrying", "error", err,
 			"to_topic", to, "writes", writes, "retry_in", delay)
 		if !sleep(d.p.sessCtx, delay) {
-			return false
+			return r, false
 		}
 	}
+}
+
+// tooLargeRoute is the route of a message its retry topic refused as too
+// large: the dead-letter topic, as a permanent failure (no retry topic
+// takes it), naming the last error if it had one.
+func (d *delivery) tooLargeRoute(r route, err error) route {
+	cause := fmt.Errorf("too large for retry topic %s (raise its max.message.bytes above the main topic's): %w", r.tier.Topic, err)
+	if r.cause != nil {
+		cause = fmt.Errorf("%w; %w", r.cause, cause)
+	}
+	return route{cause: cause, kind: dlq.KindPermanent}
 }
 
 // writeOnce writes the message to its route once.

@@ -27,11 +27,12 @@ type RedisKeyOrderConfig struct {
 	Scope string
 	// Prefix starts every Redis key. Defaults to "courier:keyorder:".
 	Prefix string
-	// TTL is how long a key's parked messages are kept after the last
-	// change: a parked message that never settles (its consumer group was
-	// deleted, say) stops holding its key back after it. Make it longer
-	// than a message can take through all the tiers, consumer downtime
-	// included. Defaults to 24h.
+	// TTL is how long the first parked message of a key may hold the key
+	// without moving (being parked again, or settling): a parked message
+	// that never settles (its consumer group was deleted, say) stops
+	// holding its key back after it, however many later messages keep
+	// following it. Make it longer than a message can wait in one tier,
+	// consumer downtime included. Defaults to 24h.
 	TTL time.Duration
 }
 
@@ -83,6 +84,11 @@ func (o *RedisKeyOrder) keys(m Parked) []string {
 	return []string{base + "queue", base + "due"}
 }
 
+// The TTL runs from when a key's first parked message last moved (parked
+// or became first), not from the last change: followers joining or moving
+// behind it do not extend it, so a first message that is lost releases its
+// key after the TTL even while later messages keep arriving.
+
 // followScript parks ARGV[1] behind the key's parked messages when there
 // are some, and returns its position and the first one's due time.
 var followScript = redis.NewScript(`
@@ -91,30 +97,42 @@ if n == 0 then return {-1, 0} end
 local pos = redis.call('LPOS', KEYS[1], ARGV[1])
 if not pos then
 	redis.call('RPUSH', KEYS[1], ARGV[1])
-	redis.call('PEXPIRE', KEYS[1], ARGV[2])
-	redis.call('PEXPIRE', KEYS[2], ARGV[2])
 	pos = n
 end
 local due = redis.call('HGET', KEYS[2], redis.call('LINDEX', KEYS[1], 0))
 return {pos, tonumber(due) or 0}
 `)
 
-// parkScript parks ARGV[1] (keeping its place if parked) due at ARGV[2].
+// parkScript parks ARGV[1] (keeping its place if parked) due at ARGV[2],
+// and restarts the TTL (ARGV[3]) when it is the first.
 var parkScript = redis.NewScript(`
-if not redis.call('LPOS', KEYS[1], ARGV[1]) then
+local pos = redis.call('LPOS', KEYS[1], ARGV[1])
+if not pos then
 	redis.call('RPUSH', KEYS[1], ARGV[1])
+	pos = redis.call('LLEN', KEYS[1]) - 1
 end
 redis.call('HSET', KEYS[2], ARGV[1], ARGV[2])
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[3])
+if pos == 0 then
+	redis.call('PEXPIRE', KEYS[1], ARGV[3])
+	redis.call('PEXPIRE', KEYS[2], ARGV[3])
+elseif redis.call('PTTL', KEYS[2]) < 0 then
+	redis.call('PEXPIRE', KEYS[2], math.max(redis.call('PTTL', KEYS[1]), 1))
+end
 return 1
 `)
 
-// unparkScript removes ARGV[1] from the key's parked messages.
+// unparkScript removes ARGV[1] from the key's parked messages, and
+// restarts the TTL (ARGV[2]) for the next one when it was the first.
 var unparkScript = redis.NewScript(`
+local first = redis.call('LINDEX', KEYS[1], 0)
 redis.call('LREM', KEYS[1], 0, ARGV[1])
 redis.call('HDEL', KEYS[2], ARGV[1])
-if redis.call('LLEN', KEYS[1]) == 0 then redis.call('DEL', KEYS[2]) end
+if redis.call('LLEN', KEYS[1]) == 0 then
+	redis.call('DEL', KEYS[2])
+elseif first == ARGV[1] then
+	redis.call('PEXPIRE', KEYS[1], ARGV[2])
+	redis.call('PEXPIRE', KEYS[2], ARGV[2])
+end
 return 1
 `)
 
@@ -129,9 +147,9 @@ func (o *RedisKeyOrder) Follow(ctx context.Context, msgs []Parked) ([]Place, err
 		_, err := o.client.Pipelined(ctx, func(pipe redis.Pipeliner) error {
 			for _, m := range msgs {
 				if evalSha {
-					cmds = append(cmds, followScript.EvalSha(ctx, pipe, o.keys(m), m.ID, o.ttl))
+					cmds = append(cmds, followScript.EvalSha(ctx, pipe, o.keys(m), m.ID))
 				} else {
-					cmds = append(cmds, followScript.Eval(ctx, pipe, o.keys(m), m.ID, o.ttl))
+					cmds = append(cmds, followScript.Eval(ctx, pipe, o.keys(m), m.ID))
 				}
 			}
 			return nil
@@ -167,7 +185,7 @@ func (o *RedisKeyOrder) Park(ctx context.Context, m Parked, due time.Time) error
 
 // Unpark implements KeyOrder.
 func (o *RedisKeyOrder) Unpark(ctx context.Context, m Parked) error {
-	err := unparkScript.Run(ctx, o.client, o.keys(m), m.ID).Err()
+	err := unparkScript.Run(ctx, o.client, o.keys(m), m.ID, o.ttl).Err()
 	return o.wrap("unpark", err)
 }
 
