@@ -63,21 +63,30 @@ func (p *partition) take() []taken {
 	return p.admitBatch(batch)
 }
 
-// due reports whether the message may be handled at now.
-func (d *delivery) due(now time.Time) bool {
+// dueAt is when the message may be handled: its retry_not_before, but no
+// later than its tier's delay after the record was written, so that a
+// record whose header points far ahead (a writer with a bad clock) cannot
+// hold up its partition. Zero for a message to handle now: one of a main
+// topic, or another group's record, which is skipped unhandled.
+func (d *delivery) dueAt() time.Time {
 	r := d.retried()
-	return r == nil || !r.NotBefore.After(now)
+	if r == nil || d.foreign() {
+		return time.Time{}
+	}
+	if limit := d.m.Timestamp.Add(d.p.tierDelay); !d.m.Timestamp.IsZero() && r.NotBefore.After(limit) {
+		return limit
+	}
+	return r.NotBefore
 }
+
+// due reports whether the message may be handled at now.
+func (d *delivery) due(now time.Time) bool { return !d.dueAt().After(now) }
 
 // waitDue waits until the message is due, with the partition paused so
 // that nothing more is fetched meanwhile (Sarama heartbeats on its own), and
 // reports whether it is (false: the session ended first).
 func (p *partition) waitDue(d *delivery) bool {
-	r := d.retried()
-	if r == nil {
-		return true
-	}
-	wait := time.Until(r.NotBefore)
+	wait := time.Until(d.dueAt())
 	if wait <= 0 {
 		return true
 	}

@@ -46,6 +46,9 @@ type partition struct {
 	// topology is the retry topology of the partition's topic (a main
 	// topic or one of its retry topics); nil without Config.Retry.
 	topology *retrytopics.Topology
+	// tierDelay is the delay of the retry tier the partition's topic is;
+	// 0 for a main topic.
+	tierDelay time.Duration
 	// tracked: its deliveries carry tracking (Dedupe or KeyOrder is on);
 	// those of a retry topic always do.
 	tracked bool
@@ -88,6 +91,13 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		p.tracked = true
 	}
 	p.batch = make([]taken, 0, p.maxBatch)
+	if p.topology != nil {
+		for _, tier := range p.topology.Tiers {
+			if tier.Topic == p.topic {
+				p.tierDelay = tier.Delay
+			}
+		}
+	}
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.sessCtx))
 	grace := h.c.cfg.ShutdownTimeout
 	stop := context.AfterFunc(p.sessCtx, func() {

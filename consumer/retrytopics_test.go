@@ -544,3 +544,31 @@ func TestRecordTooLargeForItsRetryTopicIsDeadLettered(t *testing.T) {
 		t.Errorf("Redis keeps %q (%v): the dead-lettered message still holds its key", keys, err)
 	}
 }
+
+func TestRetryRecordDueFarAheadWaitsNoLongerThanItsTier(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	var seen calls
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		return nil
+	}))
+	f.withRetry(t, &cfg, 200*time.Millisecond)
+	ahead := record("k", "ahead")
+	for _, h := range retrytopics.Headers(nil, retrytopics.Info{Round: 1, OriginalTopic: f.topic, NotBefore: time.Now().Add(24 * time.Hour)}) {
+		ahead.Headers = append(ahead.Headers, h)
+	}
+	theirs := record("k", "theirs") // another group's, due far ahead: skipped at once
+	for _, h := range retrytopics.Headers(nil, retrytopics.Info{Round: 1, OriginalTopic: f.topic, NotBefore: time.Now().Add(24 * time.Hour),
+		ConsumerGroup: "another-group"}) {
+		theirs.Headers = append(theirs.Headers, h)
+	}
+	written := time.Now()
+	f.produce(t, f.topic+".retry.200ms", theirs, ahead)
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 10*time.Second, "the record due tomorrow handled after its tier's delay", func() bool { return seen.count("ahead") == 1 })
+	stop()
+	if at := seen.all()[0].at; at.Before(written.Add(200 * time.Millisecond)) {
+		t.Errorf("handled %v after it was written, before its tier's delay", at.Sub(written))
+	}
+}
