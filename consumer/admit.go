@@ -163,43 +163,63 @@ func (p *partition) claimAll(batch []taken) bool {
 	if len(ids) == 0 {
 		return true
 	}
-	statuses, ok, failedOpen := p.claimIDs(ids)
+	c, ok := p.claimIDs(ids)
 	if !ok {
 		return false
 	}
-	now := p.now()
 	for i, d := range of {
-		d.claim = statuses[i]
-		d.claimed = !failedOpen && d.claim == dedupe.Claimed
-		d.claimedAt = now
+		d.setClaim(c, i)
 	}
 	return true
 }
 
-// claimIDs claims ids, retrying while the store fails, and reports whether it
-// got an answer (false: the session ended first). When the store fails and
-// Dedupe.FailOpen is set, every id counts as claimed and failedOpen is
-// true.
-func (p *partition) claimIDs(ids []string) (statuses []dedupe.Status, ok, failedOpen bool) {
+// claimed is the answer of one claim of a batch of ids.
+type claimed struct {
+	statuses   []dedupe.Status
+	owner      string        // the claims' owner
+	failedOpen bool          // the store failed and Dedupe.FailOpen is set
+	at         time.Duration // on the partition's clock
+}
+
+// setClaim records what claim c said of the message, the ith of its batch.
+func (d *delivery) setClaim(c claimed, i int) {
+	d.claim = c.statuses[i]
+	d.claimed = !c.failedOpen && d.claim == dedupe.Claimed
+	d.owner, d.claimedAt = c.owner, c.at
+}
+
+// claimIDs claims ids, retrying while the store fails, and reports whether
+// it got an answer (false: the session ended first). Each call claims for
+// an owner of its own, so that a call that failed after some of its claims
+// reached the store can release them before the next try, without touching
+// the claims of other batches. When the store fails and Dedupe.FailOpen is
+// set, every id counts as claimed.
+func (p *partition) claimIDs(ids []string) (c claimed, ok bool) {
 	d := &p.c.cfg.Dedupe
 	ok = p.persistIn(p.sessCtx, "claim the message ids", true, func(ctx context.Context) error {
+		if c.owner != "" { // the last try failed: drop what it may have claimed
+			_ = d.Store.Release(ctx, c.owner, ids)
+		}
+		p.claims++
+		c.owner = p.owner + "/" + strconv.FormatUint(p.claims, 10)
 		err := p.dedupeCall(ctx, dedupe.OpClaim, len(ids), func(ctx context.Context) (err error) {
-			statuses, err = d.Store.Claim(ctx, p.owner, ids, d.Lease)
-			if err == nil && len(statuses) != len(ids) {
-				err = fmt.Errorf("dedupe: the store answered %d statuses for %d ids", len(statuses), len(ids))
+			c.statuses, err = d.Store.Claim(ctx, c.owner, ids, d.Lease)
+			if err == nil && len(c.statuses) != len(ids) {
+				err = fmt.Errorf("dedupe: the store answered %d statuses for %d ids", len(c.statuses), len(ids))
 			}
 			return err
 		})
 		if err != nil && d.FailOpen {
 			d.Metrics.FailedOpen(len(ids))
 			p.log.Warn("dedupe store failed; handling the messages without deduplication (Dedupe.FailOpen)", "error", err, "messages", len(ids))
-			statuses = make([]dedupe.Status, len(ids)) // Claimed
-			failedOpen = true
+			c.statuses = make([]dedupe.Status, len(ids)) // Claimed
+			c.failedOpen = true
 			return nil
 		}
 		return err
 	})
-	return statuses, ok, failedOpen
+	c.at = p.now()
+	return c, ok
 }
 
 // dedupeCall times one round trip to the store and counts its failure.
@@ -294,11 +314,11 @@ func (d *delivery) admit(ctx context.Context) (f fate, done bool) {
 		if !ok {
 			return fateAbandoned, true
 		}
-		statuses, ok, failedOpen := p.claimIDs([]string{d.id})
+		c, ok := p.claimIDs([]string{d.id})
 		if !ok {
 			return fateAbandoned, true
 		}
-		d.claim, d.claimed, d.claimedAt = statuses[0], !failedOpen && statuses[0] == dedupe.Claimed, p.now()
+		d.setClaim(c, 0)
 	}
 	if d.claim == dedupe.Processed {
 		p.c.cfg.Dedupe.Metrics.Hits(1)

@@ -322,3 +322,39 @@ func TestDedupeMarksBeforeCommitting(t *testing.T) {
 		t.Errorf("after the commits the ids are %v (%v), want processed", statuses, err)
 	}
 }
+
+// lostReply is a Store whose first Claim reaches the store but fails, as
+// when the reply is lost on the way back.
+type lostReply struct {
+	dedupe.Store
+	once sync.Once
+}
+
+func (s *lostReply) Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]dedupe.Status, error) {
+	statuses, err := s.Store.Claim(ctx, owner, ids, lease)
+	lost := false
+	s.once.Do(func() { lost = true })
+	if lost {
+		return nil, errors.New("i/o timeout (the claims were made)")
+	}
+	return statuses, err
+}
+
+func TestDedupeClaimWhoseReplyWasLost(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	r := testkit.NewRedis(t)
+	var handled atomic.Int32
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		handled.Add(1)
+		return nil
+	}))
+	const lease = time.Minute
+	cfg.Dedupe = consumer.DedupeConfig{Store: &lostReply{Store: f.redisDedupe(t, r.Client, r.Prefix)}, Lease: lease}
+	f.produce(t, f.topic, record("k", "1"), record("k", "2"))
+	stop := run(t, newConsumer(t, cfg))
+	// Not waiting out the lost call's claims: they are released before the
+	// next try.
+	testkit.WaitFor(t, lease/2, "both messages handled", func() bool { return handled.Load() == 2 })
+	stop()
+}

@@ -59,8 +59,10 @@ type partition struct {
 	batch    []taken
 	carry    *taken
 
-	// owner tells this partition's dedupe claims from any other's.
-	owner string
+	// owner tells this partition's dedupe claims from any other's; each
+	// claim call adds its number (claims) to it.
+	owner  string
+	claims uint64
 	// marks sends the dedupe marks of handled messages; nil without
 	// Dedupe.
 	marks *doneMarks
@@ -68,8 +70,8 @@ type partition struct {
 	parkedKeys sync.Map
 
 	mu        sync.Mutex
-	pauses    int      // waiters holding the partition paused
-	abandoned []string // ids of claims to release when the partition is given up
+	pauses    int                 // waiters holding the partition paused
+	abandoned map[string][]string // claims to release when the partition is given up: ids by owner
 }
 
 func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) *partition {

@@ -56,7 +56,8 @@ type tracking struct {
 	parked bool
 	// claim is what Dedupe said of the message when it was taken.
 	claim   dedupe.Status
-	claimed bool // the consumer holds its claim: Done or Release owed
+	claimed bool   // the consumer holds its claim: Done or Release owed
+	owner   string // the claim's owner
 	// firstDue is when the first parked message of its key is due (unix
 	// ms, 0: unknown), and claimedAt when the claim was taken or extended
 	// (on the partition's clock).
@@ -412,7 +413,7 @@ func (d *delivery) extendClaim() {
 	}
 	p := d.p
 	err := p.dedupeCall(p.workCtx, dedupe.OpExtend, 1, func(ctx context.Context) error {
-		return cfg.Store.Extend(ctx, p.owner, []string{d.id}, cfg.Lease)
+		return cfg.Store.Extend(ctx, d.owner, []string{d.id}, cfg.Lease)
 	})
 	if err != nil {
 		d.log().Warn("cannot extend the message's dedupe claim; it may run out during the attempt", "error", err, "dedupe_id", d.id)

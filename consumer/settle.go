@@ -36,7 +36,7 @@ func (d *delivery) moved(r route) {
 	if d.holdsClaim() {
 		store := p.c.cfg.Dedupe.Store
 		if !p.persistDedupe("release the message id", dedupe.OpRelease, 1, func(ctx context.Context) error {
-			return store.Release(ctx, p.owner, []string{d.id})
+			return store.Release(ctx, d.owner, []string{d.id})
 		}) {
 			return
 		}
@@ -73,27 +73,32 @@ func (d *delivery) abandon() {
 	p := d.p
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.abandoned = append(p.abandoned, d.id)
+	if p.abandoned == nil {
+		p.abandoned = map[string][]string{}
+	}
+	p.abandoned[d.owner] = append(p.abandoned[d.owner], d.id)
 }
 
 // releaseAbandoned releases the claims of the abandoned messages, once,
 // within releaseTimeout; a claim it cannot release runs out with its lease.
 func (p *partition) releaseAbandoned() {
 	p.mu.Lock()
-	ids := p.abandoned
+	abandoned := p.abandoned
 	p.abandoned = nil
 	p.mu.Unlock()
-	if len(ids) == 0 {
+	if len(abandoned) == 0 {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.sessCtx), releaseTimeout)
 	defer cancel()
 	store := p.c.cfg.Dedupe.Store
-	if err := p.dedupeCall(ctx, dedupe.OpRelease, len(ids), func(ctx context.Context) error {
-		return store.Release(ctx, p.owner, ids)
-	}); err != nil {
-		p.log.Warn("cannot release the claims of the messages left unhandled; the next owner of the partition waits for their lease (Dedupe.Lease)",
-			"error", err, "messages", len(ids))
+	for owner, ids := range abandoned {
+		if err := p.dedupeCall(ctx, dedupe.OpRelease, len(ids), func(ctx context.Context) error {
+			return store.Release(ctx, owner, ids)
+		}); err != nil {
+			p.log.Warn("cannot release the claims of the messages left unhandled; the next owner of the partition waits for their lease (Dedupe.Lease)",
+				"error", err, "messages", len(ids))
+		}
 	}
 }
 

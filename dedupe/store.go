@@ -48,8 +48,9 @@ var ErrInvalidConfig = errors.New("dedupe: invalid config")
 // Every method works on a batch of ids in one round trip, so that the
 // consumer pays for the network once per batch of messages, not once per
 // message. An owner is an opaque string that tells claims apart: the
-// consumer uses a fresh one per partition assignment, so that two
-// partitions of one process holding the same id see each other as Busy.
+// consumer uses a fresh one for each Claim call, so that two partitions of
+// one process, or two batches of one partition, holding the same id see
+// each other as Busy, and a call that failed can release what it claimed.
 //
 // Implementations must be safe for concurrent use.
 type Store interface {
