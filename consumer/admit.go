@@ -140,7 +140,10 @@ func (p *partition) follow(batch []taken) bool {
 	}
 	for i, d := range of {
 		d.place = places[i].Position
-		d.parked = d.place >= 0
+		if d.place >= 0 && !d.parked {
+			d.parked = true
+			p.parkHere(d.m.Key)
+		}
 		if due := places[i].FirstDue; !due.IsZero() {
 			d.firstDue = due.UnixMilli()
 		}

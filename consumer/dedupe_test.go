@@ -358,3 +358,42 @@ func TestDedupeClaimWhoseReplyWasLost(t *testing.T) {
 	testkit.WaitFor(t, lease/2, "both messages handled", func() bool { return handled.Load() == 2 })
 	stop()
 }
+
+// firstDoneHangs is a Store whose first Done waits until its context ends.
+type firstDoneHangs struct {
+	dedupe.Store
+	once    sync.Once
+	waiting chan struct{}
+}
+
+func (s *firstDoneHangs) Done(ctx context.Context, ids []string) error {
+	first := false
+	s.once.Do(func() { first = true })
+	if first {
+		close(s.waiting)
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	return s.Store.Done(ctx, ids)
+}
+
+func TestDedupeMarksLeftAtShutdownAreStoredOnTheWayOut(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	r := testkit.NewRedis(t)
+	store := &firstDoneHangs{Store: f.redisDedupe(t, r.Client, r.Prefix), waiting: make(chan struct{})}
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error { return nil }))
+	cfg.Dedupe = consumer.DedupeConfig{Store: store, Lease: 10 * time.Second}
+	cfg.ShutdownTimeout = 100 * time.Millisecond
+	f.produce(t, f.topic, record("k", "1"))
+	stop := run(t, newConsumer(t, cfg))
+	<-store.waiting
+	stop() // the mark's write runs past ShutdownTimeout
+	if got := f.committed(t, 0); got != 1 {
+		t.Errorf("committed %d, want 1: the mark was stored on the way out, then the offset", got)
+	}
+	statuses, err := store.Claim(context.Background(), "another", []string{"id-1"}, time.Second)
+	if err != nil || statuses[0] != dedupe.Processed {
+		t.Errorf("the handled message's id is %v (%v), want processed", statuses, err)
+	}
+}

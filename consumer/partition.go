@@ -66,8 +66,10 @@ type partition struct {
 	// marks sends the dedupe marks of handled messages; nil without
 	// Dedupe.
 	marks *doneMarks
-	// parkedKeys are the keys this partition parked in KeyOrder.
-	parkedKeys sync.Map
+	// parkedKeys counts, by key, the messages this partition parked in
+	// KeyOrder and has not yet unparked.
+	parkedMu   sync.Mutex
+	parkedKeys map[string]int
 
 	mu        sync.Mutex
 	pauses    int                 // waiters holding the partition paused
@@ -89,7 +91,10 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		maxBatch:     1,
 	}
 	if h.c.cfg.Dedupe.Store != nil || h.c.cfg.KeyOrder != nil {
-		p.maxBatch = max(h.c.cfg.Dedupe.Batch, 1)
+		p.maxBatch = h.c.cfg.Dedupe.Batch
+		if p.maxBatch == 0 { // KeyOrder without Dedupe
+			p.maxBatch = DefaultDedupeBatch
+		}
 		p.tracked = true
 	}
 	p.batch = make([]taken, 0, p.maxBatch)
@@ -130,7 +135,7 @@ func (p *partition) close() {
 		if p.carry != nil {
 			p.carry.d.abandon()
 		}
-		p.releaseAbandoned()
+		p.finishDedupe()
 	}
 	p.stopWork()
 	p.c.metrics.Released(p.topic, p.partition)
@@ -205,10 +210,31 @@ func (p *partition) keyed(n int) {
 	}
 }
 
-// parkedHere reports whether this partition parked key in KeyOrder.
+// parkedHere reports whether this partition has a message of key parked in
+// KeyOrder.
 func (p *partition) parkedHere(key []byte) bool {
-	_, ok := p.parkedKeys.Load(string(key))
-	return ok
+	p.parkedMu.Lock()
+	defer p.parkedMu.Unlock()
+	return p.parkedKeys[string(key)] > 0
+}
+
+// parkHere and unparkedHere count the messages of key this partition
+// parked and unparked.
+func (p *partition) parkHere(key []byte) {
+	p.parkedMu.Lock()
+	defer p.parkedMu.Unlock()
+	if p.parkedKeys == nil {
+		p.parkedKeys = map[string]int{}
+	}
+	p.parkedKeys[string(key)]++
+}
+
+func (p *partition) unparkedHere(key []byte) {
+	p.parkedMu.Lock()
+	defer p.parkedMu.Unlock()
+	if p.parkedKeys[string(key)]--; p.parkedKeys[string(key)] <= 0 {
+		delete(p.parkedKeys, string(key))
+	}
 }
 
 // settle records the message at offset as settled, and marks the offset

@@ -149,8 +149,10 @@ func (d *delivery) forward(ctx context.Context, r route) bool {
 		}) {
 			return false
 		}
-		d.parked = true
-		p.parkedKeys.Store(string(d.m.Key), struct{}{})
+		if !d.parked {
+			d.parked = true
+			p.parkHere(d.m.Key)
+		}
 	}
 	select {
 	case p.letters.slots <- struct{}{}:

@@ -17,14 +17,14 @@ const releaseTimeout = 2 * time.Second
 // offset is (the marks of a partition go to the store in batches, beside
 // the handling).
 func (d *delivery) handled() {
-	if !d.leaveParked() {
-		return
-	}
+	unparked := d.leaveParked()
 	if d.holdsClaim() {
-		d.p.marks.add(d)
+		d.p.marks.add(mark{d, unparked}) // marked processed even when it stays parked
 		return
 	}
-	d.p.settle(d.m.Offset)
+	if unparked {
+		d.p.settle(d.m.Offset)
+	}
 }
 
 // moved settles a message once written to r: its claim is released, so
@@ -38,6 +38,7 @@ func (d *delivery) moved(r route) {
 		if !p.persistDedupe("release the message id", dedupe.OpRelease, 1, func(ctx context.Context) error {
 			return store.Release(ctx, d.owner, []string{d.id})
 		}) {
+			d.abandon() // released when the partition is given up
 			return
 		}
 		d.claimed = false
@@ -58,7 +59,10 @@ func (d *delivery) leaveParked() bool {
 	ok := p.persistIn(p.workCtx, "unpark the key", false, func(ctx context.Context) error {
 		return p.c.cfg.KeyOrder.Unpark(ctx, d.parkedAs())
 	})
-	d.parked = !ok
+	if ok {
+		d.parked = false
+		p.unparkedHere(d.m.Key)
+	}
 	return ok
 }
 
@@ -79,19 +83,29 @@ func (d *delivery) abandon() {
 	p.abandoned[d.owner] = append(p.abandoned[d.owner], d.id)
 }
 
-// releaseAbandoned releases the claims of the abandoned messages, once,
-// within releaseTimeout; a claim it cannot release runs out with its lease.
-func (p *partition) releaseAbandoned() {
+// finishDedupe, once the partition is given up, marks processed the
+// handled messages whose marks could not be stored in time (and settles
+// them), and releases the claims of the abandoned messages, each in one
+// round trip within releaseTimeout. What fails runs out with its lease.
+func (p *partition) finishDedupe() {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.sessCtx), releaseTimeout)
+	defer cancel()
+	store := p.c.cfg.Dedupe.Store
+	if late := p.marks.unsent; len(late) > 0 {
+		ids := make([]string, len(late))
+		for i, m := range late {
+			ids[i] = m.d.id
+		}
+		if err := p.dedupeCall(ctx, dedupe.OpDone, len(ids), func(ctx context.Context) error { return store.Done(ctx, ids) }); err != nil {
+			p.log.Warn("cannot mark the handled messages processed; they will be handled again when redelivered", "error", err, "messages", len(ids))
+		} else {
+			p.marks.settle(late)
+		}
+	}
 	p.mu.Lock()
 	abandoned := p.abandoned
 	p.abandoned = nil
 	p.mu.Unlock()
-	if len(abandoned) == 0 {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.sessCtx), releaseTimeout)
-	defer cancel()
-	store := p.c.cfg.Dedupe.Store
 	for owner, ids := range abandoned {
 		if err := p.dedupeCall(ctx, dedupe.OpRelease, len(ids), func(ctx context.Context) error {
 			return store.Release(ctx, owner, ids)
@@ -116,16 +130,26 @@ func (p *partition) persistDedupe(what string, op dedupe.Op, n int, call func(co
 	return p.persistIn(p.workCtx, what, false, func(ctx context.Context) error { return p.dedupeCall(ctx, op, n, call) })
 }
 
+// mark is a handled message waiting for its dedupe mark; settle says
+// whether to settle it once marked (not while it stays parked).
+type mark struct {
+	d      *delivery
+	settle bool
+}
+
 // doneMarks are the handled messages of a partition whose ids are being
 // marked processed; each is settled once its mark is stored. One goroutine
 // (flush) sends them, as many at a time as have gathered.
 type doneMarks struct {
 	p     *partition
 	mu    sync.Mutex
-	queue []*delivery
+	queue []mark
 	wake  chan struct{} // a send means the queue has something
 	stop  chan struct{} // closed when no more marks come
 	done  chan struct{} // closed when flush returns
+	// unsent are the marks the store did not take before the partition's
+	// work ended; read after done is closed.
+	unsent []mark
 }
 
 func newDoneMarks(p *partition) *doneMarks {
@@ -135,9 +159,9 @@ func newDoneMarks(p *partition) *doneMarks {
 }
 
 // add queues a handled message for its mark.
-func (m *doneMarks) add(d *delivery) {
+func (m *doneMarks) add(mk mark) {
 	m.mu.Lock()
-	m.queue = append(m.queue, d)
+	m.queue = append(m.queue, mk)
 	m.mu.Unlock()
 	select {
 	case m.wake <- struct{}{}:
@@ -167,7 +191,7 @@ func (m *doneMarks) flush() {
 }
 
 // send marks the queued messages processed in one round trip and settles
-// them; when the partition's work ends first, they stay unsettled.
+// them; when the partition's work ends first, they are kept in unsent.
 func (m *doneMarks) send() {
 	m.mu.Lock()
 	batch := m.queue
@@ -178,16 +202,24 @@ func (m *doneMarks) send() {
 	}
 	p := m.p
 	ids := make([]string, len(batch))
-	for i, d := range batch {
-		ids[i] = d.id
+	for i, mk := range batch {
+		ids[i] = mk.d.id
 	}
 	store := p.c.cfg.Dedupe.Store
 	if !p.persistDedupe("mark the message ids processed", dedupe.OpDone, len(ids), func(ctx context.Context) error {
 		return store.Done(ctx, ids)
 	}) {
+		m.unsent = append(m.unsent, batch...)
 		return
 	}
-	for _, d := range batch {
-		p.settle(d.m.Offset)
+	m.settle(batch)
+}
+
+// settle settles the marked messages that may be.
+func (m *doneMarks) settle(batch []mark) {
+	for _, mk := range batch {
+		if mk.settle {
+			m.p.settle(mk.d.m.Offset)
+		}
 	}
 }
