@@ -78,6 +78,25 @@ func (c *calls) count(value string) int {
 	return n
 }
 
+// recording is a config for the fixture whose handler records each call
+// in seen and succeeds.
+func (f *fixture) recording(t *testing.T, seen *calls) consumer.Config {
+	return f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		return nil
+	}))
+}
+
+// retryRecord is a record as a retry tier holds it: key k, value, a ce_id
+// and the retry headers of info.
+func retryRecord(value string, info retrytopics.Info) *sarama.ProducerMessage {
+	m := record("k", value)
+	for _, h := range retrytopics.Headers(nil, info) {
+		m.Headers = append(m.Headers, h)
+	}
+	return m
+}
+
 func TestRetryTopicsHandleOnAttempt3NeverEarly(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 2)
@@ -232,21 +251,12 @@ func TestRetryTopicRecordsOfAnotherGroupAreLeftAlone(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1)
 	var seen calls
-	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		seen.add(m)
-		return nil
-	}))
+	cfg := f.recording(t, &seen)
 	f.withRetry(t, &cfg, time.Millisecond)
-	tier := f.topic + ".retry.1ms"
-	retryRecord := func(group, value string) *sarama.ProducerMessage {
-		m := record("k", value)
-		for _, h := range retrytopics.Headers(nil, retrytopics.Info{Round: 1, FailedAttempts: 1, OriginalTopic: f.topic,
-			NotBefore: time.Now(), ConsumerGroup: group}) {
-			m.Headers = append(m.Headers, h)
-		}
-		return m
+	info := func(group string) retrytopics.Info {
+		return retrytopics.Info{Round: 1, FailedAttempts: 1, OriginalTopic: f.topic, NotBefore: time.Now(), ConsumerGroup: group}
 	}
-	f.produce(t, tier, retryRecord("another-group", "theirs"), retryRecord(f.group, "ours"))
+	f.produce(t, f.topic+".retry.1ms", retryRecord("theirs", info("another-group")), retryRecord("ours", info(f.group)))
 	stop := run(t, newConsumer(t, cfg))
 	testkit.WaitFor(t, 10*time.Second, "our retry record handled", func() bool { return seen.count("ours") == 1 })
 	stop()
@@ -259,10 +269,7 @@ func TestMalformedRetryHeadersAreDeadLetteredUnhandled(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1)
 	var seen calls
-	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		seen.add(m)
-		return nil
-	}))
+	cfg := f.recording(t, &seen)
 	f.withRetry(t, &cfg, time.Millisecond)
 	bad := record("k", "bad")
 	bad.Headers = append(bad.Headers,
@@ -272,10 +279,7 @@ func TestMalformedRetryHeadersAreDeadLetteredUnhandled(t *testing.T) {
 		sarama.RecordHeader{Key: []byte(retrytopics.HeaderOriginalOffset), Value: []byte("7")},
 		sarama.RecordHeader{Key: []byte(retrytopics.HeaderNotBefore), Value: []byte("soon")})
 	bare := record("k", "bare") // on a retry topic without retry headers
-	fine := record("k", "fine")
-	for _, h := range retrytopics.Headers(nil, retrytopics.Info{Round: 1, OriginalTopic: f.topic, NotBefore: time.Now()}) {
-		fine.Headers = append(fine.Headers, h)
-	}
+	fine := retryRecord("fine", retrytopics.Info{Round: 1, OriginalTopic: f.topic, NotBefore: time.Now()})
 	f.produce(t, f.topic+".retry.1ms", bad, bare, fine)
 	stop := run(t, newConsumer(t, cfg))
 	testkit.WaitFor(t, 10*time.Second, "two dead letters", func() bool { return len(f.readAll(t, f.dlq)) == 2 })
@@ -549,20 +553,12 @@ func TestRetryRecordDueFarAheadWaitsNoLongerThanItsTier(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1)
 	var seen calls
-	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		seen.add(m)
-		return nil
-	}))
+	cfg := f.recording(t, &seen)
 	f.withRetry(t, &cfg, 200*time.Millisecond)
-	ahead := record("k", "ahead")
-	for _, h := range retrytopics.Headers(nil, retrytopics.Info{Round: 1, OriginalTopic: f.topic, NotBefore: time.Now().Add(24 * time.Hour)}) {
-		ahead.Headers = append(ahead.Headers, h)
-	}
-	theirs := record("k", "theirs") // another group's, due far ahead: skipped at once
-	for _, h := range retrytopics.Headers(nil, retrytopics.Info{Round: 1, OriginalTopic: f.topic, NotBefore: time.Now().Add(24 * time.Hour),
-		ConsumerGroup: "another-group"}) {
-		theirs.Headers = append(theirs.Headers, h)
-	}
+	tomorrow := time.Now().Add(24 * time.Hour)
+	ahead := retryRecord("ahead", retrytopics.Info{Round: 1, OriginalTopic: f.topic, NotBefore: tomorrow})
+	// Another group's, due far ahead: skipped at once.
+	theirs := retryRecord("theirs", retrytopics.Info{Round: 1, OriginalTopic: f.topic, NotBefore: tomorrow, ConsumerGroup: "another-group"})
 	written := time.Now()
 	f.produce(t, f.topic+".retry.200ms", theirs, ahead)
 	stop := run(t, newConsumer(t, cfg))
