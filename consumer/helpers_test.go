@@ -317,6 +317,12 @@ func (r *recorder) Released(string, int32) {
 	r.released++
 }
 
+func (r *recorder) releases() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.released
+}
+
 func (r *recorder) count(o consumer.Outcome) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()

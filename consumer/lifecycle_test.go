@@ -103,7 +103,10 @@ func TestRebalanceLosesNothing(t *testing.T) {
 			return nil
 		})
 	}
-	stopA := run(t, newConsumer(t, f.config(t, handler(&byA))))
+	var metricsA recorder
+	cfgA := f.config(t, handler(&byA))
+	cfgA.Metrics = &metricsA
+	stopA := run(t, newConsumer(t, cfgA))
 
 	produced := make(chan error, 1)
 	go func() {
@@ -115,8 +118,11 @@ func TestRebalanceLosesNothing(t *testing.T) {
 		defer p.Close()
 		for i := 0; i < total; i += chunk {
 			// Keep a backlog of about one chunk, so messages flow through
-			// both rebalances.
-			for deadline := time.Now().Add(20 * time.Second); handled.len() < i-chunk && time.Now().Before(deadline); {
+			// both rebalances; and hold the second half back until the
+			// first member gave partitions up to the second, or it could
+			// handle everything before the second has any.
+			for deadline := time.Now().Add(20 * time.Second); (handled.len() < i-chunk || i >= total/2 && metricsA.releases() == 0) &&
+				time.Now().Before(deadline); {
 				time.Sleep(time.Millisecond)
 			}
 			var msgs []*sarama.ProducerMessage
