@@ -60,8 +60,9 @@ type Config struct {
 	// set.
 	Brokers []string
 	// Sarama configures the Kafka client (TLS, SASL, version, …); the
-	// consumer sets the fields it relies on (see NewSaramaConfig). Defaults
-	// to NewSaramaConfig().
+	// consumer sets the fields it relies on (see NewSaramaConfig) on a
+	// copy, so one config may serve several consumers. Defaults to
+	// NewSaramaConfig().
 	Sarama *sarama.Config
 	// Client replaces the client built from Brokers and Sarama, e.g. to
 	// share one. Its config must have Producer.Return.Successes and
@@ -295,7 +296,11 @@ func (c *Config) setDefaults() error {
 		if c.Sarama == nil {
 			c.Sarama = NewSaramaConfig()
 		}
-		requireSarama(c.Sarama)
+		// A copy: consumers sharing one Sarama config must not see each
+		// other's changes, nor race on them while one already runs.
+		sc := *c.Sarama
+		requireSarama(&sc)
+		c.Sarama = &sc
 		if err := c.Sarama.Validate(); err != nil {
 			return fmt.Errorf("%w: Sarama: %w", ErrInvalidConfig, err)
 		}
