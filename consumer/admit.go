@@ -82,16 +82,20 @@ func (d *delivery) dueAt() time.Time {
 // due reports whether the message may be handled at now.
 func (d *delivery) due(now time.Time) bool { return !d.dueAt().After(now) }
 
-// waitDue waits until the message is due, with the partition paused so
-// that nothing more is fetched meanwhile (Sarama heartbeats on its own), and
-// reports whether it is (false: the session ended first).
+// waitDue waits until the message is due, and reports whether it is
+// (false: the session ended first). A wait longer than Sarama's
+// Consumer.MaxProcessingTime pauses the partition, so that nothing more is
+// fetched meanwhile (Sarama heartbeats on its own); a shorter one does not
+// need to, and spares the fetcher a pause and a resume.
 func (p *partition) waitDue(d *delivery) bool {
 	wait := time.Until(d.dueAt())
 	if wait <= 0 {
 		return true
 	}
-	p.pause()
-	defer p.resume()
+	if wait > p.c.cfg.saramaConfig().Consumer.MaxProcessingTime {
+		p.pause()
+		defer p.resume()
+	}
 	return sleep(p.sessCtx, wait)
 }
 

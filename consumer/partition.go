@@ -53,6 +53,9 @@ type partition struct {
 	// those of a retry topic always do.
 	tracked bool
 
+	// slab holds the deliveries allocated but not yet handed out.
+	slab []delivery
+
 	// maxBatch is the most messages taken at once (see take); batch is
 	// their buffer, and carry a message taken but not yet due.
 	maxBatch int
