@@ -13,6 +13,7 @@ import (
 
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/retrytopics"
 )
 
 // TestShutdownFinishesInFlightHandlers: when Run's context ends, the
@@ -156,4 +157,41 @@ func TestRebalanceLosesNothing(t *testing.T) {
 		return sum == total
 	})
 	t.Logf("first member handled %d, second %d, for %d messages", byA.Load(), byB.Load(), total)
+}
+
+// TestRunWithRetryAndDedupeLeavesNoGoroutines: the same, with retry
+// topics, key order and dedupe on (their writes, marks and waits all end).
+func TestRunWithRetryAndDedupeLeavesNoGoroutines(t *testing.T) {
+	f := newFixture(t, 2, testkit.InProcess())
+	r := testkit.NewRedis(t)
+	order, err := retrytopics.NewRedisKeyOrder(r.Client, retrytopics.RedisKeyOrderConfig{Scope: f.group, Prefix: r.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen calls
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		switch {
+		case string(m.Value) == "bad":
+			return consumer.Permanent(errors.New("bad"))
+		case string(m.Value) == "flaky" && m.RetryRound == 0:
+			return errors.New("503")
+		}
+		return nil
+	}))
+	f.withRetry(t, &cfg, 10*time.Millisecond)
+	cfg.KeyOrder = order
+	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, r.Client, r.Prefix), Lease: 10 * time.Second}
+	cfg.Workers = 3
+	f.produce(t, f.topic, record("a", "ok"), record("b", "bad"), record("c", "flaky"), record("c", "after"))
+	before := goleak.IgnoreCurrent()
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 10*time.Second, "every message settled", func() bool {
+		return f.committed(t, 0)+f.committed(t, 1) == 4 && seen.count("flaky") == 2 && seen.count("after") == 1
+	})
+	stop()
+	goleak.VerifyNone(t, before,
+		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
+		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
+	)
 }
