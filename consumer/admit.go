@@ -39,7 +39,7 @@ func (p *partition) take() []taken {
 			first = &taken{d, traced}
 		}
 	}
-	if !p.waitDeadLetters() || !p.waitDue(first.d) {
+	if !p.waitMoves() || !p.waitDue(first.d) {
 		return nil
 	}
 	batch = append(batch, *first)
@@ -51,7 +51,7 @@ func (p *partition) take() []taken {
 			}
 			d, traced := p.newDelivery(msg)
 			p.pending.start(msg.Offset)
-			if !d.due(time.Now()) {
+			if !d.due() {
 				p.carry = &taken{d, traced}
 				return p.admitBatch(batch)
 			}
@@ -79,8 +79,11 @@ func (d *delivery) dueAt() time.Time {
 	return r.NotBefore
 }
 
-// due reports whether the message may be handled at now.
-func (d *delivery) due(now time.Time) bool { return !d.dueAt().After(now) }
+// due reports whether the message may be handled now.
+func (d *delivery) due() bool {
+	at := d.dueAt()
+	return at.IsZero() || !at.After(time.Now())
+}
 
 // waitDue waits until the message is due, and reports whether it is
 // (false: the session ended first). A wait longer than Sarama's
@@ -88,7 +91,11 @@ func (d *delivery) due(now time.Time) bool { return !d.dueAt().After(now) }
 // fetched meanwhile (Sarama heartbeats on its own); a shorter one does not
 // need to, and spares the fetcher a pause and a resume.
 func (p *partition) waitDue(d *delivery) bool {
-	wait := time.Until(d.dueAt())
+	at := d.dueAt()
+	if at.IsZero() {
+		return true
+	}
+	wait := time.Until(at)
 	if wait <= 0 {
 		return true
 	}
@@ -281,7 +288,7 @@ func (c *Consumer) identity(d *delivery) string {
 	if d.m.ID != "" {
 		return d.m.ID
 	}
-	o := d.origin()
+	o := d.originPlace()
 	return o.Topic + "/" + strconv.FormatInt(int64(o.Partition), 10) + "/" + strconv.FormatInt(o.Offset, 10)
 }
 
@@ -346,7 +353,5 @@ func (d *delivery) admit(ctx context.Context) (f fate, done bool) {
 func (d *delivery) deferRoute() route {
 	t := d.p.topology
 	tier, _ := t.Holding(time.Until(time.UnixMilli(d.firstDue)))
-	info := d.retryInfo(tier, nil)
-	info.Round = d.round
-	return route{tier: &tier, info: info}
+	return route{tier: &tier, info: d.retryInfo(d.m.RetryRound, tier, nil)}
 }

@@ -380,23 +380,36 @@ func (c *Config) setRetryDefaults() error {
 	if c.KeyOrder != nil && len(c.Retry.Delays) == 0 {
 		return fmt.Errorf("%w: KeyOrder is set but Retry.Delays is empty; KeyOrder keeps keys in order across retry topics, so configure some", ErrInvalidConfig)
 	}
+	return nil
+}
+
+// retryTopologies returns the retry topology of each main topic and each
+// of their retry topics (the one it belongs to), and the topics to
+// subscribe to: Topics and their retry topics. It refuses a retry topic
+// listed in Topics.
+func (c *Config) retryTopologies() (map[string]*retrytopics.Topology, []string, error) {
+	topologies := map[string]*retrytopics.Topology{}
+	subscribed := slices.Clone(c.Topics)
 	if len(c.Retry.Delays) == 0 {
-		return nil
+		return topologies, subscribed, nil
 	}
-	var retryTopics []string
 	for _, topic := range c.Topics {
 		t, err := retrytopics.New(topic, c.Retry)
 		if err != nil {
-			return fmt.Errorf("%w: Retry: %w", ErrInvalidConfig, err)
+			return nil, nil, fmt.Errorf("%w: Retry: %w", ErrInvalidConfig, err)
 		}
-		retryTopics = append(retryTopics, t.Topics()...)
+		topologies[topic] = &t
+		for _, retry := range t.Topics() {
+			topologies[retry] = &t
+			subscribed = append(subscribed, retry)
+		}
 	}
 	for _, topic := range c.Topics {
-		if slices.Contains(retryTopics, topic) {
-			return fmt.Errorf("%w: Topics lists %s, a retry topic of another of its topics; list only the main topics, the consumer subscribes to their retry topics itself", ErrInvalidConfig, topic)
+		if slices.Contains(subscribed[len(c.Topics):], topic) {
+			return nil, nil, fmt.Errorf("%w: Topics lists %s, a retry topic of another of its topics; list only the main topics, the consumer subscribes to their retry topics itself", ErrInvalidConfig, topic)
 		}
 	}
-	return nil
+	return topologies, subscribed, nil
 }
 
 // setDedupeDefaults validates Dedupe.

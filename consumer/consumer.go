@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"slices"
 	"sync/atomic"
 	"time"
 
@@ -47,26 +46,19 @@ func New(cfg Config) (*Consumer, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	c := &Consumer{
+	topologies, topics, err := cfg.retryTopologies()
+	if err != nil {
+		return nil, err
+	}
+	return &Consumer{
 		cfg:        cfg,
 		backoff:    backoff.Policy(cfg.Backoff),
 		log:        cfg.Logger.With("group", cfg.Group),
 		metrics:    cfg.Metrics,
 		measured:   measured,
-		topics:     slices.Clone(cfg.Topics),
-		topologies: map[string]*retrytopics.Topology{},
-	}
-	if len(cfg.Retry.Delays) > 0 {
-		for _, topic := range cfg.Topics {
-			t, _ := retrytopics.New(topic, cfg.Retry) // validated by setDefaults
-			c.topologies[topic] = &t
-			for _, retry := range t.Topics() {
-				c.topologies[retry] = &t
-				c.topics = append(c.topics, retry)
-			}
-		}
-	}
-	return c, nil
+		topics:     topics,
+		topologies: topologies,
+	}, nil
 }
 
 // Topologies returns the retry topology of each topic in Config.Topics, in

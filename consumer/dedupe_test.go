@@ -55,13 +55,7 @@ func TestDedupeHandlesTheSameMessageOnce(t *testing.T) {
 	r := testkit.NewRedis(t)
 	var seen calls
 	var metrics dedupeMetrics
-	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		seen.add(m)
-		if string(m.Value) == "flaky" && m.RetryRound == 0 {
-			return errors.New("fails once, then goes through a retry tier")
-		}
-		return nil
-	}))
+	cfg := f.config(t, failingOnMain(&seen, "flaky")) // handled from its retry tier
 	f.withRetry(t, &cfg, 10*time.Millisecond)
 	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, r.Client, r.Prefix), Metrics: &metrics, Lease: 10 * time.Second}
 	// The same event three times: published, published again (a producer

@@ -92,6 +92,8 @@ func setMessage(m *Message, msg *sarama.ConsumerMessage) (traced bool) {
 		Value:     msg.Value,
 		Timestamp: msg.Timestamp,
 		Headers:   msg.Headers,
+
+		OriginalTopic: msg.Topic,
 	}
 	var id, corr []byte
 	for _, h := range msg.Headers {

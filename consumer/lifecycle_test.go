@@ -13,7 +13,6 @@ import (
 
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/internal/testkit"
-	"github.com/courierkit/courier/retrytopics"
 )
 
 // TestShutdownFinishesInFlightHandlers: when Run's context ends, the
@@ -164,10 +163,7 @@ func TestRebalanceLosesNothing(t *testing.T) {
 func TestRunWithRetryAndDedupeLeavesNoGoroutines(t *testing.T) {
 	f := newFixture(t, 2, testkit.InProcess())
 	r := testkit.NewRedis(t)
-	order, err := retrytopics.NewRedisKeyOrder(r.Client, retrytopics.RedisKeyOrderConfig{Scope: f.group, Prefix: r.Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	order := f.keyOrder(t, r)
 	var seen calls
 	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 		seen.add(m)

@@ -36,8 +36,8 @@ type partition struct {
 	// written to the dead-letter topic): offsets are marked up to the
 	// lowest of them.
 	pending offsets
-	// letters are the partition's dead-letter writes in flight.
-	letters deadLetters
+	// moves are the partition's writes to retry and dead-letter topics in flight.
+	moves moves
 
 	// clock is when the partition started: attempts read their time as
 	// clock plus the monotonic time since (cheaper than time.Now).
@@ -49,8 +49,8 @@ type partition struct {
 	// tierDelay is the delay of the retry tier the partition's topic is;
 	// 0 for a main topic.
 	tierDelay time.Duration
-	// tracked: its deliveries carry tracking (Dedupe or KeyOrder is on);
-	// those of a retry topic always do.
+	// tracked: its deliveries carry tracking (Dedupe or KeyOrder is on,
+	// or the topic is a retry topic).
 	tracked bool
 
 	// slab holds the deliveries allocated but not yet handed out.
@@ -89,7 +89,7 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		log:          h.c.log.With("topic", claim.Topic(), "partition", claim.Partition()),
 		sessCtx:      sess.Context(),
 		clock:        time.Now(),
-		letters:      deadLetters{slots: make(chan struct{}, h.c.cfg.MaxDeadLettersInFlight)},
+		moves:        moves{slots: make(chan struct{}, h.c.cfg.MaxDeadLettersInFlight)},
 		topology:     h.c.topologies[claim.Topic()],
 		maxBatch:     1,
 	}
@@ -108,6 +108,7 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 			}
 		}
 	}
+	p.tracked = p.tracked || p.tierDelay > 0
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.sessCtx))
 	grace := h.c.cfg.ShutdownTimeout
 	stop := context.AfterFunc(p.sessCtx, func() {
@@ -132,7 +133,7 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 // ShutdownTimeout after it) and the dedupe marks, releases the claims of
 // the messages left unhandled, and releases the partition.
 func (p *partition) close() {
-	p.letters.wg.Wait()
+	p.moves.wg.Wait()
 	if p.marks != nil {
 		p.marks.close()
 		if p.carry != nil {

@@ -41,8 +41,6 @@ type delivery struct {
 type tracking struct {
 	// From the retry headers of a record on a retry topic.
 	retry   *retrytopics.Info // nil for a record of a main topic
-	base    int               // attempts that failed before this delivery
-	round   int               // the retry round the record is in
 	corrupt error             // malformed retry headers: dead-lettered unhandled
 
 	// id is the message's identity for Dedupe and KeyOrder; "" when
@@ -71,12 +69,10 @@ func (p *partition) newDelivery(msg *sarama.ConsumerMessage) (d *delivery, trace
 	d.p = p
 	d.m = &d.msg
 	traced = setMessage(d.m, msg)
-	d.m.OriginalTopic = msg.Topic
-	retry := p.topology != nil && p.topology.IsRetryTopic(msg.Topic)
-	if p.tracked || retry {
+	if p.tracked {
 		d.tracking = &tracking{place: -1}
 	}
-	if retry {
+	if p.tierDelay > 0 {
 		d.readRetry()
 	}
 	return d, traced
@@ -101,18 +97,10 @@ func (p *partition) allocDelivery() *delivery {
 
 // prior is how many attempts failed before this delivery.
 func (d *delivery) prior() int {
-	if d.tracking == nil {
-		return 0
+	if r := d.retried(); r != nil {
+		return r.FailedAttempts
 	}
-	return d.base
-}
-
-// retryRound is the retry round the record is in: 0 on a main topic.
-func (d *delivery) retryRound() int {
-	if d.tracking == nil {
-		return 0
-	}
-	return d.round
+	return 0
 }
 
 // malformed is the error of a retry record with malformed retry headers.
@@ -151,7 +139,6 @@ func (d *delivery) readRetry() {
 		return
 	}
 	d.retry = &info
-	d.base, d.round = info.FailedAttempts, info.Round
 	d.firstFailed = info.FirstFailedAt
 	d.m.OriginalTopic, d.m.RetryRound = info.OriginalTopic, info.Round
 }

@@ -87,6 +87,30 @@ func (f *fixture) recording(t *testing.T, seen *calls) consumer.Config {
 	}))
 }
 
+// failingOnMain is a handler that records each call in seen and fails the
+// messages whose value is one of values on their main topic (round 0), and
+// only there.
+func failingOnMain(seen *calls, values ...string) consumer.Handler {
+	return consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		seen.add(m)
+		if m.RetryRound == 0 && slices.Contains(values, string(m.Value)) {
+			return fmt.Errorf("%s fails on its main topic", m.Value)
+		}
+		return nil
+	})
+}
+
+// keyOrder is a Redis key order on the test's own key prefix, scoped to the
+// fixture's group.
+func (f *fixture) keyOrder(t *testing.T, r *testkit.Redis) *retrytopics.RedisKeyOrder {
+	t.Helper()
+	order, err := retrytopics.NewRedisKeyOrder(r.Client, retrytopics.RedisKeyOrderConfig{Scope: f.group, Prefix: r.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return order
+}
+
 // retryRecord is a record as a retry tier holds it: key k, value, a ce_id
 // and the retry headers of info.
 func retryRecord(value string, info retrytopics.Info) *sarama.ProducerMessage {
@@ -217,13 +241,7 @@ func TestSlowRetryTierDoesNotSlowTheMainTopic(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1)
 	var seen calls
-	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		seen.add(m)
-		if string(m.Value) == "poison" && m.RetryRound == 0 {
-			return errors.New("downstream 503")
-		}
-		return nil
-	}))
+	cfg := f.config(t, failingOnMain(&seen, "poison"))
 	const delay = time.Minute
 	f.withRetry(t, &cfg, delay)
 	f.produce(t, f.topic, record("k", "poison"))
@@ -305,17 +323,11 @@ func TestMalformedRetryHeadersAreDeadLetteredUnhandled(t *testing.T) {
 	}
 }
 
-func TestRetryTopicsAreCreatedOrAwaited(t *testing.T) {
+func TestRetryTopicsAreCreatedWithTheMainTopicsPartitions(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 3, testkit.InProcess())
 	var seen calls
-	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		seen.add(m)
-		if m.RetryRound == 0 {
-			return errors.New("fails once")
-		}
-		return nil
-	}))
+	cfg := f.config(t, failingOnMain(&seen, "v"))
 	cfg.MaxAttempts = 1
 	cfg.Retry = retrytopics.Config{Delays: []time.Duration{10 * time.Millisecond}, CreateTopics: true}
 	f.produce(t, f.topic, record("k", "v"))
@@ -341,10 +353,7 @@ func TestKeyOrderAcrossRetryTiers(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1)
 	r := testkit.NewRedis(t)
-	order, err := retrytopics.NewRedisKeyOrder(r.Client, retrytopics.RedisKeyOrderConfig{Scope: f.group, Prefix: r.Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	order := f.keyOrder(t, r)
 	var seen calls
 	failed := map[string]bool{}
 	var mu sync.Mutex
@@ -507,10 +516,7 @@ func TestRecordTooLargeForItsRetryTopicIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1, testkit.InProcess())
 	r := testkit.NewRedis(t)
-	order, err := retrytopics.NewRedisKeyOrder(r.Client, retrytopics.RedisKeyOrderConfig{Scope: f.group, Prefix: r.Prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
+	order := f.keyOrder(t, r)
 	var seen calls
 	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 		seen.add(m)

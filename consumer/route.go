@@ -14,11 +14,11 @@ import (
 	"github.com/courierkit/courier/retrytopics"
 )
 
-// deadLetters are the writes of a partition that move messages on: to the
+// moves are the writes of a partition that move messages on: to the
 // dead-letter topic or to a retry topic. They run beside the partition's
 // handling: a message whose write is in flight stays unsettled (nothing is
 // marked past it) while the partition goes on with the next messages.
-type deadLetters struct {
+type moves struct {
 	// slots holds a token per write in flight; its capacity is
 	// Config.MaxDeadLettersInFlight.
 	slots chan struct{}
@@ -34,7 +34,7 @@ type deadLetters struct {
 }
 
 // failed records that a write failed for the first time.
-func (l *deadLetters) failed() {
+func (l *moves) failed() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.failing.Add(1) == 1 {
@@ -43,7 +43,7 @@ func (l *deadLetters) failed() {
 }
 
 // ended records that a write that had failed ended (written, or given up).
-func (l *deadLetters) ended() {
+func (l *moves) ended() {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.failing.Add(-1) == 0 {
@@ -52,16 +52,16 @@ func (l *deadLetters) ended() {
 	}
 }
 
-// waitDeadLetters waits while a write of the partition is
-// failing, and reports whether the partition may handle the message it
-// just took (false: the session ended while it waited).
-func (p *partition) waitDeadLetters() bool {
-	if p.letters.failing.Load() == 0 {
+// waitMoves waits while a write of the partition is failing, and reports
+// whether the partition may handle the message it just took (false: the
+// session ended while it waited).
+func (p *partition) waitMoves() bool {
+	if p.moves.failing.Load() == 0 {
 		return true
 	}
-	p.letters.mu.Lock()
-	recovered := p.letters.recovered
-	p.letters.mu.Unlock()
+	p.moves.mu.Lock()
+	recovered := p.moves.recovered
+	p.moves.mu.Unlock()
 	if recovered == nil {
 		return true
 	}
@@ -103,18 +103,18 @@ func (d *delivery) failedRoute(cause error) route {
 	if t == nil || d.malformed() != nil || !d.p.c.retryable(cause) {
 		return d.deadLetterRoute(cause)
 	}
-	tier, ok := t.Next(d.retryRound())
+	tier, ok := t.Next(d.m.RetryRound)
 	if !ok {
 		return d.deadLetterRoute(cause)
 	}
-	return route{tier: &tier, info: d.retryInfo(tier, cause), cause: cause}
+	return route{tier: &tier, info: d.retryInfo(tier.Round, tier, cause), cause: cause}
 }
 
-// retryInfo is the retry headers of the message moving to tier.
-func (d *delivery) retryInfo(tier retrytopics.Tier, cause error) retrytopics.Info {
-	o := d.origin()
+// retryInfo is the retry headers of the message moving to tier, in round.
+func (d *delivery) retryInfo(round int, tier retrytopics.Tier, cause error) retrytopics.Info {
+	o := d.originPlace()
 	info := retrytopics.Info{
-		Round:             tier.Round,
+		Round:             round,
 		FailedAttempts:    d.prior() + d.failed,
 		OriginalTopic:     o.Topic,
 		OriginalPartition: o.Partition,
@@ -155,16 +155,16 @@ func (d *delivery) forward(ctx context.Context, r route) bool {
 		}
 	}
 	select {
-	case p.letters.slots <- struct{}{}:
+	case p.moves.slots <- struct{}{}:
 	case <-p.sessCtx.Done():
 		return false
 	}
 	if p.sessCtx.Err() != nil {
-		<-p.letters.slots
+		<-p.moves.slots
 		return false
 	}
-	p.letters.wg.Go(func() {
-		defer func() { <-p.letters.slots }()
+	p.moves.wg.Go(func() {
+		defer func() { <-p.moves.slots }()
 		to, written := d.write(ctx, r)
 		p.c.metrics.InFlight(d.m.Topic, -1)
 		if written {
@@ -186,7 +186,7 @@ func (d *delivery) write(ctx context.Context, r route) (route, bool) {
 	failing := false
 	defer func() {
 		if failing {
-			d.p.letters.ended()
+			d.p.moves.ended()
 		}
 	}()
 	for writes := 1; ; writes++ {
@@ -201,10 +201,10 @@ func (d *delivery) write(ctx context.Context, r route) (route, bool) {
 		}
 		if !failing {
 			failing = true
-			d.p.letters.failed()
+			d.p.moves.failed()
 		}
 		delay := c.backoff.Delay(writes, rand.Float64)
-		to := dlq.Topic(d.origin().Topic, c.cfg.DeadLetterSuffix)
+		to := dlq.Topic(d.originPlace().Topic, c.cfg.DeadLetterSuffix)
 		if r.tier != nil {
 			to = r.tier.Topic
 		}
@@ -300,16 +300,10 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 // holds it: a message from a retry topic has the main topic's place and
 // timestamp, and its headers without the retry headers.
 func (d *delivery) origin() dlq.Original {
-	m := d.m
-	o := dlq.Original{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp, Key: m.Key, Value: m.Value}
-	headers := m.Headers
-	switch {
-	case d.malformed() != nil:
-		o.Topic, o.Partition, o.Offset = d.p.topology.Topic, dlq.NoPartition, dlq.NoOffset
-		headers = retrytopics.Strip(headers)
-	case d.retried() != nil:
-		r := d.retry
-		o.Topic, o.Partition, o.Offset, o.Timestamp = r.OriginalTopic, r.OriginalPartition, r.OriginalOffset, r.OriginalTimestamp
+	o := d.originPlace()
+	o.Key, o.Value = d.m.Key, d.m.Value
+	headers := d.m.Headers
+	if d.retried() != nil || d.malformed() != nil {
 		headers = retrytopics.Strip(headers)
 	}
 	o.Headers = make([]dlq.Header, 0, len(headers))
@@ -319,4 +313,18 @@ func (d *delivery) origin() dlq.Original {
 		}
 	}
 	return o
+}
+
+// originPlace is where and when the message was on its main topic: its
+// topic, partition, offset and timestamp (unknown for a malformed retry
+// record), without its key, value and headers.
+func (d *delivery) originPlace() dlq.Original {
+	m := d.m
+	switch r := d.retried(); {
+	case d.malformed() != nil:
+		return dlq.Original{Topic: d.p.topology.Topic, Partition: dlq.NoPartition, Offset: dlq.NoOffset, Timestamp: m.Timestamp}
+	case r != nil:
+		return dlq.Original{Topic: r.OriginalTopic, Partition: r.OriginalPartition, Offset: r.OriginalOffset, Timestamp: r.OriginalTimestamp}
+	}
+	return dlq.Original{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp}
 }

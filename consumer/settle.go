@@ -92,10 +92,7 @@ func (p *partition) finishDedupe() {
 	defer cancel()
 	store := p.c.cfg.Dedupe.Store
 	if late := p.marks.unsent; len(late) > 0 {
-		ids := make([]string, len(late))
-		for i, m := range late {
-			ids[i] = m.d.id
-		}
+		ids := markIDs(late)
 		if err := p.dedupeCall(ctx, dedupe.OpDone, len(ids), func(ctx context.Context) error { return store.Done(ctx, ids) }); err != nil {
 			p.log.Warn("cannot mark the handled messages processed; they will be handled again when redelivered", "error", err, "messages", len(ids))
 		} else {
@@ -201,10 +198,7 @@ func (m *doneMarks) send() {
 		return
 	}
 	p := m.p
-	ids := make([]string, len(batch))
-	for i, mk := range batch {
-		ids[i] = mk.d.id
-	}
+	ids := markIDs(batch)
 	store := p.c.cfg.Dedupe.Store
 	if !p.persistDedupe("mark the message ids processed", dedupe.OpDone, len(ids), func(ctx context.Context) error {
 		return store.Done(ctx, ids)
@@ -213,6 +207,15 @@ func (m *doneMarks) send() {
 		return
 	}
 	m.settle(batch)
+}
+
+// markIDs returns the ids of the messages of batch.
+func markIDs(batch []mark) []string {
+	ids := make([]string, len(batch))
+	for i, mk := range batch {
+		ids[i] = mk.d.id
+	}
+	return ids
 }
 
 // settle settles the marked messages that may be.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -100,15 +101,21 @@ func TestRedisKeyOrderForgetsAfterTTL(t *testing.T) {
 	}
 	// Followers joining and moving behind the first do not keep the key
 	// parked: only the first one's moves restart the TTL.
+	follower := 1
 	testkit.WaitFor(t, 5*time.Second, "the parked key forgotten", func() bool {
-		places, err := o.Follow(ctx, []retrytopics.Parked{{Topic: "orders", Key: "k", ID: "2"}})
+		follower++
+		m := retrytopics.Parked{Topic: "orders", Key: "k", ID: strconv.Itoa(follower)}
+		places, err := o.Follow(ctx, []retrytopics.Parked{m})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := o.Park(ctx, retrytopics.Parked{Topic: "orders", Key: "k", ID: "2"}, time.Now()); err != nil {
+		if places[0].Position == -1 {
+			return true
+		}
+		if err := o.Park(ctx, m, time.Now()); err != nil {
 			t.Fatal(err)
 		}
-		return places[0].Position == -1
+		return false
 	})
 }
 

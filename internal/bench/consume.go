@@ -45,10 +45,6 @@ const (
 	slowHandler = 5 * time.Millisecond
 	deadline    = 2 * time.Minute // to join the group, then again to consume the backlog
 
-	// retryDelay is the first retry tier's delay: short, so that the
-	// failing messages cycle through the tiers while the main topic flows.
-	retryDelay = 50 * time.Millisecond
-
 	// Raw names the baseline configuration.
 	Raw      = "raw-sarama-group"
 	slowBase = "runner/handler=5ms/workers=1"
@@ -61,6 +57,11 @@ const (
 	// store: the consumer's own cost of deduplication, without Redis.
 	DedupeMemory = "runner/dedupe-in-process-store"
 )
+
+// retryTiers are the retry tiers of the RetryTiers configuration: short,
+// so that the failing messages cycle through them while the main topic
+// flows.
+var retryTiers = retrytopics.Config{Delays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}}
 
 // ConsumeConfig says where and how much Consume measures. Only Brokers is
 // required.
@@ -224,7 +225,7 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 	cases = append(cases, &benchCase{name: RetryTiers, n: cfg.Messages, consume: runner(
 		// One attempt per tier: a failing message leaves its partition at
 		// once (in-process retries would hold the partition up).
-		consumer.Config{MaxAttempts: 1, Retry: retrytopics.Config{Delays: []time.Duration{retryDelay, 2 * retryDelay}, CreateTopics: true}},
+		consumer.Config{MaxAttempts: 1, Retry: retrytopics.Config{Delays: retryTiers.Delays, CreateTopics: true}},
 		func(_ context.Context, m *consumer.Message, fail bool) error {
 			if fail && m.RetryRound < 2 {
 				return fmt.Errorf("bench: message %s fails in round %d", m.ID, m.RetryRound)
@@ -468,7 +469,7 @@ func (bl *backlog) write(n int) error {
 // created them) and closes its admin client.
 func (bl *backlog) drop() {
 	topics := []string{bl.topic, bl.dlq}
-	if topo, err := retrytopics.New(bl.topic, retrytopics.Config{Delays: []time.Duration{retryDelay, 2 * retryDelay}}); err == nil {
+	if topo, err := retrytopics.New(bl.topic, retryTiers); err == nil {
 		topics = append(topics, topo.Topics()...)
 	}
 	for _, topic := range topics {
