@@ -67,9 +67,9 @@ topics named courier.bench.*, and the group join is timed too.`,
 				defer cluster.Close()
 				cfg.Brokers, cfg.Fetching = cluster.ListenAddrs(), bench.KfakeFetching(cluster)
 			}
-			// Warnings go to stderr; the dead letters of the 1% run are
-			// expected and only formatted, as a service would.
-			cfg.Logger = slog.New(slog.NewTextHandler(skipLines{cmd.ErrOrStderr(), `msg="message dead-lettered"`},
+			// Warnings go to stderr; the dead letters and retry moves of the
+			// 1% runs are expected and only formatted, as a service would.
+			cfg.Logger = slog.New(slog.NewTextHandler(skipLines{cmd.ErrOrStderr(), []string{`msg="message dead-lettered"`, `msg="message sent to a retry topic"`}},
 				&slog.HandlerOptions{Level: slog.LevelWarn}))
 			if redisURL != "" {
 				opts, err := redis.ParseURL(redisURL)
@@ -116,15 +116,18 @@ func splitList(list string) []string {
 	return out
 }
 
-// skipLines writes what it is given to w, except lines containing skip.
+// skipLines writes what it is given to w, except lines containing one of
+// skip.
 type skipLines struct {
 	w    io.Writer
-	skip string
+	skip []string
 }
 
 func (s skipLines) Write(p []byte) (int, error) {
-	if bytes.Contains(p, []byte(s.skip)) {
-		return len(p), nil
+	for _, skip := range s.skip {
+		if bytes.Contains(p, []byte(skip)) {
+			return len(p), nil
+		}
 	}
 	return s.w.Write(p)
 }
