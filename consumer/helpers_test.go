@@ -124,42 +124,7 @@ func (f *fixture) committed(t *testing.T, partition int32) int64 {
 // readAll returns every record of topic up to its high-water marks.
 func (f *fixture) readAll(t *testing.T, topic string) []*sarama.ConsumerMessage {
 	t.Helper()
-	client, err := sarama.NewClient(f.k.Brokers, f.k.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	c, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	partitions, err := client.Partitions(topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []*sarama.ConsumerMessage
-	for _, p := range partitions {
-		hwm, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if hwm == 0 {
-			continue
-		}
-		pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for m := range pc.Messages() {
-			out = append(out, m)
-			if m.Offset+1 >= hwm {
-				break
-			}
-		}
-		_ = pc.Close()
-	}
-	return out
+	return f.k.ReadAll(t, topic)
 }
 
 // commits records the offsets the group commits, through the in-process

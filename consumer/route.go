@@ -268,6 +268,7 @@ func (d *delivery) writeRetry(r route) error {
 // OnDeadLetter.
 func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 	c := d.p.c
+	origin := d.origin()
 	failure := dlq.Failure{
 		Error:         r.cause.Error(),
 		Kind:          r.kind,
@@ -276,8 +277,9 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 		FirstFailedAt: d.firstFailed,
 		CorrelationID: d.m.CorrelationID,
 		ConsumerGroup: c.cfg.Group,
+		ReplayCount:   dlq.ReplayCount(origin.Headers),
 	}
-	env, err := dlq.New(d.origin(), failure)
+	env, err := dlq.New(origin, failure)
 	if err != nil {
 		return err
 	}

@@ -119,3 +119,45 @@ func (k *Kafka) CreateTopic(t testing.TB, name string, partitions int32) {
 		}
 	})
 }
+
+// ReadAll returns every record of topic up to its high-water marks,
+// partition by partition in offset order, committing nothing.
+func (k *Kafka) ReadAll(t testing.TB, topic string) []*sarama.ConsumerMessage {
+	t.Helper()
+	client, err := sarama.NewClient(k.Brokers, k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	c, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	partitions, err := client.Partitions(topic)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*sarama.ConsumerMessage
+	for _, p := range partitions {
+		hwm, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if hwm == 0 {
+			continue
+		}
+		pc, err := c.ConsumePartition(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for m := range pc.Messages() {
+			out = append(out, m)
+			if m.Offset+1 >= hwm {
+				break
+			}
+		}
+		_ = pc.Close()
+	}
+	return out
+}

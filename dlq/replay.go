@@ -1,0 +1,510 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/internal/topicname"
+)
+
+// ReplayCountHeader is the header a replayed record carries: how many
+// times it has been replayed, in decimal. Replay sets it (replacing an
+// older one) and the consumer copies it into the replay_count of the next
+// envelope (and HeaderReplayCount), so MaxReplays can stop a record that
+// fails again and again.
+const ReplayCountHeader = "replay_count"
+
+// ReplayCount returns the count in headers' replay_count header: 0 when
+// there is none or it is not a decimal count.
+func ReplayCount(headers []Header) int {
+	count := 0
+	for _, h := range headers {
+		if string(h.Key) == ReplayCountHeader {
+			if n, err := strconv.Atoi(string(h.Value)); err == nil && n >= 0 {
+				count = n
+			}
+		}
+	}
+	return count
+}
+
+// Defaults of ReplayConfig.
+const (
+	DefaultReplayGroup = "courier-replay"
+	DefaultMaxReplays  = 3
+	DefaultReplayBatch = 100
+)
+
+// ErrInvalidReplayConfig is matched by the error of Replay for a config it
+// cannot use.
+var ErrInvalidReplayConfig = errors.New("dlq: invalid replay config")
+
+// ReplayConfig configures Replay. Topic and Brokers are required.
+type ReplayConfig struct {
+	// Brokers are the Kafka bootstrap addresses. Required.
+	Brokers []string
+	// Sarama configures the connection (TLS, SASL, version, client id).
+	// Replay works on a copy and sets the producer options it needs.
+	// Defaults to sarama.NewConfig().
+	Sarama *sarama.Config
+	// Topic is the dead-letter topic to replay, e.g. "orders.dlq". Required.
+	Topic string
+	// Group is the consumer group whose committed offsets keep the replay's
+	// position in Topic: a record is replayed once per group, and records
+	// the filters leave out stay for a later run. Replay joins no group, so
+	// run one replay per group at a time. Defaults to "courier-replay".
+	Group string
+	// To sends every record to this topic instead of its original topic
+	// (and then partitions by key, since the original partition belongs to
+	// another topic). Defaults to each record's original topic.
+	To string
+	// Filter selects the records to replay; the others stay unsettled.
+	Filter Filter
+	// DryRun reads and decides as a replay would, reporting "would_move"
+	// records, and writes and commits nothing.
+	DryRun bool
+	// Rate caps the records written per second; 0 sets no cap.
+	Rate float64
+	// Max stops the run after this many records moved; 0 sets no cap.
+	Max int
+	// MaxReplays refuses records replayed this many times already
+	// (replay_count), so a record that keeps failing does not loop between
+	// the topic and its dead-letter topic; refused records are reported
+	// and stay. Negative sets no cap. Defaults to 3.
+	MaxReplays int
+	// BatchSize is how many records are written before the position is
+	// committed: a run killed mid-batch writes at most this many records
+	// again when it is run again. Defaults to 100.
+	BatchSize int
+	// OnRecord, if set, is called for every record refused or corrupt as
+	// it is read, and for every record moved (or that would move) once its
+	// batch is written.
+	OnRecord func(ReplayedRecord)
+	// OnProgress, if set, is called after every batch with the counts so
+	// far.
+	OnProgress func(ReplayReport)
+}
+
+// ReplayAction says what Replay did with a record.
+type ReplayAction string
+
+// Actions reported to ReplayConfig.OnRecord.
+const (
+	// ActionMoved: written to the target topic and settled.
+	ActionMoved ReplayAction = "moved"
+	// ActionWouldMove: a dry run would have moved it.
+	ActionWouldMove ReplayAction = "would_move"
+	// ActionRefused: replayed MaxReplays times already; it stays.
+	ActionRefused ReplayAction = "refused"
+	// ActionCorrupt: not a readable dead letter; it stays.
+	ActionCorrupt ReplayAction = "corrupt"
+)
+
+// ReplayedRecord is one record Replay acted on.
+type ReplayedRecord struct {
+	// Entry is the dead-letter record; Entry.Err is set when corrupt.
+	Entry Entry
+	// Action is what Replay did.
+	Action ReplayAction
+	// To, ToPartition and ToOffset are where the record was written
+	// (ToOffset is -1 for a dry run); empty for refused and corrupt ones.
+	To          string
+	ToPartition int32
+	ToOffset    int64
+	// Reason says why a record was refused or is corrupt.
+	Reason string
+}
+
+// ReplayReport counts what a replay did.
+type ReplayReport struct {
+	// Total is how many records the run had to read: from the group's
+	// position to the high-water marks when it started.
+	Total int64
+	// Read is how many of them it read.
+	Read int64
+	// Moved counts the records written back (for a dry run: that would
+	// be).
+	Moved int
+	// AlreadyReplayed counts records an earlier run of the group settled
+	// (above a record it left behind).
+	AlreadyReplayed int
+	// NotSelected counts the records the filters left out; they stay.
+	NotSelected int
+	// Refused counts records over MaxReplays; they stay.
+	Refused int
+	// Corrupt counts records that are not readable dead letters; they
+	// stay.
+	Corrupt int
+	// StoppedAtMax is true when the run stopped because Max records moved.
+	StoppedAtMax bool
+	// DryRun is true for a dry run.
+	DryRun bool
+	// Elapsed is the time since the run started.
+	Elapsed time.Duration
+}
+
+func (c *ReplayConfig) withDefaults() (ReplayConfig, error) {
+	cfg := *c
+	if cfg.Group == "" {
+		cfg.Group = DefaultReplayGroup
+	}
+	if cfg.MaxReplays == 0 {
+		cfg.MaxReplays = DefaultMaxReplays
+	}
+	if cfg.BatchSize == 0 {
+		cfg.BatchSize = DefaultReplayBatch
+	}
+	bad := func(format string, args ...any) (ReplayConfig, error) {
+		return ReplayConfig{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidReplayConfig}, args...)...)
+	}
+	switch {
+	case len(cfg.Brokers) == 0:
+		return bad("Brokers is empty; name at least one Kafka broker")
+	case cfg.Topic == "":
+		return bad("Topic is empty; name the dead-letter topic, e.g. orders.dlq")
+	case cfg.Rate < 0:
+		return bad("Rate is %v; use 0 (no cap) or a positive number of records per second", cfg.Rate)
+	case cfg.Max < 0:
+		return bad("Max is %d; use 0 (no cap) or a positive count", cfg.Max)
+	case cfg.BatchSize < 0:
+		return bad("BatchSize is %d; use a positive count", cfg.BatchSize)
+	case cfg.To == cfg.Topic:
+		return bad("To is the dead-letter topic itself; a replay would feed it back into itself")
+	}
+	for _, name := range []string{cfg.Topic, cfg.To} {
+		if name == "" {
+			continue
+		}
+		if err := topicname.Validate(name); err != nil {
+			return bad("%v", err)
+		}
+	}
+	if err := cfg.Filter.validate(); err != nil {
+		return bad("%v", err)
+	}
+	sc := sarama.NewConfig()
+	if cfg.Sarama != nil {
+		copied := *cfg.Sarama
+		sc = &copied
+	}
+	sc.Producer.RequiredAcks = sarama.WaitForAll
+	sc.Producer.Return.Successes = true
+	sc.Producer.Return.Errors = true
+	sc.Producer.Partitioner = sarama.NewManualPartitioner
+	if sc.Version.IsAtLeast(sarama.V0_11_0_0) {
+		// No duplicates from the producer's own retries.
+		sc.Producer.Idempotent = true
+		sc.Net.MaxOpenRequests = 1
+	}
+	if err := sc.Validate(); err != nil {
+		return bad("Sarama: %v", err)
+	}
+	cfg.Sarama = sc
+	return cfg, nil
+}
+
+// Replay moves the dead letters of cfg.Topic that cfg.Filter selects back
+// to their original topic (or cfg.To), restoring each record's key, value
+// and headers byte for byte and setting its replay_count header to one
+// more than the envelope's replay_count. It goes through the records from
+// cfg.Group's position to the high-water marks at its start, partition by
+// partition in offset order, and writes them in batches: the position
+// moves only after the target topic acknowledged a batch, so a replay
+// killed mid-run loses nothing and, run again, writes at most the
+// unacknowledged batch a second time. Corrupt records and records over
+// MaxReplays are reported and stay, as do records the filters leave out;
+// the position records which ones were replayed, so a later run (with
+// other filters) finds the rest and never replays a record twice.
+//
+// A record whose original partition exists in its original topic goes back
+// to that partition; other records (dead-lettered by the relay before they
+// reached Kafka, or sent with To) are partitioned by key like the relay's
+// (murmur2). The report counts what was done, also when Replay returns an
+// error (such as ctx's) part way.
+func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
+	cfg, err := cfg.withDefaults()
+	if err != nil {
+		return ReplayReport{}, err
+	}
+	client, err := sarama.NewClient(cfg.Brokers, cfg.Sarama)
+	if err != nil {
+		return ReplayReport{}, fmt.Errorf("dlq: connect to Kafka: %w", err)
+	}
+	defer client.Close()
+	r := &replayer{cfg: cfg, client: client, start: time.Now(), positions: positions{client: client, group: cfg.Group, topic: cfg.Topic}}
+	r.report.DryRun = cfg.DryRun
+	err = r.run(ctx)
+	r.report.Elapsed = time.Since(r.start)
+	return r.report, err
+}
+
+// replayer is one run of Replay.
+type replayer struct {
+	cfg       ReplayConfig
+	client    sarama.Client
+	producer  sarama.SyncProducer
+	positions positions
+	start     time.Time
+	report    ReplayReport
+	// batch is the partition's records waiting to be written.
+	batch []pending
+	// partitionCounts caches the partition count of each target topic.
+	partitionCounts map[string]int32
+}
+
+// pending is a record of the batch.
+type pending struct {
+	entry Entry
+	msg   *sarama.ProducerMessage
+}
+
+// errStop ends the run early without an error (Max reached).
+var errStop = errors.New("stop")
+
+func (r *replayer) run(ctx context.Context) error {
+	list, err := spans(r.client, r.cfg.Topic, r.cfg.Filter)
+	if err != nil {
+		return err
+	}
+	ids := make([]int32, len(list))
+	for i, s := range list {
+		ids[i] = s.partition
+	}
+	places, err := r.positions.fetch(ids)
+	if err != nil {
+		return err
+	}
+	oldest := make(map[int32]int64, len(list))
+	for i, s := range list {
+		if oldest[s.partition], err = r.client.GetOffset(r.cfg.Topic, s.partition, sarama.OffsetOldest); err != nil {
+			return fmt.Errorf("dlq: oldest offset of %s/%d: %w", r.cfg.Topic, s.partition, err)
+		}
+		list[i].from = max(s.from, places[s.partition].next)
+		r.report.Total += max(0, s.end-list[i].from)
+	}
+	if !r.cfg.DryRun {
+		if r.producer, err = sarama.NewSyncProducerFromClient(r.client); err != nil {
+			return fmt.Errorf("dlq: %w", err)
+		}
+		defer r.producer.Close()
+	}
+	consumer, err := sarama.NewConsumerFromClient(r.client)
+	if err != nil {
+		return fmt.Errorf("dlq: %w", err)
+	}
+	defer consumer.Close()
+	for _, s := range list {
+		pos := places[s.partition]
+		if pos.next < oldest[s.partition] { // retention deleted what was left behind
+			pos.skipTo(oldest[s.partition])
+			if err := r.commit(s.partition, pos); err != nil {
+				return err
+			}
+		}
+		err := readSpan(ctx, consumer, r.cfg.Topic, s, func(m *sarama.ConsumerMessage) error { return r.consider(ctx, pos, m) })
+		if err == nil || errors.Is(err, errStop) {
+			err = r.flush(pos)
+		}
+		r.progress()
+		if err != nil {
+			return err
+		}
+		if r.report.StoppedAtMax {
+			return nil
+		}
+	}
+	return nil
+}
+
+// consider decides about one record of the partition whose position is
+// pos.
+func (r *replayer) consider(ctx context.Context, pos *position, m *sarama.ConsumerMessage) error {
+	r.report.Read++
+	if pos.has(m.Offset) {
+		r.report.AlreadyReplayed++
+		return nil
+	}
+	e := entry(m)
+	switch {
+	case !r.cfg.Filter.Match(e):
+		r.report.NotSelected++
+		return nil
+	case e.Err != nil:
+		r.report.Corrupt++
+		r.record(ReplayedRecord{Entry: e, Action: ActionCorrupt, Reason: e.Err.Error()})
+		return nil
+	case r.cfg.MaxReplays > 0 && e.Envelope.ReplayCount >= r.cfg.MaxReplays:
+		r.report.Refused++
+		r.record(ReplayedRecord{Entry: e, Action: ActionRefused,
+			Reason: fmt.Sprintf("replayed %d times already (MaxReplays %d); fix the cause, then raise MaxReplays to move it", e.Envelope.ReplayCount, r.cfg.MaxReplays)})
+		return nil
+	case r.cfg.Max > 0 && r.report.Moved+len(r.batch) >= r.cfg.Max:
+		r.report.StoppedAtMax = true
+		return errStop
+	}
+	msg, err := r.message(e)
+	if err != nil {
+		return err
+	}
+	if err := r.pace(ctx, pos); err != nil {
+		return err
+	}
+	r.batch = append(r.batch, pending{entry: e, msg: msg})
+	if len(r.batch) >= r.cfg.BatchSize {
+		return r.flush(pos)
+	}
+	return nil
+}
+
+// message builds the record that restores e's original.
+func (r *replayer) message(e Entry) (*sarama.ProducerMessage, error) {
+	o, err := e.Envelope.Original()
+	if err != nil { // Read validated it; this is a bug
+		return nil, fmt.Errorf("dlq: restore the original of %s/%d offset %d: %w", r.cfg.Topic, e.Partition, e.Offset, err)
+	}
+	msg := &sarama.ProducerMessage{Topic: o.Topic}
+	if r.cfg.To != "" {
+		msg.Topic = r.cfg.To
+	}
+	if o.Key != nil {
+		msg.Key = sarama.ByteEncoder(o.Key)
+	}
+	if o.Value != nil {
+		msg.Value = sarama.ByteEncoder(o.Value)
+	}
+	msg.Headers = make([]sarama.RecordHeader, 0, len(o.Headers)+1)
+	for _, h := range o.Headers {
+		if string(h.Key) != ReplayCountHeader {
+			msg.Headers = append(msg.Headers, sarama.RecordHeader(h))
+		}
+	}
+	msg.Headers = append(msg.Headers, sarama.RecordHeader{
+		Key: []byte(ReplayCountHeader), Value: []byte(strconv.Itoa(e.Envelope.ReplayCount + 1)),
+	})
+	count, err := r.partitionCount(msg.Topic)
+	if err != nil {
+		return nil, err
+	}
+	if r.cfg.To == "" && o.Partition >= 0 && o.Partition < count {
+		msg.Partition = o.Partition
+	} else if msg.Partition, err = sarama.NewMurmur2Partitioner(msg.Topic).Partition(msg, count); err != nil {
+		return nil, fmt.Errorf("dlq: partition a record for %s: %w", msg.Topic, err)
+	}
+	return msg, nil
+}
+
+// partitionCount returns the partition count of topic, which must exist.
+func (r *replayer) partitionCount(topic string) (int32, error) {
+	if n, ok := r.partitionCounts[topic]; ok {
+		return n, nil
+	}
+	partitions, err := r.client.Partitions(topic)
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		return 0, fmt.Errorf("%w: the replay's target topic %q (create it, or pick another with To/--to)", ErrNoTopic, topic)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("dlq: partitions of %q: %w", topic, err)
+	}
+	if r.partitionCounts == nil {
+		r.partitionCounts = map[string]int32{}
+	}
+	r.partitionCounts[topic] = int32(len(partitions))
+	return int32(len(partitions)), nil
+}
+
+// pace waits, under Rate, until the next record may be written, writing
+// the batch first so that no record waits in it.
+func (r *replayer) pace(ctx context.Context, pos *position) error {
+	if r.cfg.Rate == 0 {
+		return nil
+	}
+	due := r.start.Add(time.Duration(float64(r.report.Moved+len(r.batch)) / r.cfg.Rate * float64(time.Second)))
+	wait := time.Until(due)
+	if wait <= 0 {
+		return nil
+	}
+	if err := r.flush(pos); err != nil {
+		return err
+	}
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-timer.C:
+		return nil
+	}
+}
+
+// flush writes the batch, waits for every acknowledgement, then settles
+// the records and commits the partition's position. A batch that fails is
+// not committed: a later run writes it again.
+func (r *replayer) flush(pos *position) error {
+	if len(r.batch) == 0 {
+		return nil
+	}
+	batch := r.batch
+	r.batch = r.batch[:0]
+	if !r.cfg.DryRun {
+		// The position after the batch must fit in the commit metadata;
+		// find out before writing, so nothing is written twice for it.
+		after := pos.clone()
+		for _, p := range batch {
+			after.settle(p.entry.Offset)
+		}
+		partition := batch[0].entry.Partition
+		if n := len(after.metadata()); n > maxMetadataBytes {
+			return fmt.Errorf("dlq: partition %d: the records left behind below the replayed ones would need %d bytes of commit metadata, over %d; "+
+				"replay the ones left behind first (they start at offset %d), or narrow the run with an offset range", partition, n, maxMetadataBytes, after.next)
+		}
+		msgs := make([]*sarama.ProducerMessage, len(batch))
+		for i, p := range batch {
+			msgs[i] = p.msg
+		}
+		if err := r.producer.SendMessages(msgs); err != nil {
+			return fmt.Errorf("dlq: write %d replayed records (from %s/%d offset %d on; their position is not committed, so the next run writes them again): %w",
+				len(msgs), r.cfg.Topic, partition, batch[0].entry.Offset, err)
+		}
+		*pos = after
+		if err := r.commit(partition, pos); err != nil {
+			return err
+		}
+	}
+	for _, p := range batch {
+		rec := ReplayedRecord{Entry: p.entry, Action: ActionMoved, To: p.msg.Topic, ToPartition: p.msg.Partition, ToOffset: p.msg.Offset}
+		if r.cfg.DryRun {
+			rec.Action, rec.ToOffset = ActionWouldMove, -1
+		}
+		r.report.Moved++
+		r.record(rec)
+	}
+	r.progress()
+	return nil
+}
+
+// commit stores pos unless this is a dry run.
+func (r *replayer) commit(partition int32, pos *position) error {
+	if r.cfg.DryRun {
+		return nil
+	}
+	return r.positions.commit(partition, pos)
+}
+
+func (r *replayer) record(rec ReplayedRecord) {
+	if r.cfg.OnRecord != nil {
+		r.cfg.OnRecord(rec)
+	}
+}
+
+func (r *replayer) progress() {
+	if r.cfg.OnProgress != nil {
+		report := r.report
+		report.Elapsed = time.Since(r.start)
+		r.cfg.OnProgress(report)
+	}
+}

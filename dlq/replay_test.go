@@ -1,0 +1,466 @@
+package dlq_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
+)
+
+// replayFixture is a main topic, its dead-letter topic and a producer to
+// write dead letters with.
+type replayFixture struct {
+	k        *testkit.Kafka
+	topic    string
+	dlqTopic string
+	producer sarama.SyncProducer
+	group    string
+}
+
+func newReplayFixture(t *testing.T, partitions int32, opts ...testkit.KafkaOption) *replayFixture {
+	t.Helper()
+	k := testkit.NewKafka(t, opts...)
+	f := &replayFixture{k: k, topic: k.Topic(t, partitions), group: "replay." + testkit.UniqueName(t, 100)}
+	f.dlqTopic = dlq.Topic(f.topic, "")
+	k.CreateTopic(t, f.dlqTopic, 1)
+	cfg := k.Config()
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	p, err := sarama.NewSyncProducer(k.Brokers, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	f.producer = p
+	return f
+}
+
+// deadLetter writes the dead letter of o (in raw mode if raw) and returns
+// its offset in the dead-letter topic.
+func (f *replayFixture) deadLetter(t *testing.T, o dlq.Original, failure dlq.Failure, raw bool) int64 {
+	t.Helper()
+	if o.Topic == "" {
+		o.Topic = f.topic
+	}
+	env, err := dlq.New(o, failure)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub, err := dlq.NewPublisher(f.producer, dlq.PublisherConfig{Raw: raw})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := pub.Publish(context.Background(), env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w.Offset
+}
+
+// failed dead-letters a plain record with key and error text.
+func (f *replayFixture) failed(t *testing.T, key, errText string) int64 {
+	t.Helper()
+	return f.deadLetter(t, dlq.Original{Partition: 0, Offset: 1, Key: []byte(key), Value: []byte(`{"order":"` + key + `"}`)},
+		dlq.Failure{Error: errText, Kind: dlq.KindRetriesExhausted}, false)
+}
+
+// corrupt writes a record that is no dead letter to the dead-letter topic.
+func (f *replayFixture) corrupt(t *testing.T, value string) int64 {
+	t.Helper()
+	_, offset, err := f.producer.SendMessage(&sarama.ProducerMessage{Topic: f.dlqTopic, Value: sarama.StringEncoder(value)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return offset
+}
+
+// replay runs dlq.Replay with the fixture's topic and group filled in and
+// returns its report and the records it reported.
+func (f *replayFixture) replay(t *testing.T, cfg dlq.ReplayConfig) (dlq.ReplayReport, []dlq.ReplayedRecord, error) {
+	t.Helper()
+	var mu sync.Mutex
+	var records []dlq.ReplayedRecord
+	cfg.Brokers, cfg.Sarama, cfg.Topic, cfg.Group = f.k.Brokers, f.k.Config(), f.dlqTopic, f.group
+	cfg.OnRecord = func(r dlq.ReplayedRecord) {
+		mu.Lock()
+		defer mu.Unlock()
+		records = append(records, r)
+	}
+	report, err := dlq.Replay(context.Background(), cfg)
+	return report, records, err
+}
+
+func (f *replayFixture) mustReplay(t *testing.T, cfg dlq.ReplayConfig) (dlq.ReplayReport, []dlq.ReplayedRecord) {
+	t.Helper()
+	report, records, err := f.replay(t, cfg)
+	if err != nil {
+		t.Fatalf("Replay: %v (report %+v)", err, report)
+	}
+	return report, records
+}
+
+func TestReplayRestoresRecordsByteForByte(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 3)
+	originals := []dlq.Original{
+		{ // binary key and value, repeated, null and binary headers, partition 2
+			Partition: 2, Offset: 41, Key: []byte{0xff, 0x00, 'k'}, Value: []byte{0x00, 0x01, 0xfe},
+			Headers: []dlq.Header{{Key: []byte("ce_id"), Value: []byte("evt-1")}, {Key: []byte("x"), Value: []byte("1")},
+				{Key: []byte("x"), Value: []byte("2")}, {Key: []byte("null"), Value: nil}, {Key: []byte("bin"), Value: []byte{0xc3, 0x28}}},
+		},
+		{ // JSON value kept as JSON in the envelope, no headers, partition 1
+			Partition: 1, Offset: 7, Key: []byte("order-7"), Value: []byte(`{"amount":1999,"note":"<&>"}`),
+		},
+		{ // a tombstone without key, dead-lettered by the relay (no partition)
+			Partition: dlq.NoPartition, Offset: dlq.NoOffset,
+		},
+		{ // replayed twice before: its replay_count header is replaced
+			Partition: 0, Offset: 3, Key: []byte("order-3"), Value: []byte("again"),
+			Headers: []dlq.Header{{Key: []byte("replay_count"), Value: []byte("2")}, {Key: []byte("ce_id"), Value: []byte("evt-3")}},
+		},
+	}
+	for i, o := range originals {
+		failure := dlq.Failure{Error: "boom", Kind: dlq.KindRetriesExhausted, ReplayCount: dlq.ReplayCount(o.Headers)}
+		f.deadLetter(t, o, failure, i%2 == 1) // envelope and raw mode
+	}
+
+	report, records := f.mustReplay(t, dlq.ReplayConfig{})
+	if report.Moved != len(originals) || report.Total != int64(len(originals)) || report.Corrupt+report.Refused+report.NotSelected != 0 {
+		t.Fatalf("report = %+v, want %d moved", report, len(originals))
+	}
+	got := f.k.ReadAll(t, f.topic)
+	if len(got) != len(originals) {
+		t.Fatalf("the topic holds %d records, want %d", len(got), len(originals))
+	}
+	for _, o := range originals {
+		m := findRecord(got, o)
+		if m == nil {
+			t.Errorf("no replayed record has key %q and value %q", o.Key, o.Value)
+			continue
+		}
+		if o.Partition >= 0 && m.Partition != o.Partition {
+			t.Errorf("key %q went to partition %d, want its original %d", o.Key, m.Partition, o.Partition)
+		}
+		want := []dlq.Header{}
+		for _, h := range o.Headers {
+			if string(h.Key) != dlq.ReplayCountHeader {
+				want = append(want, h)
+			}
+		}
+		want = append(want, dlq.Header{Key: []byte("replay_count"), Value: []byte(strconv.Itoa(dlq.ReplayCount(o.Headers) + 1))})
+		if !sameHeaders(m.Headers, want) {
+			t.Errorf("key %q: headers %s, want %s", o.Key, showHeaders(m.Headers), showDLQHeaders(want))
+		}
+	}
+	for _, r := range records {
+		if r.Action != dlq.ActionMoved || r.To != f.topic || r.ToOffset < 0 {
+			t.Errorf("reported %+v, want moved to %s", r, f.topic)
+		}
+	}
+
+	again, _ := f.mustReplay(t, dlq.ReplayConfig{})
+	if again.Moved != 0 || again.Total != 0 {
+		t.Errorf("a second replay: %+v, want nothing to move", again)
+	}
+}
+
+// findRecord returns the record with o's key and value (nil and empty
+// distinct).
+func findRecord(msgs []*sarama.ConsumerMessage, o dlq.Original) *sarama.ConsumerMessage {
+	for _, m := range msgs {
+		if sameBytes(m.Key, o.Key) && sameBytes(m.Value, o.Value) {
+			return m
+		}
+	}
+	return nil
+}
+
+func sameHeaders(got []*sarama.RecordHeader, want []dlq.Header) bool {
+	if len(got) != len(want) {
+		return false
+	}
+	for i, h := range got {
+		if !sameBytes(h.Key, want[i].Key) || !sameBytes(h.Value, want[i].Value) {
+			return false
+		}
+	}
+	return true
+}
+
+func showHeaders(hs []*sarama.RecordHeader) string {
+	var b strings.Builder
+	for _, h := range hs {
+		fmt.Fprintf(&b, "%q:%q(nil=%v) ", h.Key, h.Value, h.Value == nil)
+	}
+	return b.String()
+}
+
+func showDLQHeaders(hs []dlq.Header) string {
+	var b strings.Builder
+	for _, h := range hs {
+		fmt.Fprintf(&b, "%q:%q(nil=%v) ", h.Key, h.Value, h.Value == nil)
+	}
+	return b.String()
+}
+
+func TestReplayDryRunMovesNothing(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	for i := range 3 {
+		f.failed(t, fmt.Sprint("order-", i), "psp timeout")
+	}
+	report, records := f.mustReplay(t, dlq.ReplayConfig{DryRun: true})
+	if !report.DryRun || report.Moved != 3 || len(records) != 3 || records[0].Action != dlq.ActionWouldMove || records[0].ToOffset != -1 {
+		t.Fatalf("dry run: %+v %+v, want 3 would_move", report, records)
+	}
+	if n := len(f.k.ReadAll(t, f.topic)); n != 0 {
+		t.Fatalf("a dry run wrote %d records", n)
+	}
+	if report, _ := f.mustReplay(t, dlq.ReplayConfig{}); report.Moved != 3 {
+		t.Fatalf("the replay after a dry run moved %d, want 3 (a dry run commits nothing)", report.Moved)
+	}
+}
+
+func TestReplayLeavesWhatTheFiltersLeaveOutForALaterRun(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	for i := range 6 {
+		errText := "invalid amount"
+		if i%2 == 1 {
+			errText = "PSP timeout after 30s"
+		}
+		f.failed(t, fmt.Sprint("order-", i), errText)
+	}
+	first, _ := f.mustReplay(t, dlq.ReplayConfig{Filter: dlq.Filter{ErrorContains: "timeout"}})
+	if first.Moved != 3 || first.NotSelected != 3 {
+		t.Fatalf("replay of the timeouts: %+v, want 3 moved and 3 left", first)
+	}
+	second, _ := f.mustReplay(t, dlq.ReplayConfig{Filter: dlq.Filter{ErrorContains: "invalid"}})
+	if second.Moved != 3 || second.AlreadyReplayed != 3 {
+		t.Fatalf("replay of the rest: %+v, want 3 moved and 3 already replayed", second)
+	}
+	third, _ := f.mustReplay(t, dlq.ReplayConfig{})
+	if third.Moved != 0 || third.Total != 0 {
+		t.Fatalf("a third replay: %+v, want nothing left", third)
+	}
+	keys := map[string]int{}
+	for _, m := range f.k.ReadAll(t, f.topic) {
+		keys[string(m.Key)]++
+	}
+	for i := range 6 {
+		if keys[fmt.Sprint("order-", i)] != 1 {
+			t.Errorf("order-%d replayed %d times, want once", i, keys[fmt.Sprint("order-", i)])
+		}
+	}
+}
+
+func TestReplayReportsAndSkipsCorruptRecords(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	f.failed(t, "order-0", "boom")
+	notJSON := f.corrupt(t, "not an envelope")
+	f.failed(t, "order-2", "boom")
+	newer := f.corrupt(t, `{"envelope_version":2,"original_topic":"x"}`)
+	f.failed(t, "order-4", "boom")
+
+	report, records := f.mustReplay(t, dlq.ReplayConfig{})
+	if report.Moved != 3 || report.Corrupt != 2 {
+		t.Fatalf("report = %+v, want 3 moved and 2 corrupt", report)
+	}
+	var corrupt []dlq.ReplayedRecord
+	for _, r := range records {
+		if r.Action == dlq.ActionCorrupt {
+			corrupt = append(corrupt, r)
+		}
+	}
+	if len(corrupt) != 2 || corrupt[0].Entry.Offset != notJSON || corrupt[1].Entry.Offset != newer {
+		t.Fatalf("corrupt records reported: %+v, want offsets %d and %d", corrupt, notJSON, newer)
+	}
+	if !errors.Is(corrupt[0].Entry.Err, dlq.ErrCorruptEnvelope) || !errors.Is(corrupt[1].Entry.Err, dlq.ErrUnsupportedVersion) ||
+		!strings.Contains(corrupt[1].Reason, "upgrade courier") {
+		t.Errorf("errors %v and %v, want corrupt and unsupported version", corrupt[0].Entry.Err, corrupt[1].Entry.Err)
+	}
+	again, _ := f.mustReplay(t, dlq.ReplayConfig{})
+	if again.Moved != 0 || again.Corrupt != 2 || again.AlreadyReplayed != 2 {
+		t.Errorf("a second replay: %+v, want the 2 corrupt records reported again and nothing moved", again)
+	}
+}
+
+func TestReplayRefusesRecordsReplayedTooOften(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	o := dlq.Original{Partition: 0, Offset: 9, Key: []byte("loop"), Value: []byte("v"),
+		Headers: []dlq.Header{{Key: []byte("replay_count"), Value: []byte("3")}}}
+	f.deadLetter(t, o, dlq.Failure{Error: "still broken", Kind: dlq.KindPermanent, ReplayCount: 3}, false)
+
+	report, records := f.mustReplay(t, dlq.ReplayConfig{})
+	if report.Refused != 1 || report.Moved != 0 || records[0].Action != dlq.ActionRefused || !strings.Contains(records[0].Reason, "replayed 3 times") {
+		t.Fatalf("default MaxReplays 3: %+v %+v, want the record refused", report, records)
+	}
+	report, _ = f.mustReplay(t, dlq.ReplayConfig{MaxReplays: 5})
+	if report.Moved != 1 {
+		t.Fatalf("MaxReplays 5: %+v, want it moved", report)
+	}
+	got := f.k.ReadAll(t, f.topic)
+	if len(got) != 1 || len(got[0].Headers) != 1 || string(got[0].Headers[0].Value) != "4" {
+		t.Fatalf("replayed %d records, headers %s; want one with replay_count 4", len(got), showHeaders(got[0].Headers))
+	}
+}
+
+func TestReplayStopsAtMaxAndTheNextRunGoesOn(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	for i := range 5 {
+		f.failed(t, fmt.Sprint("order-", i), "boom")
+	}
+	report, _ := f.mustReplay(t, dlq.ReplayConfig{Max: 2})
+	if report.Moved != 2 || !report.StoppedAtMax {
+		t.Fatalf("Max 2: %+v", report)
+	}
+	report, _ = f.mustReplay(t, dlq.ReplayConfig{})
+	if report.Moved != 3 {
+		t.Fatalf("the next run moved %d, want the other 3", report.Moved)
+	}
+}
+
+func TestReplayRateSpacesTheWrites(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	for i := range 5 {
+		f.failed(t, fmt.Sprint("order-", i), "boom")
+	}
+	report, _ := f.mustReplay(t, dlq.ReplayConfig{Rate: 50})
+	// 5 records at 50/s: the 5th may go 80ms after the run started, no
+	// earlier.
+	if report.Moved != 5 || report.Elapsed < 80*time.Millisecond {
+		t.Fatalf("Rate 50: moved %d in %v, want 5 in at least 80ms", report.Moved, report.Elapsed)
+	}
+}
+
+func TestReplayWriteFailureCommitsNothingOfTheBatch(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1, testkit.InProcess()) // the broker fails produce requests
+	for i := range 6 {
+		f.failed(t, fmt.Sprint("order-", i), "boom")
+	}
+	// Once the first batch's position is committed, every write to the
+	// topic fails.
+	var committed, healed atomic.Bool
+	f.k.Cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		if req.(*kmsg.OffsetCommitRequest).Group == f.group {
+			committed.Store(true)
+		}
+		return nil, nil, false
+	})
+	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if healed.Load() || !committed.Load() || len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic {
+			return nil, nil, false
+		}
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		for _, topic := range pr.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = topic.Topic
+			for _, p := range topic.Partitions {
+				rp := kmsg.NewProduceResponseTopicPartition()
+				rp.Partition = p.Partition
+				rp.ErrorCode = kerr.InvalidRecord.Code // not retriable: the batch fails
+				rt.Partitions = append(rt.Partitions, rp)
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		return resp, nil, true
+	})
+	report, _, err := f.replay(t, dlq.ReplayConfig{BatchSize: 2})
+	if err == nil || report.Moved != 2 {
+		t.Fatalf("with the second batch failing: moved %d, err %v; want 2 moved and an error", report.Moved, err)
+	}
+	healed.Store(true)
+	report, _ = f.mustReplay(t, dlq.ReplayConfig{BatchSize: 2})
+	if report.Moved != 4 {
+		t.Fatalf("the run after the failure moved %d, want the 4 not acknowledged before", report.Moved)
+	}
+	keys := map[string]int{}
+	got := f.k.ReadAll(t, f.topic)
+	for _, m := range got {
+		keys[string(m.Key)]++
+	}
+	if len(keys) != 6 || len(got) != 6 {
+		t.Fatalf("the topic holds %d records, %d distinct, want each of the 6 once: %v", len(got), len(keys), keys)
+	}
+}
+
+func TestReplayConfigErrors(t *testing.T) {
+	t.Parallel()
+	for name, cfg := range map[string]dlq.ReplayConfig{
+		"no brokers":     {Topic: "orders.dlq"},
+		"no topic":       {Brokers: []string{"127.0.0.1:1"}},
+		"to itself":      {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", To: "orders.dlq"},
+		"negative rate":  {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", Rate: -1},
+		"bad topic name": {Brokers: []string{"127.0.0.1:1"}, Topic: "orders dlq"},
+		"empty offsets":  {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", Filter: dlq.Filter{FromOffset: 5, UntilOffset: 5}},
+	} {
+		if _, err := dlq.Replay(context.Background(), cfg); !errors.Is(err, dlq.ErrInvalidReplayConfig) {
+			t.Errorf("%s: err %v, want ErrInvalidReplayConfig", name, err)
+		}
+	}
+}
+
+func TestScanAndGetReadWithoutCommitting(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	f.failed(t, "order-0", "boom")
+	bad := f.corrupt(t, "{")
+	f.failed(t, "order-2", "psp timeout")
+
+	client, err := sarama.NewClient(f.k.Brokers, f.k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	var seen []dlq.Entry
+	if err := dlq.Scan(context.Background(), client, f.dlqTopic, dlq.Filter{}, func(e dlq.Entry) error {
+		seen = append(seen, e)
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 3 || seen[1].Offset != bad || seen[1].Err == nil || seen[2].Envelope.Error != "psp timeout" {
+		t.Fatalf("scanned %+v", seen)
+	}
+	timeouts := dlq.Filter{ErrorContains: "TIMEOUT"}
+	if timeouts.Match(seen[0]) || !timeouts.Match(seen[2]) || timeouts.Match(seen[1]) {
+		t.Errorf("ErrorContains matched the wrong entries")
+	}
+	if !(dlq.Filter{}).Match(seen[1]) {
+		t.Errorf("an empty filter left the corrupt entry out")
+	}
+
+	e, err := dlq.Get(context.Background(), client, f.dlqTopic, 0, 2)
+	if err != nil || *e.Envelope.OriginalKey != "order-2" {
+		t.Fatalf("Get(0, 2) = %+v, %v", e, err)
+	}
+	if _, err := dlq.Get(context.Background(), client, f.dlqTopic, 0, 3); !errors.Is(err, dlq.ErrNotFound) {
+		t.Errorf("Get past the end: %v, want ErrNotFound", err)
+	}
+	if err := dlq.Scan(context.Background(), client, "no.such.topic", dlq.Filter{}, func(dlq.Entry) error { return nil }); !errors.Is(err, dlq.ErrNoTopic) {
+		t.Errorf("Scan of a missing topic: %v, want ErrNoTopic", err)
+	}
+	// Reading committed nothing: a replay still moves both dead letters.
+	if report, _ := f.mustReplay(t, dlq.ReplayConfig{}); report.Moved != 2 {
+		t.Errorf("replay after Scan moved %d, want 2", report.Moved)
+	}
+}

@@ -1,0 +1,226 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/IBM/sarama"
+)
+
+// Entry is one record of a dead-letter topic as Scan reads it back.
+type Entry struct {
+	// Partition and Offset place the record in the dead-letter topic.
+	Partition int32
+	Offset    int64
+	// Timestamp is the dead-letter record's own timestamp.
+	Timestamp time.Time
+	// Envelope is the record's envelope (Read); zero when Err is set.
+	Envelope Envelope
+	// Err is why the record is not a readable dead letter (a corrupt or
+	// invalid envelope, or one of a newer version); it matches
+	// ErrCorruptEnvelope, ErrInvalidEnvelope or ErrUnsupportedVersion.
+	Err error
+}
+
+// entry reads a consumed record into an Entry.
+func entry(m *sarama.ConsumerMessage) Entry {
+	headers := make([]Header, 0, len(m.Headers))
+	for _, h := range m.Headers {
+		if h != nil {
+			headers = append(headers, Header(*h))
+		}
+	}
+	e := Entry{Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp}
+	e.Envelope, e.Err = Read(m.Key, m.Value, headers)
+	return e
+}
+
+// Filter selects dead letters for Scan's callers and Replay. Empty fields
+// match everything; set fields must all match.
+type Filter struct {
+	// OriginalTopic matches original_topic exactly.
+	OriginalTopic string
+	// Key matches the original key exactly (as text).
+	Key string
+	// ErrorContains matches a substring of the error, ignoring case.
+	ErrorContains string
+	// Since and Until bound failed_at: Since <= failed_at < Until.
+	Since, Until time.Time
+	// Partitions selects these partitions of the dead-letter topic.
+	Partitions []int32
+	// FromOffset and UntilOffset bound the offset in the dead-letter topic:
+	// FromOffset <= offset < UntilOffset; UntilOffset 0 sets no bound.
+	FromOffset, UntilOffset int64
+}
+
+// Match reports whether f selects e. A corrupt entry matches when its place
+// does and no field of the envelope is asked for, since its envelope
+// cannot be read.
+func (f Filter) Match(e Entry) bool {
+	if !f.matchPlace(e.Partition, e.Offset) {
+		return false
+	}
+	if e.Err != nil {
+		return f.OriginalTopic == "" && f.Key == "" && f.ErrorContains == "" && f.Since.IsZero() && f.Until.IsZero()
+	}
+	env := e.Envelope
+	switch {
+	case f.OriginalTopic != "" && env.OriginalTopic != f.OriginalTopic:
+		return false
+	case f.Key != "" && (env.OriginalKey == nil || *env.OriginalKey != f.Key):
+		return false
+	case f.ErrorContains != "" && !strings.Contains(strings.ToLower(env.Error), strings.ToLower(f.ErrorContains)):
+		return false
+	case !f.Since.IsZero() && env.FailedAt.Before(f.Since):
+		return false
+	case !f.Until.IsZero() && !env.FailedAt.Before(f.Until):
+		return false
+	}
+	return true
+}
+
+func (f Filter) matchPlace(partition int32, offset int64) bool {
+	if len(f.Partitions) > 0 && !slices.Contains(f.Partitions, partition) {
+		return false
+	}
+	return offset >= f.FromOffset && (f.UntilOffset == 0 || offset < f.UntilOffset)
+}
+
+// validate names what is wrong with f.
+func (f Filter) validate() error {
+	switch {
+	case f.FromOffset < 0 || f.UntilOffset < 0:
+		return fmt.Errorf("dlq: the offset range %d..%d is negative; offsets start at 0", f.FromOffset, f.UntilOffset)
+	case f.UntilOffset != 0 && f.UntilOffset <= f.FromOffset:
+		return fmt.Errorf("dlq: UntilOffset %d is not after FromOffset %d, so no offset matches", f.UntilOffset, f.FromOffset)
+	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since):
+		return fmt.Errorf("dlq: Until %s is not after Since %s, so no time matches", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// ErrNoTopic is matched by the error of Scan, Get and Replay for a
+// dead-letter topic the cluster does not have.
+var ErrNoTopic = errors.New("dlq: no such topic")
+
+// span is the part of a partition a read covers: [from, end).
+type span struct {
+	partition int32
+	from, end int64
+}
+
+// spans returns, for each partition of topic that f selects, the offsets
+// from the oldest (or f.FromOffset) to the high-water mark now.
+func spans(client sarama.Client, topic string, f Filter) ([]span, error) {
+	partitions, err := client.Partitions(topic)
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+		return nil, fmt.Errorf("%w: %q", ErrNoTopic, topic)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("dlq: partitions of %q: %w", topic, err)
+	}
+	var out []span
+	for _, p := range partitions {
+		if len(f.Partitions) > 0 && !slices.Contains(f.Partitions, p) {
+			continue
+		}
+		oldest, err := client.GetOffset(topic, p, sarama.OffsetOldest)
+		if err != nil {
+			return nil, fmt.Errorf("dlq: oldest offset of %s/%d: %w", topic, p, err)
+		}
+		end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+		if err != nil {
+			return nil, fmt.Errorf("dlq: high-water mark of %s/%d: %w", topic, p, err)
+		}
+		if f.UntilOffset > 0 {
+			end = min(end, f.UntilOffset)
+		}
+		out = append(out, span{partition: p, from: max(oldest, f.FromOffset), end: end})
+	}
+	return out, nil
+}
+
+// readSpan calls fn for each record of s in offset order, until fn
+// returns an error or the span ends. It commits nothing.
+func readSpan(ctx context.Context, consumer sarama.Consumer, topic string, s span, fn func(*sarama.ConsumerMessage) error) error {
+	if s.from >= s.end {
+		return nil
+	}
+	pc, err := consumer.ConsumePartition(topic, s.partition, s.from)
+	if err != nil {
+		return fmt.Errorf("dlq: read %s/%d from offset %d: %w", topic, s.partition, s.from, err)
+	}
+	defer pc.AsyncClose()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-pc.Errors():
+			if err != nil {
+				return fmt.Errorf("dlq: read %s/%d: %w", topic, s.partition, err.Err)
+			}
+		case m := <-pc.Messages():
+			if m == nil {
+				return fmt.Errorf("dlq: reading %s/%d stopped before offset %d", topic, s.partition, s.end)
+			}
+			if err := fn(m); err != nil {
+				return err
+			}
+			if m.Offset+1 >= s.end {
+				return nil
+			}
+		}
+	}
+}
+
+// Scan calls fn with every record of the dead-letter topic that f selects
+// by place (Partitions, FromOffset, UntilOffset), partition by partition in
+// offset order, up to the high-water marks when Scan starts. It joins no
+// consumer group and commits nothing, so inspecting never moves a replay's
+// position. Corrupt records come with Entry.Err set; apply f.Match for the
+// envelope fields. Scan stops at fn's first error and returns it.
+func Scan(ctx context.Context, client sarama.Client, topic string, f Filter, fn func(Entry) error) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	list, err := spans(client, topic, f)
+	if err != nil {
+		return err
+	}
+	consumer, err := sarama.NewConsumerFromClient(client)
+	if err != nil {
+		return fmt.Errorf("dlq: %w", err)
+	}
+	defer consumer.Close()
+	for _, s := range list {
+		if err := readSpan(ctx, consumer, topic, s, func(m *sarama.ConsumerMessage) error { return fn(entry(m)) }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ErrNotFound is matched by the error of Get when the dead-letter topic
+// has no record at that place.
+var ErrNotFound = errors.New("dlq: no record at that place")
+
+// Get reads the one record at partition and offset of the dead-letter
+// topic, committing nothing.
+func Get(ctx context.Context, client sarama.Client, topic string, partition int32, offset int64) (Entry, error) {
+	var found *Entry
+	err := Scan(ctx, client, topic, Filter{Partitions: []int32{partition}, FromOffset: offset, UntilOffset: offset + 1}, func(e Entry) error {
+		found = &e
+		return nil
+	})
+	if err != nil {
+		return Entry{}, err
+	}
+	if found == nil || found.Offset != offset {
+		return Entry{}, fmt.Errorf("%w: %s partition %d offset %d (see `courier dlq list` for what is there)", ErrNotFound, topic, partition, offset)
+	}
+	return *found, nil
+}
