@@ -1,6 +1,768 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"bufio"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode"
+	"unicode/utf8"
 
-// newOutboxCmd is being written in this session.
-func newOutboxCmd() *cobra.Command { return &cobra.Command{Use: "outbox", Hidden: true} }
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/courierkit/courier/internal/pgname"
+	"github.com/courierkit/courier/producer"
+)
+
+// outboxOptions are the options every outbox subcommand shares: where the
+// table is and how to print.
+type outboxOptions struct {
+	db  dbFlags
+	out outputFlag
+}
+
+// outboxSession is an Admin on a checked outbox table, over one
+// connection.
+type outboxSession struct {
+	*producer.Admin
+	table pgname.Table
+	conn  *pgx.Conn
+}
+
+// Close closes the connection.
+func (s *outboxSession) Close(ctx context.Context) { _ = s.conn.Close(context.WithoutCancel(ctx)) }
+
+// open validates the options, connects and checks that the outbox table
+// exists; Close the session when done.
+func (o *outboxOptions) open(cmd *cobra.Command) (*outboxSession, error) {
+	if err := o.out.validate(); err != nil {
+		return nil, err
+	}
+	table, err := o.db.outboxTable()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := o.db.connect(cmd)
+	if err != nil {
+		return nil, err
+	}
+	s := &outboxSession{table: table, conn: conn}
+	if err := requireOutboxTable(cmd.Context(), conn, table); err != nil {
+		s.Close(cmd.Context())
+		return nil, err
+	}
+	if s.Admin, err = producer.NewAdmin(conn, producer.AdminConfig{Schema: table.Schema, Table: table.Name}); err != nil {
+		s.Close(cmd.Context())
+		return nil, usageError{err}
+	}
+	return s, nil
+}
+
+// emit prints v as JSON with --output json, and otherwise writes the text
+// form.
+func (o *outboxOptions) emit(cmd *cobra.Command, v any, text func(w io.Writer) error) error {
+	if o.out.json() {
+		return writeJSON(cmd.OutOrStdout(), v)
+	}
+	return text(cmd.OutOrStdout())
+}
+
+// outboxTable validates --schema and --table; a bad name is a usage error.
+func (f *dbFlags) outboxTable() (pgname.Table, error) {
+	table, err := pgname.NewTable(f.schema, f.table)
+	if err != nil {
+		return pgname.Table{}, usageError{fmt.Errorf("--schema/--table: %w", err)}
+	}
+	return table, nil
+}
+
+// rowQuerier is what requireOutboxTable needs: a *pgx.Conn or a
+// *pgxpool.Pool.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// requireOutboxTable fails with the command that creates the table when it
+// does not exist, rather than with PostgreSQL's "relation does not exist" at
+// the first query.
+func requireOutboxTable(ctx context.Context, db rowQuerier, table pgname.Table) error {
+	var exists bool
+	if err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table.String()).Scan(&exists); err != nil {
+		return fmt.Errorf("look up the outbox table %s: %w", table, err)
+	}
+	if !exists {
+		return fmt.Errorf("the outbox table %s does not exist in this database: create it with `courier migrate up --schema %s --table %s` (and the same --database-url), or fix --schema/--table",
+			table, table.Schema, table.Name)
+	}
+	return nil
+}
+
+func newOutboxCmd() *cobra.Command {
+	o := &outboxOptions{}
+	cmd := &cobra.Command{
+		Use:   "outbox",
+		Short: "Inspect and repair the outbox table: stats, list, show, requeue, purge, cleanup",
+		Long: `Inspects and repairs an outbox table while relays run against it.
+
+  stats    count the events by status; the age of the oldest due event
+  list     list events (failed and dead-lettered by default), with filters
+  show     print one event in full: payload, headers, error
+  requeue  send failed and dead-lettered events back to the relays
+  purge    delete dead-lettered (or published) events for good
+  cleanup  delete published events past their retention, now
+
+Filters (list, requeue, purge): --status, --topic, --key, --error (a
+case-insensitive substring of the last error), --since and --until (an RFC
+3339 time or a duration ago, e.g. 2h or 7d; they bound the last attempt, or
+the enqueue of an event never attempted).`,
+		Example: `  courier outbox stats --database-url postgres://app@db:5432/shop --schema shop
+  courier outbox list --topic orders --error "too large" --since 2h
+  courier outbox show 01966b1c-4f4e-7a43-9a55-3a1cf0b6e1d2
+  courier outbox requeue --topic orders --status dead_lettered
+  courier outbox purge --key order-42 --yes
+  courier outbox cleanup --retention 168h --output json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return cmd.Help() },
+	}
+	o.db.register(cmd)
+	o.out.register(cmd)
+	cmd.AddCommand(newOutboxStatsCmd(o), newOutboxListCmd(o), newOutboxShowCmd(o),
+		newOutboxRequeueCmd(o), newOutboxPurgeCmd(o), newOutboxCleanupCmd(o))
+	return cmd
+}
+
+// outboxStatuses are the event statuses in the order they are printed.
+var outboxStatuses = []string{producer.StatusPending, producer.StatusFailed, producer.StatusPublished, producer.StatusDeadLettered}
+
+// statsJSON is producer.Stats as --output json prints it.
+type statsJSON struct {
+	Table               string           `json:"table"`
+	Counts              map[string]int64 `json:"counts"`
+	OldestDue           *time.Time       `json:"oldest_due"`
+	OldestDueAgeSeconds float64          `json:"oldest_due_age_seconds"`
+}
+
+func newOutboxStatsCmd(o *outboxOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "stats",
+		Short: "Count the events by status and show how long the oldest due event has waited",
+		Long: `Counts the events of the outbox table by status and finds the oldest due
+event (pending or failed, due now): how long it has been waiting is the
+relay's lag. A growing age means no relay runs, Kafka is unreachable, or the
+relays cannot keep up.`,
+		Example: `  courier outbox stats
+  courier outbox stats --schema shop --output json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			outbox, err := o.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer outbox.Close(cmd.Context())
+			stats, err := outbox.Stats(cmd.Context())
+			if err != nil {
+				return err
+			}
+			v := statsJSON{Table: outbox.table.String(), Counts: stats.Counts, OldestDueAgeSeconds: stats.OldestDueAge.Seconds()}
+			if !stats.OldestDue.IsZero() {
+				v.OldestDue = utc(&stats.OldestDue)
+			}
+			return o.emit(cmd, v, func(w io.Writer) error {
+				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+				fmt.Fprintln(tw, "STATUS\tEVENTS")
+				for _, s := range outboxStatuses {
+					fmt.Fprintf(tw, "%s\t%d\n", s, stats.Counts[s])
+				}
+				if err := tw.Flush(); err != nil {
+					return err
+				}
+				if stats.OldestDue.IsZero() {
+					_, err = fmt.Fprintln(w, "no event is due")
+				} else {
+					_, err = fmt.Fprintf(w, "oldest due event: waiting %s (due since %s)\n",
+						stats.OldestDueAge.Round(time.Millisecond), stats.OldestDue.UTC().Format(time.RFC3339))
+				}
+				return err
+			})
+		},
+	}
+}
+
+// filterFlags are the event selectors of list, requeue and purge.
+type filterFlags struct {
+	ids                       []string
+	statuses                  []string
+	topic, key, errorContains string
+	since, until              string
+	all                       bool
+
+	allowed  []string // the statuses --status takes
+	defaults []string // the statuses without --status
+}
+
+// register adds the filters. --status takes the allowed statuses and
+// selects defaults without it; bulk adds --id and --all, for the commands
+// that change events.
+func (f *filterFlags) register(cmd *cobra.Command, allowed, defaults []string, bulk bool) {
+	f.allowed, f.defaults = allowed, defaults
+	fs := cmd.Flags()
+	fs.StringSliceVar(&f.statuses, "status", nil, fmt.Sprintf("only events of this status: %s (default %s; repeatable or comma-separated)",
+		strings.Join(allowed, ", "), strings.Join(defaults, " and ")))
+	fs.StringVar(&f.topic, "topic", "", "only events of this topic")
+	fs.StringVar(&f.key, "key", "", "only events of this partition key")
+	fs.StringVar(&f.errorContains, "error", "", "only events whose last error contains this text, ignoring case")
+	fs.StringVar(&f.since, "since", "", "only events last attempted (or enqueued) at or after this time: RFC 3339, or a duration ago such as 30m, 2h, 7d")
+	fs.StringVar(&f.until, "until", "", "only events last attempted (or enqueued) before this time: RFC 3339, or a duration ago")
+	if bulk {
+		fs.StringSliceVar(&f.ids, "id", nil, "only the event with this id (repeatable or comma-separated)")
+		fs.BoolVar(&f.all, "all", false, "allow no selector other than --status: act on every event of those statuses")
+	}
+}
+
+// filter parses the flags into a producer.Filter; bad values are usage
+// errors.
+func (f *filterFlags) filter(now time.Time) (producer.Filter, error) {
+	pf := producer.Filter{Topic: f.topic, Key: f.key, ErrorContains: f.errorContains, Statuses: f.statuses}
+	for _, s := range f.statuses {
+		if !slices.Contains(f.allowed, s) {
+			return pf, usageError{fmt.Errorf("--status %q: use %s", s, orList(f.allowed))}
+		}
+	}
+	for _, s := range f.ids {
+		id, err := uuid.Parse(strings.TrimSpace(s))
+		if err != nil {
+			return pf, usageError{fmt.Errorf("--id %q is not an event id (a UUID such as 01966b1c-4f4e-7a43-9a55-3a1cf0b6e1d2)", s)}
+		}
+		pf.IDs = append(pf.IDs, id)
+	}
+	var err error
+	if pf.Since, err = parseTimeFlag("--since", f.since, now); err != nil {
+		return pf, err
+	}
+	if pf.Until, err = parseTimeFlag("--until", f.until, now); err != nil {
+		return pf, err
+	}
+	if !pf.Since.IsZero() && !pf.Until.IsZero() && !pf.Until.After(pf.Since) {
+		return pf, usageError{fmt.Errorf("--until %s is not after --since %s, so nothing matches", f.until, f.since)}
+	}
+	return pf, nil
+}
+
+// requireSelector refuses a filter that would select every event of its
+// statuses, unless --all says that is meant.
+func (f *filterFlags) requireSelector(action string) error {
+	if f.all || len(f.ids) > 0 || f.topic != "" || f.key != "" || f.errorContains != "" || f.since != "" || f.until != "" {
+		return nil
+	}
+	return usageError{fmt.Errorf("%s needs a selector (--id, --topic, --key, --error, --since or --until); pass --all to %s every event of the selected statuses", action, action)}
+}
+
+// describe renders the selection for a confirmation prompt.
+func (f *filterFlags) describe() string {
+	statuses := f.defaults
+	if len(f.statuses) > 0 {
+		statuses = f.statuses
+	}
+	parts := []string{"status " + orList(statuses)}
+	for _, p := range []struct{ name, value string }{
+		{"id", strings.Join(f.ids, ", ")}, {"topic", f.topic}, {"key", f.key},
+		{"error containing", f.errorContains}, {"since", f.since}, {"until", f.until},
+	} {
+		if p.value != "" {
+			parts = append(parts, fmt.Sprintf("%s %q", p.name, p.value))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// orList joins words as "a, b or c".
+func orList(words []string) string {
+	if len(words) < 2 {
+		return strings.Join(words, "")
+	}
+	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
+// parseTimeFlag parses an RFC 3339 time or a duration before now (Go
+// syntax, plus d for days); empty is the zero time.
+func parseTimeFlag(flag, value string, now time.Time) (time.Time, error) {
+	if value == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, value); err == nil {
+		return t, nil
+	}
+	if ago, err := parseDuration(value); err == nil && ago >= 0 {
+		return now.Add(-ago), nil
+	}
+	return time.Time{}, usageError{fmt.Errorf("%s %q: use an RFC 3339 time (2026-01-16T09:00:00Z) or a duration ago (90m, 2h, 7d)", flag, value)}
+}
+
+// parseDuration is time.ParseDuration that also takes whole days ("7d").
+func parseDuration(s string) (time.Duration, error) {
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		n, err := strconv.Atoi(days)
+		if err != nil {
+			return 0, err
+		}
+		return time.Duration(n) * 24 * time.Hour, nil
+	}
+	return time.ParseDuration(s)
+}
+
+// filterError makes a filter the Admin refused (a status it does not allow
+// here) a usage error.
+func filterError(err error) error {
+	if errors.Is(err, producer.ErrInvalidFilter) {
+		return usageError{err}
+	}
+	return err
+}
+
+// eventJSON is a producer.Record as --output json prints it. list leaves
+// out the payload and headers; show has everything.
+type eventJSON struct {
+	ID             uuid.UUID         `json:"id"`
+	Seq            int64             `json:"seq"`
+	Status         string            `json:"status"`
+	Topic          string            `json:"topic"`
+	Key            *string           `json:"key"`
+	Type           string            `json:"type"`
+	RetryCount     int               `json:"retry_count"`
+	MaxRetries     *int              `json:"max_retries"`
+	LastError      *string           `json:"last_error"`
+	LastAttemptAt  *time.Time        `json:"last_attempt_at"`
+	FirstFailedAt  *time.Time        `json:"first_failed_at"`
+	NextAttemptAt  *time.Time        `json:"next_attempt_at"`
+	CreatedAt      *time.Time        `json:"created_at"`
+	PublishedAt    *time.Time        `json:"published_at"`
+	AggregateType  *string           `json:"aggregate_type,omitempty"`
+	AggregateID    *string           `json:"aggregate_id,omitempty"`
+	TenantID       *string           `json:"tenant_id,omitempty"`
+	CorrelationID  *string           `json:"correlation_id,omitempty"`
+	CausationID    *string           `json:"causation_id,omitempty"`
+	IdempotencyKey *string           `json:"idempotency_key,omitempty"`
+	ContentType    string            `json:"content_type,omitempty"`
+	Headers        map[string]string `json:"headers,omitempty"`
+	PayloadBytes   *int              `json:"payload_bytes,omitempty"`
+	// Payload holds the payload when it is JSON, PayloadText when it is
+	// other printable text, PayloadBase64 otherwise.
+	Payload       json.RawMessage `json:"payload,omitempty"`
+	PayloadText   *string         `json:"payload_text,omitempty"`
+	PayloadBase64 *string         `json:"payload_base64,omitempty"`
+}
+
+func newEventJSON(r producer.Record, full bool) eventJSON {
+	v := eventJSON{
+		ID: r.ID, Seq: r.Seq, Status: r.Status, Topic: r.Topic, Key: r.Key, Type: r.Type,
+		RetryCount: r.RetryCount, MaxRetries: r.MaxRetries, LastError: r.LastError,
+		LastAttemptAt: utc(r.LastAttemptAt), FirstFailedAt: utc(r.FirstFailedAt),
+		NextAttemptAt: utc(&r.NextAttemptAt), CreatedAt: utc(&r.CreatedAt), PublishedAt: utc(r.PublishedAt),
+	}
+	if !full {
+		return v
+	}
+	v.AggregateType, v.AggregateID, v.TenantID = r.AggregateType, r.AggregateID, r.TenantID
+	v.CorrelationID, v.CausationID, v.IdempotencyKey = r.CorrelationID, r.CausationID, r.IdempotencyKey
+	v.ContentType, v.Headers = r.ContentType, r.Headers
+	size := len(r.Payload)
+	v.PayloadBytes = &size
+	switch text, printable := payloadText(r.Payload); {
+	case json.Valid(r.Payload):
+		v.Payload = r.Payload
+	case printable:
+		v.PayloadText = &text
+	default:
+		encoded := base64.StdEncoding.EncodeToString(r.Payload)
+		v.PayloadBase64 = &encoded
+	}
+	return v
+}
+
+// payloadText returns the payload as text when it is valid UTF-8 without
+// control characters other than tab and newlines, which a terminal shows
+// safely.
+func payloadText(p []byte) (string, bool) {
+	if !utf8.Valid(p) {
+		return "", false
+	}
+	s := string(p)
+	return s, !strings.ContainsFunc(s, func(r rune) bool { return unicode.IsControl(r) && r != '\t' && r != '\n' && r != '\r' })
+}
+
+// utc returns t in UTC, or nil.
+func utc(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}
+
+// cell renders a value for a text table: "-" for none, control characters
+// escaped, at most maxLen runes.
+func cell(s *string, maxLen int) string {
+	if s == nil || *s == "" {
+		return "-"
+	}
+	v := *s
+	if strings.ContainsFunc(v, unicode.IsControl) {
+		v = strings.Trim(strconv.Quote(v), `"`)
+	}
+	if utf8.RuneCountInString(v) > maxLen {
+		v = string([]rune(v)[:maxLen-1]) + "…"
+	}
+	return v
+}
+
+// timeCell renders an optional time for a text table.
+func timeCell(t *time.Time) string {
+	if t == nil {
+		return "-"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
+
+// listJSON is what list prints with --output json. NextAfter is the
+// --after of the next page, null on the last page.
+type listJSON struct {
+	Events    []eventJSON `json:"events"`
+	NextAfter *int64      `json:"next_after"`
+}
+
+func newOutboxListCmd(o *outboxOptions) *cobra.Command {
+	var filters filterFlags
+	var limit int
+	var after int64
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List events (failed and dead-lettered by default), oldest first",
+		Long: `Lists the events matching the filters in enqueue order, at most --limit of
+them. When a page is full, the last line (next_after in JSON) gives the
+--after that fetches the next one. show prints an event's payload and
+headers.`,
+		Example: `  courier outbox list
+  courier outbox list --status dead_lettered --topic orders --since 24h
+  courier outbox list --error "message too large" --limit 20 --after 1842
+  courier outbox list --status pending,failed --key order-42 --output json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if limit < 1 {
+				return usageError{fmt.Errorf("--limit %d: list at least 1 event", limit)}
+			}
+			f, err := filters.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			f.Limit, f.AfterSeq = limit, after
+			outbox, err := o.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer outbox.Close(cmd.Context())
+			records, err := outbox.List(cmd.Context(), f)
+			if err != nil {
+				return filterError(err)
+			}
+			var next *int64
+			if len(records) == limit {
+				next = &records[len(records)-1].Seq
+			}
+			v := listJSON{Events: make([]eventJSON, 0, len(records)), NextAfter: next}
+			for _, r := range records {
+				v.Events = append(v.Events, newEventJSON(r, false))
+			}
+			return o.emit(cmd, v, func(w io.Writer) error { return printEvents(w, records, next) })
+		},
+	}
+	filters.register(cmd, outboxStatuses, []string{producer.StatusFailed, producer.StatusDeadLettered}, false)
+	cmd.Flags().IntVar(&limit, "limit", 100, "list at most this many events")
+	cmd.Flags().Int64Var(&after, "after", 0, "list events enqueued after the one with this SEQ: the next page")
+	return cmd
+}
+
+func printEvents(w io.Writer, records []producer.Record, next *int64) error {
+	if len(records) == 0 {
+		_, err := fmt.Fprintln(w, "no events match")
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SEQ\tID\tSTATUS\tTOPIC\tKEY\tTYPE\tRETRIES\tLAST ATTEMPT\tLAST ERROR")
+	for _, r := range records {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Seq, r.ID, r.Status, cell(&r.Topic, 40), cell(r.Key, 24),
+			cell(&r.Type, 24), r.RetryCount, timeCell(r.LastAttemptAt), cell(r.LastError, 60))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if next != nil {
+		_, err := fmt.Fprintf(w, "more may follow: add --after %d for the next page\n", *next)
+		return err
+	}
+	return nil
+}
+
+func newOutboxShowCmd(o *outboxOptions) *cobra.Command {
+	return &cobra.Command{
+		Use:   "show <event-id>",
+		Short: "Print one event in full: payload, headers, error and timestamps",
+		Long: `Prints one event of any status. The payload is printed as text when it is
+valid UTF-8 without control characters (JSON included), and as base64
+otherwise; with --output json it is "payload" when it is JSON, "payload_text"
+when it is other text and "payload_base64" otherwise.`,
+		Example: `  courier outbox show 01966b1c-4f4e-7a43-9a55-3a1cf0b6e1d2
+  courier outbox show 01966b1c-4f4e-7a43-9a55-3a1cf0b6e1d2 --output json | jq .payload`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			id, err := uuid.Parse(args[0])
+			if err != nil {
+				return usageError{fmt.Errorf("%q is not an event id (a UUID such as 01966b1c-4f4e-7a43-9a55-3a1cf0b6e1d2; `courier outbox list` shows them)", args[0])}
+			}
+			outbox, err := o.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer outbox.Close(cmd.Context())
+			r, err := outbox.Get(cmd.Context(), id)
+			if errors.Is(err, producer.ErrNotFound) {
+				return fmt.Errorf("no event %s in %s (was it published and cleaned up, or is it in another --schema/--table?)", id, outbox.table)
+			}
+			if err != nil {
+				return err
+			}
+			return o.emit(cmd, newEventJSON(r, true), func(w io.Writer) error { return printEvent(w, r) })
+		},
+	}
+}
+
+func printEvent(w io.Writer, r producer.Record) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
+	maxRetries := "- (the relay's --max-retries)"
+	if r.MaxRetries != nil {
+		maxRetries = strconv.Itoa(*r.MaxRetries)
+	}
+	const unlimited = 1 << 20 // no truncation
+	for _, f := range []struct{ name, value string }{
+		{"id", r.ID.String()},
+		{"seq", strconv.FormatInt(r.Seq, 10)},
+		{"status", r.Status},
+		{"topic", cell(&r.Topic, unlimited)},
+		{"key", cell(r.Key, unlimited)},
+		{"type", cell(&r.Type, unlimited)},
+		{"aggregate_type", cell(r.AggregateType, unlimited)},
+		{"aggregate_id", cell(r.AggregateID, unlimited)},
+		{"tenant_id", cell(r.TenantID, unlimited)},
+		{"correlation_id", cell(r.CorrelationID, unlimited)},
+		{"causation_id", cell(r.CausationID, unlimited)},
+		{"idempotency_key", cell(r.IdempotencyKey, unlimited)},
+		{"retry_count", strconv.Itoa(r.RetryCount)},
+		{"max_retries", maxRetries},
+		{"last_error", cell(r.LastError, unlimited)},
+		{"created_at", timeCell(&r.CreatedAt)},
+		{"first_failed_at", timeCell(r.FirstFailedAt)},
+		{"last_attempt_at", timeCell(r.LastAttemptAt)},
+		{"next_attempt_at", timeCell(&r.NextAttemptAt)},
+		{"published_at", timeCell(r.PublishedAt)},
+	} {
+		fmt.Fprintf(tw, "%s:\t%s\n", f.name, f.value)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "headers: %d\n", len(r.Headers))
+	for _, name := range slices.Sorted(maps.Keys(r.Headers)) {
+		value := r.Headers[name]
+		fmt.Fprintf(w, "  %s: %s\n", cell(&name, unlimited), cell(&value, unlimited))
+	}
+	if text, ok := payloadText(r.Payload); ok {
+		_, err := fmt.Fprintf(w, "payload (%s, %d bytes):\n%s\n", cell(&r.ContentType, unlimited), len(r.Payload), text)
+		return err
+	}
+	_, err := fmt.Fprintf(w, "payload (%s, %d bytes, base64):\n%s\n", cell(&r.ContentType, unlimited), len(r.Payload),
+		base64.StdEncoding.EncodeToString(r.Payload))
+	return err
+}
+
+func newOutboxRequeueCmd(o *outboxOptions) *cobra.Command {
+	var filters filterFlags
+	cmd := &cobra.Command{
+		Use:   "requeue",
+		Short: "Send failed and dead-lettered events back to the relays",
+		Long: `Resets the matching failed and dead-lettered events to pending with a retry
+count of 0, due now, and wakes the relays, which publish them in their keys'
+order. last_error keeps the error that sent them there.
+
+It needs a selector (--id, --topic, --key, --error, --since or --until), or
+--all to requeue every failed and dead-lettered event (of --status, if given).`,
+		Example: `  courier outbox requeue --id 01966b1c-4f4e-7a43-9a55-3a1cf0b6e1d2
+  courier outbox requeue --topic orders --error "not enough replicas" --since 1h
+  courier outbox requeue --all --status dead_lettered --output json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := filters.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			if err := filters.requireSelector("requeue"); err != nil {
+				return err
+			}
+			outbox, err := o.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer outbox.Close(cmd.Context())
+			n, err := outbox.Requeue(cmd.Context(), f)
+			if err != nil {
+				return filterError(err)
+			}
+			return o.emit(cmd, map[string]int64{"requeued": n}, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "requeued %d event(s)\n", n)
+				return err
+			})
+		},
+	}
+	requeueable := []string{producer.StatusFailed, producer.StatusDeadLettered}
+	filters.register(cmd, requeueable, requeueable, true)
+	return cmd
+}
+
+func newOutboxPurgeCmd(o *outboxOptions) *cobra.Command {
+	var filters filterFlags
+	var yes bool
+	cmd := &cobra.Command{
+		Use:   "purge",
+		Short: "Delete dead-lettered (or published) events for good",
+		Long: `Deletes the matching dead-lettered events, or with --status published the
+published ones. Pending and failed events are refused: they are still to be
+published.
+
+It needs a selector (--id, --topic, --key, --error, --since or --until), or
+--all to purge every event of the selected statuses. On a terminal it asks
+you to type yes; --yes skips the question, and without a terminal (a script,
+a pipe) --yes is required.`,
+		Example: `  courier outbox purge --key order-42
+  courier outbox purge --topic orders --until 720h --yes
+  courier outbox purge --all --status published --yes --output json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			f, err := filters.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			if err := filters.requireSelector("purge"); err != nil {
+				return err
+			}
+			if !yes && !isTerminal(cmd.InOrStdin()) {
+				return usageError{errors.New("purge deletes events for good and stdin is not a terminal to confirm on: pass --yes")}
+			}
+			outbox, err := o.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer outbox.Close(cmd.Context())
+			if !yes {
+				prompt := fmt.Sprintf("Delete the events of %s with %s, for good? Type yes to continue: ",
+					outbox.table, filters.describe())
+				ok, err := confirm(cmd.InOrStdin(), cmd.ErrOrStderr(), prompt)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return errors.New("not confirmed; nothing was purged")
+				}
+			}
+			n, err := outbox.Purge(cmd.Context(), f)
+			if err != nil {
+				return filterError(err)
+			}
+			return o.emit(cmd, map[string]int64{"purged": n}, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "purged %d event(s)\n", n)
+				return err
+			})
+		},
+	}
+	filters.register(cmd, []string{producer.StatusDeadLettered, producer.StatusPublished}, []string{producer.StatusDeadLettered}, true)
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
+	return cmd
+}
+
+// isTerminal reports whether r is an interactive terminal: a character
+// device other than the null device (which cron, systemd and `docker run`
+// without -t give as stdin). Any doubt is safe: confirm reads an answer,
+// and only "yes" proceeds.
+func isTerminal(r io.Reader) bool {
+	f, ok := r.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	if err != nil || info.Mode()&os.ModeCharDevice == 0 {
+		return false
+	}
+	null, err := os.Stat(os.DevNull)
+	return err != nil || !os.SameFile(info, null)
+}
+
+// confirm writes prompt to w and reports whether the line read from r is
+// "yes".
+func confirm(r io.Reader, w io.Writer, prompt string) (bool, error) {
+	if _, err := io.WriteString(w, prompt); err != nil {
+		return false, err
+	}
+	line, err := bufio.NewReader(r).ReadString('\n')
+	if err != nil && !errors.Is(err, io.EOF) {
+		return false, fmt.Errorf("read the confirmation: %w", err)
+	}
+	return strings.TrimSpace(line) == "yes", nil
+}
+
+func newOutboxCleanupCmd(o *outboxOptions) *cobra.Command {
+	var retention time.Duration
+	cmd := &cobra.Command{
+		Use:   "cleanup",
+		Short: "Delete published events older than --retention, now",
+		Long: `Deletes the events published more than --retention ago, in batches, as
+every relay does each --cleanup-interval. Dead-lettered, pending and failed
+events are never touched. --retention 0 deletes every published event.`,
+		Example: `  courier outbox cleanup
+  courier outbox cleanup --retention 24h --schema shop --output json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			if retention < 0 {
+				return usageError{fmt.Errorf("--retention %v: use 0 or more (how long published events stay)", retention)}
+			}
+			outbox, err := o.open(cmd)
+			if err != nil {
+				return err
+			}
+			defer outbox.Close(cmd.Context())
+			n, err := outbox.Cleanup(cmd.Context(), retention)
+			if err != nil {
+				return err
+			}
+			v := map[string]any{"deleted": n, "retention_seconds": retention.Seconds()}
+			return o.emit(cmd, v, func(w io.Writer) error {
+				_, err := fmt.Fprintf(w, "deleted %d published event(s) older than %v\n", n, retention)
+				return err
+			})
+		},
+	}
+	cmd.Flags().DurationVar(&retention, "retention", producer.DefaultRetention, "delete events published longer ago than this")
+	bindEnv(cmd.Flags(), "retention")
+	return cmd
+}

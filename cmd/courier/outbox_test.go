@@ -1,0 +1,521 @@
+package main
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
+)
+
+// outboxDB is a migrated outbox table in a schema of the test's own.
+type outboxDB struct {
+	*testkit.PG
+	outbox *producer.Outbox
+}
+
+func newOutboxDB(t *testing.T) *outboxDB {
+	t.Helper()
+	pg := testkit.Postgres(t)
+	pg.Migrate(t)
+	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &outboxDB{PG: pg, outbox: out}
+}
+
+// flags point a command at the table.
+func (o *outboxDB) flags() []string { return []string{"--database-url", o.URL, "--schema", o.Schema} }
+
+// cli runs `courier outbox <args>` in-process against the table.
+func (o *outboxDB) cli(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	return courier(t, append(append([]string{"outbox"}, args...), o.flags()...)...)
+}
+
+// enqueue writes events in one transaction and returns their ids.
+func (o *outboxDB) enqueue(t *testing.T, events ...producer.Event) []uuid.UUID {
+	t.Helper()
+	res, err := o.outbox.EnqueueBatch(context.Background(), o.Pool, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]uuid.UUID, len(res))
+	for i, r := range res {
+		ids[i] = r.ID
+	}
+	return ids
+}
+
+// update runs UPDATE courier_outbox SET <set> on one event, e.g. to put it
+// in a state only a relay would otherwise reach.
+func (o *outboxDB) update(t *testing.T, id uuid.UUID, set string, args ...any) {
+	t.Helper()
+	tag, err := o.Pool.Exec(context.Background(), "UPDATE courier_outbox SET "+set+" WHERE id = $1", append([]any{id}, args...)...)
+	if err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("update %s set %s: %v (%d rows)", id, set, err, tag.RowsAffected())
+	}
+}
+
+// deadLetter puts an event where a relay that gave up on it would.
+func (o *outboxDB) deadLetter(t *testing.T, id uuid.UUID, lastError string) {
+	t.Helper()
+	o.update(t, id, "status = 'dead_lettered', retry_count = 6, last_error = $2, last_attempt_at = now(), first_failed_at = now()", lastError)
+}
+
+// fail puts an event where a relay that will retry it would.
+func (o *outboxDB) fail(t *testing.T, id uuid.UUID, lastError string) {
+	t.Helper()
+	o.update(t, id, "status = 'failed', retry_count = 2, last_error = $2, last_attempt_at = now(), next_attempt_at = now() + interval '1 hour'", lastError)
+}
+
+// status returns an event's status, or "gone".
+func (o *outboxDB) status(t *testing.T, id uuid.UUID) string {
+	t.Helper()
+	var status string
+	err := o.Pool.QueryRow(context.Background(), "SELECT COALESCE((SELECT status FROM courier_outbox WHERE id = $1), 'gone')", id).Scan(&status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return status
+}
+
+// count counts the events matching a condition.
+func (o *outboxDB) count(t *testing.T, where string) int {
+	t.Helper()
+	var n int
+	if err := o.Pool.QueryRow(context.Background(), "SELECT count(*) FROM courier_outbox WHERE "+where).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// event is a JSON event for topic and key.
+func event(topic, key, typ string) producer.Event {
+	return producer.Event{Topic: topic, Key: key, Type: typ, Payload: fmt.Appendf(nil, `{"key":%q}`, key)}
+}
+
+// decode parses a command's JSON output into v, failing the test with the
+// output when it is not what was expected.
+func decode(t *testing.T, code int, stdout, stderr string, v any) {
+	t.Helper()
+	if code != exitOK {
+		t.Fatalf("exit %d, want 0\n%s%s", code, stdout, stderr)
+	}
+	if err := json.Unmarshal([]byte(stdout), v); err != nil {
+		t.Fatalf("output is not the JSON expected: %v\n%s", err, stdout)
+	}
+}
+
+func TestOutboxStats(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	ids := o.enqueue(t, event("orders", "a", "OrderCreated"), event("orders", "b", "OrderCreated"),
+		event("orders", "c", "OrderCreated"), event("orders", "d", "OrderCreated"), event("orders", "e", "OrderCreated"))
+	o.update(t, ids[0], "next_attempt_at = now() - interval '90 seconds'") // due for 90 s
+	o.fail(t, ids[2], "not enough replicas")
+	o.update(t, ids[3], "status = 'published', published_at = now()")
+	o.deadLetter(t, ids[4], "too large")
+
+	code, out, errOut := o.cli(t, "stats")
+	if code != exitOK {
+		t.Fatalf("stats: exit %d\n%s%s", code, out, errOut)
+	}
+	for _, line := range []string{"pending        2", "failed         1", "published      1", "dead_lettered  1", "oldest due event: waiting 1m3"} {
+		if !strings.Contains(out, line) {
+			t.Errorf("stats output lacks %q:\n%s", line, out)
+		}
+	}
+
+	var stats statsJSON
+	code, out, errOut = o.cli(t, "stats", "--output", "json")
+	decode(t, code, out, errOut, &stats)
+	want := map[string]int64{"pending": 2, "failed": 1, "published": 1, "dead_lettered": 1}
+	for status, n := range want {
+		if stats.Counts[status] != n {
+			t.Errorf("counts[%s] = %d, want %d (%v)", status, stats.Counts[status], n, stats.Counts)
+		}
+	}
+	if stats.Table != o.Schema+".courier_outbox" || stats.OldestDue == nil || stats.OldestDueAgeSeconds < 90 || stats.OldestDueAgeSeconds > 3600 {
+		t.Errorf("stats = %+v, want the table and an event due for about 90s", stats)
+	}
+}
+
+func TestOutboxStatsOfAnIdleOutbox(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	code, out, errOut := o.cli(t, "stats")
+	if code != exitOK || !strings.Contains(out, "no event is due") || !strings.Contains(out, "pending        0") {
+		t.Fatalf("stats of an empty outbox: exit %d\n%s%s", code, out, errOut)
+	}
+	var stats map[string]any
+	code, out, errOut = o.cli(t, "stats", "-o", "json")
+	decode(t, code, out, errOut, &stats)
+	if stats["oldest_due"] != nil || stats["oldest_due_age_seconds"] != 0.0 {
+		t.Errorf("stats of an empty outbox = %v, want oldest_due null and age 0", stats)
+	}
+}
+
+func TestOutboxListFiltersAndPages(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	ids := o.enqueue(t,
+		event("orders", "o-1", "OrderCreated"),   // 0 dead: too large, 3 hours ago
+		event("orders", "o-2", "OrderCreated"),   // 1 failed: replicas
+		event("payments", "p-1", "PaymentTaken"), // 2 dead: too large
+		event("orders", "o-3", "OrderCreated"),   // 3 pending
+		event("orders", "o-4", "OrderShipped"),   // 4 published
+	)
+	o.deadLetter(t, ids[0], "kafka server: Message was too LARGE")
+	o.update(t, ids[0], "last_attempt_at = now() - interval '3 hours'")
+	o.fail(t, ids[1], "kafka server: not enough replicas")
+	o.deadLetter(t, ids[2], "kafka server: message was too large")
+	o.update(t, ids[4], "status = 'published', published_at = now()")
+
+	list := func(args ...string) []uuid.UUID {
+		t.Helper()
+		var page listJSON
+		code, out, errOut := o.cli(t, append([]string{"list", "--output", "json"}, args...)...)
+		decode(t, code, out, errOut, &page)
+		var got []uuid.UUID
+		for _, e := range page.Events {
+			got = append(got, e.ID)
+		}
+		return got
+	}
+	for _, c := range []struct {
+		args []string
+		want []uuid.UUID
+	}{
+		{nil, []uuid.UUID{ids[0], ids[1], ids[2]}}, // failed and dead-lettered
+		{[]string{"--status", "dead_lettered"}, []uuid.UUID{ids[0], ids[2]}},
+		{[]string{"--status", "pending", "--status", "published"}, []uuid.UUID{ids[3], ids[4]}},
+		{[]string{"--status", "pending,failed"}, []uuid.UUID{ids[1], ids[3]}},
+		{[]string{"--topic", "payments"}, []uuid.UUID{ids[2]}},
+		{[]string{"--key", "o-2"}, []uuid.UUID{ids[1]}},
+		{[]string{"--error", "too large"}, []uuid.UUID{ids[0], ids[2]}},
+		{[]string{"--since", "1h"}, []uuid.UUID{ids[1], ids[2]}},
+		{[]string{"--until", "1h"}, []uuid.UUID{ids[0]}},
+		{[]string{"--since", time.Now().Add(-4 * time.Hour).UTC().Format(time.RFC3339), "--until", "2h"}, []uuid.UUID{ids[0]}},
+		{[]string{"--topic", "nothing-here"}, nil},
+	} {
+		if got := list(c.args...); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("list %v = %v, want %v", c.args, got, c.want)
+		}
+	}
+
+	// Pages of one: next_after leads through all three, then ends.
+	var seen []uuid.UUID
+	after := "0"
+	for range 4 {
+		var page listJSON
+		code, out, errOut := o.cli(t, "list", "--output", "json", "--limit", "1", "--after", after)
+		decode(t, code, out, errOut, &page)
+		for _, e := range page.Events {
+			seen = append(seen, e.ID)
+		}
+		if page.NextAfter == nil {
+			break
+		}
+		after = fmt.Sprint(*page.NextAfter)
+	}
+	if fmt.Sprint(seen) != fmt.Sprint([]uuid.UUID{ids[0], ids[1], ids[2]}) {
+		t.Errorf("paging with --limit 1 saw %v, want %v", seen, ids[:3])
+	}
+
+	code, out, errOut := o.cli(t, "list", "--limit", "2")
+	if code != exitOK || !strings.Contains(out, ids[0].String()) || !strings.Contains(out, "dead_lettered") ||
+		!strings.Contains(out, "kafka server: Message was too LARGE") || strings.Contains(out, ids[2].String()) ||
+		!strings.Contains(out, "more may follow: add --after") {
+		t.Errorf("list --limit 2: exit %d, want the first two events and a pointer to the next page\n%s%s", code, out, errOut)
+	}
+	if code, out, _ = o.cli(t, "list", "--key", "nobody"); code != exitOK || out != "no events match\n" {
+		t.Errorf("list of nothing: exit %d\n%s", code, out)
+	}
+}
+
+func TestOutboxShow(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	jsonEvent := event("orders", "o-1", "OrderCreated")
+	jsonEvent.Headers = map[string]string{"x-origin": "checkout"}
+	jsonEvent.TenantID = "acme"
+	textEvent := producer.Event{Topic: "notes", Type: "NoteAdded", Payload: []byte("plain text\nsecond line"), ContentType: "text/plain"}
+	binaryEvent := producer.Event{Topic: "blobs", Type: "BlobStored", Payload: []byte{0x00, 0xff, 0x1b, '['}, ContentType: "application/octet-stream"}
+	ids := o.enqueue(t, jsonEvent, textEvent, binaryEvent)
+	o.deadLetter(t, ids[0], "kafka server: message was too large")
+
+	show := func(id uuid.UUID) (text string, v eventJSON) {
+		t.Helper()
+		code, out, errOut := o.cli(t, "show", id.String())
+		if code != exitOK {
+			t.Fatalf("show %s: exit %d\n%s%s", id, code, out, errOut)
+		}
+		code, js, errOut := o.cli(t, "show", id.String(), "--output", "json")
+		decode(t, code, js, errOut, &v)
+		return out, v
+	}
+
+	out, v := show(ids[0])
+	for _, want := range []string{ids[0].String(), "dead_lettered", "o-1", "OrderCreated", "acme", "x-origin: checkout",
+		"kafka server: message was too large", "payload (application/json, 13 bytes):\n{\"key\":\"o-1\"}"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("show of a JSON event lacks %q:\n%s", want, out)
+		}
+	}
+	var payload map[string]string
+	if err := json.Unmarshal(v.Payload, &payload); err != nil || payload["key"] != "o-1" || v.PayloadText != nil || v.PayloadBase64 != nil ||
+		v.Headers["x-origin"] != "checkout" || v.Status != "dead_lettered" || *v.PayloadBytes != 13 || *v.LastError != "kafka server: message was too large" {
+		t.Errorf("show --output json of a JSON event = %+v (payload %s, %v)", v, v.Payload, err)
+	}
+
+	out, v = show(ids[1])
+	if !strings.Contains(out, "payload (text/plain, 22 bytes):\nplain text\nsecond line\n") || v.PayloadText == nil ||
+		*v.PayloadText != "plain text\nsecond line" || v.Payload != nil || v.Key != nil {
+		t.Errorf("show of a text event: %+v\n%s", v, out)
+	}
+
+	out, v = show(ids[2])
+	encoded := base64.StdEncoding.EncodeToString(binaryEvent.Payload)
+	if !strings.Contains(out, "payload (application/octet-stream, 4 bytes, base64):\n"+encoded+"\n") || strings.Contains(out, "\x1b") ||
+		v.PayloadBase64 == nil || *v.PayloadBase64 != encoded || v.PayloadText != nil {
+		t.Errorf("show of a binary event (with an escape byte): %+v\n%q", v, out)
+	}
+
+	unknown := uuid.New()
+	if code, _, errOut := o.cli(t, "show", unknown.String()); code != exitFailure || !strings.Contains(errOut, "no event "+unknown.String()) {
+		t.Errorf("show of an unknown id: exit %d, want %d with its id\n%s", code, exitFailure, errOut)
+	}
+}
+
+func TestOutboxRequeue(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	ids := o.enqueue(t, event("orders", "o-1", "OrderCreated"), event("orders", "o-2", "OrderCreated"),
+		event("payments", "p-1", "PaymentTaken"), event("payments", "p-2", "PaymentTaken"), event("orders", "o-3", "OrderCreated"))
+	o.deadLetter(t, ids[0], "too large")
+	o.deadLetter(t, ids[1], "too large")
+	o.fail(t, ids[2], "not enough replicas")
+	o.deadLetter(t, ids[3], "too large")
+	o.update(t, ids[4], "status = 'published', published_at = now()")
+
+	code, out, errOut := o.cli(t, "requeue", "--id", ids[0].String())
+	if code != exitOK || out != "requeued 1 event(s)\n" {
+		t.Fatalf("requeue --id: exit %d\n%s%s", code, out, errOut)
+	}
+	var retries int
+	var lastError string
+	if err := o.Pool.QueryRow(context.Background(), "SELECT retry_count, last_error FROM courier_outbox WHERE id = $1", ids[0]).Scan(&retries, &lastError); err != nil {
+		t.Fatal(err)
+	}
+	if s := o.status(t, ids[0]); s != "pending" || retries != 0 || lastError != "too large" {
+		t.Errorf("requeued event: status %s, retry_count %d, last_error %q; want pending, 0, the error kept", s, retries, lastError)
+	}
+
+	var res map[string]int64
+	code, out, errOut = o.cli(t, "requeue", "--topic", "payments", "--status", "failed", "-o", "json")
+	decode(t, code, out, errOut, &res)
+	if res["requeued"] != 1 || o.status(t, ids[2]) != "pending" || o.status(t, ids[3]) != "dead_lettered" {
+		t.Errorf("requeue --topic payments --status failed: %v; statuses %s, %s", res, o.status(t, ids[2]), o.status(t, ids[3]))
+	}
+
+	// An id that is not failed or dead-lettered is left alone.
+	if code, out, _ = o.cli(t, "requeue", "--id", ids[4].String()); code != exitOK || out != "requeued 0 event(s)\n" || o.status(t, ids[4]) != "published" {
+		t.Errorf("requeue of a published event: exit %d, %s, status %s", code, out, o.status(t, ids[4]))
+	}
+
+	code, out, errOut = o.cli(t, "requeue", "--all", "--output", "json")
+	decode(t, code, out, errOut, &res)
+	if res["requeued"] != 2 || o.count(t, "status = 'dead_lettered'") != 0 {
+		t.Errorf("requeue --all = %v, want the 2 dead letters left", res)
+	}
+}
+
+func TestOutboxPurge(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	ids := o.enqueue(t, event("orders", "o-1", "OrderCreated"), event("orders", "o-2", "OrderCreated"),
+		event("payments", "p-1", "PaymentTaken"), event("orders", "o-3", "OrderCreated"), event("orders", "o-4", "OrderCreated"))
+	o.deadLetter(t, ids[0], "too large")
+	o.deadLetter(t, ids[1], "invalid record")
+	o.deadLetter(t, ids[2], "too large")
+	o.update(t, ids[3], "status = 'published', published_at = now()")
+
+	code, out, errOut := o.cli(t, "purge", "--error", "TOO LARGE", "--topic", "orders", "--yes")
+	if code != exitOK || out != "purged 1 event(s)\n" || o.status(t, ids[0]) != "gone" || o.status(t, ids[1]) != "dead_lettered" {
+		t.Fatalf("purge --error --topic --yes: exit %d\n%s%s", code, out, errOut)
+	}
+
+	var res map[string]int64
+	code, out, errOut = o.cli(t, "purge", "--all", "--status", "published", "-y", "-o", "json")
+	decode(t, code, out, errOut, &res)
+	if res["purged"] != 1 || o.status(t, ids[3]) != "gone" || o.status(t, ids[1]) != "dead_lettered" {
+		t.Errorf("purge --all --status published = %v", res)
+	}
+
+	code, out, errOut = o.cli(t, "purge", "--all", "--yes", "--output", "json")
+	decode(t, code, out, errOut, &res)
+	if res["purged"] != 2 || o.status(t, ids[4]) != "pending" {
+		t.Errorf("purge --all = %v, want the 2 dead letters left, the pending event kept (status %s)", res, o.status(t, ids[4]))
+	}
+}
+
+// TestOutboxPurgeWithoutTerminalNeedsYes runs the binary with stdin from
+// /dev/null, as cron does, and from a pipe that says yes: neither is a
+// terminal to confirm on, so both must be refused and delete nothing.
+func TestOutboxPurgeWithoutTerminalNeedsYes(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	ids := o.enqueue(t, event("orders", "o-1", "OrderCreated"))
+	o.deadLetter(t, ids[0], "too large")
+	for _, stdin := range []string{"", "yes\n"} {
+		cmd := exec.Command(testkit.CourierBinary(t), append([]string{"outbox", "purge", "--key", "o-1"}, o.flags()...)...)
+		if stdin != "" {
+			cmd.Stdin = strings.NewReader(stdin)
+		}
+		out, err := cmd.CombinedOutput()
+		if code := cmd.ProcessState.ExitCode(); code != exitUsage || !strings.Contains(string(out), "pass --yes") {
+			t.Errorf("purge with stdin %q: exit %d (%v), want %d saying to pass --yes\n%s", stdin, code, err, exitUsage, out)
+		}
+	}
+	if s := o.status(t, ids[0]); s != "dead_lettered" {
+		t.Errorf("the dead letter is %s after refused purges, want it kept", s)
+	}
+}
+
+func TestOutboxPurgeConfirmation(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		answer string
+		want   bool
+	}{{"yes\n", true}, {"  yes  \n", true}, {"yes", true}, {"y\n", false}, {"YES\n", false}, {"no\n", false}, {"", false}} {
+		var prompt strings.Builder
+		got, err := confirm(strings.NewReader(c.answer), &prompt, "Type yes to continue: ")
+		if err != nil || got != c.want || prompt.String() != "Type yes to continue: " {
+			t.Errorf("confirm(%q) = %v, %v (prompt %q), want %v", c.answer, got, err, prompt.String(), c.want)
+		}
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if isTerminal(null) || isTerminal(r) || isTerminal(strings.NewReader("yes\n")) {
+		t.Error("isTerminal took /dev/null, a pipe or a reader for a terminal")
+	}
+}
+
+func TestOutboxCleanup(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	ids := o.enqueue(t, event("orders", "o-1", "OrderCreated"), event("orders", "o-2", "OrderCreated"),
+		event("orders", "o-3", "OrderCreated"), event("orders", "o-4", "OrderCreated"))
+	o.update(t, ids[0], "status = 'published', published_at = now() - interval '8 days'")
+	o.update(t, ids[1], "status = 'published', published_at = now() - interval '2 days'")
+	o.deadLetter(t, ids[2], "too large")
+	o.update(t, ids[2], "created_at = now() - interval '30 days'")
+
+	code, out, errOut := o.cli(t, "cleanup")
+	if code != exitOK || out != "deleted 1 published event(s) older than 168h0m0s\n" || o.status(t, ids[0]) != "gone" || o.status(t, ids[1]) != "published" {
+		t.Fatalf("cleanup with the default retention: exit %d\n%s%s", code, out, errOut)
+	}
+	var res map[string]float64
+	code, out, errOut = o.cli(t, "cleanup", "--retention", "24h", "--output", "json")
+	decode(t, code, out, errOut, &res)
+	if res["deleted"] != 1 || res["retention_seconds"] != 86400 || o.status(t, ids[1]) != "gone" {
+		t.Errorf("cleanup --retention 24h = %v", res)
+	}
+	if o.status(t, ids[2]) != "dead_lettered" || o.status(t, ids[3]) != "pending" {
+		t.Errorf("cleanup touched a dead letter (%s) or a pending event (%s)", o.status(t, ids[2]), o.status(t, ids[3]))
+	}
+}
+
+func TestOutboxCleanupRetentionFromEnvironment(t *testing.T) {
+	o := newOutboxDB(t)
+	ids := o.enqueue(t, event("orders", "o-1", "OrderCreated"))
+	o.update(t, ids[0], "status = 'published', published_at = now() - interval '2 hours'")
+	t.Setenv("COURIER_RETENTION", "1h")
+	if code, out, errOut := o.cli(t, "cleanup"); code != exitOK || !strings.Contains(out, "deleted 1 published event(s) older than 1h0m0s") {
+		t.Fatalf("cleanup with COURIER_RETENTION=1h: exit %d\n%s%s", code, out, errOut)
+	}
+	t.Setenv("COURIER_RETENTION", "soon")
+	if code, _, errOut := o.cli(t, "cleanup"); code != exitUsage || !strings.Contains(errOut, "COURIER_RETENTION") {
+		t.Errorf("cleanup with COURIER_RETENTION=soon: exit %d, want %d naming the variable\n%s", code, exitUsage, errOut)
+	}
+}
+
+// TestOutboxMissingTableNamesMigrate: every subcommand on a schema without
+// the table says how to create it.
+func TestOutboxMissingTableNamesMigrate(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	id := uuid.NewString()
+	for _, args := range [][]string{
+		{"stats"}, {"list"}, {"show", id}, {"requeue", "--id", id}, {"purge", "--id", id, "--yes"}, {"cleanup"},
+	} {
+		code, out, errOut := courier(t, append(append([]string{"outbox"}, args...), "--database-url", pg.URL, "--schema", pg.Schema)...)
+		if code != exitFailure || !strings.Contains(errOut, "courier migrate up --schema "+pg.Schema+" --table courier_outbox") {
+			t.Errorf("outbox %v without the table: exit %d, want %d naming `courier migrate`\n%s%s", args, code, exitFailure, out, errOut)
+		}
+	}
+}
+
+// TestOutboxUsageErrorsExitTwo: bad calls fail before touching the database
+// (its URL points nowhere) with exit code 2.
+func TestOutboxUsageErrorsExitTwo(t *testing.T) {
+	t.Parallel()
+	nowhere := []string{"--database-url", "postgres://app:s3cr3t@127.0.0.1:1/shop?connect_timeout=1"}
+	for _, args := range [][]string{
+		{"outbox", "bogus"},
+		{"outbox", "stats", "extra"},
+		{"outbox", "stats", "--output", "yaml"},
+		{"outbox", "stats", "--schema", "Bad-Schema"},
+		{"outbox", "list", "--limit", "0"},
+		{"outbox", "list", "--status", "lost"},
+		{"outbox", "list", "--since", "yesterday"},
+		{"outbox", "list", "--until", "-5m"},
+		{"outbox", "list", "--since", "1h", "--until", "2h"},
+		{"outbox", "list", "--after", "x"},
+		{"outbox", "show"},
+		{"outbox", "show", "not-a-uuid"},
+		{"outbox", "requeue"},
+		{"outbox", "requeue", "--status", "dead_lettered"},
+		{"outbox", "requeue", "--id", "42"},
+		{"outbox", "requeue", "--all", "--status", "published"},
+		{"outbox", "purge", "--yes"},
+		{"outbox", "purge", "--all", "--status", "pending", "--yes"},
+		{"outbox", "cleanup", "--retention", "-1h"},
+		{"outbox", "cleanup", "--retention", "a week"},
+	} {
+		code, out, errOut := courier(t, append(args, nowhere...)...)
+		if code != exitUsage || !strings.Contains(errOut, "courier --help") || strings.Contains(out+errOut, "s3cr3t") {
+			t.Errorf("courier %v: exit %d, want %d with a pointer to --help and no password\n%s%s", args, code, exitUsage, out, errOut)
+		}
+	}
+}
+
+func TestOutboxHelpHasExamples(t *testing.T) {
+	t.Parallel()
+	for _, sub := range []string{"stats", "list", "show", "requeue", "purge", "cleanup"} {
+		code, out, _ := courier(t, "outbox", sub, "--help")
+		if code != exitOK || !strings.Contains(out, "Examples:\n  courier outbox "+sub) {
+			t.Errorf("courier outbox %s --help: exit %d, want examples\n%s", sub, code, out)
+		}
+	}
+}
