@@ -1,6 +1,462 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync/atomic"
+	"time"
 
-// newRelayCmd is being written in this session.
-func newRelayCmd() *cobra.Command { return &cobra.Command{Use: "relay", Hidden: true} }
+	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
+
+	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/prom"
+)
+
+// relayFlags are the options of courier relay besides the database and
+// Kafka connections. Each also comes from a COURIER_* variable (bindEnv).
+type relayFlags struct {
+	batchSize, workers, maxRetries                            int
+	pollInterval, retention, cleanupInterval, shutdownTimeout time.Duration
+	pollOnly, structured, publishDeadLetters, holdKey         bool
+	source, deadLetterSuffix                                  string
+	metricsAddr, logFormat, logLevel                          string
+}
+
+func (f *relayFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.IntVar(&f.batchSize, "batch-size", producer.DefaultBatchSize, "most events one claim locks and publishes")
+	fs.IntVar(&f.workers, "workers", producer.DefaultWorkers, "batches in flight at once, each over its own share of the keys (1 to 64)")
+	fs.DurationVar(&f.pollInterval, "poll-interval", producer.DefaultPollInterval, "how often an idle relay looks for due events without a NOTIFY")
+	fs.BoolVar(&f.pollOnly, "poll-only", false, "do not LISTEN for NOTIFY (PgBouncer in transaction pooling mode)")
+	fs.IntVar(&f.maxRetries, "max-retries", producer.DefaultMaxRetries, "failed attempts that dead-letter an event that sets no MaxRetries of its own")
+	fs.StringVar(&f.source, "source", producer.DefaultSource, "CloudEvents source (ce_source) of the published events, e.g. the service name")
+	fs.BoolVar(&f.structured, "structured", false, "publish each event as a JSON CloudEvent (structured mode) instead of its payload with ce_ headers")
+	fs.BoolVar(&f.publishDeadLetters, "publish-dead-letters", false, "also write each dead-lettered event to <topic><dead-letter-suffix> as a dlq envelope")
+	fs.StringVar(&f.deadLetterSuffix, "dead-letter-suffix", producer.DefaultDeadLetterSuffix, "suffix of the dead-letter topics")
+	fs.BoolVar(&f.holdKey, "hold-key-on-dead-letter", false, "keep a key's later events waiting behind its dead-lettered event until it is requeued or purged")
+	fs.DurationVar(&f.retention, "retention", producer.DefaultRetention, "how long published events stay in the table; 0 keeps them forever")
+	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", producer.DefaultCleanupInterval, "how often the relay deletes published events past --retention")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", producer.DefaultShutdownTimeout, "how long the batch in flight may take to finish after SIGINT or SIGTERM")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address, e.g. :9090 (empty: off)")
+	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
+	fs.StringVar(&f.logLevel, "log-level", "info", "least severe level logged: debug (Sarama's own logs too), info, warn or error")
+	bindEnv(fs, "batch-size", "workers", "poll-interval", "poll-only", "max-retries", "source", "structured",
+		"publish-dead-letters", "dead-letter-suffix", "hold-key-on-dead-letter", "retention", "cleanup-interval",
+		"shutdown-timeout", "metrics-addr", "log-format", "log-level")
+}
+
+// validate checks what the relay's own validation would take for its
+// defaults (0) or could only name by its Go field.
+func (f *relayFlags) validate() error {
+	for _, n := range []struct {
+		flag     string
+		value    int
+		min, max int
+	}{
+		{"--batch-size", f.batchSize, 1, 1 << 20},
+		{"--workers", f.workers, 1, 64},
+		{"--max-retries", f.maxRetries, 1, 1 << 20},
+	} {
+		if n.value < n.min || n.value > n.max {
+			return usageError{fmt.Errorf("%s %d: use %d to %d", n.flag, n.value, n.min, n.max)}
+		}
+	}
+	for _, d := range []struct {
+		flag  string
+		value time.Duration
+	}{
+		{"--poll-interval", f.pollInterval}, {"--cleanup-interval", f.cleanupInterval}, {"--shutdown-timeout", f.shutdownTimeout},
+	} {
+		if d.value <= 0 {
+			return usageError{fmt.Errorf("%s %v: use a positive duration such as 1s or 5m", d.flag, d.value)}
+		}
+	}
+	if f.retention < 0 {
+		return usageError{fmt.Errorf("--retention %v: use a positive duration such as 168h, or 0 to keep published events forever", f.retention)}
+	}
+	return nil
+}
+
+// logHandler is the stderr log handler that --log-format and --log-level
+// ask for.
+func (f *relayFlags) logHandler(w io.Writer) (slog.Handler, error) {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
+		return nil, usageError{fmt.Errorf("--log-level %q: use debug, info, warn or error", f.logLevel)}
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	switch f.logFormat {
+	case "text":
+		return slog.NewTextHandler(w, opts), nil
+	case "json":
+		return slog.NewJSONHandler(w, opts), nil
+	}
+	return nil, usageError{fmt.Errorf("--log-format %q: use text or json", f.logFormat)}
+}
+
+// relayConfig is the producer.RelayConfig the flags describe.
+func (f *relayFlags) relayConfig() producer.RelayConfig {
+	retention := f.retention
+	if retention == 0 {
+		retention = -1 // RelayConfig keeps published events forever for a negative retention
+	}
+	return producer.RelayConfig{
+		Source:              f.source,
+		Structured:          f.structured,
+		BatchSize:           f.batchSize,
+		Workers:             f.workers,
+		PollInterval:        f.pollInterval,
+		PollOnly:            f.pollOnly,
+		MaxRetries:          f.maxRetries,
+		HoldKeyOnDeadLetter: f.holdKey,
+		PublishDeadLetters:  f.publishDeadLetters,
+		DeadLetterSuffix:    f.deadLetterSuffix,
+		ShutdownTimeout:     f.shutdownTimeout,
+		Retention:           retention,
+		CleanupInterval:     f.cleanupInterval,
+	}
+}
+
+func newRelayCmd() *cobra.Command {
+	var db dbFlags
+	var kafka kafkaFlags
+	var out outputFlag
+	var flags relayFlags
+	cmd := &cobra.Command{
+		Use:   "relay",
+		Short: "Publish the outbox's events to Kafka until stopped (SIGINT or SIGTERM)",
+		Long: `Runs the outbox relay as a worker: it claims due events in batches, publishes
+them to Kafka in each key's order, retries with backoff, dead-letters what
+cannot be published and deletes published events after --retention. Any
+number of relays may run against one table.
+
+At start it checks that the outbox table exists and that Kafka answers, and
+fails with what to fix otherwise; later outages are ridden out (Kafka behind a
+circuit breaker, PostgreSQL by retrying). On SIGINT or SIGTERM the batch in
+flight finishes (within --shutdown-timeout), the relay prints what it did and
+exits 0.
+
+Logs go to stderr (--log-format, --log-level). With --metrics-addr it serves
+Prometheus metrics on /metrics (courier_outbox_*, plus Go and process
+metrics) and /healthz, which answers 200 while the relay runs and 503 once it
+is stopping.
+
+Every flag also comes from an environment variable: COURIER_ and the flag's
+name in capitals with _ for -, e.g. COURIER_BATCH_SIZE=500.`,
+		Example: `  courier relay --database-url postgres://app@db:5432/shop --schema shop --brokers kafka-1:9092,kafka-2:9092
+  courier relay --source orders-service --metrics-addr :9090 --log-format json
+  courier relay --max-retries 10 --publish-dead-letters --hold-key-on-dead-letter
+  COURIER_DATABASE_URL=postgres://app@db/shop COURIER_BROKERS=kafka:9092 courier relay --poll-only`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := applyEnv(cmd.Flags()); err != nil {
+				return err
+			}
+			if err := out.validate(); err != nil {
+				return err
+			}
+			if err := flags.validate(); err != nil {
+				return err
+			}
+			return runRelay(cmd, &db, &kafka, out, flags)
+		},
+	}
+	db.register(cmd)
+	kafka.register(cmd)
+	out.register(cmd)
+	flags.register(cmd)
+	return cmd
+}
+
+// runRelay starts the relay the validated flags describe and runs it until
+// the command's context ends.
+func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag, flags relayFlags) error {
+	ctx := cmd.Context()
+	handler, err := flags.logHandler(cmd.ErrOrStderr())
+	if err != nil {
+		return err
+	}
+	log := slog.New(handler)
+	table, err := db.outboxTable()
+	if err != nil {
+		return err
+	}
+	brokers, saramaCfg, err := kafka.config()
+	if err != nil {
+		return err
+	}
+	// The connection options (TLS, SASL, client id) come from the flags,
+	// the producer options from the relay's defaults.
+	saramaCfg.Producer = producer.NewSaramaConfig().Producer
+	if flags.logLevel == "debug" {
+		previous := sarama.Logger
+		sarama.Logger = slog.NewLogLogger(handler.WithAttrs([]slog.Attr{slog.String("component", "sarama")}), slog.LevelDebug)
+		defer func() { sarama.Logger = previous }()
+	}
+
+	pool, err := db.pool(ctx, int32(flags.workers)+2, "courier-relay")
+	if err != nil {
+		return stoppedWhileStarting(ctx, log, err)
+	}
+	defer pool.Close()
+	if err := requireOutboxTable(ctx, pool, table); err != nil {
+		return stoppedWhileStarting(ctx, log, err)
+	}
+	if err := probeKafka(ctx, brokers, saramaCfg); err != nil {
+		return stoppedWhileStarting(ctx, log, kafka.unreachable(err))
+	}
+
+	registry := prometheus.NewRegistry()
+	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	metrics, err := prom.NewRelayMetrics(registry, prom.Config{})
+	if err != nil {
+		return err
+	}
+	tally := &relayTally{next: metrics}
+	cfg := flags.relayConfig()
+	cfg.Schema, cfg.Table = table.Schema, table.Name
+	cfg.Brokers, cfg.Sarama = brokers, saramaCfg
+	cfg.Logger, cfg.Metrics = log, tally
+	relay, err := producer.NewRelay(pool, cfg)
+	if err != nil {
+		return usageError{fmt.Errorf("relay options: %w", err)}
+	}
+
+	var stopping atomic.Bool
+	if flags.metricsAddr != "" {
+		srv, err := serveMetrics(flags.metricsAddr, registry, log, func() (int, any) {
+			if stopping.Load() {
+				return http.StatusServiceUnavailable, map[string]string{"status": "stopping"}
+			}
+			return http.StatusOK, map[string]string{"status": "ok", "breaker": relay.Breaker().String()}
+		})
+		if err != nil {
+			return err
+		}
+		defer srv.stop(log)
+	}
+	stopLog := context.AfterFunc(ctx, func() {
+		stopping.Store(true)
+		log.Info("stopping: the batch in flight finishes, then the relay exits", "shutdown_timeout", flags.shutdownTimeout.String())
+	})
+	defer stopLog()
+
+	log.Info("relay started", "database", redact(db.url), "table", table.String(), "brokers", strings.Join(brokers, ","),
+		"workers", flags.workers, "batch_size", flags.batchSize, "source", flags.source)
+	started := time.Now()
+	if err := relay.Run(ctx); err != nil {
+		return err
+	}
+	ran := time.Since(started)
+	summary := tally.summary(ran)
+	log.Info("relay stopped", "published", summary.Published, "publish_failures", summary.PublishFailures,
+		"dead_lettered", summary.DeadLettered, "ran", ran.Round(time.Millisecond).String())
+	if out.json() {
+		return writeJSON(cmd.OutOrStdout(), summary)
+	}
+	_, err = fmt.Fprintf(cmd.OutOrStdout(), "relay stopped after %v: %d published, %d publish failure(s), %d dead-lettered\n",
+		ran.Round(time.Second), summary.Published, summary.PublishFailures, summary.DeadLettered)
+	return err
+}
+
+// stoppedWhileStarting returns err, unless SIGINT or SIGTERM (the end of
+// ctx) cut the start short: then nothing failed, and the relay exits 0.
+func stoppedWhileStarting(ctx context.Context, log *slog.Logger, err error) error {
+	if ctx.Err() != nil {
+		log.Info("stopped before the relay started")
+		return nil
+	}
+	return err
+}
+
+// pool opens a connection pool of at least minConns connections, named
+// appName in pg_stat_activity unless the URL names one. Like connect, its
+// errors never print the password.
+func (f *dbFlags) pool(ctx context.Context, minConns int32, appName string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(f.url)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("--database-url %s: cannot be parsed (want postgres://user@host:port/database)", redact(f.url))}
+	}
+	cfg.MaxConns = max(cfg.MaxConns, minConns)
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		if err = pool.Ping(ctx); err != nil {
+			pool.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w (is it running, and is --database-url right?)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
+}
+
+// probeKafka fetches the cluster's metadata once, so that wrong brokers or
+// credentials fail the start instead of deferring every event. It gives up
+// when ctx ends.
+func probeKafka(ctx context.Context, brokers []string, cfg *sarama.Config) error {
+	probed := make(chan error, 1)
+	go func() {
+		client, err := sarama.NewClient(brokers, cfg)
+		if err == nil {
+			err = client.Close()
+		}
+		probed <- err
+	}()
+	select {
+	case err := <-probed:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// metricsServer serves /metrics and /healthz until stopped.
+type metricsServer struct {
+	srv    *http.Server
+	served chan struct{} // closed when Serve returned
+}
+
+// serveMetrics listens on addr and serves the registry's metrics on
+// /metrics and health's status and JSON body on /healthz.
+func serveMetrics(addr string, registry *prometheus.Registry, log *slog.Logger, health func() (int, any)) (*metricsServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr %s: %w (is the port taken? choose another, or leave --metrics-addr empty to serve no metrics)", addr, err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(registry, promhttp.HandlerOpts{}))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		status, body := health()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(status)
+		_ = json.NewEncoder(w).Encode(body)
+	})
+	m := &metricsServer{
+		srv:    &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
+		served: make(chan struct{}),
+	}
+	go func() {
+		defer close(m.served)
+		if err := m.srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serving metrics failed", "addr", ln.Addr().String(), "error", err)
+		}
+	}()
+	log.Info("serving metrics", "addr", ln.Addr().String(), "paths", "/metrics /healthz")
+	return m, nil
+}
+
+// stop lets requests in progress finish, for up to 5s, and waits for the
+// server's goroutine.
+func (m *metricsServer) stop(log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := m.srv.Shutdown(ctx); err != nil {
+		log.Warn("stopping the metrics server", "error", err)
+		_ = m.srv.Close()
+	}
+	<-m.served
+}
+
+// relayTally counts what the relay did, for the summary courier relay
+// prints when it stops, and passes every measurement on to next.
+type relayTally struct {
+	next                                             producer.RelayMetrics
+	claims, published, publishFailures, deadLettered atomic.Int64
+}
+
+var _ producer.RelayMetrics = (*relayTally)(nil)
+
+// relaySummary is what courier relay prints when it stops.
+type relaySummary struct {
+	Published       int64   `json:"published"`
+	PublishFailures int64   `json:"publish_failures"`
+	DeadLettered    int64   `json:"dead_lettered"`
+	Claims          int64   `json:"claims"`
+	RanSeconds      float64 `json:"ran_seconds"`
+}
+
+func (t *relayTally) summary(ran time.Duration) relaySummary {
+	return relaySummary{Published: t.published.Load(), PublishFailures: t.publishFailures.Load(),
+		DeadLettered: t.deadLettered.Load(), Claims: t.claims.Load(), RanSeconds: ran.Seconds()}
+}
+
+// Claimed counts a claim query.
+func (t *relayTally) Claimed(events int) { t.claims.Add(1); t.next.Claimed(events) }
+
+// Published counts an acknowledged event.
+func (t *relayTally) Published(topic string, latency time.Duration) {
+	t.published.Add(1)
+	t.next.Published(topic, latency)
+}
+
+// PublishFailed counts a failed publish (an attempt, or a deferral while
+// Kafka is unreachable).
+func (t *relayTally) PublishFailed(topic, reason string) {
+	t.publishFailures.Add(1)
+	t.next.PublishFailed(topic, reason)
+}
+
+// DeadLettered counts a dead-lettered event.
+func (t *relayTally) DeadLettered(topic string) { t.deadLettered.Add(1); t.next.DeadLettered(topic) }
+
+// BreakerChanged passes the new state on.
+func (t *relayTally) BreakerChanged(state producer.BreakerState) { t.next.BreakerChanged(state) }
+
+// Backlog passes the backlog on.
+func (t *relayTally) Backlog(waiting int64, oldestDueAge time.Duration) {
+	t.next.Backlog(waiting, oldestDueAge)
+}
+
+// envAnnotation is the flag annotation that names a flag's environment
+// variable.
+const envAnnotation = "courier_env"
+
+// bindEnv lets each named flag also be set by COURIER_<NAME> (the name in
+// capitals, - as _), and says so in its help; applyEnv reads them.
+func bindEnv(fs *pflag.FlagSet, names ...string) {
+	for _, name := range names {
+		f := fs.Lookup(name)
+		env := "COURIER_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		f.Usage += " (env " + env + ")"
+		_ = fs.SetAnnotation(name, envAnnotation, []string{env})
+	}
+}
+
+// applyEnv sets each flag bound by bindEnv that the command line left
+// unset from its environment variable, if that is set; a bad value is a
+// usage error naming the variable.
+func applyEnv(fs *pflag.FlagSet) error {
+	var err error
+	fs.VisitAll(func(f *pflag.Flag) {
+		env := f.Annotations[envAnnotation]
+		if err != nil || len(env) == 0 || f.Changed {
+			return
+		}
+		if value, ok := os.LookupEnv(env[0]); ok {
+			if setErr := f.Value.Set(value); setErr != nil {
+				err = usageError{fmt.Errorf("%s=%q (for --%s): %w", env[0], value, f.Name, setErr)}
+			}
+		}
+	})
+	return err
+}
