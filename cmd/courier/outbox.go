@@ -19,7 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/courierkit/courier/internal/pgname"
@@ -33,19 +33,19 @@ type outboxOptions struct {
 	out outputFlag
 }
 
-// outboxSession is an Admin on a checked outbox table, over one
-// connection.
+// outboxSession is an Admin on a checked outbox table.
 type outboxSession struct {
 	*producer.Admin
 	table pgname.Table
-	conn  *pgx.Conn
+	pool  *pgxpool.Pool
 }
 
-// Close closes the connection.
-func (s *outboxSession) Close(ctx context.Context) { _ = s.conn.Close(context.WithoutCancel(ctx)) }
+// Close closes the session's connections.
+func (s *outboxSession) Close() { s.pool.Close() }
 
 // open validates the options, connects and checks that the outbox table
-// exists; Close the session when done.
+// exists; Close the session when done. (It connects with dbFlags.pool, not
+// connect, whose errors would echo a password given as ?password=.)
 func (o *outboxOptions) open(cmd *cobra.Command) (*outboxSession, error) {
 	if err := o.out.validate(); err != nil {
 		return nil, err
@@ -54,17 +54,17 @@ func (o *outboxOptions) open(cmd *cobra.Command) (*outboxSession, error) {
 	if err != nil {
 		return nil, err
 	}
-	conn, err := o.db.connect(cmd)
+	pool, err := o.db.pool(cmd.Context(), 1, "courier-outbox")
 	if err != nil {
 		return nil, err
 	}
-	s := &outboxSession{table: table, conn: conn}
-	if err := requireOutboxTable(cmd.Context(), conn, table); err != nil {
-		s.Close(cmd.Context())
+	s := &outboxSession{table: table, pool: pool}
+	if err := requireOutboxTable(cmd.Context(), pool, table); err != nil {
+		s.Close()
 		return nil, err
 	}
-	if s.Admin, err = producer.NewAdmin(conn, producer.AdminConfig{Schema: table.Schema, Table: table.Name}); err != nil {
-		s.Close(cmd.Context())
+	if s.Admin, err = producer.NewAdmin(pool, producer.AdminConfig{Schema: table.Schema, Table: table.Name}); err != nil {
+		s.Close()
 		return nil, usageError{err}
 	}
 	return s, nil
@@ -88,16 +88,10 @@ func (f *dbFlags) outboxTable() (pgname.Table, error) {
 	return table, nil
 }
 
-// rowQuerier is what requireOutboxTable needs: a *pgx.Conn or a
-// *pgxpool.Pool.
-type rowQuerier interface {
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}
-
 // requireOutboxTable fails with the command that creates the table when it
 // does not exist, rather than with PostgreSQL's "relation does not exist" at
 // the first query.
-func requireOutboxTable(ctx context.Context, db rowQuerier, table pgname.Table) error {
+func requireOutboxTable(ctx context.Context, db producer.DBTX, table pgname.Table) error {
 	var exists bool
 	if err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table.String()).Scan(&exists); err != nil {
 		return fmt.Errorf("look up the outbox table %s: %w", table, err)
@@ -107,6 +101,33 @@ func requireOutboxTable(ctx context.Context, db rowQuerier, table pgname.Table) 
 			table, table.Schema, table.Name)
 	}
 	return nil
+}
+
+// pool opens a connection pool of at least minConns connections, named
+// appName in pg_stat_activity unless the URL names one. Its errors never
+// print the password, wherever the URL or key=value string holds it.
+func (f *dbFlags) pool(ctx context.Context, minConns int32, appName string) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(f.url)
+	if err != nil { // pgx's error masks the password of URLs and key=value strings alike
+		return nil, usageError{fmt.Errorf("--database-url: %w (want postgres://user@host:port/database)", err)}
+	}
+	cfg.MaxConns = max(cfg.MaxConns, minConns)
+	if cfg.ConnConfig.ConnectTimeout == 0 {
+		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
+	}
+	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
+		cfg.ConnConfig.RuntimeParams["application_name"] = appName
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err == nil {
+		if err = pool.Ping(ctx); err != nil {
+			pool.Close()
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w (is it running, and is --database-url right?)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+	}
+	return pool, nil
 }
 
 func newOutboxCmd() *cobra.Command {
@@ -170,7 +191,7 @@ relays cannot keep up.`,
 			if err != nil {
 				return err
 			}
-			defer outbox.Close(cmd.Context())
+			defer outbox.Close()
 			stats, err := outbox.Stats(cmd.Context())
 			if err != nil {
 				return err
@@ -471,7 +492,7 @@ headers.`,
 			if err != nil {
 				return err
 			}
-			defer outbox.Close(cmd.Context())
+			defer outbox.Close()
 			records, err := outbox.List(cmd.Context(), f)
 			if err != nil {
 				return filterError(err)
@@ -534,7 +555,7 @@ when it is other text and "payload_base64" otherwise.`,
 			if err != nil {
 				return err
 			}
-			defer outbox.Close(cmd.Context())
+			defer outbox.Close()
 			r, err := outbox.Get(cmd.Context(), id)
 			if errors.Is(err, producer.ErrNotFound) {
 				return fmt.Errorf("no event %s in %s (was it published and cleaned up, or is it in another --schema/--table?)", id, outbox.table)
@@ -622,7 +643,7 @@ It needs a selector (--id, --topic, --key, --error, --since or --until), or
 			if err != nil {
 				return err
 			}
-			defer outbox.Close(cmd.Context())
+			defer outbox.Close()
 			n, err := outbox.Requeue(cmd.Context(), f)
 			if err != nil {
 				return filterError(err)
@@ -671,7 +692,7 @@ a pipe) --yes is required.`,
 			if err != nil {
 				return err
 			}
-			defer outbox.Close(cmd.Context())
+			defer outbox.Close()
 			if !yes {
 				prompt := fmt.Sprintf("Delete the events of %s with %s, for good? Type yes to continue: ",
 					outbox.table, filters.describe())
@@ -750,7 +771,7 @@ events are never touched. --retention 0 deletes every published event.`,
 			if err != nil {
 				return err
 			}
-			defer outbox.Close(cmd.Context())
+			defer outbox.Close()
 			n, err := outbox.Cleanup(cmd.Context(), retention)
 			if err != nil {
 				return err

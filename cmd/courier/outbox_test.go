@@ -508,6 +508,12 @@ func TestOutboxUsageErrorsExitTwo(t *testing.T) {
 			t.Errorf("courier %v: exit %d, want %d with a pointer to --help and no password\n%s%s", args, code, exitUsage, out, errOut)
 		}
 	}
+	for _, raw := range []string{"postgres://app@db/shop?password=s3cr3t&sslmode=sideways", "host=db password=s3cr3t sslmode=sideways"} {
+		code, out, errOut := courier(t, "outbox", "stats", "--database-url", raw)
+		if code != exitUsage || !strings.Contains(errOut, "--database-url") || strings.Contains(out+errOut, "s3cr3t") {
+			t.Errorf("outbox stats --database-url %q: exit %d, want %d naming the flag without the password\n%s%s", raw, code, exitUsage, out, errOut)
+		}
+	}
 }
 
 func TestOutboxHelpHasExamples(t *testing.T) {

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -255,7 +255,7 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	})
 	defer stopLog()
 
-	log.Info("relay started", "database", redact(db.url), "table", table.String(), "brokers", strings.Join(brokers, ","),
+	log.Info("relay started", "database", databaseName(pool.Config().ConnConfig), "table", table.String(), "brokers", strings.Join(brokers, ","),
 		"workers", flags.workers, "batch_size", flags.batchSize, "source", flags.source)
 	started := time.Now()
 	if err := relay.Run(ctx); err != nil {
@@ -283,31 +283,11 @@ func stoppedWhileStarting(ctx context.Context, log *slog.Logger, err error) erro
 	return err
 }
 
-// pool opens a connection pool of at least minConns connections, named
-// appName in pg_stat_activity unless the URL names one. Like connect, its
-// errors never print the password.
-func (f *dbFlags) pool(ctx context.Context, minConns int32, appName string) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(f.url)
-	if err != nil {
-		return nil, usageError{fmt.Errorf("--database-url %s: cannot be parsed (want postgres://user@host:port/database)", redact(f.url))}
-	}
-	cfg.MaxConns = max(cfg.MaxConns, minConns)
-	if cfg.ConnConfig.ConnectTimeout == 0 {
-		cfg.ConnConfig.ConnectTimeout = 10 * time.Second
-	}
-	if cfg.ConnConfig.RuntimeParams["application_name"] == "" {
-		cfg.ConnConfig.RuntimeParams["application_name"] = appName
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err == nil {
-		if err = pool.Ping(ctx); err != nil {
-			pool.Close()
-		}
-	}
-	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w (is it running, and is --database-url right?)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
-	}
-	return pool, nil
+// databaseName says where a pool connects, user@host:port/database, with
+// no room for a password (which a URL's query or a key=value string may
+// hold).
+func databaseName(cfg *pgx.ConnConfig) string {
+	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
 }
 
 // probeKafka fetches the cluster's metadata once, so that wrong brokers or

@@ -17,6 +17,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -215,6 +216,28 @@ func TestRelayUnreachableDatabaseHidesPassword(t *testing.T) {
 	}
 	if strings.Contains(out+errOut, "s3cr3t") {
 		t.Errorf("the password was printed:\n%s%s", out, errOut)
+	}
+}
+
+// TestRelayNeverPrintsTheDatabasePassword: the start-up log names the
+// database without the password, wherever the URL holds it; a URL that
+// cannot be parsed is not echoed with its password either.
+func TestRelayNeverPrintsTheDatabasePassword(t *testing.T) {
+	t.Parallel()
+	for _, raw := range []string{"postgres://app:s3cr3t@db:5433/shop", "postgres://app@db:5433/shop?password=s3cr3t", "host=db port=5433 user=app password=s3cr3t dbname=shop"} {
+		cfg, err := pgx.ParseConfig(raw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := databaseName(cfg); got != "app@db:5433/shop" {
+			t.Errorf("databaseName(%q) = %q, want app@db:5433/shop", raw, got)
+		}
+	}
+	for _, raw := range []string{"postgres://app:s3cr3t@db:5433/shop?sslmode=sideways", "host=db password=s3cr3t sslmode=sideways"} {
+		code, out, errOut := courier(t, "relay", "--database-url", raw)
+		if code != exitUsage || !strings.Contains(errOut, "--database-url") || strings.Contains(out+errOut, "s3cr3t") {
+			t.Errorf("relay --database-url %q: exit %d, want %d naming the flag without the password\n%s%s", raw, code, exitUsage, out, errOut)
+		}
 	}
 }
 
