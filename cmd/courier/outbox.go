@@ -103,8 +103,8 @@ func requireOutboxTable(ctx context.Context, db producer.DBTX, table pgname.Tabl
 	return nil
 }
 
-// pool opens a connection pool of at least minConns connections, named
-// appName in pg_stat_activity unless the URL names one. Its errors never
+// pool opens a connection pool that may hold at least minConns connections,
+// named appName in pg_stat_activity unless the URL names one. Its errors never
 // print the password, wherever the URL or key=value string holds it.
 func (f *dbFlags) pool(ctx context.Context, minConns int32, appName string) (*pgxpool.Pool, error) {
 	cfg, err := pgxpool.ParseConfig(f.url)
@@ -130,6 +130,7 @@ func (f *dbFlags) pool(ctx context.Context, minConns int32, appName string) (*pg
 	return pool, nil
 }
 
+// newOutboxCmd is `courier outbox` and its subcommands.
 func newOutboxCmd() *cobra.Command {
 	o := &outboxOptions{}
 	cmd := &cobra.Command{
@@ -175,6 +176,7 @@ type statsJSON struct {
 	OldestDueAgeSeconds float64          `json:"oldest_due_age_seconds"`
 }
 
+// newOutboxStatsCmd is `courier outbox stats`.
 func newOutboxStatsCmd(o *outboxOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "stats",
@@ -385,6 +387,8 @@ type eventJSON struct {
 	PayloadBase64 *string         `json:"payload_base64,omitempty"`
 }
 
+// newEventJSON renders a record for --output json; full adds the
+// payload, headers and the fields list leaves out.
 func newEventJSON(r producer.Record, full bool) eventJSON {
 	v := eventJSON{
 		ID: r.ID, Seq: r.Seq, Status: r.Status, Topic: r.Topic, Key: r.Key, Type: r.Type,
@@ -463,6 +467,7 @@ type listJSON struct {
 	NextAfter *int64      `json:"next_after"`
 }
 
+// newOutboxListCmd is `courier outbox list`.
 func newOutboxListCmd(o *outboxOptions) *cobra.Command {
 	var filters filterFlags
 	var limit int
@@ -514,6 +519,8 @@ headers.`,
 	return cmd
 }
 
+// printEvents prints a page of list as a table, and the --after of the
+// next page when next is set.
 func printEvents(w io.Writer, records []producer.Record, next *int64) error {
 	if len(records) == 0 {
 		_, err := fmt.Fprintln(w, "no events match")
@@ -535,6 +542,7 @@ func printEvents(w io.Writer, records []producer.Record, next *int64) error {
 	return nil
 }
 
+// newOutboxShowCmd is `courier outbox show`.
 func newOutboxShowCmd(o *outboxOptions) *cobra.Command {
 	return &cobra.Command{
 		Use:   "show <event-id>",
@@ -568,6 +576,7 @@ when it is other text and "payload_base64" otherwise.`,
 	}
 }
 
+// printEvent prints one event in full for show.
 func printEvent(w io.Writer, r producer.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
 	maxRetries := "- (the relay's --max-retries)"
@@ -616,6 +625,7 @@ func printEvent(w io.Writer, r producer.Record) error {
 	return err
 }
 
+// newOutboxRequeueCmd is `courier outbox requeue`.
 func newOutboxRequeueCmd(o *outboxOptions) *cobra.Command {
 	var filters filterFlags
 	cmd := &cobra.Command{
@@ -659,6 +669,7 @@ It needs a selector (--id, --topic, --key, --error, --since or --until), or
 	return cmd
 }
 
+// newOutboxPurgeCmd is `courier outbox purge`.
 func newOutboxPurgeCmd(o *outboxOptions) *cobra.Command {
 	var filters filterFlags
 	var yes bool
@@ -749,6 +760,7 @@ func confirm(r io.Reader, w io.Writer, prompt string) (bool, error) {
 	return strings.TrimSpace(line) == "yes", nil
 }
 
+// newOutboxCleanupCmd is `courier outbox cleanup`.
 func newOutboxCleanupCmd(o *outboxOptions) *cobra.Command {
 	var retention time.Duration
 	cmd := &cobra.Command{

@@ -23,6 +23,7 @@ type outboxDB struct {
 	outbox *producer.Outbox
 }
 
+// newOutboxDB migrates the outbox table into a schema of the test's own.
 func newOutboxDB(t *testing.T) *outboxDB {
 	t.Helper()
 	pg := testkit.Postgres(t)

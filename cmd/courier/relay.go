@@ -26,6 +26,9 @@ import (
 	"github.com/courierkit/courier/prom"
 )
 
+// maxWorkers is the most workers a relay takes (RelayConfig.Workers).
+const maxWorkers = 64
+
 // relayFlags are the options of courier relay besides the database and
 // Kafka connections. Each also comes from a COURIER_* variable (bindEnv).
 type relayFlags struct {
@@ -36,10 +39,11 @@ type relayFlags struct {
 	metricsAddr, logFormat, logLevel                          string
 }
 
+// register adds the relay's flags to cmd and binds each to its variable.
 func (f *relayFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.IntVar(&f.batchSize, "batch-size", producer.DefaultBatchSize, "most events one claim locks and publishes")
-	fs.IntVar(&f.workers, "workers", producer.DefaultWorkers, "batches in flight at once, each over its own share of the keys (1 to 64)")
+	fs.IntVar(&f.workers, "workers", producer.DefaultWorkers, fmt.Sprintf("batches in flight at once, each over its own share of the keys (1 to %d)", maxWorkers))
 	fs.DurationVar(&f.pollInterval, "poll-interval", producer.DefaultPollInterval, "how often an idle relay looks for due events without a NOTIFY")
 	fs.BoolVar(&f.pollOnly, "poll-only", false, "do not LISTEN for NOTIFY (PgBouncer in transaction pooling mode)")
 	fs.IntVar(&f.maxRetries, "max-retries", producer.DefaultMaxRetries, "failed attempts that dead-letter an event that sets no MaxRetries of its own")
@@ -63,17 +67,15 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 // defaults (0) or could only name by its Go field.
 func (f *relayFlags) validate() error {
 	for _, n := range []struct {
-		flag     string
-		value    int
-		min, max int
-	}{
-		{"--batch-size", f.batchSize, 1, 1 << 20},
-		{"--workers", f.workers, 1, 64},
-		{"--max-retries", f.maxRetries, 1, 1 << 20},
-	} {
-		if n.value < n.min || n.value > n.max {
-			return usageError{fmt.Errorf("%s %d: use %d to %d", n.flag, n.value, n.min, n.max)}
+		flag  string
+		value int
+	}{{"--batch-size", f.batchSize}, {"--max-retries", f.maxRetries}} {
+		if n.value < 1 {
+			return usageError{fmt.Errorf("%s %d: use 1 or more", n.flag, n.value)}
 		}
+	}
+	if f.workers < 1 || f.workers > maxWorkers {
+		return usageError{fmt.Errorf("--workers %d: use 1 to %d", f.workers, maxWorkers)}
 	}
 	for _, d := range []struct {
 		flag  string
@@ -131,6 +133,7 @@ func (f *relayFlags) relayConfig() producer.RelayConfig {
 	}
 }
 
+// newRelayCmd is `courier relay`.
 func newRelayCmd() *cobra.Command {
 	var db dbFlags
 	var kafka kafkaFlags
@@ -364,6 +367,7 @@ type relayTally struct {
 	claims, published, publishFailures, deadLettered atomic.Int64
 }
 
+// relayTally must be usable as RelayConfig.Metrics.
 var _ producer.RelayMetrics = (*relayTally)(nil)
 
 // relaySummary is what courier relay prints when it stops.
@@ -375,6 +379,7 @@ type relaySummary struct {
 	RanSeconds      float64 `json:"ran_seconds"`
 }
 
+// summary is what the relay did in the ran time.
 func (t *relayTally) summary(ran time.Duration) relaySummary {
 	return relaySummary{Published: t.published.Load(), PublishFailures: t.publishFailures.Load(),
 		DeadLettered: t.deadLettered.Load(), Claims: t.claims.Load(), RanSeconds: ran.Seconds()}

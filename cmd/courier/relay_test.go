@@ -394,6 +394,7 @@ func checkPublishedAsRecorded(t *testing.T, records []*sarama.ConsumerMessage, e
 	}
 }
 
+// header returns the value of a record's header, or "".
 func header(m *sarama.ConsumerMessage, name string) string {
 	for _, h := range m.Headers {
 		if string(h.Key) == name {
@@ -440,12 +441,14 @@ type syncBuffer struct {
 	buf bytes.Buffer
 }
 
+// Write appends p.
 func (b *syncBuffer) Write(p []byte) (int, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.Write(p)
 }
 
+// String returns what was written so far.
 func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -502,6 +505,7 @@ func startRelayProcess(t *testing.T, args ...string) *relayProcess {
 	return p
 }
 
+// running reports whether the process has not exited yet.
 func (p *relayProcess) running() bool {
 	select {
 	case <-p.exited:
