@@ -293,9 +293,12 @@ func (r *replayer) run(ctx context.Context) error {
 		}
 		defer r.producer.Close()
 	}
-	consumer, err := sarama.NewConsumerFromClient(r.client)
+	// The reads get their own connections: a broker answers a connection's
+	// requests in order, so a fetch waiting for new records would hold up
+	// the writes and commits behind it.
+	consumer, err := sarama.NewConsumer(r.cfg.Brokers, r.cfg.Sarama)
 	if err != nil {
-		return fmt.Errorf("dlq: %w", err)
+		return fmt.Errorf("dlq: connect to Kafka: %w", err)
 	}
 	defer consumer.Close()
 	for _, s := range list {

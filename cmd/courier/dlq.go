@@ -1,6 +1,523 @@
 package main
 
-import "github.com/spf13/cobra"
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+	"unicode/utf8"
 
-// newDLQCmd is being written in this session.
-func newDLQCmd() *cobra.Command { return &cobra.Command{Use: "dlq", Hidden: true} }
+	"github.com/IBM/sarama"
+	"github.com/spf13/cobra"
+
+	"github.com/courierkit/courier/dlq"
+)
+
+// dlqOptions are the options every dlq subcommand shares.
+type dlqOptions struct {
+	kafka kafkaFlags
+	out   outputFlag
+}
+
+// connect validates the shared options and opens a Kafka client.
+func (o *dlqOptions) connect() (sarama.Client, error) {
+	if err := o.out.validate(); err != nil {
+		return nil, err
+	}
+	brokers, cfg, err := o.kafka.config()
+	if err != nil {
+		return nil, err
+	}
+	client, err := sarama.NewClient(brokers, cfg)
+	if err != nil {
+		return nil, o.kafka.unreachable(err)
+	}
+	return client, nil
+}
+
+// dlqError explains the errors of reading a dead-letter topic.
+func dlqError(topic string, err error) error {
+	if errors.Is(err, dlq.ErrNoTopic) && !strings.Contains(err.Error(), "target topic") {
+		return fmt.Errorf("topic %q does not exist: name the dead-letter topic itself, e.g. orders%s (list topics with `kcat -L`)", topic, dlq.DefaultSuffix)
+	}
+	return err
+}
+
+func newDLQCmd() *cobra.Command {
+	o := &dlqOptions{}
+	cmd := &cobra.Command{
+		Use:   "dlq",
+		Short: "Inspect dead-letter topics and replay their records",
+		Long: `Reads the dead-letter topics that courier's consumer and relay write
+(<topic>.dlq, records in the envelope of package dlq) and moves records back
+to their original topics.
+
+stats, list and show only read: they join no consumer group and commit
+nothing. replay keeps its position as the offsets of a consumer group
+(--group), committed after each batch the original topic acknowledged.`,
+	}
+	o.kafka.register(cmd)
+	o.out.register(cmd)
+	cmd.AddCommand(newDLQStatsCmd(o), newDLQListCmd(o), newDLQShowCmd(o), newDLQReplayCmd(o))
+	return cmd
+}
+
+// dlqFilterFlags select dead letters for stats, list and replay.
+type dlqFilterFlags struct {
+	originalTopic, key, errorContains string
+	since, until                      string
+	partitions                        []int32
+	fromOffset, untilOffset           int64
+}
+
+func (f *dlqFilterFlags) register(cmd *cobra.Command) {
+	fl := cmd.Flags()
+	fl.StringVar(&f.originalTopic, "original-topic", "", "only dead letters of this original topic")
+	fl.StringVar(&f.key, "key", "", "only dead letters with this original key")
+	fl.StringVar(&f.errorContains, "error", "", "only dead letters whose error contains this text (ignoring case)")
+	fl.StringVar(&f.since, "since", "", "only dead letters that failed at or after this time: RFC 3339 or a duration ago (2h, 7d)")
+	fl.StringVar(&f.until, "until", "", "only dead letters that failed before this time: RFC 3339 or a duration ago")
+	fl.Int32SliceVar(&f.partitions, "partition", nil, "only these partitions of the dead-letter topic (repeat or comma-separate)")
+	fl.Int64Var(&f.fromOffset, "from-offset", 0, "only records at this offset of the dead-letter topic or later")
+	fl.Int64Var(&f.untilOffset, "until-offset", 0, "only records before this offset of the dead-letter topic (0: no bound)")
+}
+
+func (f *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
+	since, err := parseTimeFlag("--since", f.since, now)
+	if err != nil {
+		return dlq.Filter{}, err
+	}
+	until, err := parseTimeFlag("--until", f.until, now)
+	if err != nil {
+		return dlq.Filter{}, err
+	}
+	switch {
+	case f.fromOffset < 0 || f.untilOffset < 0:
+		return dlq.Filter{}, usageError{fmt.Errorf("--from-offset %d / --until-offset %d: offsets start at 0", f.fromOffset, f.untilOffset)}
+	case f.untilOffset != 0 && f.untilOffset <= f.fromOffset:
+		return dlq.Filter{}, usageError{fmt.Errorf("--until-offset %d is not after --from-offset %d, so nothing matches", f.untilOffset, f.fromOffset)}
+	case !since.IsZero() && !until.IsZero() && !until.After(since):
+		return dlq.Filter{}, usageError{fmt.Errorf("--until %s is not after --since %s, so nothing matches", f.until, f.since)}
+	}
+	return dlq.Filter{
+		OriginalTopic: f.originalTopic, Key: f.key, ErrorContains: f.errorContains,
+		Since: since, Until: until, Partitions: f.partitions, FromOffset: f.fromOffset, UntilOffset: f.untilOffset,
+	}, nil
+}
+
+// scanMatching calls fn with every record of topic that filter selects.
+func scanMatching(ctx context.Context, client sarama.Client, topic string, filter dlq.Filter, fn func(dlq.Entry) error) error {
+	err := dlq.Scan(ctx, client, topic, filter, func(e dlq.Entry) error {
+		if !filter.Match(e) {
+			return nil
+		}
+		return fn(e)
+	})
+	return dlqError(topic, err)
+}
+
+// dlqGroup is one line of dlq stats: dead letters of one original topic
+// with one error.
+type dlqGroup struct {
+	OriginalTopic string    `json:"original_topic"`
+	ErrorKind     string    `json:"error_kind"`
+	Error         string    `json:"error"`
+	Count         int       `json:"count"`
+	FirstFailedAt time.Time `json:"first_failed_at"`
+	LastFailedAt  time.Time `json:"last_failed_at"`
+}
+
+// dlqStats is what dlq stats prints.
+type dlqStats struct {
+	Topic   string     `json:"topic"`
+	Total   int        `json:"total"`
+	Corrupt int        `json:"corrupt"`
+	Groups  []dlqGroup `json:"groups"`
+}
+
+// errorSummary is the first line of an error, cut to 100 bytes: what dlq
+// stats groups by.
+func errorSummary(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return cut(line, 100)
+}
+
+// cut shortens s to at most n bytes on a rune boundary, marking the cut.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n - len("…")
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
+}
+
+func newDLQStatsCmd(o *dlqOptions) *cobra.Command {
+	var ff dlqFilterFlags
+	cmd := &cobra.Command{
+		Use:   "stats <dlq-topic>",
+		Short: "Count a dead-letter topic's records by original topic and error",
+		Example: `  courier dlq stats orders.dlq
+  courier dlq stats orders.dlq --since 24h --output json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			filter, err := ff.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			client, err := o.connect()
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			stats := dlqStats{Topic: args[0], Groups: []dlqGroup{}}
+			groups := map[[3]string]*dlqGroup{}
+			err = scanMatching(cmd.Context(), client, args[0], filter, func(e dlq.Entry) error {
+				stats.Total++
+				if e.Err != nil {
+					stats.Corrupt++
+					return nil
+				}
+				env := e.Envelope
+				id := [3]string{env.OriginalTopic, string(env.ErrorKind), errorSummary(env.Error)}
+				g := groups[id]
+				if g == nil {
+					g = &dlqGroup{OriginalTopic: id[0], ErrorKind: id[1], Error: id[2], FirstFailedAt: env.FailedAt, LastFailedAt: env.FailedAt}
+					groups[id] = g
+				}
+				g.Count++
+				g.FirstFailedAt = minTime(g.FirstFailedAt, env.FailedAt)
+				g.LastFailedAt = maxTime(g.LastFailedAt, env.FailedAt)
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			for _, g := range groups {
+				stats.Groups = append(stats.Groups, *g)
+			}
+			slices.SortFunc(stats.Groups, func(a, b dlqGroup) int {
+				return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.OriginalTopic, b.OriginalTopic), cmp.Compare(a.Error, b.Error))
+			})
+			if o.out.json() {
+				return writeJSON(cmd.OutOrStdout(), stats)
+			}
+			return printDLQStats(cmd.OutOrStdout(), stats)
+		},
+	}
+	ff.register(cmd)
+	return cmd
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func printDLQStats(w io.Writer, s dlqStats) error {
+	fmt.Fprintf(w, "%s: %d dead letter(s)", s.Topic, s.Total)
+	if s.Corrupt > 0 {
+		fmt.Fprintf(w, ", %d of them corrupt (see `courier dlq list`)", s.Corrupt)
+	}
+	fmt.Fprintln(w)
+	if len(s.Groups) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "COUNT\tORIGINAL TOPIC\tKIND\tFIRST FAILED\tLAST FAILED\tERROR")
+	for _, g := range s.Groups {
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.Count, g.OriginalTopic, g.ErrorKind,
+			g.FirstFailedAt.UTC().Format(time.RFC3339), g.LastFailedAt.UTC().Format(time.RFC3339), g.Error)
+	}
+	return tw.Flush()
+}
+
+// dlqEntryJSON is a dead letter as list and show print it with --output
+// json: its place, and the envelope (show) or its main fields (list).
+type dlqEntryJSON struct {
+	Partition     int32         `json:"partition"`
+	Offset        int64         `json:"offset"`
+	Timestamp     time.Time     `json:"timestamp"`
+	Corrupt       string        `json:"corrupt,omitempty"`
+	OriginalTopic string        `json:"original_topic,omitempty"`
+	Key           *string       `json:"key,omitempty"`
+	ErrorKind     string        `json:"error_kind,omitempty"`
+	Error         string        `json:"error,omitempty"`
+	RetryCount    int           `json:"retry_count"`
+	ReplayCount   int           `json:"replay_count"`
+	FailedAt      *time.Time    `json:"failed_at,omitempty"`
+	ConsumerGroup string        `json:"consumer_group,omitempty"`
+	Envelope      *dlq.Envelope `json:"envelope,omitempty"`
+	Original      *originalJSON `json:"original,omitempty"`
+}
+
+func newDLQEntryJSON(e dlq.Entry, full bool) dlqEntryJSON {
+	j := dlqEntryJSON{Partition: e.Partition, Offset: e.Offset, Timestamp: e.Timestamp.UTC()}
+	if e.Err != nil {
+		j.Corrupt = e.Err.Error()
+		return j
+	}
+	env := e.Envelope
+	failedAt := env.FailedAt.UTC()
+	j.OriginalTopic, j.Key, j.ErrorKind, j.Error = env.OriginalTopic, keyText(env), string(env.ErrorKind), env.Error
+	j.RetryCount, j.ReplayCount, j.FailedAt, j.ConsumerGroup = env.RetryCount, env.ReplayCount, &failedAt, env.ConsumerGroup
+	if full {
+		j.Envelope = &env
+		if o, err := env.Original(); err == nil {
+			j.Original = newOriginalJSON(o)
+		}
+	}
+	return j
+}
+
+// keyText is the original key for people: the text, or "base64:…" for a
+// binary key, nil for none.
+func keyText(env dlq.Envelope) *string {
+	switch {
+	case env.OriginalKey != nil:
+		return env.OriginalKey
+	case env.OriginalKeyBase64 != nil:
+		s := "base64:" + *env.OriginalKeyBase64
+		return &s
+	}
+	return nil
+}
+
+// originalJSON is the original record decoded from an envelope: the bytes
+// replay would write.
+type originalJSON struct {
+	Topic       string       `json:"topic"`
+	Partition   int32        `json:"partition"`
+	Offset      int64        `json:"offset"`
+	Key         *string      `json:"key"`
+	KeyBase64   *string      `json:"key_base64,omitempty"`
+	Value       *string      `json:"value"`
+	ValueBase64 *string      `json:"value_base64,omitempty"`
+	Headers     []headerJSON `json:"headers"`
+}
+
+type headerJSON struct {
+	Key         string  `json:"key"`
+	Value       *string `json:"value"`
+	ValueBase64 *string `json:"value_base64,omitempty"`
+}
+
+// textOrBase64 returns b as text when it is UTF-8, else in base64; both
+// nil for nil.
+func textOrBase64(b []byte) (text, b64 *string) {
+	switch {
+	case b == nil:
+		return nil, nil
+	case utf8.Valid(b):
+		s := string(b)
+		return &s, nil
+	}
+	s := base64.StdEncoding.EncodeToString(b)
+	return nil, &s
+}
+
+func newOriginalJSON(o dlq.Original) *originalJSON {
+	j := &originalJSON{Topic: o.Topic, Partition: o.Partition, Offset: o.Offset, Headers: []headerJSON{}}
+	j.Key, j.KeyBase64 = textOrBase64(o.Key)
+	j.Value, j.ValueBase64 = textOrBase64(o.Value)
+	for _, h := range o.Headers {
+		hj := headerJSON{Key: string(h.Key)}
+		hj.Value, hj.ValueBase64 = textOrBase64(h.Value)
+		j.Headers = append(j.Headers, hj)
+	}
+	return j
+}
+
+func newDLQListCmd(o *dlqOptions) *cobra.Command {
+	var ff dlqFilterFlags
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "list <dlq-topic>",
+		Short: "List a dead-letter topic's records, with filters",
+		Example: `  courier dlq list orders.dlq
+  courier dlq list orders.dlq --error "psp timeout" --since 2h
+  courier dlq list orders.dlq --key order-42 --output json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if limit < 1 {
+				return usageError{fmt.Errorf("--limit %d: list at least 1", limit)}
+			}
+			filter, err := ff.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			client, err := o.connect()
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			var entries []dlq.Entry
+			more := 0
+			err = scanMatching(cmd.Context(), client, args[0], filter, func(e dlq.Entry) error {
+				if len(entries) < limit {
+					entries = append(entries, e)
+				} else {
+					more++
+				}
+				return nil
+			})
+			if err != nil {
+				return err
+			}
+			if o.out.json() {
+				list := make([]dlqEntryJSON, len(entries))
+				for i, e := range entries {
+					list[i] = newDLQEntryJSON(e, false)
+				}
+				return writeJSON(cmd.OutOrStdout(), map[string]any{"topic": args[0], "dead_letters": list, "more": more})
+			}
+			return printDLQEntries(cmd.OutOrStdout(), args[0], entries, more)
+		},
+	}
+	ff.register(cmd)
+	cmd.Flags().IntVar(&limit, "limit", 100, "list at most this many")
+	return cmd
+}
+
+func printDLQEntries(w io.Writer, topic string, entries []dlq.Entry, more int) error {
+	if len(entries) == 0 {
+		_, err := fmt.Fprintf(w, "no dead letters in %s match\n", topic)
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "PARTITION\tOFFSET\tFAILED AT\tORIGINAL\tKEY\tKIND\tRETRIES\tREPLAYS\tERROR")
+	for _, e := range entries {
+		if e.Err != nil {
+			fmt.Fprintf(tw, "%d\t%d\t%s\t-\t-\tcorrupt\t-\t-\t%s\n", e.Partition, e.Offset, e.Timestamp.UTC().Format(time.RFC3339), cut(e.Err.Error(), 80))
+			continue
+		}
+		env := e.Envelope
+		key := "-"
+		if k := keyText(env); k != nil {
+			key = cut(*k, 40)
+		}
+		fmt.Fprintf(tw, "%d\t%d\t%s\t%s[%d]@%d\t%s\t%s\t%d\t%d\t%s\n", e.Partition, e.Offset, env.FailedAt.UTC().Format(time.RFC3339),
+			env.OriginalTopic, env.OriginalPartition, env.OriginalOffset, key, env.ErrorKind, env.RetryCount, env.ReplayCount, errorSummary(env.Error))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if more > 0 {
+		_, err := fmt.Fprintf(w, "… and %d more; raise --limit or narrow the filters\n", more)
+		return err
+	}
+	return nil
+}
+
+func newDLQShowCmd(o *dlqOptions) *cobra.Command {
+	var partition int32
+	var offset int64
+	cmd := &cobra.Command{
+		Use:   "show <dlq-topic> --partition P --offset O",
+		Short: "Show one dead letter in full, with its original message decoded",
+		Example: `  courier dlq show orders.dlq --partition 0 --offset 12
+  courier dlq show orders.dlq --partition 0 --offset 12 --output json | jq .original`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if offset < 0 || partition < 0 {
+				return usageError{fmt.Errorf("--partition %d --offset %d: name the record's place, e.g. from `courier dlq list`", partition, offset)}
+			}
+			client, err := o.connect()
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			e, err := dlq.Get(cmd.Context(), client, args[0], partition, offset)
+			if err != nil {
+				return dlqError(args[0], err)
+			}
+			if o.out.json() {
+				return writeJSON(cmd.OutOrStdout(), newDLQEntryJSON(e, true))
+			}
+			return printDLQEntry(cmd.OutOrStdout(), args[0], e)
+		},
+	}
+	cmd.Flags().Int32Var(&partition, "partition", -1, "partition of the dead-letter record (required)")
+	cmd.Flags().Int64Var(&offset, "offset", -1, "offset of the dead-letter record (required)")
+	_ = cmd.MarkFlagRequired("partition")
+	_ = cmd.MarkFlagRequired("offset")
+	return cmd
+}
+
+func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
+	fmt.Fprintf(w, "%s partition %d offset %d, written %s\n", topic, e.Partition, e.Offset, e.Timestamp.UTC().Format(time.RFC3339Nano))
+	if e.Err != nil {
+		_, err := fmt.Fprintf(w, "corrupt: %v\nreplay skips it; it stays in the topic\n", e.Err)
+		return err
+	}
+	env := e.Envelope
+	o, err := env.Original()
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintf(tw, "original\t%s partition %d offset %d", env.OriginalTopic, env.OriginalPartition, env.OriginalOffset)
+	if !env.OriginalTimestamp.IsZero() {
+		fmt.Fprintf(tw, ", at %s", env.OriginalTimestamp.UTC().Format(time.RFC3339Nano))
+	}
+	fmt.Fprintln(tw)
+	fmt.Fprintf(tw, "error\t%s after %d failed attempt(s)\n", env.ErrorKind, env.RetryCount)
+	fmt.Fprintf(tw, "failed at\t%s (first failure %s)\n", env.FailedAt.UTC().Format(time.RFC3339Nano), env.FirstFailedAt.UTC().Format(time.RFC3339Nano))
+	for _, row := range [][2]string{{"consumer group", env.ConsumerGroup}, {"correlation id", env.CorrelationID}} {
+		if row[1] != "" {
+			fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+		}
+	}
+	fmt.Fprintf(tw, "replays\t%d\n", env.ReplayCount)
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "error text:\n  %s\n", strings.ReplaceAll(env.Error, "\n", "\n  "))
+	fmt.Fprintf(w, "key: %s\n", bytesForPeople(o.Key))
+	fmt.Fprintf(w, "headers (%d):\n", len(o.Headers))
+	for _, h := range o.Headers {
+		fmt.Fprintf(w, "  %s: %s\n", bytesForPeople(h.Key), bytesForPeople(h.Value))
+	}
+	_, err = fmt.Fprintf(w, "value (%d bytes):\n%s\n", len(o.Value), valueForPeople(o.Value))
+	return err
+}
+
+// bytesForPeople shows b as text, "(null)", or "base64:…" when binary.
+func bytesForPeople(b []byte) string {
+	switch text, b64 := textOrBase64(b); {
+	case text != nil:
+		return *text
+	case b64 != nil:
+		return "base64:" + *b64
+	}
+	return "(null)"
+}
+
+// valueForPeople shows a value indented: JSON pretty-printed, else as
+// bytesForPeople does.
+func valueForPeople(b []byte) string {
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, b, "  ", "  ") == nil {
+		return "  " + pretty.String()
+	}
+	return "  " + bytesForPeople(b)
+}

@@ -73,7 +73,7 @@ func newRootCmd() *cobra.Command {
 // isCobraUsageError recognises cobra's own errors for unknown commands and
 // wrong argument counts, which it does not type.
 func isCobraUsageError(err error) bool {
-	for _, prefix := range []string{"unknown command", "accepts ", "requires at least", "invalid argument"} {
+	for _, prefix := range []string{"unknown command", "accepts ", "requires at least", "invalid argument", "required flag"} {
 		if strings.HasPrefix(err.Error(), prefix) {
 			return true
 		}

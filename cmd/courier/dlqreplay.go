@@ -1,0 +1,289 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/spf13/cobra"
+
+	"github.com/courierkit/courier/dlq"
+)
+
+// replayRecordJSON is one record replay acted on, as --output json prints
+// it.
+type replayRecordJSON struct {
+	Action        dlq.ReplayAction `json:"action"`
+	Partition     int32            `json:"partition"`
+	Offset        int64            `json:"offset"`
+	OriginalTopic string           `json:"original_topic,omitempty"`
+	Key           *string          `json:"key,omitempty"`
+	Error         string           `json:"error,omitempty"`
+	To            string           `json:"to,omitempty"`
+	ToPartition   *int32           `json:"to_partition,omitempty"`
+	ToOffset      *int64           `json:"to_offset,omitempty"`
+	Reason        string           `json:"reason,omitempty"`
+}
+
+func newReplayRecordJSON(r dlq.ReplayedRecord) replayRecordJSON {
+	j := replayRecordJSON{Action: r.Action, Partition: r.Entry.Partition, Offset: r.Entry.Offset, Reason: r.Reason}
+	if r.Entry.Err == nil {
+		env := r.Entry.Envelope
+		j.OriginalTopic, j.Key, j.Error = env.OriginalTopic, keyText(env), env.Error
+	}
+	if r.To != "" {
+		j.To, j.ToPartition = r.To, &r.ToPartition
+		if r.ToOffset >= 0 {
+			j.ToOffset = &r.ToOffset
+		}
+	}
+	return j
+}
+
+// replayReportJSON is dlq.ReplayReport as --output json prints it.
+type replayReportJSON struct {
+	Topic           string  `json:"topic"`
+	Group           string  `json:"group"`
+	DryRun          bool    `json:"dry_run"`
+	Total           int64   `json:"total"`
+	Read            int64   `json:"read"`
+	Moved           int     `json:"moved"`
+	AlreadyReplayed int     `json:"already_replayed"`
+	NotSelected     int     `json:"not_selected"`
+	Refused         int     `json:"refused"`
+	Corrupt         int     `json:"corrupt"`
+	StoppedAtMax    bool    `json:"stopped_at_max"`
+	Seconds         float64 `json:"seconds"`
+	Error           string  `json:"error,omitempty"`
+}
+
+func newDLQReplayCmd(o *dlqOptions) *cobra.Command {
+	var ff dlqFilterFlags
+	cfg := dlq.ReplayConfig{}
+	cmd := &cobra.Command{
+		Use:   "replay <dlq-topic>",
+		Short: "Move dead letters back to their original topic, byte for byte",
+		Long: `Moves the dead letters of a dead-letter topic back to their original
+topics (or --to), restoring each record's key, value and headers byte for
+byte and setting a replay_count header. Records go back to their original
+partition.
+
+The replay's position is the offsets of a consumer group (--group), committed
+after each batch the original topic acknowledged: a replay killed part way
+loses nothing and, run again, writes at most its last batch a second time.
+Records the filters leave out stay for a later run; records already replayed
+by the group are never replayed again. Corrupt records and records replayed
+--max-replays times already are reported and stay.
+
+The summary goes to stdout; progress goes to stderr (a bar on a terminal,
+plain lines otherwise).`,
+		Example: `  courier dlq replay orders.dlq --dry-run
+  courier dlq replay orders.dlq --error "psp timeout" --since 24h --rate 100
+  courier dlq replay orders.dlq --partition 0 --from-offset 120 --until-offset 180
+  courier dlq replay orders.dlq --to orders.reprocess --max 10 --output json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			filter, err := ff.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			switch {
+			case cfg.Rate < 0:
+				return usageError{fmt.Errorf("--rate %v: use 0 (no limit) or records per second", cfg.Rate)}
+			case cfg.Max < 0:
+				return usageError{fmt.Errorf("--max %d: use 0 (no limit) or a count", cfg.Max)}
+			case cfg.BatchSize < 1:
+				return usageError{fmt.Errorf("--batch-size %d: use 1 or more", cfg.BatchSize)}
+			case cfg.MaxReplays < 1:
+				return usageError{fmt.Errorf("--max-replays %d: use 1 or more", cfg.MaxReplays)}
+			}
+			if err := o.out.validate(); err != nil {
+				return err
+			}
+			brokers, sc, err := o.kafka.config()
+			if err != nil {
+				return err
+			}
+			run := cfg
+			run.Brokers, run.Sarama, run.Topic, run.Filter = brokers, sc, args[0], filter
+			return runReplay(cmd, o, run)
+		},
+	}
+	ff.register(cmd)
+	f := cmd.Flags()
+	f.StringVar(&cfg.Group, "group", envOr("COURIER_REPLAY_GROUP", dlq.DefaultReplayGroup),
+		"consumer group that keeps the replay's position (env COURIER_REPLAY_GROUP)")
+	f.StringVar(&cfg.To, "to", "", "write every record to this topic instead of its original topic")
+	f.BoolVar(&cfg.DryRun, "dry-run", false, "print what would move; write and commit nothing")
+	f.Float64Var(&cfg.Rate, "rate", 0, "at most this many records per second (0: no limit)")
+	f.IntVar(&cfg.Max, "max", 0, "stop after moving this many records (0: no limit)")
+	f.IntVar(&cfg.MaxReplays, "max-replays", dlq.DefaultMaxReplays, "refuse records replayed this many times already, to stop loops")
+	f.IntVar(&cfg.BatchSize, "batch-size", dlq.DefaultReplayBatch, "records written before the position is committed")
+	return cmd
+}
+
+func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig) error {
+	stdout := cmd.OutOrStdout()
+	bar := newProgress(cmd.ErrOrStderr())
+	var records []replayRecordJSON
+	cfg.OnRecord = func(r dlq.ReplayedRecord) {
+		if o.out.json() {
+			records = append(records, newReplayRecordJSON(r))
+			return
+		}
+		bar.clear()
+		fmt.Fprintln(stdout, replayLine(cfg.Topic, r))
+	}
+	cfg.OnProgress = bar.update
+	report, err := dlq.Replay(cmd.Context(), cfg)
+	bar.clear()
+	if errors.Is(err, dlq.ErrInvalidReplayConfig) {
+		return usageError{err}
+	}
+	if err != nil && report.Total == 0 && report.Read == 0 {
+		return replayError(o, cfg.Topic, err)
+	}
+	if o.out.json() {
+		if records == nil {
+			records = []replayRecordJSON{}
+		}
+		j := replayReportJSON{
+			Topic: cfg.Topic, Group: cfg.Group, DryRun: report.DryRun, Total: report.Total, Read: report.Read, Moved: report.Moved,
+			AlreadyReplayed: report.AlreadyReplayed, NotSelected: report.NotSelected, Refused: report.Refused, Corrupt: report.Corrupt,
+			StoppedAtMax: report.StoppedAtMax, Seconds: report.Elapsed.Seconds(),
+		}
+		if err != nil {
+			j.Error = err.Error()
+		}
+		if werr := writeJSON(stdout, map[string]any{"report": j, "records": records}); werr != nil {
+			return werr
+		}
+	} else if werr := printReplaySummary(stdout, cfg, report); werr != nil {
+		return werr
+	}
+	if err != nil {
+		if cmd.Context().Err() != nil {
+			return fmt.Errorf("interrupted after moving %d record(s); their position is committed, so the same command goes on from there", report.Moved)
+		}
+		return replayError(o, cfg.Topic, err)
+	}
+	return nil
+}
+
+// replayError explains an error of dlq.Replay.
+func replayError(o *dlqOptions, topic string, err error) error {
+	if errors.Is(err, sarama.ErrOutOfBrokers) {
+		return o.kafka.unreachable(err)
+	}
+	return dlqError(topic, err)
+}
+
+// replayLine is the line printed for a record replay acted on.
+func replayLine(topic string, r dlq.ReplayedRecord) string {
+	place := fmt.Sprintf("%s %d@%d", topic, r.Entry.Partition, r.Entry.Offset)
+	if r.Entry.Err != nil {
+		return fmt.Sprintf("%-10s  %s: %s", r.Action, place, r.Reason)
+	}
+	env := r.Entry.Envelope
+	key := "(no key)"
+	if k := keyText(env); k != nil {
+		key = cut(*k, 40)
+	}
+	what := fmt.Sprintf("key %s, %s: %s", key, env.ErrorKind, cut(errorSummary(env.Error), 80))
+	switch r.Action {
+	case dlq.ActionMoved:
+		return fmt.Sprintf("%-10s  %s → %s %d@%d  %s", r.Action, place, r.To, r.ToPartition, r.ToOffset, what)
+	case dlq.ActionWouldMove:
+		return fmt.Sprintf("%-10s  %s → %s %d  %s", r.Action, place, r.To, r.ToPartition, what)
+	}
+	return fmt.Sprintf("%-10s  %s  %s; %s", r.Action, place, what, r.Reason)
+}
+
+func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) error {
+	switch {
+	case r.DryRun:
+		fmt.Fprintf(w, "dry run: %d record(s) of %s would move; nothing was written or committed\n", r.Moved, cfg.Topic)
+	case r.Total == 0:
+		fmt.Fprintf(w, "nothing to replay: group %s has read %s to its end\n", cfg.Group, cfg.Topic)
+	default:
+		fmt.Fprintf(w, "moved %d record(s) of %s in %s (group %s)\n", r.Moved, cfg.Topic, r.Elapsed.Round(time.Millisecond), cfg.Group)
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	rows := []struct {
+		label string
+		n     int
+		note  string
+	}{
+		{"moved", r.Moved, ""},
+		{"already replayed", r.AlreadyReplayed, "by an earlier run of this group"},
+		{"left out by filters", r.NotSelected, "they stay for a later run"},
+		{"refused", r.Refused, fmt.Sprintf("replayed %d times already; fix the cause, then raise --max-replays", cfg.MaxReplays)},
+		{"corrupt", r.Corrupt, "not readable dead letters; they stay"},
+	}
+	for _, row := range rows {
+		note := ""
+		if row.n > 0 {
+			note = row.note
+		}
+		fmt.Fprintf(tw, "  %s\t%d\t%s\n", row.label, row.n, note)
+	}
+	if r.StoppedAtMax {
+		fmt.Fprintf(tw, "  stopped at --max %d\t\trun again to go on\n", cfg.Max)
+	}
+	return tw.Flush()
+}
+
+// progress shows a replay's progress on w: a bar redrawn in place on a
+// terminal, a plain line at most every few seconds otherwise.
+type progress struct {
+	w     io.Writer
+	tty   bool
+	drawn bool
+	last  time.Time
+}
+
+func newProgress(w io.Writer) *progress {
+	f, ok := w.(*os.File)
+	return &progress{w: w, tty: ok && isTerminal(f)}
+}
+
+// plainEvery spaces the progress lines when w is not a terminal.
+const plainEvery = 5 * time.Second
+
+func (p *progress) update(r dlq.ReplayReport) {
+	eta := "?"
+	if r.Read > 0 && r.Total > r.Read {
+		eta = (time.Duration(float64(r.Elapsed) / float64(r.Read) * float64(r.Total-r.Read))).Round(time.Second).String()
+	} else if r.Total <= r.Read {
+		eta = "0s"
+	}
+	counts := fmt.Sprintf("%d/%d read, %d moved, %d left out, %d refused, %d corrupt, ETA %s",
+		r.Read, r.Total, r.Moved, r.NotSelected+r.AlreadyReplayed, r.Refused, r.Corrupt, eta)
+	if !p.tty {
+		if time.Since(p.last) >= plainEvery {
+			p.last = time.Now()
+			fmt.Fprintln(p.w, "replay:", counts)
+		}
+		return
+	}
+	const width = 30
+	done := width
+	if r.Total > 0 {
+		done = int(int64(width) * min(r.Read, r.Total) / r.Total)
+	}
+	fmt.Fprintf(p.w, "\r\033[K[%s%s] %s", strings.Repeat("=", done), strings.Repeat(" ", width-done), counts)
+	p.drawn = true
+}
+
+// clear removes the bar from the terminal, before other output.
+func (p *progress) clear() {
+	if p.drawn {
+		fmt.Fprint(p.w, "\r\033[K")
+		p.drawn = false
+	}
+}
