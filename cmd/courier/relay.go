@@ -252,7 +252,9 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 		}
 		defer srv.stop(log)
 	}
+	stopLogged := make(chan struct{})
 	stopLog := context.AfterFunc(ctx, func() {
+		defer close(stopLogged)
 		stopping.Store(true)
 		log.Info("stopping: the batch in flight finishes, then the relay exits", "shutdown_timeout", flags.shutdownTimeout.String())
 	})
@@ -263,6 +265,9 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	started := time.Now()
 	if err := relay.Run(ctx); err != nil {
 		return err
+	}
+	if ctx.Err() != nil {
+		<-stopLogged // "stopping" comes before "stopped", however fast Run returned
 	}
 	ran := time.Since(started)
 	summary := tally.summary(ran)

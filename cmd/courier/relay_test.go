@@ -93,6 +93,7 @@ func TestRelaySIGTERMFinishesTheBatchInFlight(t *testing.T) {
 	if !strings.Contains(p.stdout.String(), fmt.Sprintf("%d published, 0 publish failure(s), 0 dead-lettered", events)) {
 		t.Errorf("summary on stdout: %q", p.stdout.String())
 	}
+	checkStopLogged(t, &p.stderr)
 	checkPublishedAsRecorded(t, topicRecords(t, k, topic, events), batch, ids)
 	testkit.WaitFor(t, 15*time.Second, "the relay's PostgreSQL sessions to end", func() bool {
 		var n int
@@ -143,6 +144,7 @@ func TestRelayPublishesARequeuedDeadLetter(t *testing.T) {
 	if !strings.Contains(r.stdout.String(), "1 published, 1 publish failure(s), 1 dead-lettered") {
 		t.Errorf("summary: %q", r.stdout.String())
 	}
+	checkStopLogged(t, &r.stderr)
 	goleak.VerifyNone(t, before,
 		// kfake serves the connections of the test's own clients a moment longer.
 		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
@@ -271,6 +273,16 @@ func TestRelayUsageErrorsExitTwo(t *testing.T) {
 	}
 	if code, out, _ := courier(t, "relay", "--help"); code != exitOK || !strings.Contains(out, "Examples:\n  courier relay") || !strings.Contains(out, "COURIER_BATCH_SIZE") {
 		t.Errorf("courier relay --help: exit %d, want examples and the environment variables\n%s", code, out)
+	}
+}
+
+// checkStopLogged checks that the relay logged that it was stopping, and
+// then that it stopped.
+func checkStopLogged(t *testing.T, logs *syncBuffer) {
+	t.Helper()
+	stopping := strings.Index(logs.String(), `"msg":"stopping: `)
+	if stopped := strings.Index(logs.String(), `"msg":"relay stopped"`); stopping < 0 || stopped < stopping {
+		t.Errorf("the relay did not log \"stopping\" before \"relay stopped\":\n%s", logs.String())
 	}
 }
 
