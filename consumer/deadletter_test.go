@@ -211,6 +211,40 @@ func TestRawModeDeadLetters(t *testing.T) {
 	}
 }
 
+// TestReplayedMessageFailingAgainKeepsItsReplayCount: a message replayed
+// from a dead-letter topic carries replay_count; when it fails again, its
+// new envelope says how often it was replayed, so replay can refuse loops.
+func TestReplayedMessageFailingAgainKeepsItsReplayCount(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	replayed := awkward()
+	replayed.Headers = append(replayed.Headers, sarama.RecordHeader{Key: []byte(dlq.ReplayCountHeader), Value: []byte("2")})
+	f.produce(t, f.topic, replayed)
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		return consumer.Permanent(errors.New("still invalid"))
+	}))
+	run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
+
+	recs := f.readAll(t, f.dlq)
+	if len(recs) != 1 {
+		t.Fatalf("%d dead letters, want 1", len(recs))
+	}
+	rec := recs[0]
+	env, err := dlq.Read(rec.Key, rec.Value, dlqHeaders(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.ReplayCount != 2 {
+		t.Errorf("envelope replay_count %d, want the message's 2", env.ReplayCount)
+	}
+	for _, h := range rec.Headers {
+		if string(h.Key) == dlq.HeaderReplayCount && string(h.Value) != "2" {
+			t.Errorf("header %s = %q, want 2", h.Key, h.Value)
+		}
+	}
+}
+
 // TestDeadLetterTopicUnavailable: while the broker refuses every write to
 // the dead-letter topic, no offset is committed past the failed message,
 // and the partition takes no new message; once writes succeed again, the

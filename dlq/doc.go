@@ -28,6 +28,19 @@
 // original key, value and headers byte for byte, which is what the replayer
 // publishes.
 //
+// # Inspecting and replaying dead-letter topics
+//
+// Scan reads a dead-letter topic up to its end, and Get one record of it,
+// without joining a consumer group or committing anything; Filter selects
+// records by original topic, key, error text, failure time and place.
+// Replay moves the selected records back to their original topic (the
+// original partition, key, value and headers byte for byte, plus a
+// replay_count header), in batches whose position a consumer group commits
+// only after the topic acknowledged them; `courier dlq` is the same on the
+// command line. The consumer copies replay_count into the envelope of a
+// record that fails again, and Replay refuses records replayed
+// MaxReplays times, so a record cannot loop for ever.
+//
 // # Byte-exact originals
 //
 // Kafka keys, values and header values are arbitrary bytes, while JSON

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/courierkit/courier/dlq"
+)
+
+func TestReplayProgressDrawsABarOnATerminal(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	p := &progress{w: &out, tty: true}
+	p.update(dlq.ReplayReport{Total: 100, Read: 50, Moved: 40, Elapsed: 2 * time.Second})
+	got := out.String()
+	if !strings.HasPrefix(got, "\r\033[K["+strings.Repeat("=", 15)+strings.Repeat(" ", 15)+"] 50/100 read, 40 moved") || !strings.Contains(got, "ETA 2s") {
+		t.Fatalf("bar = %q", got)
+	}
+	p.clear()
+	if !strings.HasSuffix(out.String(), "\r\033[K") || p.drawn {
+		t.Fatalf("clear left %q", out.String())
+	}
+}
+
+func TestReplayProgressWritesPlainLinesElsewhere(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	p := &progress{w: &out}
+	p.update(dlq.ReplayReport{Total: 10, Read: 10, Moved: 10})
+	p.update(dlq.ReplayReport{Total: 10, Read: 10, Moved: 10}) // within plainEvery: no second line
+	if got := out.String(); got != "replay: 10/10 read, 10 moved, 0 left out, 0 refused, 0 corrupt, ETA 0s\n" {
+		t.Fatalf("plain progress = %q", got)
+	}
+}

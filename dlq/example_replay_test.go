@@ -1,0 +1,68 @@
+package dlq_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/courierkit/courier/dlq"
+)
+
+// A scheduled replay job: once the PSP is back, move the dead letters that
+// timed out back to their topic, a hundred per second at most, and leave
+// the others for a person to look at. The example runs on an in-process
+// broker holding two dead letters.
+func ExampleReplay() {
+	broker, err := kfake.NewCluster(kfake.SeedTopics(1, "payouts", "payouts.dlq"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer broker.Close()
+	deadLetter(broker.ListenAddrs(), "p-1", "psp timeout after 30s")
+	deadLetter(broker.ListenAddrs(), "p-2", "account closed")
+
+	report, err := dlq.Replay(context.Background(), dlq.ReplayConfig{
+		Brokers: broker.ListenAddrs(),
+		Topic:   "payouts.dlq",
+		Group:   "payouts-replay-job",
+		Filter:  dlq.Filter{ErrorContains: "timeout"},
+		Rate:    100,
+		OnRecord: func(r dlq.ReplayedRecord) {
+			fmt.Printf("%s %s to %s\n", r.Action, *r.Entry.Envelope.OriginalKey, r.To)
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("moved %d, left %d\n", report.Moved, report.NotSelected)
+	// Output:
+	// moved p-1 to payouts
+	// moved 1, left 1
+}
+
+// deadLetter writes the dead letter of a payouts record, as the consumer
+// does.
+func deadLetter(brokers []string, key, errText string) {
+	cfg := sarama.NewConfig()
+	cfg.Producer.Return.Successes = true
+	producer, err := sarama.NewSyncProducer(brokers, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer producer.Close()
+	env, err := dlq.New(dlq.Original{Topic: "payouts", Partition: 0, Offset: 0, Key: []byte(key), Value: []byte(`{}`)},
+		dlq.Failure{Error: errText, Kind: dlq.KindRetriesExhausted})
+	if err != nil {
+		log.Fatal(err)
+	}
+	pub, err := dlq.NewPublisher(producer, dlq.PublisherConfig{})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := pub.Publish(context.Background(), env); err != nil {
+		log.Fatal(err)
+	}
+}
