@@ -5,12 +5,15 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 )
 
 // Defaults of courier dev.
@@ -46,14 +49,15 @@ func newDevCmd() *cobra.Command {
 		Use:   "dev",
 		Short: "Run a local Kafka-protocol broker for development",
 		Long: `Runs a single Kafka-protocol broker (kfake, the one courier's tests use) in
-this process, until Ctrl-C or SIGTERM. Any Kafka client talks to it: Sarama,
+this process, until Ctrl-C, SIGTERM or SIGHUP. Any Kafka client talks to it: Sarama,
 franz-go, librdkafka and so kcat.
 
 Topics are created on first produce (or first metadata request asking for
 it) with --partitions partitions. Topics, records and committed offsets are
-kept in --data-dir and are there again after a restart; they are written out
-when the broker stops, so a killed broker (kill -9) may lose the latest ones.
-Delete the directory to start empty, or pass --data-dir "" to keep nothing.
+kept in --data-dir and are there again after a restart, even after kill -9:
+records are written as they come, though not synced to disk, so a crash of
+the machine may lose the latest. Delete the directory to start empty, or
+pass --data-dir "" to keep nothing.
 
 It is for development only: no TLS, no SASL, one broker, no replication.`,
 		Example: `  courier dev
@@ -71,11 +75,15 @@ It is for development only: no TLS, no SASL, one broker, no replication.`,
 			if err := checkListen(listen); err != nil {
 				return err
 			}
+			// A closed terminal (SIGHUP) stops it cleanly too; caught
+			// before the address is printed, so a client that saw it can
+			// rely on it.
+			ctx, stop := signal.NotifyContext(cmd.Context(), syscall.SIGHUP)
+			defer stop()
 			broker := devBroker{Partitions: partitions}
 			opts := []kfake.Opt{
 				kfake.NumBrokers(1),
 				kfake.ListenFn(listenOn(listen)),
-				kfake.AllowAutoTopicCreation(),
 				kfake.DefaultNumPartitions(partitions),
 				kfake.WithLogger(kfake.BasicLogger(cmd.ErrOrStderr(), kfake.LogLevelError)),
 			}
@@ -91,17 +99,22 @@ It is for development only: no TLS, no SASL, one broker, no replication.`,
 			if err != nil {
 				return devStartError(listen, broker.DataDir, err)
 			}
+			autoCreateTopics(cluster, int32(partitions))
 			broker.Address = cluster.ListenAddrs()[0]
 			if err := printDevBroker(cmd.OutOrStdout(), out, broker); err != nil {
 				cluster.Close()
 				return err
 			}
-			<-cmd.Context().Done()
+			<-ctx.Done()
 			cluster.Close()
 			if out.json() {
 				return nil
 			}
-			_, err = fmt.Fprintf(cmd.OutOrStdout(), "courier dev: stopped; records kept%s\n", keptIn(broker.DataDir))
+			stopped := "courier dev: stopped; records kept in " + broker.DataDir
+			if broker.DataDir == "" {
+				stopped = `courier dev: stopped; its records were in memory only (--data-dir "") and are gone`
+			}
+			_, err = fmt.Fprintln(cmd.OutOrStdout(), stopped)
 			return err
 		},
 	}
@@ -112,6 +125,38 @@ It is for development only: no TLS, no SASL, one broker, no replication.`,
 		`directory topics and records are kept in across restarts; "" keeps them in memory only (env COURIER_DEV_DATA_DIR)`)
 	cmd.Flags().IntVar(&partitions, "partitions", defaultDevPartitions, "partitions of a topic created on first use")
 	return cmd
+}
+
+// autoCreateTopics creates the topic a client names in a metadata request
+// that allows auto-creation, before the request is answered. It goes
+// through Cluster.CreateTopic, which records the topic in the data
+// directory at once: kfake's own auto-creation records it only when the
+// broker stops, so a killed broker would come back without the topic and
+// its records.
+func autoCreateTopics(cluster *kfake.Cluster, partitions int32) {
+	cluster.ControlKey(int16(kmsg.Metadata), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		m, ok := req.(*kmsg.MetadataRequest)
+		if !ok || !m.AllowAutoTopicCreation {
+			return nil, nil, false
+		}
+		var topics []string
+		for _, t := range m.Topics {
+			if t.Topic != nil && !strings.HasPrefix(*t.Topic, "__") {
+				topics = append(topics, *t.Topic)
+			}
+		}
+		if len(topics) > 0 {
+			// The cluster runs admin calls only while this control
+			// sleeps; an existing or invalid name fails the call, and
+			// the request is answered as for any name.
+			cluster.SleepControl(func() {
+				for _, t := range topics {
+					_ = cluster.CreateTopic(t, partitions, nil)
+				}
+			})
+		}
+		return nil, nil, false
+	})
 }
 
 // checkListen validates --listen as host:port with a numeric port.

@@ -23,16 +23,18 @@ import (
 // devWait bounds every wait on a courier dev process or a kcat run.
 const devWait = 60 * time.Second
 
-// TestDevServesKcatAndKeepsRecordsAcrossRestart runs courier dev as a user
-// would: kcat produces to a topic that does not exist yet and reads the
+// TestDevServesKcatAndKeepsRecordsAcrossRestarts runs courier dev as a
+// user would: kcat produces to a topic that does not exist yet and reads the
 // records back; after SIGTERM (exit 0) a second courier dev on the same data
-// directory still serves them.
-func TestDevServesKcatAndKeepsRecordsAcrossRestart(t *testing.T) {
+// directory still serves them, and after SIGKILL a third one serves those
+// and the topic the second one created, then stops on SIGHUP (a closed
+// terminal) with exit 0.
+func TestDevServesKcatAndKeepsRecordsAcrossRestarts(t *testing.T) {
 	t.Parallel()
 	kcat := lookKcat(t)
 	dataDir := t.TempDir()
-	const topic = "dev.orders"
-	records := []string{`order-1:{"id":1,"total":42}`, `order-2:{"id":2,"total":7}`, "order-3:", "order-1:second event of order-1"}
+	orders := []string{`order-1:{"id":1,"total":42}`, `order-2:{"id":2,"total":7}`, "order-3:", "order-1:second event of order-1"}
+	payments := []string{"pay-1:captured", "pay-2:refunded"}
 
 	first := startDev(t, dataDir, "--output", "text")
 	addr := strings.TrimPrefix(first.waitLine(t, "the export line", func(l string) bool {
@@ -41,24 +43,26 @@ func TestDevServesKcatAndKeepsRecordsAcrossRestart(t *testing.T) {
 	if _, port, err := net.SplitHostPort(addr); err != nil || port == "0" {
 		t.Fatalf("printed address %q: want the real host:port (%v)", addr, err)
 	}
-	runKcat(t, kcat, strings.Join(records, "\n")+"\n", "-b", addr, "-t", topic, "-P", "-K:")
-	assertKcatReads(t, kcat, addr, topic, records)
-	if rest := first.stop(t); len(rest) == 0 || rest[len(rest)-1] != "courier dev: stopped; records kept in "+dataDir {
+	kcatProduce(t, kcat, addr, "dev.orders", orders)
+	assertKcatReads(t, kcat, addr, "dev.orders", orders)
+	if rest := first.stop(t, syscall.SIGTERM); len(rest) == 0 || rest[len(rest)-1] != "courier dev: stopped; records kept in "+dataDir {
 		t.Errorf("output after SIGTERM %q, want it to end with where the records are kept", rest)
 	}
 
 	second := startDev(t, dataDir, "--output", "json")
-	var printed devBroker
-	var lines []string
-	second.waitLine(t, "the JSON address", func(l string) bool {
-		lines = append(lines, l)
-		return json.Unmarshal([]byte(strings.Join(lines, "\n")), &printed) == nil
-	})
+	printed := second.waitJSON(t)
 	if printed.DataDir != dataDir || printed.Partitions != defaultDevPartitions {
 		t.Errorf("printed %+v, want data dir %s and %d partition(s)", printed, dataDir, defaultDevPartitions)
 	}
-	assertKcatReads(t, kcat, printed.Address, topic, records)
-	if rest := second.stop(t); len(rest) != 0 {
+	assertKcatReads(t, kcat, printed.Address, "dev.orders", orders)
+	kcatProduce(t, kcat, printed.Address, "dev.payments", payments)
+	second.kill(t)
+
+	third := startDev(t, dataDir, "--output", "json")
+	addr = third.waitJSON(t).Address
+	assertKcatReads(t, kcat, addr, "dev.orders", orders)
+	assertKcatReads(t, kcat, addr, "dev.payments", payments)
+	if rest := third.stop(t, syscall.SIGHUP); len(rest) != 0 {
 		t.Errorf("--output json printed %q after its JSON", rest)
 	}
 }
@@ -104,6 +108,9 @@ func TestDevSaramaAutoCreatesTopics(t *testing.T) {
 	}
 	if partitions, err := client.Partitions("dev.auto"); err != nil || len(partitions) != 3 {
 		t.Errorf("dev.auto has partitions %v (%v), want 3", partitions, err)
+	}
+	if _, _, err := producer.SendMessage(&sarama.ProducerMessage{Topic: "dev.auto", Value: sarama.StringEncoder("again")}); err != nil {
+		t.Fatalf("produce to the topic again: %v", err)
 	}
 
 	cancel()
@@ -192,6 +199,12 @@ func runKcat(t *testing.T, kcat, stdin string, args ...string) string {
 	return stdout.String()
 }
 
+// kcatProduce produces records ("key:value" lines) to topic with kcat.
+func kcatProduce(t *testing.T, kcat, addr, topic string, records []string) {
+	t.Helper()
+	runKcat(t, kcat, strings.Join(records, "\n")+"\n", "-b", addr, "-t", topic, "-P", "-K:")
+}
+
 // assertKcatReads consumes topic from the start with kcat and fails the
 // test unless it holds exactly records ("key:value" lines), in order.
 func assertKcatReads(t *testing.T, kcat, addr, topic string, records []string) {
@@ -268,12 +281,35 @@ func (p *devProcess) waitLine(t *testing.T, what string, match func(string) bool
 	}
 }
 
-// stop sends SIGTERM, reads the rest of the output, and fails the test
-// unless the process exits 0; it returns the lines read.
-func (p *devProcess) stop(t *testing.T) []string {
+// waitJSON reads what --output json prints.
+func (p *devProcess) waitJSON(t *testing.T) devBroker {
 	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatalf("SIGTERM courier dev: %v", err)
+	var printed devBroker
+	var lines []string
+	p.waitLine(t, "the JSON address", func(l string) bool {
+		lines = append(lines, l)
+		return json.Unmarshal([]byte(strings.Join(lines, "\n")), &printed) == nil
+	})
+	return printed
+}
+
+// kill SIGKILLs the process, which gets no chance to write anything out.
+func (p *devProcess) kill(t *testing.T) {
+	t.Helper()
+	if err := p.cmd.Process.Kill(); err != nil {
+		t.Fatalf("SIGKILL courier dev: %v", err)
+	}
+	for _, ok := p.next(t, "the end of its output"); ok; _, ok = p.next(t, "the end of its output") {
+	}
+	_ = p.cmd.Wait()
+}
+
+// stop sends sig, reads the rest of the output, and fails the test unless
+// the process exits 0; it returns the lines read.
+func (p *devProcess) stop(t *testing.T, sig os.Signal) []string {
+	t.Helper()
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		t.Fatalf("%v courier dev: %v", sig, err)
 	}
 	var rest []string
 	for {
@@ -286,7 +322,7 @@ func (p *devProcess) stop(t *testing.T) []string {
 	if err := p.cmd.Wait(); err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
-			t.Fatalf("courier dev exited %d after SIGTERM, want 0; stderr:\n%s", exit.ExitCode(), p.stderr.String())
+			t.Fatalf("courier dev exited %d after %v, want 0; stderr:\n%s", exit.ExitCode(), sig, p.stderr.String())
 		}
 		t.Fatal(err)
 	}
