@@ -226,11 +226,11 @@ func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) e
 		{"corrupt", r.Corrupt, "not readable dead letters; they stay"},
 	}
 	for _, row := range rows {
-		note := ""
-		if row.n > 0 {
-			note = row.note
+		if row.n > 0 && row.note != "" {
+			fmt.Fprintf(tw, "  %s\t%d\t%s\n", row.label, row.n, row.note)
+		} else {
+			fmt.Fprintf(tw, "  %s\t%d\n", row.label, row.n)
 		}
-		fmt.Fprintf(tw, "  %s\t%d\t%s\n", row.label, row.n, note)
 	}
 	if r.StoppedAtMax {
 		fmt.Fprintf(tw, "  stopped at --max %d\t\trun again to go on\n", cfg.Max)
