@@ -63,6 +63,12 @@ to their original topics.
 stats, list and show only read: they join no consumer group and commit
 nothing. replay keeps its position as the offsets of a consumer group
 (--group), committed after each batch the original topic acknowledged.`,
+		Example: `  export COURIER_BROKERS=kafka-1:9092
+  courier dlq stats payouts.dlq
+  courier dlq list payouts.dlq --error timeout --since 24h
+  courier dlq show payouts.dlq --partition 0 --offset 2
+  courier dlq replay payouts.dlq --error timeout --dry-run
+  courier dlq replay payouts.dlq --error timeout`,
 	}
 	o.kafka.register(cmd)
 	o.out.register(cmd)
