@@ -32,7 +32,8 @@ func (f *dbFlags) register(cmd *cobra.Command) {
 func (f *dbFlags) connect(cmd *cobra.Command) (*pgx.Conn, error) {
 	cfg, err := pgx.ParseConfig(f.url)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("--database-url %s: cannot be parsed (want postgres://user@host:port/database)", redact(f.url))}
+		// pgx's error masks the password of URLs and key=value strings alike.
+		return nil, usageError{fmt.Errorf("--database-url: %w (want postgres://user@host:port/database)", err)}
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = 10 * time.Second

@@ -163,3 +163,20 @@ func TestMigrateUnreachableDatabaseHidesPassword(t *testing.T) {
 		t.Errorf("the password was printed:\n%s%s", out, errOut)
 	}
 }
+
+func TestMigrateUnparsableDatabaseURLHidesPassword(t *testing.T) {
+	t.Parallel()
+	for _, url := range []string{
+		"postgres://app:s3cr3t@127.0.0.1:notaport/shop",
+		"postgres://app@127.0.0.1:notaport/shop?password=s3cr3t",
+		"host=127.0.0.1 port=notaport password=s3cr3t",
+	} {
+		code, out, errOut := courier(t, "migrate", "--database-url", url)
+		if code != exitUsage || !strings.Contains(errOut, "--database-url") {
+			t.Errorf("%s: exit %d, want %d naming --database-url\n%s", url, code, exitUsage, errOut)
+		}
+		if strings.Contains(out+errOut, "s3cr3t") {
+			t.Errorf("the password was printed:\n%s%s", out, errOut)
+		}
+	}
+}
