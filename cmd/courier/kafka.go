@@ -79,7 +79,7 @@ func (k *kafkaFlags) register(cmd *cobra.Command) {
 		"do not verify the brokers' certificates: for tests only, anyone on the path can read and change the traffic (env COURIER_TLS_INSECURE_SKIP_VERIFY)")
 
 	f.StringVar(&k.sasl.mechanism, "sasl-mechanism", envOr("COURIER_SASL_MECHANISM", ""),
-		"SASL mechanism: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512; empty: no SASL (env COURIER_SASL_MECHANISM)")
+		"SASL mechanism: PLAIN (sends the password as is: use it with --tls), SCRAM-SHA-256 or SCRAM-SHA-512; empty: no SASL (env COURIER_SASL_MECHANISM)")
 	f.StringVar(&k.sasl.user, "sasl-user", envOr("COURIER_SASL_USER", ""), "SASL user name (env COURIER_SASL_USER)")
 	f.StringVar(&k.sasl.password, "sasl-password", "",
 		"SASL password (env "+envSASLPassword+"; prefer the variable: a flag shows in the process list)")
