@@ -35,14 +35,7 @@ func newReplayFixture(t *testing.T, partitions int32, opts ...testkit.KafkaOptio
 	f := &replayFixture{k: k, topic: k.Topic(t, partitions), group: "replay." + testkit.UniqueName(t, 100)}
 	f.dlqTopic = dlq.Topic(f.topic, "")
 	k.CreateTopic(t, f.dlqTopic, 1)
-	cfg := k.Config()
-	cfg.Producer.Partitioner = sarama.NewManualPartitioner
-	p, err := sarama.NewSyncProducer(k.Brokers, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	f.producer = p
+	f.producer = k.Producer(t)
 	return f
 }
 

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"strings"
 	"text/tabwriter"
@@ -119,9 +120,19 @@ func (f *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
 	}, nil
 }
 
-// scanMatching calls fn with every record of topic that filter selects.
-func scanMatching(ctx context.Context, client sarama.Client, topic string, filter dlq.Filter, fn func(dlq.Entry) error) error {
-	err := dlq.Scan(ctx, client, topic, filter, func(e dlq.Entry) error {
+// scan parses the filters, connects, and calls fn with every record of
+// topic that they select.
+func (o *dlqOptions) scan(ctx context.Context, topic string, ff *dlqFilterFlags, fn func(dlq.Entry) error) error {
+	filter, err := ff.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	client, err := o.connect()
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	err = dlq.Scan(ctx, client, topic, filter, func(e dlq.Entry) error {
 		if !filter.Match(e) {
 			return nil
 		}
@@ -149,23 +160,10 @@ type dlqStats struct {
 	Groups  []dlqGroup `json:"groups"`
 }
 
-// errorSummary is the first line of an error, cut to 100 bytes: what dlq
-// stats groups by.
+// errorSummary is the first line of an error: what dlq stats groups by.
 func errorSummary(s string) string {
 	line, _, _ := strings.Cut(s, "\n")
-	return cut(line, 100)
-}
-
-// cut shortens s to at most n bytes on a rune boundary, marking the cut.
-func cut(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	i := n - len("…")
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
+	return line
 }
 
 func newDLQStatsCmd(o *dlqOptions) *cobra.Command {
@@ -177,18 +175,9 @@ func newDLQStatsCmd(o *dlqOptions) *cobra.Command {
   courier dlq stats orders.dlq --since 24h --output json`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			filter, err := ff.filter(time.Now())
-			if err != nil {
-				return err
-			}
-			client, err := o.connect()
-			if err != nil {
-				return err
-			}
-			defer client.Close()
 			stats := dlqStats{Topic: args[0], Groups: []dlqGroup{}}
 			groups := map[[3]string]*dlqGroup{}
-			err = scanMatching(cmd.Context(), client, args[0], filter, func(e dlq.Entry) error {
+			err := o.scan(cmd.Context(), args[0], &ff, func(e dlq.Entry) error {
 				stats.Total++
 				if e.Err != nil {
 					stats.Corrupt++
@@ -251,8 +240,8 @@ func printDLQStats(w io.Writer, s dlqStats) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "COUNT\tORIGINAL TOPIC\tKIND\tFIRST FAILED\tLAST FAILED\tERROR")
 	for _, g := range s.Groups {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.Count, g.OriginalTopic, g.ErrorKind,
-			g.FirstFailedAt.UTC().Format(time.RFC3339), g.LastFailedAt.UTC().Format(time.RFC3339), g.Error)
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.Count, cell(&g.OriginalTopic, 60), g.ErrorKind,
+			g.FirstFailedAt.UTC().Format(time.RFC3339), g.LastFailedAt.UTC().Format(time.RFC3339), cell(&g.Error, 100))
 	}
 	return tw.Flush()
 }
@@ -367,18 +356,9 @@ func newDLQListCmd(o *dlqOptions) *cobra.Command {
 			if limit < 1 {
 				return usageError{fmt.Errorf("--limit %d: list at least 1", limit)}
 			}
-			filter, err := ff.filter(time.Now())
-			if err != nil {
-				return err
-			}
-			client, err := o.connect()
-			if err != nil {
-				return err
-			}
-			defer client.Close()
 			var entries []dlq.Entry
 			more := 0
-			err = scanMatching(cmd.Context(), client, args[0], filter, func(e dlq.Entry) error {
+			err := o.scan(cmd.Context(), args[0], &ff, func(e dlq.Entry) error {
 				if len(entries) < limit {
 					entries = append(entries, e)
 				} else {
@@ -413,16 +393,13 @@ func printDLQEntries(w io.Writer, topic string, entries []dlq.Entry, more int) e
 	fmt.Fprintln(tw, "PARTITION\tOFFSET\tFAILED AT\tORIGINAL\tKEY\tKIND\tRETRIES\tREPLAYS\tERROR")
 	for _, e := range entries {
 		if e.Err != nil {
-			fmt.Fprintf(tw, "%d\t%d\t%s\t-\t-\tcorrupt\t-\t-\t%s\n", e.Partition, e.Offset, e.Timestamp.UTC().Format(time.RFC3339), cut(e.Err.Error(), 80))
+			fmt.Fprintf(tw, "%d\t%d\t%s\t-\t-\tcorrupt\t-\t-\t%s\n", e.Partition, e.Offset, e.Timestamp.UTC().Format(time.RFC3339), cell(ptr(e.Err.Error()), 80))
 			continue
 		}
 		env := e.Envelope
-		key := "-"
-		if k := keyText(env); k != nil {
-			key = cut(*k, 40)
-		}
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s[%d]@%d\t%s\t%s\t%d\t%d\t%s\n", e.Partition, e.Offset, env.FailedAt.UTC().Format(time.RFC3339),
-			env.OriginalTopic, env.OriginalPartition, env.OriginalOffset, key, env.ErrorKind, env.RetryCount, env.ReplayCount, errorSummary(env.Error))
+			cell(&env.OriginalTopic, 60), env.OriginalPartition, env.OriginalOffset, cell(keyText(env), 40), env.ErrorKind, env.RetryCount, env.ReplayCount,
+			cell(ptr(errorSummary(env.Error)), 100))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -481,7 +458,7 @@ func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintf(tw, "original\t%s partition %d offset %d", env.OriginalTopic, env.OriginalPartition, env.OriginalOffset)
+	fmt.Fprintf(tw, "original\t%s partition %d offset %d", cell(&env.OriginalTopic, math.MaxInt), env.OriginalPartition, env.OriginalOffset)
 	if !env.OriginalTimestamp.IsZero() {
 		fmt.Fprintf(tw, ", at %s", env.OriginalTimestamp.UTC().Format(time.RFC3339Nano))
 	}
@@ -490,14 +467,14 @@ func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
 	fmt.Fprintf(tw, "failed at\t%s (first failure %s)\n", env.FailedAt.UTC().Format(time.RFC3339Nano), env.FirstFailedAt.UTC().Format(time.RFC3339Nano))
 	for _, row := range [][2]string{{"consumer group", env.ConsumerGroup}, {"correlation id", env.CorrelationID}} {
 		if row[1] != "" {
-			fmt.Fprintf(tw, "%s\t%s\n", row[0], row[1])
+			fmt.Fprintf(tw, "%s\t%s\n", row[0], cell(&row[1], math.MaxInt))
 		}
 	}
 	fmt.Fprintf(tw, "replays\t%d\n", env.ReplayCount)
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "error text:\n  %s\n", strings.ReplaceAll(env.Error, "\n", "\n  "))
+	fmt.Fprintf(w, "error text:\n  %s\n", strings.ReplaceAll(cell(&env.Error, math.MaxInt), "\\n", "\n  "))
 	fmt.Fprintf(w, "key: %s\n", bytesForPeople(o.Key))
 	fmt.Fprintf(w, "headers (%d):\n", len(o.Headers))
 	for _, h := range o.Headers {
@@ -507,23 +484,27 @@ func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
 	return err
 }
 
-// bytesForPeople shows b as text, "(null)", or "base64:…" when binary.
+// bytesForPeople shows b as text when it is printable UTF-8, else as
+// "base64:…" (so a record cannot send escape sequences to the terminal), or
+// "(null)".
 func bytesForPeople(b []byte) string {
-	switch text, b64 := textOrBase64(b); {
-	case text != nil:
-		return *text
-	case b64 != nil:
-		return "base64:" + *b64
+	if b == nil {
+		return "(null)"
 	}
-	return "(null)"
+	if text, printable := payloadText(b); printable {
+		return text
+	}
+	return "base64:" + base64.StdEncoding.EncodeToString(b)
 }
 
-// valueForPeople shows a value indented: JSON pretty-printed, else as
-// bytesForPeople does.
+// valueForPeople shows a value indented: printable JSON pretty-printed,
+// else as bytesForPeople does.
 func valueForPeople(b []byte) string {
 	var pretty bytes.Buffer
-	if json.Indent(&pretty, b, "  ", "  ") == nil {
+	if _, printable := payloadText(b); printable && json.Indent(&pretty, b, "  ", "  ") == nil {
 		return "  " + pretty.String()
 	}
 	return "  " + bytesForPeople(b)
 }
+
+func ptr[T any](v T) *T { return &v }

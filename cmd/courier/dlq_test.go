@@ -52,14 +52,7 @@ func newDLQFixture(t *testing.T, partitions int32) *dlqFixture {
 	f := &dlqFixture{k: k, topic: k.Topic(t, partitions), brokers: strings.Join(k.Brokers, ",")}
 	f.dlqName = dlq.Topic(f.topic, "")
 	k.CreateTopic(t, f.dlqName, 1)
-	cfg := k.Config()
-	cfg.Producer.Partitioner = sarama.NewManualPartitioner
-	p, err := sarama.NewSyncProducer(k.Brokers, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Close() })
-	f.producer = p
+	f.producer = k.Producer(t)
 	return f
 }
 
@@ -298,6 +291,35 @@ func TestDLQCommandErrors(t *testing.T) {
 		code, _, errOut := courier(t, tc.args...)
 		if code != tc.code || !strings.Contains(errOut, tc.want) {
 			t.Errorf("%s: exit %d (want %d)\n%s", tc.name, code, tc.code, errOut)
+		}
+	}
+}
+
+// TestDLQTextOutputEscapesControlCharacters: a key, header or value with
+// a terminal escape sequence is shown quoted or in base64, never raw.
+func TestDLQTextOutputEscapesControlCharacters(t *testing.T) {
+	t.Parallel()
+	f := newDLQFixture(t, 1)
+	pub, err := dlq.NewPublisher(f.producer, dlq.PublisherConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	evil := "\x1b]0;pwned\x07\x1b[31m"
+	env, err := dlq.New(dlq.Original{Topic: f.topic, Key: []byte("k" + evil), Value: []byte(`{"v":"` + evil + `"}`),
+		Headers: []dlq.Header{{Key: []byte("h"), Value: []byte(evil)}}}, dlq.Failure{Error: "bad" + evil, Kind: dlq.KindPermanent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pub.Publish(context.Background(), env); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"dlq", "list", f.dlqName}, {"dlq", "stats", f.dlqName}, {"dlq", "show", f.dlqName, "--partition", "0", "--offset", "0"},
+		{"dlq", "replay", f.dlqName, "--dry-run"},
+	} {
+		code, out, errOut := courier(t, f.args(args...)...)
+		if code != exitOK || strings.ContainsAny(out+errOut, "\x1b\x07") {
+			t.Errorf("courier %v: exit %d, output with control characters: %q", args, code, out)
 		}
 	}
 }

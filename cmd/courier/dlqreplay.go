@@ -187,14 +187,10 @@ func replayError(o *dlqOptions, topic string, err error) error {
 func replayLine(topic string, r dlq.ReplayedRecord) string {
 	place := fmt.Sprintf("%s %d@%d", topic, r.Entry.Partition, r.Entry.Offset)
 	if r.Entry.Err != nil {
-		return fmt.Sprintf("%-10s  %s: %s", r.Action, place, r.Reason)
+		return fmt.Sprintf("%-10s  %s: %s", r.Action, place, cell(&r.Reason, 200))
 	}
 	env := r.Entry.Envelope
-	key := "(no key)"
-	if k := keyText(env); k != nil {
-		key = cut(*k, 40)
-	}
-	what := fmt.Sprintf("key %s, %s: %s", key, env.ErrorKind, cut(errorSummary(env.Error), 80))
+	what := fmt.Sprintf("key %s, %s: %s", cell(keyText(env), 40), env.ErrorKind, cell(ptr(errorSummary(env.Error)), 80))
 	switch r.Action {
 	case dlq.ActionMoved:
 		return fmt.Sprintf("%-10s  %s → %s %d@%d  %s", r.Action, place, r.To, r.ToPartition, r.ToOffset, what)

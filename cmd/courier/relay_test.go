@@ -314,57 +314,13 @@ func holdFirstProduce(t *testing.T, k *testkit.Kafka, topic string) (held <-chan
 // the test if it holds more.
 func topicRecords(t *testing.T, k *testkit.Kafka, topic string, n int) []*sarama.ConsumerMessage {
 	t.Helper()
-	client, err := sarama.NewClient(k.Brokers, k.Config())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	partitions, err := client.Partitions(topic)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ends := map[int32]int64{}
-	total := func() int64 {
-		var sum int64
-		for _, p := range partitions {
-			end, err := client.GetOffset(topic, p, sarama.OffsetNewest)
-			if err != nil {
-				t.Fatal(err)
-			}
-			ends[p] = end
-			sum += end
-		}
-		return sum
-	}
-	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("%d records on %s", n, topic), func() bool { return total() >= int64(n) })
-	if got := total(); got != int64(n) {
-		t.Errorf("%d records on %s, want exactly %d", got, topic, n)
-	}
-	consumer, err := sarama.NewConsumerFromClient(client)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer consumer.Close()
 	var records []*sarama.ConsumerMessage
-	for _, p := range partitions {
-		if ends[p] == 0 {
-			continue
-		}
-		pc, err := consumer.ConsumePartition(topic, p, sarama.OffsetOldest)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for range ends[p] {
-			select {
-			case m := <-pc.Messages():
-				records = append(records, m)
-			case <-time.After(30 * time.Second):
-				t.Fatalf("reading partition %d of %s timed out", p, topic)
-			}
-		}
-		if err := pc.Close(); err != nil {
-			t.Fatal(err)
-		}
+	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("%d records on %s", n, topic), func() bool {
+		records = k.ReadAll(t, topic)
+		return len(records) >= n
+	})
+	if len(records) != n {
+		t.Errorf("%d records on %s, want exactly %d", len(records), topic, n)
 	}
 	return records
 }

@@ -161,3 +161,18 @@ func (k *Kafka) ReadAll(t testing.TB, topic string) []*sarama.ConsumerMessage {
 	}
 	return out
 }
+
+// Producer returns a SyncProducer on the test brokers that writes each
+// message to the partition it names (sarama.NewManualPartitioner). It is
+// closed when the test ends.
+func (k *Kafka) Producer(t testing.TB) sarama.SyncProducer {
+	t.Helper()
+	cfg := k.Config()
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	p, err := sarama.NewSyncProducer(k.Brokers, cfg)
+	if err != nil {
+		t.Fatalf("testkit: producer: %v", err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
