@@ -57,7 +57,10 @@ type ReplayConfig struct {
 	// Group is the consumer group whose committed offsets keep the replay's
 	// position in Topic: a record is replayed once per group, and records
 	// the filters leave out stay for a later run. Replay joins no group, so
-	// run one replay per group at a time. Defaults to "courier-replay".
+	// run one replay per group at a time. Kafka forgets the offsets of a
+	// group offsets.retention.minutes (7 days by default) after its last
+	// commit; every run (not a dry run) commits the position again, so a job
+	// that runs more often keeps it. Defaults to "courier-replay".
 	Group string
 	// To sends every record to this topic instead of its original topic
 	// (and then partitions by key, since the original partition belongs to
@@ -303,11 +306,13 @@ func (r *replayer) run(ctx context.Context) error {
 	defer consumer.Close()
 	for _, s := range list {
 		pos := places[s.partition]
-		if pos.next < oldest[s.partition] { // retention deleted what was left behind
-			pos.skipTo(oldest[s.partition])
-			if err := r.commit(s.partition, pos); err != nil {
-				return err
-			}
+		pos.skipTo(oldest[s.partition]) // retention deleted what was left behind
+		// Commit the position even when nothing moves: Kafka forgets the
+		// offsets of a group without members offsets.retention.minutes (7
+		// days by default) after its last commit, and a forgotten position
+		// would replay everything again.
+		if err := r.commit(s.partition, pos); err != nil {
+			return err
 		}
 		err := readSpan(ctx, consumer, r.cfg.Topic, s, func(m *sarama.ConsumerMessage) error { return r.consider(ctx, pos, m) })
 		if err == nil || errors.Is(err, errStop) {

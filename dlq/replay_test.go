@@ -347,20 +347,22 @@ func TestReplayWriteFailureCommitsNothingOfTheBatch(t *testing.T) {
 	for i := range 6 {
 		f.failed(t, fmt.Sprint("order-", i), "boom")
 	}
-	// Once the first batch's position is committed, every write to the
-	// topic fails.
-	var committed, healed atomic.Bool
+	// Once the first batch's position is committed (the run's second
+	// commit: the first renews the position it starts from), every write
+	// to the topic fails.
+	var commits atomic.Int32
+	var healed atomic.Bool
 	f.k.Cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		f.k.Cluster.KeepControl()
 		if req.(*kmsg.OffsetCommitRequest).Group == f.group {
-			committed.Store(true)
+			commits.Add(1)
 		}
 		return nil, nil, false
 	})
 	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
 		f.k.Cluster.KeepControl()
 		pr := req.(*kmsg.ProduceRequest)
-		if healed.Load() || !committed.Load() || len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic {
+		if healed.Load() || commits.Load() < 2 || len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic {
 			return nil, nil, false
 		}
 		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
@@ -455,5 +457,29 @@ func TestScanAndGetReadWithoutCommitting(t *testing.T) {
 	// Reading committed nothing: a replay still moves both dead letters.
 	if report, _ := f.mustReplay(t, dlq.ReplayConfig{}); report.Moved != 2 {
 		t.Errorf("replay after Scan moved %d, want 2", report.Moved)
+	}
+}
+
+// TestReplayRenewsItsPositionWithNothingToMove: Kafka forgets a memberless
+// group's offsets some days after its last commit, so every run commits
+// its position again, even when it moves nothing.
+func TestReplayRenewsItsPositionWithNothingToMove(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1, testkit.InProcess()) // the broker counts the commits
+	f.failed(t, "order-0", "boom")
+	f.mustReplay(t, dlq.ReplayConfig{})
+	var commits atomic.Int32
+	f.k.Cluster.ControlKey(int16(kmsg.OffsetCommit), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		if req.(*kmsg.OffsetCommitRequest).Group == f.group {
+			commits.Add(1)
+		}
+		return nil, nil, false
+	})
+	if report, _ := f.mustReplay(t, dlq.ReplayConfig{}); report.Moved != 0 || commits.Load() != 1 {
+		t.Fatalf("a run with nothing to move: moved %d, %d commits; want 0 and 1", report.Moved, commits.Load())
+	}
+	if _, _ = f.mustReplay(t, dlq.ReplayConfig{DryRun: true}); commits.Load() != 1 {
+		t.Errorf("a dry run committed")
 	}
 }
