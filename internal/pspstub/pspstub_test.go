@@ -1,0 +1,254 @@
+package pspstub_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/internal/pspstub"
+	"github.com/courierkit/courier/internal/testkit"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// start starts a Server and a Client of it, both closed at the test's end.
+func start(t *testing.T, timeout time.Duration) (*pspstub.Server, *pspstub.Client) {
+	t.Helper()
+	s, err := pspstub.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pspstub.NewClient(s.URL(), timeout)
+	t.Cleanup(func() {
+		c.Close()
+		s.Close()
+	})
+	return s, c
+}
+
+var valid = pspstub.Payout{ID: "evt-1", OrderID: "ord-1", AmountCents: 1250, Currency: "EUR"}
+
+func TestPayOKIsIdempotent(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, 0)
+	ctx := context.Background()
+	for range 3 {
+		if err := c.Pay(ctx, valid); err != nil {
+			t.Fatalf("Pay: %v", err)
+		}
+	}
+	other := valid
+	other.ID = "evt-2"
+	if err := c.Pay(ctx, other); err != nil {
+		t.Fatalf("Pay: %v", err)
+	}
+	if got := s.Paid(); got != 2 {
+		t.Errorf("Paid() = %d, want 2", got)
+	}
+	if got := s.Calls(); got != 4 {
+		t.Errorf("Calls() = %d, want 4", got)
+	}
+	if got := s.Duplicates(); got != 2 {
+		t.Errorf("Duplicates() = %d, want 2", got)
+	}
+	if p, ok := s.PaidPayout("evt-1"); !ok || p != valid {
+		t.Errorf("PaidPayout(evt-1) = %+v, %v; want %+v, true", p, ok, valid)
+	}
+}
+
+func TestPayConcurrentSameIDPaysOnce(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, 0)
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			if err := c.Pay(context.Background(), valid); err != nil {
+				t.Errorf("Pay: %v", err)
+			}
+		})
+	}
+	wg.Wait()
+	if s.Paid() != 1 || s.Duplicates() != 7 || s.Calls() != 8 {
+		t.Errorf("Paid, Duplicates, Calls = %d, %d, %d; want 1, 7, 8", s.Paid(), s.Duplicates(), s.Calls())
+	}
+}
+
+func TestPayRejectedIsPermanent(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, 0)
+	for _, tc := range []struct {
+		name   string
+		p      pspstub.Payout
+		reason string
+	}{
+		{"zero amount", pspstub.Payout{ID: "a", AmountCents: 0, Currency: "EUR"}, "amount_cents is 0; it must be above 0"},
+		{"negative amount", pspstub.Payout{ID: "b", AmountCents: -5, Currency: "EUR"}, "amount_cents is -5; it must be above 0"},
+		{"no currency", pspstub.Payout{ID: "c", AmountCents: 100}, "currency is empty; send an ISO 4217 code, e.g. EUR"},
+		{"no id", pspstub.Payout{AmountCents: 100, Currency: "EUR"}, "id is empty; send an idempotency key, e.g. the event id"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			err := c.Pay(context.Background(), tc.p)
+			var perm *consumer.PermanentError
+			if !errors.As(err, &perm) {
+				t.Fatalf("Pay = %v, want a consumer.PermanentError", err)
+			}
+			var serr *pspstub.StatusError
+			if !errors.As(err, &serr) || serr.StatusCode != 422 || serr.Reason != tc.reason {
+				t.Fatalf("Pay = %v, want a 422 StatusError with reason %q", err, tc.reason)
+			}
+			if want := "permanent: psp: 422 Unprocessable Entity: " + tc.reason; err.Error() != want {
+				t.Errorf("Pay error = %q, want %q", err, want)
+			}
+		})
+	}
+	if s.Paid() != 0 || s.Calls() != 4 {
+		t.Errorf("Paid, Calls = %d, %d; want 0, 4", s.Paid(), s.Calls())
+	}
+}
+
+func TestPayFailIsTransient(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, 0)
+	s.SetMode(pspstub.ModeFail)
+	err := c.Pay(context.Background(), valid)
+	var serr *pspstub.StatusError
+	if !errors.As(err, &serr) || serr.StatusCode != 503 {
+		t.Fatalf("Pay = %v, want a 503 StatusError", err)
+	}
+	var perm *consumer.PermanentError
+	var ra *consumer.RetryAfterError
+	if errors.As(err, &perm) || errors.As(err, &ra) {
+		t.Fatalf("Pay = %v, want a plain transient error", err)
+	}
+	if want := "psp: 503 Service Unavailable: the PSP is down (stub in ModeFail)"; err.Error() != want {
+		t.Errorf("Pay error = %q, want %q", err, want)
+	}
+	s.SetMode(pspstub.ModeOK)
+	if err := c.Pay(context.Background(), valid); err != nil {
+		t.Fatalf("Pay after recovery: %v", err)
+	}
+	if s.Paid() != 1 || s.Calls() != 2 || s.Duplicates() != 0 {
+		t.Errorf("Paid, Calls, Duplicates = %d, %d, %d; want 1, 2, 0", s.Paid(), s.Calls(), s.Duplicates())
+	}
+}
+
+func TestPayTimeout(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, 50*time.Millisecond)
+	s.SetMode(pspstub.ModeTimeout)
+	err := c.Pay(context.Background(), valid)
+	if !errors.Is(err, pspstub.ErrTimeout) {
+		t.Fatalf("Pay = %v, want ErrTimeout", err)
+	}
+	if want := "psp: timeout after 50ms"; err.Error() != want {
+		t.Errorf("Pay error = %q, want %q", err, want)
+	}
+	if s.Paid() != 0 || s.Calls() != 1 {
+		t.Errorf("Paid, Calls = %d, %d; want 0, 1", s.Paid(), s.Calls())
+	}
+}
+
+func TestPayCallerContextEnds(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, time.Minute)
+	s.SetMode(pspstub.ModeTimeout)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Pay(ctx, valid) }()
+	waitFor(t, func() bool { return s.Calls() == 1 })
+	cancel()
+	err := <-done
+	if !errors.Is(err, context.Canceled) || errors.Is(err, pspstub.ErrTimeout) {
+		t.Fatalf("Pay = %v, want context.Canceled and no ErrTimeout", err)
+	}
+}
+
+func TestCloseEndsHangingCalls(t *testing.T) {
+	t.Parallel()
+	s, err := pspstub.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := pspstub.NewClient(s.URL(), time.Minute)
+	defer c.Close()
+	s.SetMode(pspstub.ModeTimeout)
+	done := make(chan error, 1)
+	go func() { done <- c.Pay(context.Background(), valid) }()
+	waitFor(t, func() bool { return s.Calls() == 1 })
+	s.Close()
+	if err := <-done; err == nil || errors.Is(err, pspstub.ErrTimeout) {
+		t.Fatalf("Pay = %v, want a connection error", err)
+	}
+	s.Close() // idempotent
+}
+
+func TestPayRateLimitIsRetryAfter(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, 0)
+	s.SetMode(pspstub.ModeRateLimit)
+	s.SetRetryAfter(2500 * time.Millisecond)
+	err := c.Pay(context.Background(), valid)
+	var ra *consumer.RetryAfterError
+	if !errors.As(err, &ra) || ra.Delay != 3*time.Second {
+		t.Fatalf("Pay = %v, want consumer.RetryAfter(…, 3s) (2.5s rounded up to whole seconds)", err)
+	}
+	var serr *pspstub.StatusError
+	if !errors.As(err, &serr) || serr.StatusCode != 429 {
+		t.Fatalf("Pay = %v, want a 429 StatusError", err)
+	}
+	if s.Paid() != 0 {
+		t.Errorf("Paid() = %d, want 0", s.Paid())
+	}
+}
+
+func TestPayUnreachable(t *testing.T) {
+	t.Parallel()
+	s, err := pspstub.Start()
+	if err != nil {
+		t.Fatal(err)
+	}
+	url := s.URL()
+	s.Close()
+	c := pspstub.NewClient(url, time.Second)
+	defer c.Close()
+	err = c.Pay(context.Background(), valid)
+	var perm *consumer.PermanentError
+	if err == nil || errors.As(err, &perm) || errors.Is(err, pspstub.ErrTimeout) {
+		t.Fatalf("Pay = %v, want a transient connection error", err)
+	}
+	t.Logf("Pay to a closed PSP: %v", err)
+}
+
+func TestSetModeFor(t *testing.T) {
+	t.Parallel()
+	s, c := start(t, 0)
+	s.SetModeFor(pspstub.ModeFail, 50*time.Millisecond)
+	if err := c.Pay(context.Background(), valid); err == nil {
+		t.Fatal("Pay succeeded during the outage")
+	}
+	waitFor(t, func() bool { return s.Mode() == pspstub.ModeOK })
+	if err := c.Pay(context.Background(), valid); err != nil {
+		t.Fatalf("Pay after the outage: %v", err)
+	}
+
+	// A later SetModeFor replaces a pending revert: ModeOK comes back
+	// after the later one's duration, not the earlier one's.
+	s.SetModeFor(pspstub.ModeFail, time.Millisecond)
+	s.SetModeFor(pspstub.ModeRateLimit, 50*time.Millisecond)
+	set := time.Now()
+	waitFor(t, func() bool { return s.Mode() == pspstub.ModeOK })
+	if elapsed := time.Since(set); elapsed < 50*time.Millisecond {
+		t.Errorf("ModeOK came back after %v, want the later SetModeFor's 50ms", elapsed)
+	}
+}
+
+// waitFor waits for cond with testkit.WaitFor.
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	testkit.WaitFor(t, 5*time.Second, "the PSP stub's state", cond)
+}
