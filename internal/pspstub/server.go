@@ -262,7 +262,9 @@ func (s *Server) handlePayout(w http.ResponseWriter, r *http.Request) {
 		case <-r.Context().Done():
 		case <-s.closed:
 		}
-		return
+		// Drop the connection without an answer: a handler that just
+		// returned would answer 200, as if it had paid.
+		panic(http.ErrAbortHandler)
 	case ModeRateLimit:
 		secs := max(int64((retryAfter+time.Second-1)/time.Second), 1)
 		w.Header().Set("Retry-After", strconv.FormatInt(secs, 10))
