@@ -214,8 +214,7 @@ func (p *partition) claimIDs(ids []string) (c claimed, ok bool) {
 		if c.owner != "" { // the last try failed: drop what it may have claimed
 			_ = d.Store.Release(ctx, c.owner, ids)
 		}
-		p.claims++
-		c.owner = p.owner + "/" + strconv.FormatUint(p.claims, 10)
+		c.owner = p.owner + "/" + strconv.FormatUint(p.claims.Add(1), 10)
 		err := p.dedupeCall(ctx, dedupe.OpClaim, len(ids), func(ctx context.Context) (err error) {
 			c.statuses, err = d.Store.Claim(ctx, c.owner, ids, d.Lease)
 			if err == nil && len(c.statuses) != len(ids) {

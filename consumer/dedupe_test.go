@@ -391,3 +391,41 @@ func TestDedupeMarksLeftAtShutdownAreStoredOnTheWayOut(t *testing.T) {
 		t.Errorf("the handled message's id is %v (%v), want processed", statuses, err)
 	}
 }
+
+// TestDedupeWithKeyedWorkers: keyed workers of one partition claim ids at
+// the same time (a copy found busy is claimed again by its worker); each
+// event is handled once, and the race detector finds nothing.
+func TestDedupeWithKeyedWorkers(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	r := testkit.NewRedis(t)
+	const events = 100
+	var (
+		mu      sync.Mutex
+		handled = map[string]int{}
+	)
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		handled[m.ID]++
+		return nil
+	}))
+	cfg.Workers = 4
+	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, r.Client, r.Prefix), BusyWait: 5 * time.Millisecond}
+	var msgs []*sarama.ProducerMessage
+	for i := range events { // each event twice, under two keys: two workers
+		id := fmt.Sprintf("event-%d", i)
+		msgs = append(msgs, withID(fmt.Sprintf("a-%d", i), "v", id), withID(fmt.Sprintf("b-%d", i), "v", id))
+	}
+	f.produce(t, f.topic, msgs...)
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 20*time.Second, "every copy committed", func() bool { return f.committed(t, 0) == 2*events })
+	stop()
+	mu.Lock()
+	defer mu.Unlock()
+	for i := range events {
+		if n := handled[fmt.Sprintf("event-%d", i)]; n != 1 {
+			t.Errorf("event-%d handled %d times, want 1", i, n)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -63,9 +64,10 @@ type partition struct {
 	carry    *taken
 
 	// owner tells this partition's dedupe claims from any other's; each
-	// claim call adds its number (claims) to it.
+	// claim call adds its number (claims) to it. Keyed workers claim too
+	// (a message claimed elsewhere is claimed again), hence the atomic.
 	owner  string
-	claims uint64
+	claims atomic.Uint64
 	// marks sends the dedupe marks of handled messages; nil without
 	// Dedupe.
 	marks *doneMarks
