@@ -1,0 +1,252 @@
+// Command payouts is a payout worker: it pays each OrderCreated event of the
+// orders topic once through a payment service provider (PSP), and loses
+// none of them when the PSP fails.
+//
+//   - The PSP is called through a consumer.Breaker: while it is down, the
+//     breaker opens and the consumer pauses the partition (no attempt
+//     counted, nothing dead-lettered) until the PSP answers again.
+//   - A failing payout is retried in process (MaxAttempts, above the
+//     breaker's ConsecutiveFailures), then waits in orders.retry.5s and
+//     orders.retry.30s, then goes to orders.dlq.
+//   - A payout the PSP refuses (422), an event without ce_id or with a
+//     value that is not JSON goes to orders.dlq at once (consumer.Permanent).
+//   - Redis remembers the ce_id of every event paid (dedupe), so an event
+//     delivered twice is paid once; the PSP's idempotency key (the ce_id)
+//     is the second guard.
+//
+// Run it against `courier dev` and `make services`:
+//
+//	go run ./examples/payouts --psp-fail-for 10s
+//
+// See README.md beside this file.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/redis/go-redis/v9"
+
+	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dedupe"
+	"github.com/courierkit/courier/internal/pspstub"
+	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/retrytopics"
+)
+
+// config is the worker's configuration; parseConfig fills it from flags
+// and the environment.
+type config struct {
+	Brokers     []string        // Kafka bootstrap addresses
+	Topic       string          // the topic of OrderCreated events
+	Partitions  int32           // partitions of Topic when the worker creates it
+	Group       string          // the consumer group
+	RedisURL    string          // the dedupe store
+	DedupeScope string          // dedupe.RedisConfig.Scope
+	RedisPrefix string          // dedupe.RedisConfig.Prefix; "" is dedupe.DefaultPrefix
+	PSPURL      string          // "" starts an in-process pspstub
+	PSPFailFor  time.Duration   // the in-process PSP fails (503) this long first
+	PSPTimeout  time.Duration   // each PSP call's timeout
+	RetryDelays []time.Duration // the retry topics' delays
+
+	MaxAttempts     int           // in-process attempts per topic; above BreakerFailures
+	Backoff         time.Duration // the wait after a first failed attempt, doubling
+	BreakerFailures int           // consecutive PSP failures that open the breaker
+	BreakerOpenFor  time.Duration // how long the open breaker waits before a probe
+
+	Logger  *slog.Logger     // nil: slog.Default()
+	Metrics consumer.Metrics // nil: none; e.g. prom.NewConsumerMetrics
+}
+
+// parseConfig reads the flags in args, with defaults from getenv.
+func parseConfig(args []string, getenv func(string) string) (config, error) {
+	cfg := config{
+		Partitions: 3, DedupeScope: "payouts", PSPTimeout: 2 * time.Second,
+		MaxAttempts: 8, Backoff: 200 * time.Millisecond, BreakerFailures: 5,
+	}
+	fs := flag.NewFlagSet("payouts", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	brokers := fs.String("brokers", envOr(getenv, "COURIER_BROKERS", "127.0.0.1:9092"), "Kafka bootstrap addresses, comma-separated (env COURIER_BROKERS)")
+	fs.StringVar(&cfg.RedisURL, "redis-url", envOr(getenv, "COURIER_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis for dedupe (env COURIER_REDIS_URL)")
+	fs.StringVar(&cfg.Topic, "topic", "orders", "topic of the OrderCreated events")
+	fs.StringVar(&cfg.Group, "group", "payouts", "consumer group id")
+	fs.StringVar(&cfg.PSPURL, "psp-url", "", `PSP base URL; "" starts an in-process stub PSP`)
+	fs.DurationVar(&cfg.PSPFailFor, "psp-fail-for", 0, "make the in-process PSP fail (503) this long first, e.g. 10s")
+	delays := fs.String("retry-delays", "5s,30s", "delays of the retry topics, comma-separated")
+	fs.DurationVar(&cfg.BreakerOpenFor, "breaker-open-for", 5*time.Second, "how long the open breaker waits before it probes the PSP")
+	if err := fs.Parse(args); err != nil {
+		var usage strings.Builder
+		fs.SetOutput(&usage)
+		fs.PrintDefaults()
+		return cfg, fmt.Errorf("%w\nusage of payouts:\n%s", err, usage.String())
+	}
+	cfg.Brokers = strings.Split(*brokers, ",")
+	for d := range strings.SplitSeq(*delays, ",") {
+		delay, err := time.ParseDuration(strings.TrimSpace(d))
+		if err != nil {
+			return cfg, fmt.Errorf("--retry-delays %q: want durations separated by commas, e.g. 5s,30s", *delays)
+		}
+		cfg.RetryDelays = append(cfg.RetryDelays, delay)
+	}
+	if cfg.PSPURL != "" && cfg.PSPFailFor > 0 {
+		return cfg, errors.New("--psp-fail-for makes the in-process PSP fail; drop --psp-url to use it")
+	}
+	return cfg, nil
+}
+
+func envOr(getenv func(string) string, name, def string) string {
+	if v := getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		fmt.Fprintln(os.Stderr, err)
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "payouts:", err)
+		os.Exit(2)
+	}
+	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		cfg.Logger.Error("payouts stopped", "error", err)
+		os.Exit(1)
+	}
+}
+
+// orderCreated is the payload of an OrderCreated event.
+type orderCreated struct {
+	OrderID     string `json:"order_id"`
+	AmountCents int64  `json:"amount_cents"`
+	Currency    string `json:"currency"`
+}
+
+// run pays the orders of cfg.Topic until ctx ends.
+func run(ctx context.Context, cfg config) error {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+
+	pspURL := cfg.PSPURL
+	if pspURL == "" {
+		stub, err := pspstub.Start()
+		if err != nil {
+			return err
+		}
+		defer func() {
+			log.Info("in-process PSP stopped", "paid", stub.Paid(), "calls", stub.Calls(), "duplicates", stub.Duplicates())
+			stub.Close()
+		}()
+		if cfg.PSPFailFor > 0 {
+			stub.SetModeFor(pspstub.ModeFail, cfg.PSPFailFor)
+		}
+		pspURL = stub.URL()
+		log.Info("started an in-process PSP", "url", pspURL, "failing_for", cfg.PSPFailFor)
+	}
+	psp := pspstub.NewClient(pspURL, cfg.PSPTimeout)
+	defer psp.Close()
+
+	// One breaker for every call to the PSP.
+	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{
+		Name:                "psp",
+		ConsecutiveFailures: cfg.BreakerFailures,
+		OpenFor:             cfg.BreakerOpenFor,
+		Logger:              log,
+		Metrics:             cfg.Metrics,
+	})
+	if err != nil {
+		return err
+	}
+
+	redisOpts, err := redis.ParseURL(cfg.RedisURL)
+	if err != nil {
+		return fmt.Errorf("redis url %q: %w; want e.g. redis://127.0.0.1:6379/0", cfg.RedisURL, err)
+	}
+	rdb := redis.NewClient(redisOpts)
+	defer rdb.Close()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		return fmt.Errorf("redis at %s: %w (is it running? try `make services`)", redisOpts.Addr, err)
+	}
+	seen, err := dedupe.NewRedis(rdb, dedupe.RedisConfig{Scope: cfg.DedupeScope, Prefix: cfg.RedisPrefix})
+	if err != nil {
+		return err
+	}
+
+	if err := createTopic(cfg.Brokers, cfg.Topic, cfg.Partitions); err != nil {
+		return err
+	}
+
+	c, err := consumer.New(consumer.Config{
+		Brokers:     cfg.Brokers,
+		Group:       cfg.Group,
+		Topics:      []string{cfg.Topic},
+		Handler:     payOrder(psp, breaker, log),
+		MaxAttempts: cfg.MaxAttempts,
+		Backoff:     consumer.Backoff{Base: cfg.Backoff},
+		Retry:       retrytopics.Config{Delays: cfg.RetryDelays, CreateTopics: true},
+		Dedupe:      consumer.DedupeConfig{Store: seen},
+		Logger:      log, // logs "message dead-lettered" with the error; OnDeadLetter could page someone
+		Metrics:     cfg.Metrics,
+	})
+	if err != nil {
+		return err
+	}
+	log.Info("paying orders", "topic", cfg.Topic, "group", cfg.Group, "brokers", cfg.Brokers)
+	return c.Run(ctx)
+}
+
+// payOrder returns the handler: it pays an OrderCreated event through the
+// breaker, with the event's id as the PSP's idempotency key.
+func payOrder(psp *pspstub.Client, breaker *consumer.Breaker, log *slog.Logger) consumer.Handler {
+	return consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		if t, ok := m.Headers.Lookup(producer.HeaderType); ok && string(t) != "OrderCreated" {
+			return nil // another event of the topic: not ours to pay
+		}
+		if m.ID == "" {
+			return consumer.Permanent(errors.New("no ce_id header: a payout needs the event id as its idempotency key"))
+		}
+		var o orderCreated
+		if err := json.Unmarshal(m.Value, &o); err != nil {
+			return consumer.Permanent(fmt.Errorf("the value is not an OrderCreated JSON: %w", err))
+		}
+		p := pspstub.Payout{ID: m.ID, OrderID: o.OrderID, AmountCents: o.AmountCents, Currency: o.Currency}
+		err := breaker.Do(ctx, func(ctx context.Context) error { return psp.Pay(ctx, p) })
+		if err == nil {
+			log.Info("paid", "order_id", o.OrderID, "ce_id", m.ID, "amount_cents", o.AmountCents, "attempt", m.Attempt)
+		}
+		return err
+	})
+}
+
+// createTopic creates topic unless it exists: the consumer creates the
+// retry and dead-letter topics, but not the main one.
+func createTopic(brokers []string, topic string, partitions int32) error {
+	admin, err := sarama.NewClusterAdmin(brokers, sarama.NewConfig())
+	if err != nil {
+		return fmt.Errorf("kafka at %s: %w (is it running? try `courier dev`)", strings.Join(brokers, ","), err)
+	}
+	defer admin.Close()
+	err = admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false)
+	if err != nil && !errors.Is(err, sarama.ErrTopicAlreadyExists) {
+		return fmt.Errorf("create topic %s: %w", topic, err)
+	}
+	return nil
+}
