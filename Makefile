@@ -7,7 +7,7 @@ export PATH := $(PATH):/usr/local/go/bin
 COURIER_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 export COURIER_TEST_DATABASE_URL
 
-.PHONY: help test services deps migrate vet
+.PHONY: help test services deps migrate vet demo
 
 ## help: list the targets
 help:
@@ -16,6 +16,10 @@ help:
 ## test: start services, fetch modules, migrate, vet, and run every test with -race
 test: services deps migrate vet
 	$(GO) test -race -count=1 -timeout 15m ./...
+
+## demo: run the whole pipeline once on an embedded Kafka broker and count every event (seconds)
+demo: services
+	$(GO) run ./cmd/courier demo --database-url "$(COURIER_TEST_DATABASE_URL)"
 
 ## services: bring PostgreSQL and Redis up on 127.0.0.1 (installing them if missing)
 services:

@@ -66,7 +66,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newMigrateCmd(), newRelayCmd(), newOutboxCmd(), newDLQCmd(), newDevCmd(), newBenchCmd())
+	root.AddCommand(newMigrateCmd(), newRelayCmd(), newOutboxCmd(), newDLQCmd(), newDevCmd(), newDemoCmd(), newBenchCmd())
 	return root
 }
 
