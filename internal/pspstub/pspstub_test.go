@@ -3,6 +3,8 @@ package pspstub_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"net/http/httptest"
 	"sync"
 	"testing"
 	"time"
@@ -251,4 +253,55 @@ func TestSetModeFor(t *testing.T) {
 func waitFor(t *testing.T, cond func() bool) {
 	t.Helper()
 	testkit.WaitFor(t, 5*time.Second, "the PSP stub's state", cond)
+}
+
+// TestPayForeignAnswers: answers the stub never sends (another PSP's, a
+// proxy's) are classified all the same.
+func TestPayForeignAnswers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name      string
+		answer    func(http.ResponseWriter)
+		want      string
+		permanent bool
+		delay     time.Duration // > 0: want consumer.RetryAfter with it
+	}{
+		{"202 is accepted", func(w http.ResponseWriter) { w.WriteHeader(http.StatusAccepted) }, "", false, 0},
+		{"500 with an HTML body", func(w http.ResponseWriter) {
+			w.WriteHeader(http.StatusInternalServerError)
+			_, _ = w.Write([]byte("<html>oops</html>"))
+		}, "psp: 500 Internal Server Error", false, 0},
+		{"400 is transient: only 422 is a refusal", func(w http.ResponseWriter) { w.WriteHeader(http.StatusBadRequest) }, "psp: 400 Bad Request", false, 0},
+		{"422 without a body", func(w http.ResponseWriter) { w.WriteHeader(http.StatusUnprocessableEntity) }, "permanent: psp: 422 Unprocessable Entity", true, 0},
+		{"429 without Retry-After waits 1s", func(w http.ResponseWriter) { w.WriteHeader(http.StatusTooManyRequests) }, "psp: 429 Too Many Requests (retry after 1s)", false, time.Second},
+		{"429 with a Retry-After of 7s", func(w http.ResponseWriter) {
+			w.Header().Set("Retry-After", "7")
+			w.WriteHeader(http.StatusTooManyRequests)
+		}, "psp: 429 Too Many Requests (retry after 7s)", false, 7 * time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tc.answer(w) }))
+			defer srv.Close()
+			c := pspstub.NewClient(srv.URL, time.Second)
+			defer c.Close()
+			err := c.Pay(context.Background(), valid)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatalf("Pay = %v, want nil", err)
+				}
+				return
+			}
+			if err == nil || err.Error() != tc.want {
+				t.Fatalf("Pay = %v, want %q", err, tc.want)
+			}
+			var perm *consumer.PermanentError
+			if errors.As(err, &perm) != tc.permanent {
+				t.Errorf("Pay = %v: permanent %t, want %t", err, !tc.permanent, tc.permanent)
+			}
+			var ra *consumer.RetryAfterError
+			if got := errors.As(err, &ra); got != (tc.delay > 0) || (got && ra.Delay != tc.delay) {
+				t.Errorf("Pay = %v, want a RetryAfter of %v: %t", err, tc.delay, tc.delay > 0)
+			}
+		})
+	}
 }
