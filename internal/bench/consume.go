@@ -37,9 +37,6 @@ const (
 )
 
 const (
-	keys        = 1_000 // distinct record keys
-	partitions  = 12
-	payloadSize = 200 // bytes of JSON per message
 	failEvery   = 100 // 1%: messages i with i%failEvery == failEvery-1 fail for good
 	seedChunk   = 5_000
 	slowHandler = 5 * time.Millisecond
@@ -98,6 +95,9 @@ type ConsumeConfig struct {
 	// keys live under courier:bench:<Name>: and are deleted after each
 	// round. Defaults to none.
 	Redis redis.UniversalClient
+	// Progress, when set, receives a line as each round starts. Defaults
+	// to none.
+	Progress io.Writer
 }
 
 // Result is one configuration's figure.
@@ -126,16 +126,23 @@ func (r ConsumeReport) WriteText(w io.Writer) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "msgs/s consuming %d messages (%d with the 5ms handler) over %d keys and %d partitions, %d times each, taking turns, same broker:\n",
 		r.Messages, r.SlowMessages, keys, partitions, r.Rounds)
-	for _, res := range r.Results {
-		fmt.Fprintf(&b, "  %-36s %9.0f  %5.2fx %s", res.Name, res.Rate, res.Ratio, res.Baseline)
-		if res.Ceiling > 0 {
-			fmt.Fprintf(&b, "  (ceiling %.0f: %.2fx)", res.Ceiling, res.Rate/res.Ceiling)
-		}
-		b.WriteByte('\n')
-	}
+	writeRateLines(&b, r.rows())
 	b.WriteString("  (ceiling: the backlog's busiest worker handling its messages one after the other)\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// rows are the results as the tables show them, with their ceilings.
+func (r ConsumeReport) rows() []rateRow {
+	rows := make([]rateRow, len(r.Results))
+	for i, res := range r.Results {
+		rows[i] = rateRow{name: res.Name, rate: res.Rate, baseline: res.Baseline, ratio: res.Ratio}
+		if res.Ceiling > 0 {
+			rows[i].note = fmt.Sprintf("(ceiling %.0f: %.2fx)", res.Ceiling, res.Rate/res.Ceiling)
+			rows[i].cell = thousands(res.Ceiling)
+		}
+	}
+	return rows
 }
 
 // Consume measures the consumer runner beside a raw Sarama consumer group,
@@ -179,7 +186,8 @@ func Consume(ctx context.Context, cfg ConsumeConfig) (ConsumeReport, error) {
 	if err != nil {
 		return ConsumeReport{}, err
 	}
-	for range run.cfg.Rounds {
+	for i := range run.cfg.Rounds {
+		progress(run.cfg.Progress, "consumer: round %d of %d, %d configurations", i+1, run.cfg.Rounds, len(run.cases))
 		if err := run.Round(ctx); err != nil {
 			return ConsumeReport{}, err
 		}
@@ -296,29 +304,16 @@ func (c *ConsumeConfig) setDefaults() error {
 		return errors.New("bench: no Kafka brokers given")
 	}
 	if c.Sarama == nil {
-		c.Sarama = func() *sarama.Config {
-			cfg := sarama.NewConfig()
-			cfg.Producer.RequiredAcks = sarama.WaitForAll
-			cfg.Producer.Return.Successes = true
-			return cfg
-		}
+		c.Sarama = defaultSarama
 	}
-	for _, d := range []struct {
-		field *int
-		def   int
-	}{{&c.Messages, DefaultMessages}, {&c.SlowMessages, DefaultSlowMessages}, {&c.Rounds, DefaultRounds}} {
-		if *d.field < 0 {
-			return fmt.Errorf("bench: a negative count (%d); use a positive one, or 0 for the default of %d", *d.field, d.def)
-		}
-		if *d.field == 0 {
-			*d.field = d.def
-		}
+	if err := applyCounts(count{&c.Messages, DefaultMessages}, count{&c.SlowMessages, DefaultSlowMessages}, count{&c.Rounds, DefaultRounds}); err != nil {
+		return err
 	}
 	if c.Logger == nil {
-		c.Logger = slog.New(slog.NewTextHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelWarn}))
+		c.Logger = defaultLogger()
 	}
 	if c.Name == "" {
-		c.Name = "bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
+		c.Name = randomName()
 	}
 	return nil
 }
@@ -435,9 +430,7 @@ func (bl *backlog) write(n int) error {
 		if i%failEvery == failEvery-1 {
 			bl.fail[id] = true
 		}
-		payload := fmt.Appendf(nil, `{"order_id":%q,"n":%d,"status":"created","note":"`, key, i)
-		payload = append(payload, strings.Repeat("x", max(payloadSize-len(payload)-2, 0))...)
-		payload = append(payload, `"}`...)
+		payload := orderPayload(key, i)
 		msgs = append(msgs, &sarama.ProducerMessage{
 			Topic: bl.topic,
 			Key:   sarama.StringEncoder(key),
@@ -476,10 +469,6 @@ func (bl *backlog) drop() {
 		_ = bl.admin.DeleteTopic(topic)
 	}
 	_ = bl.admin.Close()
-}
-
-func header(name, value string) sarama.RecordHeader {
-	return sarama.RecordHeader{Key: []byte(name), Value: []byte(value)}
 }
 
 // settled counts settled messages and closes done with the last.

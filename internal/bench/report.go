@@ -1,0 +1,326 @@
+package bench
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Report is what `courier bench` prints: where and how the figures were
+// measured, and the figures of each harness that ran.
+type Report struct {
+	// Date is when the run started.
+	Date time.Time `json:"date"`
+	// Command is the command line that reproduces the run.
+	Command  string   `json:"command"`
+	Machine  Machine  `json:"machine"`
+	Services Services `json:"services"`
+	// Relay and Consume are nil when their harness did not run.
+	Relay   *RelayReport   `json:"relay,omitempty"`
+	Consume *ConsumeReport `json:"consume,omitempty"`
+}
+
+// Machine describes the machine and the build that measured.
+type Machine struct {
+	// NumCPU is runtime.NumCPU(): the cores this process may use.
+	NumCPU     int    `json:"num_cpu"`
+	GOMAXPROCS int    `json:"gomaxprocs"`
+	GoVersion  string `json:"go_version"`
+	OS         string `json:"os"`
+	Arch       string `json:"arch"`
+	// CPU is the processor's model name; empty where /proc/cpuinfo does
+	// not tell it.
+	CPU string `json:"cpu,omitempty"`
+	// LoadAverage is /proc/loadavg's 1, 5 and 15 minute load averages when
+	// the run started: other work on the machine; empty where unknown.
+	LoadAverage string `json:"load_average,omitempty"`
+	// Commit is the VCS revision the binary was built from, with
+	// "-dirty" when the tree had changes; empty where the build did not
+	// record it (go run does not).
+	Commit string `json:"commit,omitempty"`
+}
+
+// Services names the services the figures were measured against.
+type Services struct {
+	// PostgreSQL is the server's version; empty when no harness used it.
+	PostgreSQL string `json:"postgresql,omitempty"`
+	// Redis is the server's version; empty when no harness used it.
+	Redis string `json:"redis,omitempty"`
+	// Kafka says which broker: the in-process kfake one, or the
+	// addresses of a cluster.
+	Kafka string `json:"kafka"`
+}
+
+// ThisMachine describes the machine this process runs on and the build it
+// runs.
+func ThisMachine() Machine {
+	m := Machine{
+		NumCPU: runtime.NumCPU(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoVersion: runtime.Version(),
+		OS: runtime.GOOS, Arch: runtime.GOARCH, CPU: cpuModel(),
+	}
+	if load, err := os.ReadFile("/proc/loadavg"); err == nil {
+		if fields := strings.Fields(string(load)); len(fields) >= 3 {
+			m.LoadAverage = strings.Join(fields[:3], " ")
+		}
+	}
+	if info, ok := debug.ReadBuildInfo(); ok {
+		dirty := false
+		for _, s := range info.Settings {
+			switch s.Key {
+			case "vcs.revision":
+				m.Commit = s.Value
+			case "vcs.modified":
+				dirty = s.Value == "true"
+			}
+		}
+		if m.Commit != "" && dirty {
+			m.Commit += "-dirty"
+		}
+	}
+	return m
+}
+
+// cpuModel is the first "model name" of /proc/cpuinfo, or "".
+func cpuModel() string {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if name, value, ok := strings.Cut(sc.Text(), ":"); ok && strings.TrimSpace(name) == "model name" {
+			return strings.TrimSpace(value)
+		}
+	}
+	return ""
+}
+
+// KfakeVersion is the version of the in-process broker's module
+// (github.com/twmb/franz-go/pkg/kfake) this binary was built with, or
+// "(unknown version)".
+func KfakeVersion() string {
+	if info, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range info.Deps {
+			if dep.Path == "github.com/twmb/franz-go/pkg/kfake" {
+				return dep.Version
+			}
+		}
+	}
+	return "(unknown version)"
+}
+
+// WriteText writes the header as plain lines, then each harness's tables
+// as the benchmarks print them.
+func (r Report) WriteText(w io.Writer) error {
+	var b strings.Builder
+	for _, line := range r.header() {
+		fmt.Fprintf(&b, "%s: %s\n", line[0], line[1])
+	}
+	b.WriteByte('\n')
+	if _, err := io.WriteString(w, b.String()); err != nil {
+		return err
+	}
+	if r.Relay != nil {
+		if err := r.Relay.WriteText(w); err != nil {
+			return err
+		}
+	}
+	if r.Consume != nil {
+		return r.Consume.WriteText(w)
+	}
+	return nil
+}
+
+// header is the report's header as name, value pairs.
+func (r Report) header() [][2]string {
+	m := r.Machine
+	lines := [][2]string{
+		{"Date", r.Date.UTC().Format("2006-01-02 15:04 MST")},
+		{"Command", r.Command},
+		{"Cores", fmt.Sprintf("%d (runtime.NumCPU), GOMAXPROCS %d", m.NumCPU, m.GOMAXPROCS)},
+	}
+	cpu := m.OS + "/" + m.Arch
+	if m.CPU != "" {
+		cpu = m.CPU + ", " + cpu
+	}
+	lines = append(lines, [2]string{"CPU", cpu})
+	if m.LoadAverage != "" {
+		lines = append(lines, [2]string{"Load average at the start", m.LoadAverage + " (1, 5 and 15 minutes)"})
+	}
+	lines = append(lines, [2]string{"Go", m.GoVersion})
+	if m.Commit != "" {
+		lines = append(lines, [2]string{"Commit", m.Commit})
+	}
+	if r.Services.PostgreSQL != "" {
+		lines = append(lines, [2]string{"PostgreSQL", r.Services.PostgreSQL})
+	}
+	if r.Services.Redis != "" {
+		lines = append(lines, [2]string{"Redis", r.Services.Redis})
+	}
+	return append(lines, [2]string{"Kafka", r.Services.Kafka})
+}
+
+// WriteMarkdown writes the report as a Markdown document: the header, then
+// a table per measurement in which every figure stands beside its
+// baseline, measured in the same run, and the ratio of the two.
+func (r Report) WriteMarkdown(w io.Writer) error {
+	var b strings.Builder
+	b.WriteString("# courier benchmarks\n\n")
+	for _, line := range r.header() {
+		value := line[1]
+		if line[0] == "Command" {
+			value = "`" + value + "`"
+		}
+		fmt.Fprintf(&b, "- **%s:** %s\n", line[0], value)
+	}
+	fmt.Fprintf(&b, `
+Each figure stands beside a baseline measured in the same run, against the same services, and the
+ratio of the two is the figure to read. The services and the benchmark share the machine's %s,
+with whatever else runs on it (see the load average above), so absolute figures can move by 15 %%
+or more from one run to the next on a busy machine: compare figures of one report with each
+other, and runs with each other by their ratios. Configurations take turns, so that a machine
+whose speed drifts meets them all alike, and each figure is a median.
+`, plural(r.Machine.NumCPU, "core"))
+	if r.Relay != nil {
+		r.Relay.writeMarkdown(&b)
+	}
+	if r.Consume != nil {
+		r.Consume.writeMarkdown(&b)
+	}
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func (r RelayReport) writeMarkdown(b *strings.Builder) {
+	if len(r.Throughput) > 0 {
+		fmt.Fprintf(b, `
+## Relay throughput
+
+Draining a backlog of %s events (%d-byte JSON, %s keys, %d partitions) from the outbox to Kafka: the
+relay, per-key order on, in several configurations, beside the baseline, a plain loop that keeps
+no order (`+"`SELECT … ORDER BY seq LIMIT %d FOR UPDATE SKIP LOCKED`"+`, a Sarama SyncProducer, then
+`+"`UPDATE … SET status = 'published'`"+`). Each configuration has its own table holding the same
+backlog; %s each, and a figure is the events over the median drain time.
+
+| configuration | events/s | baseline | baseline events/s | ratio | claims per drain |
+| --- | ---: | --- | ---: | ---: | ---: |
+`, thousands(float64(r.Events)), payloadSize, thousands(keys), partitions, plainLimit, plural(r.Rounds, "drain"))
+		writeRateTable(b, r.throughputRows())
+	}
+	if len(r.Latency) > 0 {
+		phases := r.Latency[0].Phases
+		fmt.Fprintf(b, `
+## Relay latency
+
+From an event's enqueue (its commit) to its arrival at a consumer, %s events/s enqueued one per
+transaction by %d goroutines, %v per phase, %s per configuration, on a table already holding
+%s published events: the relay's defaults (NOTIFY on, polling every second) beside polling every
+100 ms without NOTIFY (the baseline). A ratio below 1 is faster than the baseline.
+
+| configuration | p50 ms | p99 ms | max ms | enqueued/s | baseline | p50 ratio | p99 ratio |
+| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |
+`, thousands(float64(r.LatencyRate)), enqueuers, r.LatencyDuration, plural(phases, "phase"), thousands(float64(r.Events)))
+		var notes []string
+		for _, res := range r.Latency {
+			base, p50, p99 := "", "", ""
+			if res.Baseline != "" {
+				base, p50, p99 = "`"+res.Baseline+"`", ratio(res.P50Ratio), ratio(res.P99Ratio)
+			}
+			fmt.Fprintf(b, "| `%s` | %.1f | %.1f | %.1f | %s | %s | %s | %s |\n",
+				res.Name, res.P50, res.P99, res.Max, thousands(res.EnqueueRate), base, p50, p99)
+			for _, note := range res.Notes {
+				notes = append(notes, fmt.Sprintf("- `%s`: %s.", res.Name, note))
+			}
+		}
+		if len(notes) > 0 {
+			b.WriteString("\n" + strings.Join(notes, "\n") + "\n")
+		}
+	}
+}
+
+func (r ConsumeReport) writeMarkdown(b *strings.Builder) {
+	fmt.Fprintf(b, `
+## Consumer
+
+Consuming a backlog of %s messages (%d-byte JSON with CloudEvents headers, %s keys, %d partitions)
+with the runner (retries and dead letters on), beside the baseline, a raw Sarama consumer group that
+only marks each message; then %s messages with a handler taking 5 ms, on 16 workers per partition
+beside 1, each beside its ceiling (the backlog's busiest worker handling its messages one after the
+other). `+"`runner/1%%-permanent`"+` fails 1 %% of the messages for good (they go to the dead-letter
+topic); `+"`runner/1%%-through-retry-tiers`"+` fails them twice, through retry tiers of 50 ms and 100 ms, and
+its rate is the main topic's; the dedupe runs claim and mark every message in an in-process map or in
+Redis. The clock starts at the group's first fetch on the in-process broker, and when the consumer
+starts on a cluster. %s each, and a figure is the messages over the median time.
+
+| configuration | msgs/s | baseline | baseline msgs/s | ratio | ceiling msgs/s |
+| --- | ---: | --- | ---: | ---: | ---: |
+`, thousands(float64(r.Messages)), payloadSize, thousands(keys), partitions, thousands(float64(r.SlowMessages)), plural(r.Rounds, "backlog"))
+	writeRateTable(b, r.rows())
+}
+
+// rateRow is a rate beside its baseline, as the tables show it.
+type rateRow struct {
+	name     string
+	rate     float64
+	baseline string // the name of the row whose rate ratio compares with
+	ratio    float64
+	note     string // at the end of the text line
+	cell     string // the Markdown table's last column
+}
+
+// writeRateLines writes rows as the lines the benchmarks print.
+func writeRateLines(b *strings.Builder, rows []rateRow) {
+	for _, row := range rows {
+		fmt.Fprintf(b, "  %-36s %9.0f  %5.2fx %s", row.name, row.rate, row.ratio, row.baseline)
+		if row.note != "" {
+			b.WriteString("  " + row.note)
+		}
+		b.WriteByte('\n')
+	}
+}
+
+// writeRateTable writes rows as the rows of a Markdown table whose columns
+// are the name, the rate, the baseline's name, its rate, the ratio, and
+// the cell.
+func writeRateTable(b *strings.Builder, rows []rateRow) {
+	rates := map[string]float64{}
+	for _, row := range rows {
+		rates[row.name] = row.rate
+	}
+	for _, row := range rows {
+		fmt.Fprintf(b, "| `%s` | %s | `%s` | %s | %s | %s |\n",
+			row.name, thousands(row.rate), row.baseline, thousands(rates[row.baseline]), ratio(row.ratio), row.cell)
+	}
+}
+
+// plural is n and noun, with an s unless n is 1.
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// ratio formats a ratio to a baseline, e.g. 1.07×.
+func ratio(x float64) string { return strconv.FormatFloat(x, 'f', 2, 64) + "×" }
+
+// thousands formats x rounded to a whole number with commas between
+// thousands, e.g. 60,393.
+func thousands(x float64) string {
+	digits := strconv.FormatInt(int64(x+0.5), 10)
+	var b strings.Builder
+	for i, d := range digits {
+		if i > 0 && (len(digits)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(d)
+	}
+	return b.String()
+}

@@ -1,0 +1,74 @@
+package bench
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestBenchReportMarkdownPutsEachFigureBesideItsBaseline renders a report of
+// made-up figures: the header names the machine, and every table row holds
+// its figure, its baseline's figure and the ratio.
+func TestBenchReportMarkdownPutsEachFigureBesideItsBaseline(t *testing.T) {
+	report := Report{
+		Date:     time.Date(2026, 11, 24, 9, 30, 0, 0, time.UTC),
+		Command:  "courier bench --rounds 5",
+		Machine:  Machine{NumCPU: 2, GOMAXPROCS: 2, GoVersion: "go1.26.8", OS: "linux", Arch: "amd64", LoadAverage: "1.50 1.20 1.00"},
+		Services: Services{PostgreSQL: "15.20", Redis: "7.0.15", Kafka: "in-process kfake broker"},
+		Relay: &RelayReport{
+			Events: 20_000, Rounds: 5, LatencyRate: 1_000, LatencyDuration: 5 * time.Second,
+			Throughput: []ThroughputResult{
+				{Name: PlainLoop, Rate: 60_393.4, Baseline: PlainLoop, Ratio: 1},
+				{Name: "relay/relays=1/workers=2/batch=1000", Rate: 66_624, Baseline: PlainLoop, Ratio: 1.1032, ClaimsPerDrain: 41.2},
+			},
+			Latency: []LatencyResult{
+				{Name: LatencyNotify, Phases: 5, P50: 0.9, P99: 3.8, Max: 37, EnqueueRate: 998, Baseline: LatencyPollOnly, P50Ratio: 0.0167, P99Ratio: 0.0362,
+					Notes: []string{"a note"}},
+				{Name: LatencyPollOnly, Phases: 5, P50: 54, P99: 105, Max: 114, EnqueueRate: 999, Baseline: LatencyPollOnly, P50Ratio: 1, P99Ratio: 1},
+			},
+		},
+		Consume: &ConsumeReport{Messages: 200_000, SlowMessages: 4_000, Rounds: 5, Results: []Result{
+			{Name: Raw, Rate: 515_156, Baseline: Raw, Ratio: 1},
+			{Name: "runner/handler=5ms/workers=1", Rate: 1_931, Baseline: "runner/handler=5ms/workers=1", Ratio: 1, Ceiling: 2_089},
+		}},
+	}
+	var out bytes.Buffer
+	if err := report.WriteMarkdown(&out); err != nil {
+		t.Fatal(err)
+	}
+	doc := out.String()
+	for _, want := range []string{
+		"- **Date:** 2026-11-24 09:30 UTC\n",
+		"- **Command:** `courier bench --rounds 5`\n",
+		"- **Cores:** 2 (runtime.NumCPU), GOMAXPROCS 2\n",
+		"- **Load average at the start:** 1.50 1.20 1.00",
+		"- **PostgreSQL:** 15.20\n",
+		"share the machine's 2 cores",
+		"backlog; 5 drains each",
+		"| `plain-skip-locked-loop/workers=2` | 60,393 | `plain-skip-locked-loop/workers=2` | 60,393 | 1.00× |  |\n",
+		"| `relay/relays=1/workers=2/batch=1000` | 66,624 | `plain-skip-locked-loop/workers=2` | 60,393 | 1.10× | 41.2 |\n",
+		"| `notify/poll-interval=1s` | 0.9 | 3.8 | 37.0 | 998 | `poll-only/poll-interval=100ms` | 0.02× | 0.04× |\n",
+		"- `notify/poll-interval=1s`: a note.\n",
+		"| `raw-sarama-group` | 515,156 | `raw-sarama-group` | 515,156 | 1.00× |  |\n",
+		"| `runner/handler=5ms/workers=1` | 1,931 | `runner/handler=5ms/workers=1` | 1,931 | 1.00× | 2,089 |\n",
+	} {
+		if !strings.Contains(doc, want) {
+			t.Errorf("the report lacks %q:\n%s", want, doc)
+		}
+	}
+	if strings.Contains(doc, "**Commit:**") {
+		t.Errorf("a commit line, though none was recorded:\n%s", doc)
+	}
+	if !strings.Contains(doc, "- **CPU:** linux/amd64\n") {
+		t.Errorf("without a CPU model, the CPU line should say os/arch:\n%s", doc)
+	}
+}
+
+func TestBenchThousands(t *testing.T) {
+	for x, want := range map[float64]string{0: "0", 999.4: "999", 999.6: "1,000", 60_393: "60,393", 1_234_567: "1,234,567"} {
+		if got := thousands(x); got != want {
+			t.Errorf("thousands(%v) = %q, want %q", x, got, want)
+		}
+	}
+}
