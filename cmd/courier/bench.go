@@ -5,28 +5,90 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"regexp"
 	"strings"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/courierkit/courier/internal/bench"
 )
 
+// Sizes --quick picks for the counts not given: a run of a minute or so
+// that shows every table, not figures worth keeping.
+const (
+	quickEvents          = 2_000
+	quickLatencyDuration = time.Second
+	quickMessages        = 20_000
+	quickSlowMessages    = 400
+)
+
+// defaultDatabaseURL is the PostgreSQL courier bench uses when neither
+// --database-url nor COURIER_DATABASE_URL names one: the test database.
+const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test"
+
 func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure courier beside a baseline, in one run on the same services",
+		Long: `Runs the relay and the consumer benchmarks (courier bench relay, courier bench
+consume) and prints one report: the date, the machine (runtime.NumCPU,
+GOMAXPROCS, Go, the load average), the PostgreSQL, Redis and Kafka it ran
+against and the command that reproduces it, then tables in which every
+figure stands beside its baseline, measured in the same run, and the ratio
+of the two. Markdown by default; --output text or json.
+
+Without --brokers it starts an in-process Kafka-protocol broker (kfake).
+PostgreSQL comes from --database-url; the run creates and drops its own
+schemas there. A full run takes several minutes; --quick takes about one.
+Progress goes to stderr, the report to stdout.`,
+		Example: `  courier bench --quick
+  courier bench --rounds 5 > BENCHMARKS.md
+  courier bench --output json --database-url postgres://app@db:5432/bench --brokers kafka-1:9092`,
+		Args: cobra.NoArgs,
 	}
-	cmd.AddCommand(newBenchConsumeCmd())
+	newBenchFlags(cmd, true, true, "markdown")
+	all := &cobra.Command{
+		Use:     "all",
+		Short:   "The relay and the consumer benchmarks in one report (what courier bench runs)",
+		Long:    cmd.Long,
+		Example: strings.ReplaceAll(cmd.Example, "courier bench", "courier bench all"),
+		Args:    cobra.NoArgs,
+	}
+	newBenchFlags(all, true, true, "markdown")
+	cmd.AddCommand(all, newBenchRelayCmd(), newBenchConsumeCmd())
+	return cmd
+}
+
+func newBenchRelayCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "relay",
+		Short: "Outbox relay beside a plain SKIP LOCKED loop",
+		Long: `Measures events/s draining a backlog from the outbox to Kafka with the relay
+(per-key order on) in several configurations, beside a plain loop that keeps
+no order: SELECT … ORDER BY seq LIMIT 1000 FOR UPDATE SKIP LOCKED, a Sarama
+SyncProducer, then UPDATE … SET status = 'published'. Every configuration
+drains the same backlog from a table of its own, --rounds times, taking turns;
+each figure is the median. Then enqueue-to-arrival latency at
+--latency-rate events/s, with NOTIFY beside polling every 100 ms, --rounds
+phases of --latency-duration each.
+
+It creates and drops schemas named bench_* in the database of --database-url,
+and topics named courier.bench.* on the broker. Without --brokers it starts an
+in-process Kafka-protocol broker (kfake).`,
+		Example: `  courier bench relay --quick
+  courier bench relay --rounds 5 --output markdown
+  courier bench relay --database-url postgres://app@db:5432/bench --brokers kafka-1:9092`,
+		Args: cobra.NoArgs,
+	}
+	newBenchFlags(cmd, true, false, "text")
 	return cmd
 }
 
 func newBenchConsumeCmd() *cobra.Command {
-	var out outputFlag
-	var brokers, redisURL string
-	var cfg bench.ConsumeConfig
 	cmd := &cobra.Command{
 		Use:   "consume",
 		Short: "Consumer runner beside a raw Sarama consumer group",
@@ -46,63 +108,221 @@ topics named courier.bench.*, and the group join is timed too.`,
   courier bench consume --only runner/dedupe-redis,runner/1%-through-retry-tiers
   courier bench consume --brokers kafka-1:9092 --messages 1000000`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := out.validate(); err != nil {
+	}
+	f := newBenchFlags(cmd, false, true, "text")
+	cmd.Flags().StringSliceVar(&f.consumeCfg.Only, "only", nil, "configurations to run beside the baseline, comma-separated (default all)")
+	return cmd
+}
+
+// benchFlags are the options of courier bench and its subcommands.
+type benchFlags struct {
+	relay, consume bool // which harnesses the command runs
+	format         string
+	brokers        string
+	databaseURL    string
+	redisURL       string
+	quick          bool
+	rounds         int
+	counts         []countFlag
+	relayCfg       bench.RelayConfig
+	consumeCfg     bench.ConsumeConfig
+}
+
+// countFlag is a flag holding a count of 1 or more, and what --quick sets
+// it to when it is not given.
+type countFlag struct {
+	name  string
+	value *int
+	quick int
+}
+
+// newBenchFlags registers on cmd the flags of the harnesses it runs, with
+// defaultFormat as --output's default, and makes cmd run them.
+func newBenchFlags(cmd *cobra.Command, relay, consume bool, defaultFormat string) *benchFlags {
+	f := &benchFlags{relay: relay, consume: consume}
+	fs := cmd.Flags()
+	fs.StringVarP(&f.format, "output", "o", envOr("COURIER_OUTPUT", defaultFormat), "output format: markdown, text or json (env COURIER_OUTPUT)")
+	fs.StringVar(&f.brokers, "brokers", envOr("COURIER_BROKERS", ""),
+		"Kafka bootstrap addresses, comma-separated (env COURIER_BROKERS); empty: an in-process broker")
+	fs.BoolVar(&f.quick, "quick", false, fmt.Sprintf("small sizes for the counts not given (--events %d, --latency-duration %v, --messages %d, --slow-messages %d): shows the tables, not figures",
+		quickEvents, quickLatencyDuration, quickMessages, quickSlowMessages))
+	f.count(fs, &f.rounds, "rounds", bench.DefaultRounds, 1, "backlogs each configuration drains or consumes, and latency phases, taking turns (5 for figures)")
+	if relay {
+		fs.StringVar(&f.databaseURL, "database-url", envOr("COURIER_DATABASE_URL", defaultDatabaseURL),
+			"PostgreSQL the relay benchmark makes its schemas in (env COURIER_DATABASE_URL)")
+		f.count(fs, &f.relayCfg.Events, "events", bench.DefaultEvents, quickEvents, "backlog of each relay drain")
+		f.count(fs, &f.relayCfg.LatencyRate, "latency-rate", bench.DefaultLatencyRate, bench.DefaultLatencyRate, "events/s the latency phases enqueue, one per transaction")
+		fs.DurationVar(&f.relayCfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "how long each latency phase enqueues")
+	}
+	if consume {
+		fs.StringVar(&f.redisURL, "redis-url", envOr("COURIER_REDIS_URL", "redis://127.0.0.1:6379/0"),
+			"Redis for the dedupe run (env COURIER_REDIS_URL); empty: no dedupe run")
+		f.count(fs, &f.consumeCfg.Messages, "messages", bench.DefaultMessages, quickMessages, "backlog of the consumer's throughput runs")
+		f.count(fs, &f.consumeCfg.SlowMessages, "slow-messages", bench.DefaultSlowMessages, quickSlowMessages, "backlog of the consumer's 5 ms handler runs")
+	}
+	cmd.RunE = f.run
+	return f
+}
+
+// count registers a count flag.
+func (f *benchFlags) count(fs *pflag.FlagSet, value *int, name string, def, quick int, usage string) {
+	fs.IntVar(value, name, def, usage)
+	f.counts = append(f.counts, countFlag{name: name, value: value, quick: quick})
+}
+
+// run runs the harnesses and prints the report.
+func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
+	if err := f.validate(cmd.Flags()); err != nil {
+		return err
+	}
+	ctx := cmd.Context()
+	report := bench.Report{Date: time.Now(), Command: commandLine(cmd), Machine: bench.ThisMachine()}
+	brokers := splitList(f.brokers)
+	var fetching func(topic string) <-chan struct{}
+	report.Services.Kafka = strings.Join(brokers, ",")
+	if len(brokers) == 0 {
+		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		if err != nil {
+			return fmt.Errorf("start the in-process broker: %w", err)
+		}
+		defer cluster.Close()
+		brokers, fetching = cluster.ListenAddrs(), bench.KfakeFetching(cluster)
+		report.Services.Kafka = "in-process kfake broker (github.com/twmb/franz-go/pkg/kfake " + bench.KfakeVersion() + ")"
+	}
+	// Warnings go to stderr; the dead letters and retry moves of the 1%
+	// runs are expected and only formatted, as a service would.
+	logger := slog.New(slog.NewTextHandler(skipLines{cmd.ErrOrStderr(), []string{`msg="message dead-lettered"`, `msg="message sent to a retry topic"`}},
+		&slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	if f.relay {
+		cfg := f.relayCfg
+		cfg.Rounds, cfg.DatabaseURL, cfg.Brokers, cfg.Logger, cfg.Progress = f.rounds, f.databaseURL, brokers, logger, cmd.ErrOrStderr()
+		relay, err := bench.Relay(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("bench relay against PostgreSQL at %s and Kafka at %s: %w", redact(f.databaseURL), strings.Join(brokers, ","), err)
+		}
+		report.Relay, report.Services.PostgreSQL = &relay, relay.PostgreSQL
+	}
+	if f.consume {
+		cfg := f.consumeCfg
+		cfg.Rounds, cfg.Brokers, cfg.Fetching, cfg.Logger, cfg.Progress = f.rounds, brokers, fetching, logger, cmd.ErrOrStderr()
+		if f.redisURL != "" {
+			client, version, err := connectRedis(cmd, f.redisURL)
+			if err != nil {
 				return err
 			}
-			for _, n := range []struct {
-				flag  string
-				value int
-			}{{"--messages", cfg.Messages}, {"--slow-messages", cfg.SlowMessages}, {"--rounds", cfg.Rounds}} {
-				if n.value < 1 {
-					return usageError{fmt.Errorf("%s %d: use 1 or more", n.flag, n.value)}
-				}
-			}
-			cfg.Brokers = splitList(brokers)
-			if len(cfg.Brokers) == 0 {
-				cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-				if err != nil {
-					return fmt.Errorf("start the in-process broker: %w", err)
-				}
-				defer cluster.Close()
-				cfg.Brokers, cfg.Fetching = cluster.ListenAddrs(), bench.KfakeFetching(cluster)
-			}
-			// Warnings go to stderr; the dead letters and retry moves of the
-			// 1% runs are expected and only formatted, as a service would.
-			cfg.Logger = slog.New(slog.NewTextHandler(skipLines{cmd.ErrOrStderr(), []string{`msg="message dead-lettered"`, `msg="message sent to a retry topic"`}},
-				&slog.HandlerOptions{Level: slog.LevelWarn}))
-			if redisURL != "" {
-				opts, err := redis.ParseURL(redisURL)
-				if err != nil {
-					return usageError{fmt.Errorf("--redis-url %s: %w (want redis://host:6379/0)", redact(redisURL), err)}
-				}
-				client := redis.NewClient(opts)
-				defer client.Close()
-				if err := client.Ping(cmd.Context()).Err(); err != nil {
-					return fmt.Errorf("Redis at %s: %w (is it running? try `make services`, or --redis-url \"\" to leave dedupe out)", redact(redisURL), err)
-				}
-				cfg.Redis = client
-			}
-			report, err := bench.Consume(cmd.Context(), cfg)
-			if err != nil {
-				return fmt.Errorf("bench consume against %s: %w", strings.Join(cfg.Brokers, ","), err)
-			}
-			if out.json() {
-				return writeJSON(cmd.OutOrStdout(), report)
-			}
-			return report.WriteText(cmd.OutOrStdout())
-		},
+			defer client.Close()
+			cfg.Redis, report.Services.Redis = client, version
+		}
+		consume, err := bench.Consume(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("bench consume against %s: %w", strings.Join(brokers, ","), err)
+		}
+		report.Consume = &consume
 	}
-	out.register(cmd)
-	cmd.Flags().StringVar(&brokers, "brokers", envOr("COURIER_BROKERS", ""),
-		"Kafka bootstrap addresses, comma-separated (env COURIER_BROKERS); empty: an in-process broker")
-	cmd.Flags().StringVar(&redisURL, "redis-url", envOr("COURIER_REDIS_URL", "redis://127.0.0.1:6379/0"),
-		"Redis for the dedupe run (env COURIER_REDIS_URL); empty: no dedupe run")
-	cmd.Flags().StringSliceVar(&cfg.Only, "only", nil, "configurations to run beside the baseline, comma-separated (default all)")
-	cmd.Flags().IntVar(&cfg.Messages, "messages", bench.DefaultMessages, "backlog of the throughput runs")
-	cmd.Flags().IntVar(&cfg.SlowMessages, "slow-messages", bench.DefaultSlowMessages, "backlog of the 5 ms handler runs")
-	cmd.Flags().IntVar(&cfg.Rounds, "rounds", bench.DefaultRounds, "backlogs each configuration consumes, taking turns (5 for figures)")
-	return cmd
+	return f.write(cmd.OutOrStdout(), report)
+}
+
+// validate checks --output and the counts, after --quick has set the
+// counts not given.
+func (f *benchFlags) validate(fs *pflag.FlagSet) error {
+	switch f.format {
+	case "markdown", "text", "json":
+	default:
+		return usageError{fmt.Errorf("--output %q: use markdown, text or json", f.format)}
+	}
+	if f.quick {
+		for _, c := range f.counts {
+			if !fs.Changed(c.name) {
+				*c.value = c.quick
+			}
+		}
+		if f.relay && !fs.Changed("latency-duration") {
+			f.relayCfg.LatencyDuration = quickLatencyDuration
+		}
+	}
+	for _, c := range f.counts {
+		if *c.value < 1 {
+			return usageError{fmt.Errorf("--%s %d: use 1 or more", c.name, *c.value)}
+		}
+	}
+	if f.relay && f.relayCfg.LatencyDuration <= 0 {
+		return usageError{fmt.Errorf("--latency-duration %v: use a positive duration, e.g. 5s", f.relayCfg.LatencyDuration)}
+	}
+	if f.relay && f.databaseURL == "" {
+		return usageError{fmt.Errorf("--database-url is empty: name the PostgreSQL to make the relay's tables in, e.g. %s", defaultDatabaseURL)}
+	}
+	return nil
+}
+
+// write prints the report. Markdown is the whole report; text and json of
+// a subcommand are its harness's report alone, as they always were.
+func (f *benchFlags) write(w io.Writer, report bench.Report) error {
+	whole := f.relay == f.consume
+	switch {
+	case f.format == "markdown":
+		return report.WriteMarkdown(w)
+	case whole && f.format == "json":
+		return writeJSON(w, report)
+	case whole:
+		return report.WriteText(w)
+	case f.format == "json" && f.relay:
+		return writeJSON(w, report.Relay)
+	case f.format == "json":
+		return writeJSON(w, report.Consume)
+	case f.relay:
+		return report.Relay.WriteText(w)
+	default:
+		return report.Consume.WriteText(w)
+	}
+}
+
+// connectRedis connects to the Redis of rawURL and returns its version.
+func connectRedis(cmd *cobra.Command, rawURL string) (*redis.Client, string, error) {
+	opts, err := redis.ParseURL(rawURL)
+	if err != nil {
+		return nil, "", usageError{fmt.Errorf("--redis-url %s: %w (want redis://host:6379/0)", redact(rawURL), err)}
+	}
+	client := redis.NewClient(opts)
+	info, err := client.Info(cmd.Context(), "server").Result()
+	if err != nil {
+		_ = client.Close()
+		return nil, "", fmt.Errorf("Redis at %s: %w (is it running? try `make services`, or --redis-url \"\" to leave dedupe out)", redact(rawURL), err)
+	}
+	version := "(unknown version)"
+	for line := range strings.SplitSeq(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "redis_version:"); ok {
+			version = v
+		}
+	}
+	return client, version, nil
+}
+
+// plainArg is an argument a shell takes as it is.
+var plainArg = regexp.MustCompile(`^[A-Za-z0-9_./:,=@%+-]+$`)
+
+// commandLine is the command that reproduces cmd's run: its path and the
+// flags given, with passwords in URLs hidden.
+func commandLine(cmd *cobra.Command) string {
+	parts := []string{cmd.CommandPath()}
+	cmd.Flags().Visit(func(fl *pflag.Flag) {
+		value := fl.Value.String()
+		if list, ok := fl.Value.(pflag.SliceValue); ok {
+			value = strings.Join(list.GetSlice(), ",")
+		}
+		if strings.HasSuffix(fl.Name, "-url") && value != "" {
+			value = redact(value)
+		}
+		if fl.Value.Type() == "bool" && value == "true" {
+			parts = append(parts, "--"+fl.Name)
+			return
+		}
+		if !plainArg.MatchString(value) {
+			value = "'" + strings.ReplaceAll(value, "'", `'\''`) + "'"
+		}
+		parts = append(parts, "--"+fl.Name, value)
+	})
+	return strings.Join(parts, " ")
 }
 
 // splitList splits a comma-separated list, dropping blanks.

@@ -2,6 +2,8 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -48,6 +50,122 @@ func TestBenchConsumeRefusesBadCounts(t *testing.T) {
 		code, _, errOut := courier(t, "bench", "consume", flag, "0")
 		if code != exitUsage || !strings.Contains(errOut, flag) {
 			t.Errorf("%s 0: exit %d, stderr %q; want a usage error naming the flag", flag, code, errOut)
+		}
+	}
+}
+
+// TestBenchReport runs `courier bench` on tiny backlogs, one round, on the
+// in-process broker: one Markdown report with the machine's core count,
+// the services and the command in its header, and three tables whose every
+// row holds a figure, its baseline's and the ratio. It checks the shape of
+// the report, never a figure.
+func TestBenchReport(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t) // skips (or fails under CI) with a hint when PostgreSQL is down
+	code, out, errOut := courier(t, "bench", "--quick", "--events", "300", "--latency-duration", "200ms",
+		"--messages", "2000", "--slow-messages", "120", "--database-url", pg.URL, "--redis-url", testkit.RedisURL())
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"# courier benchmarks\n",
+		fmt.Sprintf("- **Cores:** %d (runtime.NumCPU), GOMAXPROCS %d\n", runtime.NumCPU(), runtime.GOMAXPROCS(0)),
+		"- **Go:** " + runtime.Version() + "\n",
+		"- **PostgreSQL:** ",
+		"- **Redis:** ",
+		"- **Kafka:** in-process kfake broker",
+		"- **Command:** `courier bench --database-url ",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the header lacks %q", want)
+		}
+	}
+	if !strings.Contains(out, " --quick ") {
+		t.Errorf("the command line lacks --quick")
+	}
+	tables := markdownTables(out)
+	want := map[string][]string{
+		"Relay throughput": {bench.PlainLoop, "plain-skip-locked-loop/workers=1",
+			"relay/relays=1/workers=1/batch=1000", "relay/relays=1/workers=1/batch=500",
+			"relay/relays=1/workers=2/batch=1000", "relay/relays=1/workers=2/batch=500",
+			"relay/relays=1/workers=4/batch=1000", "relay/relays=2/workers=2/batch=1000"},
+		"Relay latency": bench.LatencyConfigurations(),
+		"Consumer": {bench.Raw, "runner/no-failures", "runner/1%-permanent", bench.RetryTiers, bench.DedupeMemory, bench.DedupeRedis,
+			"runner/handler=5ms/workers=1", "runner/handler=5ms/workers=16"},
+	}
+	baselineColumn := map[string]int{"Relay throughput": 2, "Relay latency": 5, "Consumer": 2}
+	ratioColumn := map[string]int{"Relay throughput": 4, "Relay latency": 6, "Consumer": 4}
+	for section, names := range want {
+		rows := tables[section]
+		if len(rows) != len(names) {
+			t.Errorf("%s: %d rows, want %d\n%s", section, len(rows), len(names), out)
+			continue
+		}
+		for i, row := range rows {
+			if row[0] != "`"+names[i]+"`" {
+				t.Errorf("%s row %d is %s, want %s", section, i, row[0], names[i])
+			}
+			if base := row[baselineColumn[section]]; !strings.HasPrefix(base, "`") {
+				t.Errorf("%s row %d names no baseline: %q", section, i, row)
+			}
+			if ratio := row[ratioColumn[section]]; !strings.HasSuffix(ratio, "×") || ratio == "0.00×" {
+				t.Errorf("%s row %d has no ratio to its baseline: %q", section, i, row)
+			}
+		}
+	}
+	if !strings.Contains(errOut, "relay throughput: round 1 of 1") || !strings.Contains(errOut, "consumer: round 1 of 1") {
+		t.Errorf("no progress on stderr:\n%s", errOut)
+	}
+}
+
+// markdownTables returns the body rows of the first table under each "## "
+// heading of doc, each row split into its cells; a row with another count
+// of cells than its header is left out, so the caller's count fails.
+func markdownTables(doc string) map[string][][]string {
+	tables := map[string][][]string{}
+	section, header := "", 0
+	for line := range strings.SplitSeq(doc, "\n") {
+		if heading, ok := strings.CutPrefix(line, "## "); ok {
+			section, header = heading, 0
+			continue
+		}
+		if !strings.HasPrefix(line, "|") || section == "" {
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		switch {
+		case header == 0:
+			header = len(cells)
+		case cells[0] == "---":
+		case len(cells) == header:
+			tables[section] = append(tables[section], cells)
+		}
+	}
+	return tables
+}
+
+// TestBenchRefusesBadFlags: a count below 1, a latency phase of no length,
+// an unknown format and no database are usage errors naming the flag,
+// found before anything runs.
+func TestBenchRefusesBadFlags(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"bench", "--events", "0"},
+		{"bench", "all", "--slow-messages", "-1"},
+		{"bench", "relay", "--rounds", "0"},
+		{"bench", "relay", "--latency-rate", "0"},
+		{"bench", "relay", "--latency-duration", "0s"},
+		{"bench", "relay", "--database-url", ""},
+		{"bench", "--output", "yaml"},
+		{"bench", "consume", "--output", "yaml"},
+	} {
+		code, _, errOut := courier(t, args...)
+		flag := args[len(args)-2]
+		if code != exitUsage || !strings.Contains(errOut, flag) {
+			t.Errorf("%q: exit %d, stderr %q; want a usage error naming %s", args, code, errOut, flag)
 		}
 	}
 }
