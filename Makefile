@@ -7,7 +7,7 @@ export PATH := $(PATH):/usr/local/go/bin
 COURIER_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 export COURIER_TEST_DATABASE_URL
 
-.PHONY: help test services deps migrate vet demo
+.PHONY: help test services deps migrate vet bench demo
 
 ## help: list the targets
 help:
@@ -38,3 +38,8 @@ migrate:
 vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+
+## bench: run the relay and consumer benchmarks beside their baselines (several minutes) and write the report to BENCHMARKS.md
+bench: services
+	$(GO) run -buildvcs=true ./cmd/courier bench --rounds 5 --database-url "$(COURIER_TEST_DATABASE_URL)" > BENCHMARKS.md.tmp \
+		&& mv BENCHMARKS.md.tmp BENCHMARKS.md || { rm -f BENCHMARKS.md.tmp; exit 1; }
