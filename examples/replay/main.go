@@ -118,15 +118,15 @@ func run(ctx context.Context, cfg config) error {
 		report, err := replayOnce(ctx, cfg, log)
 		switch {
 		case ctx.Err() != nil:
-			log.Info("replay run interrupted; what it moved stays moved", counts(report)...)
+			log.Info("replay run interrupted; what it moved stays moved", counts(cfg.Topic, report)...)
 			log.Info("replay job stopped")
 			return nil
 		case err == nil:
-			log.Info("replay run finished", counts(report)...)
+			log.Info("replay run finished", counts(cfg.Topic, report)...)
 		case cfg.Once || errors.Is(err, dlq.ErrInvalidReplayConfig):
 			return err
 		default:
-			log.Error("replay run failed; trying again at the next run", append(counts(report), "error", err, "next_run_in", cfg.Every)...)
+			log.Error("replay run failed; trying again at the next run", append(counts(cfg.Topic, report), "error", err, "next_run_in", cfg.Every)...)
 		}
 		if cfg.Once {
 			return nil
@@ -164,8 +164,8 @@ func replayOnce(ctx context.Context, cfg config, log *slog.Logger) (dlq.ReplayRe
 }
 
 // counts are the log attributes of a run's report.
-func counts(r dlq.ReplayReport) []any {
-	return []any{"moved", r.Moved, "already_replayed", r.AlreadyReplayed, "left_out", r.NotSelected,
+func counts(topic string, r dlq.ReplayReport) []any {
+	return []any{"topic", topic, "moved", r.Moved, "already_replayed", r.AlreadyReplayed, "left_out", r.NotSelected,
 		"refused", r.Refused, "corrupt", r.Corrupt, "elapsed", r.Elapsed.Round(time.Millisecond)}
 }
 
