@@ -73,6 +73,7 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	return cfg, nil
 }
 
+// envOr returns the environment variable name, or def when it is empty.
 func envOr(getenv func(string) string, name, def string) string {
 	if v := getenv(name); v != "" {
 		return v
@@ -80,6 +81,8 @@ func envOr(getenv func(string) string, name, def string) string {
 	return def
 }
 
+// main runs the service until SIGINT or SIGTERM; it exits 2 on a usage error
+// and 1 when run fails.
 func main() {
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {

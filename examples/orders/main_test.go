@@ -200,6 +200,8 @@ func TestRunReportsWhatToFix(t *testing.T) {
 	}
 }
 
+// TestParseConfig: the defaults, the environment and flags, and the usage
+// on an unknown flag.
 func TestParseConfig(t *testing.T) {
 	cfg, err := parseConfig(nil, func(string) string { return "" })
 	if err != nil {

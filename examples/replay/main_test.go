@@ -199,6 +199,8 @@ func TestRunStopsOnAConfigError(t *testing.T) {
 	}
 }
 
+// TestParseConfig: the defaults, flags over the environment, and bad
+// values refused.
 func TestParseConfig(t *testing.T) {
 	cfg, err := parseConfig(nil, func(string) string { return "" })
 	if err != nil {
@@ -281,12 +283,15 @@ func writeDeadLetters(t *testing.T, k *testkit.Kafka, topic string, letters []le
 	}
 }
 
+// sameHeaders reports whether got holds want, in order, telling null
+// header values from empty ones.
 func sameHeaders(got []*sarama.RecordHeader, want []dlq.Header) bool {
 	return slices.EqualFunc(got, want, func(g *sarama.RecordHeader, w dlq.Header) bool {
 		return bytes.Equal(g.Key, w.Key) && bytes.Equal(g.Value, w.Value) && (g.Value == nil) == (w.Value == nil)
 	})
 }
 
+// showHeaders prints headers for a failure message.
 func showHeaders(hs []*sarama.RecordHeader) string {
 	out := make([]dlq.Header, len(hs))
 	for i, h := range hs {
@@ -295,6 +300,8 @@ func showHeaders(hs []*sarama.RecordHeader) string {
 	return showDLQHeaders(out)
 }
 
+// showDLQHeaders prints headers for a failure message; a null value shows
+// as null.
 func showDLQHeaders(hs []dlq.Header) string {
 	var b strings.Builder
 	for _, h := range hs {
@@ -320,8 +327,10 @@ type logLine struct {
 	attrs map[string]string
 }
 
+// Enabled keeps every level.
 func (r *logRecorder) Enabled(context.Context, slog.Level) bool { return true }
 
+// Handle keeps rec.
 func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 	attrs := map[string]string{}
 	rec.Attrs(func(a slog.Attr) bool {
@@ -334,8 +343,11 @@ func (r *logRecorder) Handle(_ context.Context, rec slog.Record) error {
 	return nil
 }
 
-func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r } // run logs no attributes through With
-func (r *logRecorder) WithGroup(string) slog.Handler      { return r }
+// WithAttrs and WithGroup return r: run logs nothing through With.
+func (r *logRecorder) WithAttrs([]slog.Attr) slog.Handler { return r }
+
+// WithGroup returns r.
+func (r *logRecorder) WithGroup(string) slog.Handler { return r }
 
 // find returns the attributes of the records logged with msg, in order.
 func (r *logRecorder) find(msg string) []map[string]string {
@@ -350,7 +362,7 @@ func (r *logRecorder) find(msg string) []map[string]string {
 	return out
 }
 
-// values returns attribute name of the records logged with msg.
+// values returns the attribute name of the records logged with msg.
 func (r *logRecorder) values(msg, name string) []string {
 	var out []string
 	for _, attrs := range r.find(msg) {
