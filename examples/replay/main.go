@@ -87,8 +87,7 @@ func envOr(getenv func(string) string, name, def string) string {
 }
 
 // main runs the job (once with --once, else until SIGINT or SIGTERM); it
-// exits 2 on a usage error
-// and 1 when run fails.
+// exits 2 on a usage error and 1 when run fails.
 func main() {
 	cfg, err := parseConfig(os.Args[1:], os.Getenv)
 	if errors.Is(err, flag.ErrHelp) {
