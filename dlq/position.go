@@ -1,10 +1,12 @@
 package dlq
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/IBM/sarama"
 )
@@ -15,10 +17,13 @@ import (
 // (one the filters left out, a corrupt or a refused one) stays unsettled.
 // It is committed as the group's offset, with done in the commit metadata,
 // so a later run with other filters still finds the records this one left
-// behind, and no run replays a record twice.
+// behind, and no run replays a record twice. The metadata also names the
+// run that committed it, so that a run sees another run of the group
+// commit, even the same offsets.
 type position struct {
 	next int64
 	done []offsetRange // sorted, disjoint, not adjacent, all >= next
+	run  string        // the run that committed it, or commits it next
 }
 
 // offsetRange is the offsets from..to, both included.
@@ -26,13 +31,15 @@ type offsetRange struct{ from, to int64 }
 
 // metadataPrefix starts the commit metadata a replay writes; it carries a
 // version so that a later courier can change the format.
-const metadataPrefix = "courier-replay/1:"
+const metadataPrefix = "courier-replay/1 "
 
 // maxMetadataBytes keeps the metadata under Kafka's default
 // offset.metadata.max.bytes (4096).
 const maxMetadataBytes = 4000
 
-func (p *position) clone() position { return position{next: p.next, done: slices.Clone(p.done)} }
+func (p *position) clone() position {
+	return position{next: p.next, done: slices.Clone(p.done), run: p.run}
+}
 
 // has reports whether offset is settled.
 func (p *position) has(offset int64) bool {
@@ -51,29 +58,37 @@ func (p *position) has(offset int64) bool {
 	return found
 }
 
-// settle marks offset settled, merging ranges and moving next past a
-// settled run that starts at it.
-func (p *position) settle(offset int64) {
-	if p.has(offset) {
+// settle marks offset settled.
+func (p *position) settle(offset int64) { p.settleRange(offset, offset+1) }
+
+// settleRange marks the offsets [from, to) settled, merging ranges and
+// moving next past a settled run that starts at it.
+func (p *position) settleRange(from, to int64) {
+	from = max(from, p.next)
+	if from >= to {
 		return
 	}
-	i, _ := slices.BinarySearchFunc(p.done, offset, func(r offsetRange, o int64) int {
-		if r.to < o {
-			return -1
+	merged := offsetRange{from, to - 1}
+	out := make([]offsetRange, 0, len(p.done)+1)
+	placed := false
+	for _, r := range p.done {
+		switch {
+		case r.to+1 < merged.from: // before, not touching
+			out = append(out, r)
+		case merged.to+1 < r.from: // after, not touching
+			if !placed {
+				out, placed = append(out, merged), true
+			}
+			out = append(out, r)
+		default: // overlapping or adjacent
+			merged = offsetRange{min(r.from, merged.from), max(r.to, merged.to)}
 		}
-		return 1
-	})
-	p.done = slices.Insert(p.done, i, offsetRange{offset, offset})
-	// Merge with the neighbours it touches.
-	if i+1 < len(p.done) && p.done[i+1].from == offset+1 {
-		p.done[i].to = p.done[i+1].to
-		p.done = slices.Delete(p.done, i+1, i+2)
 	}
-	if i > 0 && p.done[i-1].to == offset-1 {
-		p.done[i-1].to = p.done[i].to
-		p.done = slices.Delete(p.done, i, i+1)
+	if !placed {
+		out = append(out, merged)
 	}
-	if len(p.done) > 0 && p.done[0].from == p.next {
+	p.done = out
+	if p.done[0].from <= p.next {
 		p.next = p.done[0].to + 1
 		p.done = p.done[1:]
 	}
@@ -81,30 +96,23 @@ func (p *position) settle(offset int64) {
 
 // skipTo settles everything below offset: the records there are gone
 // (retention deleted them).
-func (p *position) skipTo(offset int64) {
-	if offset <= p.next {
-		return
-	}
-	p.next = offset
-	for len(p.done) > 0 && p.done[0].to < offset {
-		p.done = p.done[1:]
-	}
-	if len(p.done) > 0 && p.done[0].from <= offset {
-		p.next = p.done[0].to + 1
-		p.done = p.done[1:]
-	}
-}
+func (p *position) skipTo(offset int64) { p.settleRange(p.next, offset) }
 
-// metadata encodes done for the offset commit: "courier-replay/1:" then
-// ranges "a-b" or single offsets, comma-separated.
+// String is the position as committed: the offset and the metadata.
+func (p *position) String() string { return strconv.FormatInt(p.next, 10) + " " + p.metadata() }
+
+// metadata encodes the position for the offset commit:
+// "courier-replay/1 run=<run>", then " done=" and the ranges "a-b" or single
+// offsets, comma-separated, when there are any.
 func (p *position) metadata() string {
-	if len(p.done) == 0 {
-		return ""
-	}
 	var b strings.Builder
 	b.WriteString(metadataPrefix)
+	b.WriteString("run=")
+	b.WriteString(p.run)
 	for i, r := range p.done {
-		if i > 0 {
+		if i == 0 {
+			b.WriteString(" done=")
+		} else {
 			b.WriteByte(',')
 		}
 		b.WriteString(strconv.FormatInt(r.from, 10))
@@ -121,10 +129,23 @@ func (p *position) metadata() string {
 func parsePosition(next int64, metadata string) (position, error) {
 	p := position{next: next}
 	rest, ok := strings.CutPrefix(metadata, metadataPrefix)
-	if !ok || rest == "" {
+	if !ok {
 		return p, nil
 	}
-	for item := range strings.SplitSeq(rest, ",") {
+	bad := fmt.Errorf("dlq: the replay position's commit metadata %q is not one this courier wrote; "+
+		"commit a plain offset for the group or use another group", metadata)
+	runField, doneField, _ := strings.Cut(rest, " ")
+	if p.run, ok = strings.CutPrefix(runField, "run="); !ok {
+		return position{}, bad
+	}
+	if doneField == "" {
+		return p, nil
+	}
+	ranges, ok := strings.CutPrefix(doneField, "done=")
+	if !ok {
+		return position{}, bad
+	}
+	for item := range strings.SplitSeq(ranges, ",") {
 		fromText, toText, isRange := strings.Cut(item, "-")
 		from, err := strconv.ParseInt(fromText, 10, 64)
 		to := from
@@ -132,8 +153,7 @@ func parsePosition(next int64, metadata string) (position, error) {
 			to, err = strconv.ParseInt(toText, 10, 64)
 		}
 		if err != nil || to < from || (len(p.done) > 0 && from <= p.done[len(p.done)-1].to+1) || from <= next {
-			return position{}, fmt.Errorf("dlq: the replay position's commit metadata %q is not one this courier wrote; "+
-				"commit a plain offset for the group or use another group", metadata)
+			return position{}, bad
 		}
 		p.done = append(p.done, offsetRange{from, to})
 	}
@@ -148,30 +168,82 @@ type positions struct {
 	topic  string
 }
 
+// coordinatorTries bounds the attempts of a request to the group
+// coordinator, which may move (a broker restart) between two requests.
+const coordinatorTries = 3
+
+// withCoordinator calls call with the group's coordinator, finding it
+// again and retrying when call fails with a retriable error (the
+// coordinator moved or is loading, the connection broke).
+func (ps positions) withCoordinator(call func(*sarama.Broker) error) error {
+	var err error
+	for try := range coordinatorTries {
+		if try > 0 {
+			time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+			_ = ps.client.RefreshCoordinator(ps.group)
+		}
+		var coordinator *sarama.Broker
+		if coordinator, err = ps.client.Coordinator(ps.group); err != nil {
+			continue
+		}
+		if err = call(coordinator); !retriable(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// retriable reports whether a coordinator request that failed with err
+// may succeed when sent again, to the coordinator found anew.
+func retriable(err error) bool {
+	var kerr sarama.KError
+	if errors.As(err, &kerr) {
+		switch kerr {
+		case sarama.ErrNotCoordinatorForConsumer, sarama.ErrConsumerCoordinatorNotAvailable, sarama.ErrOffsetsLoadInProgress, sarama.ErrRequestTimedOut:
+			return true
+		}
+		return false
+	}
+	return err != nil // a broken connection
+}
+
 // fetch returns the group's position in each partition; a partition the
 // group never committed starts at 0.
 func (ps positions) fetch(partitions []int32) (map[int32]*position, error) {
-	coordinator, err := ps.client.Coordinator(ps.group)
-	if err != nil {
-		return nil, fmt.Errorf("dlq: find the coordinator of group %q: %w", ps.group, err)
-	}
-	req := sarama.NewOffsetFetchRequest(ps.client.Config().Version, ps.group, map[string][]int32{ps.topic: partitions})
-	resp, err := coordinator.FetchOffset(req)
+	var resp *sarama.OffsetFetchResponse
 	fresh := false // a group that never committed (kfake says so; Kafka answers -1)
-	if err == nil && resp.Err != sarama.ErrNoError {
-		fresh, err = resp.Err == sarama.ErrGroupIDNotFound, resp.Err
-	}
-	if err != nil && !fresh {
-		return nil, fmt.Errorf("dlq: read the offsets of group %q: %w", ps.group, err)
+	err := ps.withCoordinator(func(coordinator *sarama.Broker) error {
+		req := sarama.NewOffsetFetchRequest(ps.client.Config().Version, ps.group, map[string][]int32{ps.topic: partitions})
+		var err error
+		if resp, err = coordinator.FetchOffset(req); err != nil {
+			return err
+		}
+		if resp.Err == sarama.ErrGroupIDNotFound {
+			fresh = true
+			return nil
+		}
+		if resp.Err != sarama.ErrNoError {
+			return resp.Err
+		}
+		for _, partition := range partitions {
+			block := resp.GetBlock(ps.topic, partition)
+			if block == nil {
+				return sarama.ErrIncompleteResponse
+			}
+			if block.Err != sarama.ErrNoError {
+				return block.Err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("dlq: read the offsets of group %q in %s: %w", ps.group, ps.topic, err)
 	}
 	out := make(map[int32]*position, len(partitions))
 	for _, partition := range partitions {
 		next, metadata := int64(0), ""
-		if block := resp.GetBlock(ps.topic, partition); block != nil && !fresh {
-			if block.Err != sarama.ErrNoError {
-				return nil, fmt.Errorf("dlq: read the offset of group %q in %s/%d: %w", ps.group, ps.topic, partition, block.Err)
-			}
-			if block.Offset >= 0 {
+		if !fresh {
+			if block := resp.GetBlock(ps.topic, partition); block.Offset >= 0 {
 				next, metadata = block.Offset, block.Metadata
 			}
 		}
@@ -186,20 +258,22 @@ func (ps positions) fetch(partitions []int32) (map[int32]*position, error) {
 
 // commit stores the position of partition.
 func (ps positions) commit(partition int32, p *position) error {
-	coordinator, err := ps.client.Coordinator(ps.group)
-	if err != nil {
-		return fmt.Errorf("dlq: find the coordinator of group %q: %w", ps.group, err)
-	}
-	req := sarama.NewOffsetCommitRequest(ps.client.Config(), ps.group)
-	req.AddBlockWithLeaderEpoch(ps.topic, partition, p.next, -1, 0, p.metadata())
-	resp, err := coordinator.CommitOffset(req)
-	if err == nil {
-		if kerr, ok := resp.Errors[ps.topic][partition]; !ok {
-			err = sarama.ErrIncompleteResponse
-		} else if kerr != sarama.ErrNoError {
-			err = kerr
+	err := ps.withCoordinator(func(coordinator *sarama.Broker) error {
+		req := sarama.NewOffsetCommitRequest(ps.client.Config(), ps.group)
+		req.AddBlockWithLeaderEpoch(ps.topic, partition, p.next, -1, 0, p.metadata())
+		resp, err := coordinator.CommitOffset(req)
+		if err != nil {
+			return err
 		}
-	}
+		kerr, ok := resp.Errors[ps.topic][partition]
+		switch {
+		case !ok:
+			return sarama.ErrIncompleteResponse
+		case kerr != sarama.ErrNoError:
+			return kerr
+		}
+		return nil
+	})
 	if err != nil {
 		return fmt.Errorf("dlq: commit the replay position of group %q in %s/%d (offset %d): %w", ps.group, ps.topic, partition, p.next, err)
 	}

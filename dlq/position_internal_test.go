@@ -19,7 +19,8 @@ func TestPositionSettlesAboveRecordsLeftBehind(t *testing.T) {
 			t.Errorf("has(%d) = %v, want %v", o, !want, want)
 		}
 	}
-	if got := p.metadata(); got != "courier-replay/1:12-14,20" {
+	p.run = "r1"
+	if got := p.metadata(); got != "courier-replay/1 run=r1 done=12-14,20" {
 		t.Errorf("metadata = %q", got)
 	}
 
@@ -35,12 +36,12 @@ func TestPositionSettlesAboveRecordsLeftBehind(t *testing.T) {
 
 func TestPositionMetadataRoundTrip(t *testing.T) {
 	t.Parallel()
-	p := position{next: 3}
+	p := position{next: 3, run: "ab12"}
 	for _, o := range []int64{5, 6, 7, 9, 100} {
 		p.settle(o)
 	}
 	back, err := parsePosition(p.next, p.metadata())
-	if err != nil || back.next != p.next || !slices.Equal(back.done, p.done) {
+	if err != nil || back.next != p.next || !slices.Equal(back.done, p.done) || back.run != p.run {
 		t.Fatalf("parse(%q) = %+v, %v; want %+v", p.metadata(), back, err, p)
 	}
 	if plain, err := parsePosition(7, ""); err != nil || plain.next != 7 || plain.done != nil {
@@ -49,7 +50,11 @@ func TestPositionMetadataRoundTrip(t *testing.T) {
 	if other, err := parsePosition(7, "written by another tool"); err != nil || other.done != nil {
 		t.Errorf("another tool's metadata parses as %+v, %v; want it ignored", other, err)
 	}
-	for _, bad := range []string{"courier-replay/1:x", "courier-replay/1:9-8", "courier-replay/1:9,9", "courier-replay/1:5"} {
+	if bare, err := parsePosition(7, "courier-replay/1 run=ab12"); err != nil || bare.run != "ab12" || bare.done != nil {
+		t.Errorf("a position without ranges parses as %+v, %v", bare, err)
+	}
+	for _, bad := range []string{"courier-replay/1 x", "courier-replay/1 run=a done=x", "courier-replay/1 run=a done=9-8",
+		"courier-replay/1 run=a done=9,9", "courier-replay/1 run=a done=5", "courier-replay/1 run=a what=9"} {
 		if _, err := parsePosition(7, bad); err == nil {
 			t.Errorf("parse(%q) accepted it", bad)
 		}

@@ -2,6 +2,8 @@ package dlq
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strconv"
@@ -104,7 +106,8 @@ const (
 	ActionWouldMove ReplayAction = "would_move"
 	// ActionRefused: replayed MaxReplays times already; it stays.
 	ActionRefused ReplayAction = "refused"
-	// ActionCorrupt: not a readable dead letter; it stays.
+	// ActionCorrupt: not a readable dead letter; it is reported once and
+	// passed (it stays in the topic, where Scan still reads it).
 	ActionCorrupt ReplayAction = "corrupt"
 )
 
@@ -140,8 +143,8 @@ type ReplayReport struct {
 	NotSelected int
 	// Refused counts records over MaxReplays; they stay.
 	Refused int
-	// Corrupt counts records that are not readable dead letters; they
-	// stay.
+	// Corrupt counts records that are not readable dead letters, reported
+	// once and passed.
 	Corrupt int
 	// StoppedAtMax is true when the run stopped because Max records moved.
 	StoppedAtMax bool
@@ -218,11 +221,17 @@ func (c *ReplayConfig) withDefaults() (ReplayConfig, error) {
 // cfg.Group's position to the high-water marks at its start, partition by
 // partition in offset order, and writes them in batches: the position
 // moves only after the target topic acknowledged a batch, so a replay
-// killed mid-run loses nothing and, run again, writes at most the
-// unacknowledged batch a second time. Corrupt records and records over
-// MaxReplays are reported and stay, as do records the filters leave out;
-// the position records which ones were replayed, so a later run (with
-// other filters) finds the rest and never replays a record twice.
+// killed mid-run loses nothing and, run again, writes at most its last
+// batch a second time (the one written but not yet committed). Records
+// over MaxReplays are reported and stay, as do records the filters leave
+// out; the position records which ones were replayed, so a later run (with
+// other filters) finds the rest and never replays a record twice. Corrupt
+// records are reported once and passed. Offsets that hold no record
+// (transaction markers, records removed by compaction) are passed too.
+//
+// Run one replay per group at a time: a second run of the group that
+// finds the position moved under it stops with ErrConcurrentReplay, and
+// the two may have written one batch twice.
 //
 // A record whose original partition exists in its original topic goes back
 // to that partition; other records (dead-lettered by the relay before they
@@ -258,6 +267,11 @@ type replayer struct {
 	batch []pending
 	// partitionCounts caches the partition count of each target topic.
 	partitionCounts map[string]int32
+	// committed is, per partition, the position as this run last read or
+	// committed it: another run of the group changing it stops this one.
+	committed map[int32]string
+	// renewed records the partitions whose position this run committed.
+	renewed map[int32]bool
 }
 
 // pending is a record of the batch.
@@ -282,12 +296,14 @@ func (r *replayer) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	oldest := make(map[int32]int64, len(list))
+	r.committed, r.renewed = make(map[int32]string, len(list)), make(map[int32]bool, len(list))
+	run := newRunID()
 	for i, s := range list {
-		if oldest[s.partition], err = r.client.GetOffset(r.cfg.Topic, s.partition, sarama.OffsetOldest); err != nil {
-			return fmt.Errorf("dlq: oldest offset of %s/%d: %w", r.cfg.Topic, s.partition, err)
-		}
-		list[i].from = max(s.from, places[s.partition].next)
+		pos := places[s.partition]
+		r.committed[s.partition] = pos.String()
+		pos.run = run        // this run's commits say so
+		pos.skipTo(s.oldest) // retention deleted what was left behind
+		list[i].from = max(s.from, pos.next)
 		r.report.Total += max(0, s.end-list[i].from)
 	}
 	if !r.cfg.DryRun {
@@ -304,9 +320,9 @@ func (r *replayer) run(ctx context.Context) error {
 		return fmt.Errorf("dlq: connect to Kafka: %w", err)
 	}
 	defer consumer.Close()
+	read := reader{client: r.client, consumer: consumer, topic: r.cfg.Topic}
 	for _, s := range list {
 		pos := places[s.partition]
-		pos.skipTo(oldest[s.partition]) // retention deleted what was left behind
 		// Commit the position even when nothing moves: Kafka forgets the
 		// offsets of a group without members offsets.retention.minutes (7
 		// days by default) after its last commit, and a forgotten position
@@ -314,9 +330,13 @@ func (r *replayer) run(ctx context.Context) error {
 		if err := r.commit(s.partition, pos); err != nil {
 			return err
 		}
-		err := readSpan(ctx, consumer, r.cfg.Topic, s, func(m *sarama.ConsumerMessage) error { return r.consider(ctx, pos, m) })
+		err := read.read(ctx, s, func(m *sarama.ConsumerMessage) error { return r.consider(ctx, pos, m) },
+			func(from, to int64) { pos.settleRange(from, to) }) // no records there: nothing to replay
 		if err == nil || errors.Is(err, errStop) {
 			err = r.flush(pos)
+		}
+		if err == nil {
+			err = r.commit(s.partition, pos) // the gaps and corrupt records at the end settle too
 		}
 		r.progress()
 		if err != nil {
@@ -342,9 +362,10 @@ func (r *replayer) consider(ctx context.Context, pos *position, m *sarama.Consum
 	case !r.cfg.Filter.Match(e):
 		r.report.NotSelected++
 		return nil
-	case e.Err != nil:
+	case e.Err != nil: // reported once, then settled: no run can replay it
 		r.report.Corrupt++
 		r.record(ReplayedRecord{Entry: e, Action: ActionCorrupt, Reason: e.Err.Error()})
+		pos.settle(m.Offset)
 		return nil
 	case r.cfg.MaxReplays > 0 && e.Envelope.ReplayCount >= r.cfg.MaxReplays:
 		r.report.Refused++
@@ -413,7 +434,7 @@ func (r *replayer) partitionCount(topic string) (int32, error) {
 	}
 	partitions, err := r.client.Partitions(topic)
 	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
-		return 0, fmt.Errorf("%w: the replay's target topic %q (create it, or pick another with To/--to)", ErrNoTopic, topic)
+		return 0, fmt.Errorf("%w: %q (create it, or pick another with To/--to)", ErrNoTargetTopic, topic)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("dlq: partitions of %q: %w", topic, err)
@@ -450,57 +471,127 @@ func (r *replayer) pace(ctx context.Context, pos *position) error {
 }
 
 // flush writes the batch, waits for every acknowledgement, then settles
-// the records and commits the partition's position. A batch that fails is
-// not committed: a later run writes it again.
+// the records and commits the partition's position. When some records of
+// the batch fail, the others are settled and committed, and the failed
+// ones are written again by a later run.
 func (r *replayer) flush(pos *position) error {
 	if len(r.batch) == 0 {
 		return nil
 	}
 	batch := r.batch
 	r.batch = r.batch[:0]
-	if !r.cfg.DryRun {
-		// The position after the batch must fit in the commit metadata;
-		// find out before writing, so nothing is written twice for it.
-		after := pos.clone()
+	if r.cfg.DryRun {
 		for _, p := range batch {
-			after.settle(p.entry.Offset)
+			r.report.Moved++
+			r.record(ReplayedRecord{Entry: p.entry, Action: ActionWouldMove, To: p.msg.Topic, ToPartition: p.msg.Partition, ToOffset: -1})
 		}
-		partition := batch[0].entry.Partition
-		if n := len(after.metadata()); n > maxMetadataBytes {
-			return fmt.Errorf("dlq: partition %d: the records left behind below the replayed ones would need %d bytes of commit metadata, over %d; "+
-				"replay the ones left behind first (they start at offset %d), or narrow the run with an offset range", partition, n, maxMetadataBytes, after.next)
-		}
-		msgs := make([]*sarama.ProducerMessage, len(batch))
-		for i, p := range batch {
-			msgs[i] = p.msg
-		}
-		if err := r.producer.SendMessages(msgs); err != nil {
+		r.progress()
+		return nil
+	}
+	partition := batch[0].entry.Partition
+	// The position after the batch must fit in the commit metadata; find
+	// out before writing, so nothing is written twice for it.
+	if n := len(settled(pos, batch, nil).metadata()); n > maxMetadataBytes {
+		return fmt.Errorf("dlq: partition %d: the records this run leaves behind (below the ones it replays, from offset %d on) "+
+			"would need %d bytes of commit metadata, over %d: the filters leave out too many records between selected ones; "+
+			"replay with fewer filters, or over a narrower --partition/--from-offset/--until-offset range", partition, pos.next, n, maxMetadataBytes)
+	}
+	// Another run of the group moving the position means both could write
+	// the same records: stop before writing.
+	if err := r.checkOwn(partition); err != nil {
+		return err
+	}
+	msgs := make([]*sarama.ProducerMessage, len(batch))
+	for i, p := range batch {
+		msgs[i] = p.msg
+	}
+	sendErr := r.producer.SendMessages(msgs)
+	failed := map[*sarama.ProducerMessage]bool{}
+	if sendErr != nil {
+		var perrs sarama.ProducerErrors
+		if !errors.As(sendErr, &perrs) {
 			return fmt.Errorf("dlq: write %d replayed records (from %s/%d offset %d on; their position is not committed, so the next run writes them again): %w",
-				len(msgs), r.cfg.Topic, partition, batch[0].entry.Offset, err)
+				len(msgs), r.cfg.Topic, partition, batch[0].entry.Offset, sendErr)
 		}
-		*pos = after
-		if err := r.commit(partition, pos); err != nil {
-			return err
+		for _, pe := range perrs {
+			failed[pe.Msg] = true
 		}
+	}
+	*pos = *settled(pos, batch, failed)
+	if err := r.commit(partition, pos); err != nil {
+		return errors.Join(err, sendErr)
 	}
 	for _, p := range batch {
-		rec := ReplayedRecord{Entry: p.entry, Action: ActionMoved, To: p.msg.Topic, ToPartition: p.msg.Partition, ToOffset: p.msg.Offset}
-		if r.cfg.DryRun {
-			rec.Action, rec.ToOffset = ActionWouldMove, -1
+		if !failed[p.msg] {
+			r.report.Moved++
+			r.record(ReplayedRecord{Entry: p.entry, Action: ActionMoved, To: p.msg.Topic, ToPartition: p.msg.Partition, ToOffset: p.msg.Offset})
 		}
-		r.report.Moved++
-		r.record(rec)
 	}
 	r.progress()
+	if sendErr != nil {
+		return fmt.Errorf("dlq: %d of %d replayed records from %s/%d were not written (the others were, and are committed; the next run writes these again): %w",
+			len(failed), len(msgs), r.cfg.Topic, partition, sendErr)
+	}
 	return nil
 }
 
-// commit stores pos unless this is a dry run.
+// settled returns pos with the records of batch settled, but for those
+// that failed.
+func settled(pos *position, batch []pending, failed map[*sarama.ProducerMessage]bool) *position {
+	after := pos.clone()
+	for _, p := range batch {
+		if !failed[p.msg] {
+			after.settle(p.entry.Offset)
+		}
+	}
+	return &after
+}
+
+// ErrNoTargetTopic is matched by the error of Replay when a record's
+// target topic (its original topic, or To) does not exist.
+var ErrNoTargetTopic = errors.New("dlq: the replay's target topic does not exist")
+
+// newRunID names a run in its commits.
+func newRunID() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// ErrConcurrentReplay is matched by the error of Replay when another run of
+// the same group moved the position while this one ran. At most one batch
+// was written by both.
+var ErrConcurrentReplay = errors.New("dlq: another replay of the same group is running")
+
+// checkOwn fails with ErrConcurrentReplay when the committed position of
+// partition is no longer the one this run last read or committed.
+func (r *replayer) checkOwn(partition int32) error {
+	now, err := r.positions.fetch([]int32{partition})
+	if err != nil {
+		return err
+	}
+	if got := now[partition].String(); got != r.committed[partition] {
+		return fmt.Errorf("%w (group %q, partition %d: the position moved from %s to %s); let one run finish, or give each its own group",
+			ErrConcurrentReplay, r.cfg.Group, partition, r.committed[partition], got)
+	}
+	return nil
+}
+
+// commit stores pos unless this is a dry run or this run committed it
+// already, after checking that no other run of the group moved it.
 func (r *replayer) commit(partition int32, pos *position) error {
-	if r.cfg.DryRun {
+	if r.cfg.DryRun || (r.renewed[partition] && pos.String() == r.committed[partition]) {
 		return nil
 	}
-	return r.positions.commit(partition, pos)
+	if err := r.checkOwn(partition); err != nil {
+		return err
+	}
+	if err := r.positions.commit(partition, pos); err != nil {
+		return err
+	}
+	r.committed[partition] = pos.String()
+	r.renewed[partition] = true
+	return nil
 }
 
 func (r *replayer) record(rec ReplayedRecord) {

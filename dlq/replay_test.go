@@ -13,6 +13,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/courierkit/courier/dlq"
@@ -284,9 +285,10 @@ func TestReplayReportsAndSkipsCorruptRecords(t *testing.T) {
 		!strings.Contains(corrupt[1].Reason, "upgrade courier") {
 		t.Errorf("errors %v and %v, want corrupt and unsupported version", corrupt[0].Entry.Err, corrupt[1].Entry.Err)
 	}
+	// Reported once, then passed: a second run has nothing to read.
 	again, _ := f.mustReplay(t, dlq.ReplayConfig{})
-	if again.Moved != 0 || again.Corrupt != 2 || again.AlreadyReplayed != 2 {
-		t.Errorf("a second replay: %+v, want the 2 corrupt records reported again and nothing moved", again)
+	if again.Moved != 0 || again.Corrupt != 0 || again.Total != 0 {
+		t.Errorf("a second replay: %+v, want nothing left to read", again)
 	}
 }
 
@@ -481,5 +483,165 @@ func TestReplayRenewsItsPositionWithNothingToMove(t *testing.T) {
 	}
 	if _, _ = f.mustReplay(t, dlq.ReplayConfig{DryRun: true}); commits.Load() != 1 {
 		t.Errorf("a dry run committed")
+	}
+}
+
+// txDeadLetters writes n dead letters, each in a transaction of its own,
+// so that every record is followed by a transaction marker: offsets that
+// hold no record, the last one included.
+func (f *replayFixture) txDeadLetters(t *testing.T, n int) {
+	t.Helper()
+	cl, err := kgo.NewClient(kgo.SeedBrokers(f.k.Brokers...), kgo.TransactionalID("tx-"+f.group),
+		kgo.DefaultProduceTopic(f.dlqTopic), kgo.RecordPartitioner(kgo.ManualPartitioner()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	ctx := context.Background()
+	for i := range n {
+		env, err := dlq.New(dlq.Original{Topic: f.topic, Partition: 0, Offset: int64(i), Key: fmt.Appendf(nil, "order-%d", i), Value: []byte("{}")},
+			dlq.Failure{Error: "boom", Kind: dlq.KindRetriesExhausted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec, err := env.Record()
+		if err != nil {
+			t.Fatal(err)
+		}
+		kr := &kgo.Record{Key: rec.Key, Value: rec.Value}
+		for _, h := range rec.Headers {
+			kr.Headers = append(kr.Headers, kgo.RecordHeader{Key: string(h.Key), Value: h.Value})
+		}
+		if err := cl.BeginTransaction(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.ProduceSync(ctx, kr).FirstErr(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cl.EndTransaction(ctx, kgo.TryCommit); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestReplayPassesOffsetsWithoutRecords: a dead-letter topic written in
+// transactions ends on a marker no consumer delivers; reading stops at it
+// instead of hanging, and the markers settle, so the position ends at the
+// topic's end with nothing left in its metadata.
+func TestReplayPassesOffsetsWithoutRecords(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1, testkit.InProcess())
+	const n = 300
+	f.txDeadLetters(t, n)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // a hang fails the test
+	defer cancel()
+	client, err := sarama.NewClient(f.k.Brokers, f.k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	scanned := 0
+	if err := dlq.Scan(ctx, client, f.dlqTopic, dlq.Filter{}, func(dlq.Entry) error { scanned++; return nil }); err != nil || scanned != n {
+		t.Fatalf("Scan: %d records, %v; want %d", scanned, err, n)
+	}
+	cfg := dlq.ReplayConfig{Brokers: f.k.Brokers, Sarama: f.k.Config(), Topic: f.dlqTopic, Group: f.group}
+	report, err := dlq.Replay(ctx, cfg)
+	if err != nil || report.Moved != n {
+		t.Fatalf("Replay: moved %d, %v; want %d", report.Moved, err, n)
+	}
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	offsets, err := admin.ListConsumerGroupOffsets(f.group, map[string][]int32{f.dlqTopic: {0}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, _ := client.GetOffset(f.dlqTopic, 0, sarama.OffsetNewest)
+	if b := offsets.GetBlock(f.dlqTopic, 0); b == nil || b.Offset != end || strings.Contains(b.Metadata, "done=") {
+		t.Errorf("committed %+v, want offset %d (the end, past the last marker) and no offsets in the metadata", b, end)
+	}
+	if again, err := dlq.Replay(ctx, cfg); err != nil || again.Total != 0 {
+		t.Errorf("a second replay: %+v, %v; want nothing to read", again, err)
+	}
+}
+
+// TestConcurrentReplaysOfOneGroupWriteAtMostABatchTwice: two runs of one
+// group at once; the one that finds the position moved under it stops.
+func TestConcurrentReplaysOfOneGroupWriteAtMostABatchTwice(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	const n, batch = 200, 10
+	for i := range n {
+		f.failed(t, fmt.Sprint("order-", i), "boom")
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 2)
+	for i := range errs {
+		wg.Go(func() { _, _, errs[i] = f.replay(t, dlq.ReplayConfig{BatchSize: batch, Rate: 1000}) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, dlq.ErrConcurrentReplay) {
+			t.Fatalf("a run failed otherwise: %v", err)
+		}
+	}
+	f.mustReplay(t, dlq.ReplayConfig{}) // whatever the stopped run left
+	got := f.k.ReadAll(t, f.topic)
+	keys := map[string]bool{}
+	for _, m := range got {
+		keys[string(m.Key)] = true
+	}
+	if len(keys) != n || len(got) > n+batch {
+		t.Fatalf("%d records, %d distinct; want all %d, at most %d written twice (errors %v)", len(got), len(keys), n, batch, errs)
+	}
+	t.Logf("written twice: %d; errors: %v", len(got)-n, errs)
+}
+
+// TestReplayCommitsThePartOfABatchThatWasWritten: the broker refuses the
+// records of one partition; those of the other are committed, and only the
+// refused ones are written again.
+func TestReplayCommitsThePartOfABatchThatWasWritten(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 2, testkit.InProcess())
+	for i := range 6 {
+		f.deadLetter(t, dlq.Original{Partition: int32(i % 2), Offset: int64(i), Key: fmt.Appendf(nil, "order-%d", i), Value: []byte("{}")},
+			dlq.Failure{Error: "boom", Kind: dlq.KindRetriesExhausted}, false)
+	}
+	var healed atomic.Bool
+	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if healed.Load() || len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic {
+			return nil, nil, false
+		}
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		for _, topic := range pr.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = topic.Topic
+			for _, p := range topic.Partitions {
+				if p.Partition == 1 {
+					rp := kmsg.NewProduceResponseTopicPartition()
+					rp.Partition, rp.ErrorCode = p.Partition, kerr.InvalidRecord.Code
+					rt.Partitions = append(rt.Partitions, rp)
+				}
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		if len(resp.Topics[0].Partitions) == 0 {
+			return nil, nil, false // only partition 0: let it through
+		}
+		return resp, nil, true
+	})
+	report, _, err := f.replay(t, dlq.ReplayConfig{})
+	if err == nil || report.Moved != 3 {
+		t.Fatalf("with partition 1 refused: moved %d, err %v; want the 3 of partition 0 and an error", report.Moved, err)
+	}
+	healed.Store(true)
+	if report, _ := f.mustReplay(t, dlq.ReplayConfig{}); report.Moved != 3 {
+		t.Fatalf("the next run: %+v, want the 3 refused moved, and none of the others", report)
+	}
+	if got := f.k.ReadAll(t, f.topic); len(got) != 6 {
+		t.Fatalf("the topic holds %d records, want each of the 6 once", len(got))
 	}
 }

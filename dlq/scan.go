@@ -107,10 +107,11 @@ func (f Filter) validate() error {
 // dead-letter topic the cluster does not have.
 var ErrNoTopic = errors.New("dlq: no such topic")
 
-// span is the part of a partition a read covers: [from, end).
+// span is the part of a partition a read covers: [from, end); oldest is
+// the partition's first offset still kept.
 type span struct {
-	partition int32
-	from, end int64
+	partition         int32
+	from, end, oldest int64
 }
 
 // spans returns, for each partition of topic that f selects, the offsets
@@ -139,42 +140,127 @@ func spans(client sarama.Client, topic string, f Filter) ([]span, error) {
 		if f.UntilOffset > 0 {
 			end = min(end, f.UntilOffset)
 		}
-		out = append(out, span{partition: p, from: max(oldest, f.FromOffset), end: end})
+		out = append(out, span{partition: p, from: max(oldest, f.FromOffset), end: end, oldest: oldest})
 	}
 	return out, nil
 }
 
-// readSpan calls fn for each record of s in offset order, until fn
-// returns an error or the span ends. It commits nothing.
-func readSpan(ctx context.Context, consumer sarama.Consumer, topic string, s span, fn func(*sarama.ConsumerMessage) error) error {
+// reader reads spans of a topic's partitions, committing nothing.
+type reader struct {
+	client   sarama.Client // metadata, and the broker asked about gaps
+	consumer sarama.Consumer
+	topic    string
+}
+
+// idleCheck is how long read waits for a record before it asks the broker
+// whether the offsets left in the span hold records at all: a partition may
+// end on a transaction marker or on offsets compaction removed, which no
+// consumer ever delivers.
+const idleCheck = time.Second
+
+// read calls record for each record of s in offset order, and gap (when
+// not nil) for each run of offsets [from, to) of s that holds no record
+// (transaction markers, records removed by compaction), until record
+// returns an error or the span ends.
+func (r reader) read(ctx context.Context, s span, record func(*sarama.ConsumerMessage) error, gap func(from, to int64)) error {
 	if s.from >= s.end {
 		return nil
 	}
-	pc, err := consumer.ConsumePartition(topic, s.partition, s.from)
+	pc, err := r.consumer.ConsumePartition(r.topic, s.partition, s.from)
 	if err != nil {
-		return fmt.Errorf("dlq: read %s/%d from offset %d: %w", topic, s.partition, s.from, err)
+		return fmt.Errorf("dlq: read %s/%d from offset %d: %w", r.topic, s.partition, s.from, err)
 	}
 	defer pc.AsyncClose()
+	next := s.from // the offset after the last record read
+	if gap == nil {
+		gap = func(int64, int64) {}
+	}
+	idle := time.NewTimer(idleCheck)
+	defer idle.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case err := <-pc.Errors():
 			if err != nil {
-				return fmt.Errorf("dlq: read %s/%d: %w", topic, s.partition, err.Err)
+				return fmt.Errorf("dlq: read %s/%d: %w", r.topic, s.partition, err.Err)
 			}
 		case m := <-pc.Messages():
 			if m == nil {
-				return fmt.Errorf("dlq: reading %s/%d stopped before offset %d", topic, s.partition, s.end)
+				return fmt.Errorf("dlq: reading %s/%d stopped before offset %d", r.topic, s.partition, s.end)
 			}
-			if err := fn(m); err != nil {
+			if m.Offset >= s.end { // only markers and removed records were left in the span
+				gap(next, s.end)
+				return nil
+			}
+			if m.Offset > next {
+				gap(next, m.Offset)
+			}
+			next = m.Offset + 1
+			if err := record(m); err != nil {
 				return err
 			}
-			if m.Offset+1 >= s.end {
+			if next >= s.end {
 				return nil
+			}
+			idle.Reset(idleCheck)
+		case <-idle.C:
+			left, known, err := r.recordsLeft(s.partition, next, s.end)
+			if err == nil && known && !left {
+				gap(next, s.end)
+				return nil
+			}
+			idle.Reset(idleCheck) // records are on their way, or the broker could not tell: wait on
+		}
+	}
+}
+
+// recordsLeft asks the partition's leader whether it holds a record at an
+// offset in [from, end); known is false when its answer does not reach end.
+func (r reader) recordsLeft(partition int32, from, end int64) (left, known bool, err error) {
+	if !r.client.Config().Version.IsAtLeast(sarama.V0_11_0_0) {
+		return false, false, nil // no transaction markers before 0.11; wait for the records
+	}
+	leader, err := r.client.Leader(r.topic, partition)
+	if err != nil {
+		return false, false, err
+	}
+	const maxBytes = 1 << 20
+	req := &sarama.FetchRequest{Version: 4, MaxBytes: maxBytes, Isolation: sarama.ReadUncommitted}
+	req.AddBlock(r.topic, partition, from, maxBytes, -1)
+	resp, err := leader.Fetch(req)
+	if err != nil {
+		return false, false, err
+	}
+	block := resp.GetBlock(r.topic, partition)
+	if block == nil || block.Err != sarama.ErrNoError {
+		return false, false, nil
+	}
+	reached := from - 1 // the last offset the answer covers
+	for _, set := range block.RecordsSet {
+		switch {
+		case set.RecordBatch != nil:
+			b := set.RecordBatch
+			if b.PartialTrailingRecord {
+				return false, false, nil
+			}
+			for _, rec := range b.Records {
+				if o := b.FirstOffset + rec.OffsetDelta; !b.Control && o >= from && o < end {
+					return true, true, nil
+				}
+			}
+			reached = max(reached, b.FirstOffset+int64(b.LastOffsetDelta))
+		case set.MsgSet != nil:
+			for _, m := range set.MsgSet.Messages {
+				if m.Offset >= from && m.Offset < end {
+					return true, true, nil
+				}
+				reached = max(reached, m.Offset)
 			}
 		}
 	}
+	// Nothing at all from `from` on means everything before end is gone.
+	return false, reached >= end-1 || len(block.RecordsSet) == 0, nil
 }
 
 // Scan calls fn with every record of the dead-letter topic that f selects
@@ -196,8 +282,9 @@ func Scan(ctx context.Context, client sarama.Client, topic string, f Filter, fn 
 		return fmt.Errorf("dlq: %w", err)
 	}
 	defer consumer.Close()
+	r := reader{client: client, consumer: consumer, topic: topic}
 	for _, s := range list {
-		if err := readSpan(ctx, consumer, topic, s, func(m *sarama.ConsumerMessage) error { return fn(entry(m)) }); err != nil {
+		if err := r.read(ctx, s, func(m *sarama.ConsumerMessage) error { return fn(entry(m)) }, nil); err != nil {
 			return err
 		}
 	}

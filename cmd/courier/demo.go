@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -42,11 +43,17 @@ under courier:demo:. The broker's data stays in --data-dir/kafka, which
 			if err := out.validate(); err != nil {
 				return err
 			}
+			if cfg.Timeout < time.Second {
+				return usageError{fmt.Errorf("--timeout %v: give the demo at least 1s", cfg.Timeout)}
+			}
 			narration := cmd.OutOrStdout()
 			if out.json() {
 				narration = io.Discard
 			}
 			summary, err := demo.Run(cmd.Context(), cfg, narration)
+			if errors.Is(err, demo.ErrInvalidConfig) {
+				return usageError{err}
+			}
 			if err != nil {
 				return err
 			}
@@ -65,15 +72,9 @@ under courier:demo:. The broker's data stays in --data-dir/kafka, which
 	f.StringVar(&cfg.DataDir, "data-dir", demo.DefaultDataDir, "directory for the embedded broker's data (emptied first)")
 	f.IntVar(&cfg.Orders, "orders", demo.DefaultOrders, "orders to enqueue")
 	f.IntVar(&cfg.Poison, "poison", demo.DefaultPoison, "orders with a negative amount, which land in the dead-letter topic until replayed")
+	f.IntVar(&cfg.Slow, "slow", demo.DefaultSlow, "orders a fraud check holds up: they fail every attempt in process and are paid from a retry topic")
 	f.IntVar(&cfg.Duplicates, "duplicates", demo.DefaultDuplicates, "events published twice, for dedupe to skip")
 	f.DurationVar(&cfg.PSPOutage, "psp-outage", demo.DefaultPSPOutage, "how long the PSP is down when the worker starts")
 	f.DurationVar(&cfg.Timeout, "timeout", demo.DefaultTimeout, "give up after this long")
-	cmd.PreRunE = func(*cobra.Command, []string) error {
-		if cfg.Orders < 1 || cfg.Poison < 0 || cfg.Duplicates < 0 || cfg.PSPOutage < 0 || cfg.Timeout < time.Second {
-			return usageError{fmt.Errorf("--orders %d --poison %d --duplicates %d --psp-outage %v --timeout %v: use 1 or more orders, no negative counts, a timeout of at least 1s",
-				cfg.Orders, cfg.Poison, cfg.Duplicates, cfg.PSPOutage, cfg.Timeout)}
-		}
-		return nil
-	}
 	return cmd
 }

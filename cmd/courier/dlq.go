@@ -46,7 +46,7 @@ func (o *dlqOptions) connect() (sarama.Client, error) {
 
 // dlqError explains the errors of reading a dead-letter topic.
 func dlqError(topic string, err error) error {
-	if errors.Is(err, dlq.ErrNoTopic) && !strings.Contains(err.Error(), "target topic") {
+	if errors.Is(err, dlq.ErrNoTopic) {
 		return fmt.Errorf("topic %q does not exist: name the dead-letter topic itself, e.g. orders%s (list topics with `kcat -L`)", topic, dlq.DefaultSuffix)
 	}
 	return err

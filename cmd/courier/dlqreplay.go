@@ -77,8 +77,10 @@ The replay's position is the offsets of a consumer group (--group), committed
 after each batch the original topic acknowledged: a replay killed part way
 loses nothing and, run again, writes at most its last batch a second time.
 Records the filters leave out stay for a later run; records already replayed
-by the group are never replayed again. Corrupt records and records replayed
---max-replays times already are reported and stay.
+by the group are never replayed again. Records replayed --max-replays times
+already are reported and stay; corrupt records are reported once and passed.
+Run one replay per group at a time: a run that finds the group's position
+moved under it by another run stops (exit 1).
 
 The summary goes to stdout; progress goes to stderr (a bar on a terminal,
 plain lines otherwise).`,
@@ -219,7 +221,7 @@ func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) e
 		{"already replayed", r.AlreadyReplayed, "by an earlier run of this group"},
 		{"left out by filters", r.NotSelected, "they stay for a later run"},
 		{"refused", r.Refused, fmt.Sprintf("replayed %d times already; fix the cause, then raise --max-replays", cfg.MaxReplays)},
-		{"corrupt", r.Corrupt, "not readable dead letters; they stay"},
+		{"corrupt", r.Corrupt, "not readable dead letters: reported once, then passed"},
 	}
 	for _, row := range rows {
 		if row.n > 0 && row.note != "" {
@@ -258,8 +260,8 @@ func (p *progress) update(r dlq.ReplayReport) {
 	} else if r.Total <= r.Read {
 		eta = "0s"
 	}
-	counts := fmt.Sprintf("%d/%d read, %d moved, %d left out, %d refused, %d corrupt, ETA %s",
-		r.Read, r.Total, r.Moved, r.NotSelected+r.AlreadyReplayed, r.Refused, r.Corrupt, eta)
+	counts := fmt.Sprintf("%d/%d read, %d moved, %d already replayed, %d left out, %d refused, %d corrupt, ETA %s",
+		r.Read, r.Total, r.Moved, r.AlreadyReplayed, r.NotSelected, r.Refused, r.Corrupt, eta)
 	if !p.tty {
 		if time.Since(p.last) >= plainEvery {
 			p.last = time.Now()

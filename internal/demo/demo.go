@@ -76,15 +76,15 @@ type Config struct {
 	// Orders is how many orders are enqueued. Defaults to 300.
 	Orders int
 	// Poison is how many of them carry a negative amount, which the PSP
-	// rejects until the handler is fixed. Defaults to 3.
+	// rejects until the handler is fixed (`courier demo` takes 3).
 	Poison int
 	// Slow is how many orders the PSP's fraud check holds up: they fail
-	// every in-process attempt and are paid from the first retry topic.
-	// Defaults to 4.
+	// every in-process attempt and are paid from the first retry topic
+	// (`courier demo` takes 4).
 	Slow int
 	// Duplicates is how many events are published a second time (as a
-	// relay that crashed after publishing would), for dedupe to skip.
-	// Defaults to 20.
+	// relay that crashed after publishing would), for dedupe to skip
+	// (`courier demo` takes 20).
 	Duplicates int
 	// PSPOutage is how long the PSP fails when the worker starts. Defaults
 	// to 2s.
@@ -100,9 +100,6 @@ func (c Config) withDefaults() (Config, error) {
 		}
 	}
 	def(&c.Orders, DefaultOrders)
-	def(&c.Poison, DefaultPoison)
-	def(&c.Slow, DefaultSlow)
-	def(&c.Duplicates, DefaultDuplicates)
 	if c.Schema == "" {
 		c.Schema = DefaultSchema
 	}
@@ -120,15 +117,21 @@ func (c Config) withDefaults() (Config, error) {
 	}
 	switch {
 	case c.DatabaseURL == "":
-		return c, errors.New("demo: DatabaseURL is empty; name the PostgreSQL to run in")
+		return c, fmt.Errorf("%w: DatabaseURL is empty; name the PostgreSQL to run in", ErrInvalidConfig)
 	case c.RedisURL == "":
-		return c, errors.New("demo: RedisURL is empty; name the Redis for dedupe")
-	case c.Orders < 1 || c.Poison < 0 || c.Slow < 0 || c.Poison+c.Slow > c.Orders || c.Duplicates < 0 || c.Duplicates > c.Orders-c.Poison:
-		return c, fmt.Errorf("demo: %d orders, %d poison, %d slow, %d duplicates: use at least 1 order, and poison, slow and duplicate orders within them",
-			c.Orders, c.Poison, c.Slow, c.Duplicates)
+		return c, fmt.Errorf("%w: RedisURL is empty; name the Redis for dedupe", ErrInvalidConfig)
+	case c.Orders < 1 || c.Poison < 0 || c.Slow < 0 || c.Poison+c.Slow > c.Orders || c.Duplicates < 0 || c.Duplicates > c.Orders-c.Poison-c.Slow:
+		return c, fmt.Errorf("%w: %d orders, %d poison, %d slow, %d duplicates: use at least 1 order, and no more poison, slow and duplicated orders than orders",
+			ErrInvalidConfig, c.Orders, c.Poison, c.Slow, c.Duplicates)
+	case c.PSPOutage < 0 || c.Timeout < time.Second:
+		return c, fmt.Errorf("%w: PSPOutage %v, Timeout %v: no negative outage, and a timeout of at least 1s", ErrInvalidConfig, c.PSPOutage, c.Timeout)
 	}
 	return c, nil
 }
+
+// ErrInvalidConfig is matched by the error of Run for a Config it cannot
+// use.
+var ErrInvalidConfig = errors.New("demo: invalid config")
 
 // Summary counts what happened to the events.
 type Summary struct {
@@ -313,7 +316,7 @@ func (d *run) pipeline(ctx context.Context) error {
 	})
 
 	d.psp.SetMode(pspstub.ModeFail)
-	d.say("the PSP is down for %v; the payout worker starts", d.cfg.PSPOutage)
+	d.say("the payout worker starts; the PSP is down for %v from its first call", d.cfg.PSPOutage)
 	worker, err := d.worker()
 	if err != nil {
 		return err
@@ -323,8 +326,7 @@ func (d *run) pipeline(ctx context.Context) error {
 			errs <- fmt.Errorf("payout worker: %w", err)
 		}
 	})
-	outage := time.NewTimer(d.cfg.PSPOutage)
-	defer outage.Stop()
+	var outage <-chan time.Time // runs from the PSP's first call
 
 	valid := d.cfg.Orders - d.cfg.Poison
 	duplicated := false
@@ -337,10 +339,14 @@ func (d *run) pipeline(ctx context.Context) error {
 				d.psp.Paid(), valid, d.counts.deadLettered.Load(), d.cfg.Poison, ctx.Err())
 		case err := <-errs:
 			return err
-		case <-outage.C:
+		case <-outage:
+			outage = nil
 			d.psp.SetMode(pspstub.ModeOK)
 			d.say("the PSP is back")
 		case <-tick.C:
+			if outage == nil && d.psp.Mode() == pspstub.ModeFail && d.psp.Calls() > 0 {
+				outage = time.After(d.cfg.PSPOutage)
+			}
 			if !duplicated && d.published(ctx) == d.cfg.Orders {
 				duplicated = true
 				if err := d.publishDuplicates(ctx); err != nil {
@@ -536,6 +542,9 @@ func (d *run) publishDuplicates(ctx context.Context) error {
 				pc.AsyncClose()
 				return ctx.Err()
 			case m = <-pc.Messages():
+			}
+			if m == nil {
+				return fmt.Errorf("demo: reading %s/%d for duplicates stopped early", topic, p)
 			}
 			var o order
 			if json.Unmarshal(m.Value, &o) == nil && o.AmountCents > 0 {
