@@ -359,13 +359,13 @@ func (r *replayer) consider(ctx context.Context, pos *position, m *sarama.Consum
 	}
 	e := entry(m)
 	switch {
-	case !r.cfg.Filter.Match(e):
-		r.report.NotSelected++
-		return nil
-	case e.Err != nil: // reported once, then settled: no run can replay it
+	case e.Err != nil: // whatever the filters: no run can replay it, so it is reported once and settled
 		r.report.Corrupt++
 		r.record(ReplayedRecord{Entry: e, Action: ActionCorrupt, Reason: e.Err.Error()})
 		pos.settle(m.Offset)
+		return nil
+	case !r.cfg.Filter.Match(e):
+		r.report.NotSelected++
 		return nil
 	case r.cfg.MaxReplays > 0 && e.Envelope.ReplayCount >= r.cfg.MaxReplays:
 		r.report.Refused++

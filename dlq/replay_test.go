@@ -645,3 +645,16 @@ func TestReplayCommitsThePartOfABatchThatWasWritten(t *testing.T) {
 		t.Fatalf("the topic holds %d records, want each of the 6 once", len(got))
 	}
 }
+
+// TestReplayReportsCorruptRecordsWhateverTheFilters: a corrupt record has
+// no envelope to filter on; a filtered run reports it too.
+func TestReplayReportsCorruptRecordsWhateverTheFilters(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	f.failed(t, "order-0", "psp timeout")
+	f.corrupt(t, "not an envelope")
+	report, _ := f.mustReplay(t, dlq.ReplayConfig{Filter: dlq.Filter{ErrorContains: "timeout"}})
+	if report.Moved != 1 || report.Corrupt != 1 || report.NotSelected != 0 {
+		t.Fatalf("a filtered run: %+v, want 1 moved and the corrupt record reported", report)
+	}
+}

@@ -184,7 +184,7 @@ func logRecord(log *slog.Logger, topic string, r dlq.ReplayedRecord) {
 	case dlq.ActionRefused:
 		log.Warn("dead letter refused; it stays", append(at, "key", key(r.Entry.Envelope), "reason", r.Reason)...)
 	case dlq.ActionCorrupt:
-		log.Warn("dead letter corrupt; it stays", append(at, "reason", r.Reason)...)
+		log.Warn("dead letter corrupt; passed (it stays in the topic)", append(at, "reason", r.Reason)...)
 	}
 }
 
