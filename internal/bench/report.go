@@ -86,6 +86,17 @@ func ThisMachine() Machine {
 	return m
 }
 
+// busy reports whether other work held at least half the cores when the
+// run started (the 1-minute load average), and that load.
+func (m Machine) busy() (float64, bool) {
+	fields := strings.Fields(m.LoadAverage)
+	if len(fields) == 0 || m.NumCPU == 0 {
+		return 0, false
+	}
+	load, err := strconv.ParseFloat(fields[0], 64)
+	return load, err == nil && load >= float64(m.NumCPU)/2
+}
+
 // cpuModel is the first "model name" of /proc/cpuinfo, or "".
 func cpuModel() string {
 	f, err := os.Open("/proc/cpuinfo")
@@ -188,6 +199,13 @@ or more from one run to the next on a busy machine: compare figures of one repor
 other, and runs with each other by their ratios. Configurations take turns, so that a machine
 whose speed drifts meets them all alike, and each figure is a median.
 `, plural(r.Machine.NumCPU, "core"))
+	if load, busy := r.Machine.busy(); busy {
+		fmt.Fprintf(&b, `
+**The machine was busy when this run started** (load average %.2f over the last minute, on
+%s): other work competed with the benchmark for the cores, so these figures are lower and
+noisier than on a quiet machine, and the ratios hold better than the absolute figures.
+`, load, plural(r.Machine.NumCPU, "core"))
+	}
 	if r.Relay != nil {
 		r.Relay.writeMarkdown(&b)
 	}
@@ -203,11 +221,11 @@ func (r RelayReport) writeMarkdown(b *strings.Builder) {
 		fmt.Fprintf(b, `
 ## Relay throughput
 
-Draining a backlog of %s events (%d-byte JSON, %s keys, %d partitions) from the outbox to Kafka: the
-relay, per-key order on, in several configurations, beside the baseline, a plain loop that keeps
-no order (`+"`SELECT … ORDER BY seq LIMIT %d FOR UPDATE SKIP LOCKED`"+`, a Sarama SyncProducer, then
-`+"`UPDATE … SET status = 'published'`"+`). Each configuration has its own table holding the same
-backlog; %s each, and a figure is the events over the median drain time.
+Draining a backlog of %s events (%d-byte JSON, %s keys, %d partitions) from the outbox to
+Kafka: the relay, per-key order on, in several configurations, beside the baseline, a plain loop
+that keeps no order (`+"`SELECT … ORDER BY seq LIMIT %d FOR UPDATE SKIP LOCKED`"+`, a Sarama
+SyncProducer, then `+"`UPDATE … SET status = 'published'`"+`). Each configuration has its own table
+holding the same backlog; %s each, and a figure is the events over the median drain time.
 
 | configuration | events/s | baseline | baseline events/s | ratio | claims per drain |
 | --- | ---: | --- | ---: | ---: | ---: |
@@ -219,10 +237,10 @@ backlog; %s each, and a figure is the events over the median drain time.
 		fmt.Fprintf(b, `
 ## Relay latency
 
-From an event's enqueue (its commit) to its arrival at a consumer, %s events/s enqueued one per
-transaction by %d goroutines, %v per phase, %s per configuration, on a table already holding
-%s published events: the relay's defaults (NOTIFY on, polling every second) beside polling every
-100 ms without NOTIFY (the baseline). A ratio below 1 is faster than the baseline.
+From an event's enqueue (its commit) to its arrival at a consumer, %s events/s enqueued one
+per transaction by %d goroutines, %v per phase, %s per configuration, on a table already
+holding %s published events: the relay's defaults (NOTIFY on, polling every second) beside
+polling every 100 ms without NOTIFY (the baseline). A ratio below 1 is faster than the baseline.
 
 | configuration | p50 ms | p99 ms | max ms | enqueued/s | baseline | p50 ratio | p99 ratio |
 | --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |
@@ -249,15 +267,16 @@ func (r ConsumeReport) writeMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, `
 ## Consumer
 
-Consuming a backlog of %s messages (%d-byte JSON with CloudEvents headers, %s keys, %d partitions)
-with the runner (retries and dead letters on), beside the baseline, a raw Sarama consumer group that
-only marks each message; then %s messages with a handler taking 5 ms, on 16 workers per partition
-beside 1, each beside its ceiling (the backlog's busiest worker handling its messages one after the
-other). `+"`runner/1%%-permanent`"+` fails 1 %% of the messages for good (they go to the dead-letter
-topic); `+"`runner/1%%-through-retry-tiers`"+` fails them twice, through retry tiers of 50 ms and 100 ms, and
-its rate is the main topic's; the dedupe runs claim and mark every message in an in-process map or in
-Redis. The clock starts at the group's first fetch on the in-process broker, and when the consumer
-starts on a cluster. %s each, and a figure is the messages over the median time.
+Consuming a backlog of %s messages (%d-byte JSON with CloudEvents headers, %s keys, %d
+partitions) with the runner (retries and dead letters on), beside the baseline, a raw Sarama
+consumer group that only marks each message; then %s messages with a handler taking 5 ms, on 16
+workers per partition beside 1, each beside its ceiling (the backlog's busiest worker handling its
+messages one after the other). `+"`runner/1%%-permanent`"+` fails 1 %% of the messages for good (they
+go to the dead-letter topic); `+"`runner/1%%-through-retry-tiers`"+` fails them twice, through retry
+tiers of 50 ms and 100 ms, and its rate is the main topic's; the dedupe runs claim and mark every
+message in an in-process map or in Redis. The clock starts at the group's first fetch on the
+in-process broker, and when the consumer starts on a cluster. %s each, and a figure is the
+messages over the median time.
 
 | configuration | msgs/s | baseline | baseline msgs/s | ratio | ceiling msgs/s |
 | --- | ---: | --- | ---: | ---: | ---: |

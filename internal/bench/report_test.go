@@ -14,7 +14,7 @@ func TestBenchReportMarkdownPutsEachFigureBesideItsBaseline(t *testing.T) {
 	report := Report{
 		Date:     time.Date(2026, 11, 24, 9, 30, 0, 0, time.UTC),
 		Command:  "courier bench --rounds 5",
-		Machine:  Machine{NumCPU: 2, GOMAXPROCS: 2, GoVersion: "go1.26.8", OS: "linux", Arch: "amd64", LoadAverage: "1.50 1.20 1.00"},
+		Machine:  Machine{NumCPU: 2, GOMAXPROCS: 2, GoVersion: "go1.26.8", OS: "linux", Arch: "amd64", LoadAverage: "0.30 0.20 0.10"},
 		Services: Services{PostgreSQL: "15.20", Redis: "7.0.15", Kafka: "in-process kfake broker"},
 		Relay: &RelayReport{
 			Events: 20_000, Rounds: 5, LatencyRate: 1_000, LatencyDuration: 5 * time.Second,
@@ -42,7 +42,7 @@ func TestBenchReportMarkdownPutsEachFigureBesideItsBaseline(t *testing.T) {
 		"- **Date:** 2026-11-24 09:30 UTC\n",
 		"- **Command:** `courier bench --rounds 5`\n",
 		"- **Cores:** 2 (runtime.NumCPU), GOMAXPROCS 2\n",
-		"- **Load average at the start:** 1.50 1.20 1.00",
+		"- **Load average at the start:** 0.30 0.20 0.10",
 		"- **PostgreSQL:** 15.20\n",
 		"share the machine's 2 cores",
 		"backlog; 5 drains each",
@@ -57,6 +57,18 @@ func TestBenchReportMarkdownPutsEachFigureBesideItsBaseline(t *testing.T) {
 			t.Errorf("the report lacks %q:\n%s", want, doc)
 		}
 	}
+	if strings.Contains(doc, "was busy") {
+		t.Errorf("a load of 0.3 on 2 cores is not worth a warning:\n%s", doc)
+	}
+	report.Machine.LoadAverage = "4.01 3.15 1.98"
+	out.Reset()
+	if err := report.WriteMarkdown(&out); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out.String(), "**The machine was busy when this run started** (load average 4.01 over the last minute, on\n2 cores)") {
+		t.Errorf("no warning of a load of 4 on 2 cores:\n%s", out.String())
+	}
+	doc = out.String()
 	if strings.Contains(doc, "**Commit:**") {
 		t.Errorf("a commit line, though none was recorded:\n%s", doc)
 	}
