@@ -69,6 +69,38 @@ func (f *replayFixture) failed(t *testing.T, key, errText string) int64 {
 		dlq.Failure{Error: errText, Kind: dlq.KindRetriesExhausted}, false)
 }
 
+// refuseWrites makes the broker refuse, while refusing holds, the writes
+// to the fixture's topic on the partitions refused selects (InvalidRecord:
+// no retry helps). A request for none of them passes; the producer sends
+// the records of a partition left out of an answer again.
+func (f *replayFixture) refuseWrites(refusing func() bool, refused func(partition int32) bool) {
+	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if !refusing() || len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic {
+			return nil, nil, false
+		}
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		refusedAny := false
+		for _, topic := range pr.Topics {
+			rt := kmsg.NewProduceResponseTopic()
+			rt.Topic = topic.Topic
+			for _, p := range topic.Partitions {
+				if refused(p.Partition) {
+					rp := kmsg.NewProduceResponseTopicPartition()
+					rp.Partition, rp.ErrorCode = p.Partition, kerr.InvalidRecord.Code
+					rt.Partitions, refusedAny = append(rt.Partitions, rp), true
+				}
+			}
+			resp.Topics = append(resp.Topics, rt)
+		}
+		if !refusedAny {
+			return nil, nil, false
+		}
+		return resp, nil, true
+	})
+}
+
 // corrupt writes a record that is no dead letter to the dead-letter topic.
 func (f *replayFixture) corrupt(t *testing.T, value string) int64 {
 	t.Helper()
@@ -361,26 +393,7 @@ func TestReplayWriteFailureCommitsNothingOfTheBatch(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		f.k.Cluster.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		if healed.Load() || commits.Load() < 2 || len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic {
-			return nil, nil, false
-		}
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		for _, topic := range pr.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic = topic.Topic
-			for _, p := range topic.Partitions {
-				rp := kmsg.NewProduceResponseTopicPartition()
-				rp.Partition = p.Partition
-				rp.ErrorCode = kerr.InvalidRecord.Code // not retriable: the batch fails
-				rt.Partitions = append(rt.Partitions, rp)
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		return resp, nil, true
-	})
+	f.refuseWrites(func() bool { return !healed.Load() && commits.Load() >= 2 }, func(int32) bool { return true })
 	report, _, err := f.replay(t, dlq.ReplayConfig{BatchSize: 2})
 	if err == nil || report.Moved != 2 {
 		t.Fatalf("with the second batch failing: moved %d, err %v; want 2 moved and an error", report.Moved, err)
@@ -609,30 +622,7 @@ func TestReplayCommitsThePartOfABatchThatWasWritten(t *testing.T) {
 			dlq.Failure{Error: "boom", Kind: dlq.KindRetriesExhausted}, false)
 	}
 	var healed atomic.Bool
-	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		f.k.Cluster.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		if healed.Load() || len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic {
-			return nil, nil, false
-		}
-		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
-		for _, topic := range pr.Topics {
-			rt := kmsg.NewProduceResponseTopic()
-			rt.Topic = topic.Topic
-			for _, p := range topic.Partitions {
-				if p.Partition == 1 {
-					rp := kmsg.NewProduceResponseTopicPartition()
-					rp.Partition, rp.ErrorCode = p.Partition, kerr.InvalidRecord.Code
-					rt.Partitions = append(rt.Partitions, rp)
-				}
-			}
-			resp.Topics = append(resp.Topics, rt)
-		}
-		if len(resp.Topics[0].Partitions) == 0 {
-			return nil, nil, false // only partition 0: let it through
-		}
-		return resp, nil, true
-	})
+	f.refuseWrites(func() bool { return !healed.Load() }, func(p int32) bool { return p == 1 })
 	report, _, err := f.replay(t, dlq.ReplayConfig{})
 	if err == nil || report.Moved != 3 {
 		t.Fatalf("with partition 1 refused: moved %d, err %v; want the 3 of partition 0 and an error", report.Moved, err)
