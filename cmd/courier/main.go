@@ -1,6 +1,9 @@
 // Command courier is the operator's tool for courier: it migrates the outbox
-// schema and measures courier beside baselines (bench); as the toolkit
-// grows, it runs the relay and inspects outboxes and dead-letter topics.
+// and inbox tables (migrate), runs the outbox relay (relay), inspects and
+// repairs the outbox (outbox), inspects dead-letter topics and replays them
+// (dlq), runs a local Kafka-protocol broker (dev), runs the whole pipeline
+// once on an embedded broker (demo), and measures courier beside baselines
+// (bench).
 //
 // Every command takes its flags also from COURIER_* environment variables,
 // prints JSON with --output json, and exits 0 on success, 1 on failure and 2
