@@ -57,10 +57,9 @@ under courier:demo:. The broker's data stays in --data-dir/kafka, which
 			if err != nil {
 				return err
 			}
-			if out.json() {
-				return writeJSON(cmd.OutOrStdout(), summary)
-			}
-			return demo.WriteSummary(cmd.OutOrStdout(), summary, redact(cfg.DatabaseURL), redact(cfg.RedisURL))
+			return out.emit(cmd.OutOrStdout(), summary, func(w io.Writer) error {
+				return demo.WriteSummary(w, summary, redact(cfg.DatabaseURL), redact(cfg.RedisURL))
+			})
 		},
 	}
 	out.register(cmd)

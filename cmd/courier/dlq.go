@@ -204,10 +204,7 @@ func newDLQStatsCmd(o *dlqOptions) *cobra.Command {
 			slices.SortFunc(stats.Groups, func(a, b dlqGroup) int {
 				return cmp.Or(cmp.Compare(b.Count, a.Count), cmp.Compare(a.OriginalTopic, b.OriginalTopic), cmp.Compare(a.Error, b.Error))
 			})
-			if o.out.json() {
-				return writeJSON(cmd.OutOrStdout(), stats)
-			}
-			return printDLQStats(cmd.OutOrStdout(), stats)
+			return o.out.emit(cmd.OutOrStdout(), stats, func(w io.Writer) error { return printDLQStats(w, stats) })
 		},
 	}
 	ff.register(cmd)
@@ -369,14 +366,12 @@ func newDLQListCmd(o *dlqOptions) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if o.out.json() {
-				list := make([]dlqEntryJSON, len(entries))
-				for i, e := range entries {
-					list[i] = newDLQEntryJSON(e, false)
-				}
-				return writeJSON(cmd.OutOrStdout(), map[string]any{"topic": args[0], "dead_letters": list, "more": more})
+			list := make([]dlqEntryJSON, len(entries))
+			for i, e := range entries {
+				list[i] = newDLQEntryJSON(e, false)
 			}
-			return printDLQEntries(cmd.OutOrStdout(), args[0], entries, more)
+			return o.out.emit(cmd.OutOrStdout(), map[string]any{"topic": args[0], "dead_letters": list, "more": more},
+				func(w io.Writer) error { return printDLQEntries(w, args[0], entries, more) })
 		},
 	}
 	ff.register(cmd)
@@ -433,10 +428,7 @@ func newDLQShowCmd(o *dlqOptions) *cobra.Command {
 			if err != nil {
 				return dlqError(args[0], err)
 			}
-			if o.out.json() {
-				return writeJSON(cmd.OutOrStdout(), newDLQEntryJSON(e, true))
-			}
-			return printDLQEntry(cmd.OutOrStdout(), args[0], e)
+			return o.out.emit(cmd.OutOrStdout(), newDLQEntryJSON(e, true), func(w io.Writer) error { return printDLQEntry(w, args[0], e) })
 		},
 	}
 	cmd.Flags().Int32Var(&partition, "partition", -1, "partition of the dead-letter record (required)")

@@ -70,6 +70,15 @@ func (o *outputFlag) validate() error {
 
 func (o *outputFlag) json() bool { return o.format == "json" }
 
+// emit writes v as JSON to w with --output json, and otherwise its text
+// form.
+func (o *outputFlag) emit(w io.Writer, v any, text func(io.Writer) error) error {
+	if o.json() {
+		return writeJSON(w, v)
+	}
+	return text(w)
+}
+
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -70,15 +70,6 @@ func (o *outboxOptions) open(cmd *cobra.Command) (*outboxSession, error) {
 	return s, nil
 }
 
-// emit prints v as JSON with --output json, and otherwise writes the text
-// form.
-func (o *outboxOptions) emit(cmd *cobra.Command, v any, text func(w io.Writer) error) error {
-	if o.out.json() {
-		return writeJSON(cmd.OutOrStdout(), v)
-	}
-	return text(cmd.OutOrStdout())
-}
-
 // outboxTable validates --schema and --table; a bad name is a usage error.
 func (f *dbFlags) outboxTable() (pgname.Table, error) {
 	table, err := pgname.NewTable(f.schema, f.table)
@@ -202,7 +193,7 @@ relays cannot keep up.`,
 			if !stats.OldestDue.IsZero() {
 				v.OldestDue = utc(&stats.OldestDue)
 			}
-			return o.emit(cmd, v, func(w io.Writer) error {
+			return o.out.emit(cmd.OutOrStdout(), v, func(w io.Writer) error {
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "STATUS\tEVENTS")
 				for _, s := range outboxStatuses {
@@ -510,7 +501,7 @@ headers.`,
 			for _, r := range records {
 				v.Events = append(v.Events, newEventJSON(r, false))
 			}
-			return o.emit(cmd, v, func(w io.Writer) error { return printEvents(w, records, next) })
+			return o.out.emit(cmd.OutOrStdout(), v, func(w io.Writer) error { return printEvents(w, records, next) })
 		},
 	}
 	filters.register(cmd, outboxStatuses, []string{producer.StatusFailed, producer.StatusDeadLettered}, false)
@@ -571,7 +562,7 @@ when it is other text and "payload_base64" otherwise.`,
 			if err != nil {
 				return err
 			}
-			return o.emit(cmd, newEventJSON(r, true), func(w io.Writer) error { return printEvent(w, r) })
+			return o.out.emit(cmd.OutOrStdout(), newEventJSON(r, true), func(w io.Writer) error { return printEvent(w, r) })
 		},
 	}
 }
@@ -658,7 +649,7 @@ It needs a selector (--id, --topic, --key, --error, --since or --until), or
 			if err != nil {
 				return filterError(err)
 			}
-			return o.emit(cmd, map[string]int64{"requeued": n}, func(w io.Writer) error {
+			return o.out.emit(cmd.OutOrStdout(), map[string]int64{"requeued": n}, func(w io.Writer) error {
 				_, err := fmt.Fprintf(w, "requeued %d event(s)\n", n)
 				return err
 			})
@@ -719,7 +710,7 @@ a pipe) --yes is required.`,
 			if err != nil {
 				return filterError(err)
 			}
-			return o.emit(cmd, map[string]int64{"purged": n}, func(w io.Writer) error {
+			return o.out.emit(cmd.OutOrStdout(), map[string]int64{"purged": n}, func(w io.Writer) error {
 				_, err := fmt.Fprintf(w, "purged %d event(s)\n", n)
 				return err
 			})
@@ -789,7 +780,7 @@ events are never touched. --retention 0 deletes every published event.`,
 				return err
 			}
 			v := map[string]any{"deleted": n, "retention_seconds": retention.Seconds()}
-			return o.emit(cmd, v, func(w io.Writer) error {
+			return o.out.emit(cmd.OutOrStdout(), v, func(w io.Writer) error {
 				_, err := fmt.Fprintf(w, "deleted %d published event(s) older than %v\n", n, retention)
 				return err
 			})

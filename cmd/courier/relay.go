@@ -273,12 +273,11 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	summary := tally.summary(ran)
 	log.Info("relay stopped", "published", summary.Published, "publish_failures", summary.PublishFailures,
 		"dead_lettered", summary.DeadLettered, "ran", ran.Round(time.Millisecond).String())
-	if out.json() {
-		return writeJSON(cmd.OutOrStdout(), summary)
-	}
-	_, err = fmt.Fprintf(cmd.OutOrStdout(), "relay stopped after %v: %d published, %d publish failure(s), %d dead-lettered\n",
-		ran.Round(time.Second), summary.Published, summary.PublishFailures, summary.DeadLettered)
-	return err
+	return out.emit(cmd.OutOrStdout(), summary, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "relay stopped after %v: %d published, %d publish failure(s), %d dead-lettered\n",
+			ran.Round(time.Second), summary.Published, summary.PublishFailures, summary.DeadLettered)
+		return err
+	})
 }
 
 // stoppedWhileStarting returns err, unless SIGINT or SIGTERM (the end of
