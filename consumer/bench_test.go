@@ -27,7 +27,7 @@ func BenchmarkConsume(b *testing.B) {
 	cfg := bench.ConsumeConfig{
 		Brokers: k.Brokers,
 		Sarama:  k.Config,
-		Logger:  testkit.Logger(b, `msg="message dead-lettered"`),
+		Logger:  testkit.Logger(b, `msg="message dead-lettered"`, `msg="message sent to a retry topic"`),
 		Name:    testkit.UniqueName(b, 60),
 		Redis:   testkit.NewRedis(b).Client,
 	}

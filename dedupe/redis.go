@@ -44,8 +44,8 @@ type RedisConfig struct {
 	// again within it is skipped, one delivered later is processed again.
 	// A longer window covers later redeliveries (a consumer group reset to
 	// an old offset, a dead letter replayed twice) and costs memory:
-	// one key of about 150 bytes (for a UUID id) per id processed within
-	// the window. At least 1ms. Defaults to 24h (DefaultWindow).
+	// one key of about 136 bytes (for a UUID id, `redis-cli MEMORY USAGE`)
+	// per id processed within the window. At least 1ms. Defaults to 24h (DefaultWindow).
 	Window time.Duration
 }
 

@@ -51,15 +51,7 @@ Progress goes to stderr, the report to stdout.`,
 		Args: cobra.NoArgs,
 	}
 	newBenchFlags(cmd, true, true, "markdown")
-	all := &cobra.Command{
-		Use:     "all",
-		Short:   "The relay and the consumer benchmarks in one report (what courier bench runs)",
-		Long:    cmd.Long,
-		Example: strings.ReplaceAll(cmd.Example, "courier bench", "courier bench all"),
-		Args:    cobra.NoArgs,
-	}
-	newBenchFlags(all, true, true, "markdown")
-	cmd.AddCommand(all, newBenchRelayCmd(), newBenchConsumeCmd())
+	cmd.AddCommand(newBenchRelayCmd(), newBenchConsumeCmd())
 	return cmd
 }
 

@@ -154,7 +154,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
 		{"bench", "--events", "0"},
-		{"bench", "all", "--slow-messages", "-1"},
+		{"bench", "--slow-messages", "-1"},
 		{"bench", "relay", "--rounds", "0"},
 		{"bench", "relay", "--latency-rate", "0"},
 		{"bench", "relay", "--latency-duration", "0s"},

@@ -25,6 +25,7 @@ import (
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/rediskeys"
 	"github.com/courierkit/courier/producer"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -221,7 +222,7 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 	cases := []*benchCase{
 		{name: Raw, n: cfg.Messages, consume: rawGroup},
 		{name: "runner/no-failures", n: cfg.Messages,
-			consume: runner(consumer.Config{}, func(context.Context, *consumer.Message, bool) error { return nil })},
+			consume: runner(consumer.Config{}, handleAll)},
 		{name: "runner/1%-permanent", n: cfg.Messages,
 			consume: runner(consumer.Config{}, func(_ context.Context, m *consumer.Message, fail bool) error {
 				if fail {
@@ -240,9 +241,7 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 			}
 			return nil
 		})})
-	cases = append(cases, &benchCase{name: DedupeMemory, n: cfg.Messages, consume: runner(
-		consumer.Config{Dedupe: consumer.DedupeConfig{Store: &memoryStore{}}},
-		func(context.Context, *consumer.Message, bool) error { return nil })})
+	cases = append(cases, &benchCase{name: DedupeMemory, n: cfg.Messages, consume: memoryDedupeRunner})
 	if cfg.Redis != nil {
 		cases = append(cases, &benchCase{name: DedupeRedis, n: cfg.Messages, consume: dedupeRunner(cfg.Redis)})
 	}
@@ -613,6 +612,15 @@ func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Mes
 	}
 }
 
+// handleAll is the handler of the runs without failures.
+func handleAll(context.Context, *consumer.Message, bool) error { return nil }
+
+// memoryDedupeRunner consumes with dedupe on, in a store of the backlog's
+// own, so that no round starts with the ids of the rounds before.
+func memoryDedupeRunner(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error) {
+	return runner(consumer.Config{Dedupe: consumer.DedupeConfig{Store: &memoryStore{}}}, handleAll)(ctx, cfg, bl, s)
+}
+
 // dedupeRunner consumes with Redis dedupe on, under a key prefix of the
 // backlog's that it deletes afterwards.
 func dedupeRunner(client redis.UniversalClient) consumeFunc {
@@ -622,30 +630,10 @@ func dedupeRunner(client redis.UniversalClient) consumeFunc {
 		if err != nil {
 			return 0, err
 		}
-		took, err := runner(consumer.Config{Dedupe: consumer.DedupeConfig{Store: store}},
-			func(context.Context, *consumer.Message, bool) error { return nil })(ctx, cfg, bl, s)
-		return took, errors.Join(err, deleteKeys(ctx, client, prefix))
+		took, err := runner(consumer.Config{Dedupe: consumer.DedupeConfig{Store: store}}, handleAll)(ctx, cfg, bl, s)
+		_, delErr := rediskeys.Delete(ctx, client, prefix)
+		return took, errors.Join(err, delErr)
 	}
-}
-
-// deleteKeys deletes the Redis keys under prefix.
-func deleteKeys(ctx context.Context, client redis.UniversalClient, prefix string) error {
-	iter := client.Scan(ctx, 0, prefix+"*", 10_000).Iterator()
-	var batch []string
-	for iter.Next(ctx) {
-		if batch = append(batch, iter.Val()); len(batch) == 10_000 {
-			if err := client.Unlink(ctx, batch...).Err(); err != nil {
-				return err
-			}
-			batch = batch[:0]
-		}
-	}
-	if len(batch) > 0 {
-		if err := client.Unlink(ctx, batch...).Err(); err != nil {
-			return err
-		}
-	}
-	return iter.Err()
 }
 
 // settledMetrics counts the messages of the main topic that are settled:

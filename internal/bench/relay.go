@@ -764,13 +764,20 @@ func relayDrain(ctx context.Context, svc *relayServices, relays, workers, batch 
 		} else {
 			runCtx, cancel := context.WithCancel(ctx)
 			var wg sync.WaitGroup
+			failed := make(chan error, len(rs))
 			for _, r := range rs {
-				wg.Go(func() { _ = r.Run(runCtx) })
+				wg.Go(func() {
+					if err := r.Run(runCtx); err != nil {
+						failed <- err
+					}
+				})
 			}
 			defer func() { cancel(); wg.Wait() }()
 			// Published is reported once a batch's outcome is committed.
 			select {
 			case <-counter.done:
+			case err := <-failed:
+				return 0, fmt.Errorf("a relay stopped: %w", err)
 			case <-ctx.Done():
 				return 0, ctx.Err()
 			case <-time.After(deadline):

@@ -32,6 +32,7 @@ import (
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/pspstub"
+	"github.com/courierkit/courier/internal/rediskeys"
 	"github.com/courierkit/courier/migrations"
 	"github.com/courierkit/courier/producer"
 	"github.com/courierkit/courier/retrytopics"
@@ -260,7 +261,7 @@ func (d *run) setUp(ctx context.Context) error {
 	}
 	d.redis = redis.NewClient(opts)
 	d.closers = append(d.closers, func() { _ = d.redis.Close() })
-	if err := d.deleteRedisKeys(ctx); err != nil {
+	if _, err := rediskeys.Delete(ctx, d.redis, d.cfg.RedisPrefix); err != nil { // what an earlier demo left
 		return fmt.Errorf("demo: Redis: %w (is it running? try `make services`)", err)
 	}
 
@@ -271,17 +272,6 @@ func (d *run) setUp(ctx context.Context) error {
 	fmt.Fprintf(d.w, "courier demo: the whole pipeline on an embedded Kafka broker (%s)\n", d.summary.Broker)
 	fmt.Fprintf(d.w, "  PostgreSQL schema %s, Redis keys %s*, broker data in %s\n\n", d.cfg.Schema, d.cfg.RedisPrefix, kafkaDir)
 	return nil
-}
-
-// deleteRedisKeys removes what an earlier demo left in Redis.
-func (d *run) deleteRedisKeys(ctx context.Context) error {
-	iter := d.redis.Scan(ctx, 0, d.cfg.RedisPrefix+"*", 1000).Iterator()
-	for iter.Next(ctx) {
-		if err := d.redis.Del(ctx, iter.Val()).Err(); err != nil {
-			return err
-		}
-	}
-	return iter.Err()
 }
 
 // order is the payload of an OrderCreated event.

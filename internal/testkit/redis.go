@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/courierkit/courier/internal/rediskeys"
 )
 
 // Redis is a test's own key prefix on the test Redis.
@@ -36,11 +38,7 @@ func NewRedis(t testing.TB) *Redis {
 		defer client.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
-		iter := client.Scan(ctx, 0, r.Prefix+"*", 500).Iterator()
-		for iter.Next(ctx) {
-			client.Del(ctx, iter.Val())
-		}
-		if err := iter.Err(); err != nil {
+		if _, err := rediskeys.Delete(ctx, client, r.Prefix); err != nil {
 			t.Errorf("testkit: delete keys under %s: %v", r.Prefix, err)
 		}
 	})
