@@ -415,6 +415,10 @@ func (c *Config) retryTopologies() (map[string]*retrytopics.Topology, []string, 
 // setDedupeDefaults validates Dedupe.
 func (c *Config) setDedupeDefaults() error {
 	d := &c.Dedupe
+	// Batch also sizes the batches of KeyOrder without a Store.
+	if err := setDefaults(field[int]{"Dedupe.Batch", &d.Batch, DefaultDedupeBatch}); err != nil {
+		return err
+	}
 	if d.Store == nil {
 		return nil
 	}
@@ -422,9 +426,6 @@ func (c *Config) setDedupeDefaults() error {
 		field[time.Duration]{"Dedupe.Lease", &d.Lease, DefaultDedupeLease},
 		field[time.Duration]{"Dedupe.BusyWait", &d.BusyWait, DefaultDedupeBusyWait},
 	); err != nil {
-		return err
-	}
-	if err := setDefaults(field[int]{"Dedupe.Batch", &d.Batch, DefaultDedupeBatch}); err != nil {
 		return err
 	}
 	if floor := c.AttemptTimeout + c.Backoff.Max; d.Lease <= floor {

@@ -238,10 +238,14 @@ func TestReplayedMessageFailingAgainKeepsItsReplayCount(t *testing.T) {
 	if env.ReplayCount != 2 {
 		t.Errorf("envelope replay_count %d, want the message's 2", env.ReplayCount)
 	}
+	var counts []string
 	for _, h := range rec.Headers {
-		if string(h.Key) == dlq.HeaderReplayCount && string(h.Value) != "2" {
-			t.Errorf("header %s = %q, want 2", h.Key, h.Value)
+		if string(h.Key) == dlq.HeaderReplayCount {
+			counts = append(counts, string(h.Value))
 		}
+	}
+	if len(counts) != 1 || counts[0] != "2" {
+		t.Errorf("%s headers %q, want one, of 2", dlq.HeaderReplayCount, counts)
 	}
 }
 

@@ -381,7 +381,11 @@ func TestDedupeMarksLeftAtShutdownAreStoredOnTheWayOut(t *testing.T) {
 	cfg.ShutdownTimeout = 100 * time.Millisecond
 	f.produce(t, f.topic, record("k", "1"))
 	stop := run(t, newConsumer(t, cfg))
-	<-store.waiting
+	select {
+	case <-store.waiting:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the handled message's mark was never written")
+	}
 	stop() // the mark's write runs past ShutdownTimeout
 	if got := f.committed(t, 0); got != 1 {
 		t.Errorf("committed %d, want 1: the mark was stored on the way out, then the offset", got)

@@ -97,9 +97,6 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 	}
 	if h.c.cfg.Dedupe.Store != nil || h.c.cfg.KeyOrder != nil {
 		p.maxBatch = h.c.cfg.Dedupe.Batch
-		if p.maxBatch == 0 { // KeyOrder without Dedupe
-			p.maxBatch = DefaultDedupeBatch
-		}
 		p.tracked = true
 	}
 	p.batch = make([]taken, 0, p.maxBatch)
@@ -138,9 +135,6 @@ func (p *partition) close() {
 	p.moves.wg.Wait()
 	if p.marks != nil {
 		p.marks.close()
-		if p.carry != nil {
-			p.carry.d.abandon()
-		}
 		p.finishDedupe()
 	}
 	p.stopWork()

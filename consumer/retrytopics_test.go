@@ -249,16 +249,14 @@ func TestSlowRetryTierDoesNotSlowTheMainTopic(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "the poison message in its tier", func() bool {
 		return len(f.readAll(t, f.topic+".retry.1m")) == 1
 	})
-	parked := time.Now()
 	var msgs []*sarama.ProducerMessage
 	for i := range 200 {
 		msgs = append(msgs, record("key-"+strconv.Itoa(i%7), "v"+strconv.Itoa(i)))
 	}
 	f.produce(t, f.topic, msgs...)
-	testkit.WaitFor(t, 20*time.Second, "200 main-topic messages handled", func() bool { return f.committed(t, 0) == 201 })
-	if waited := time.Since(parked); waited >= delay {
-		t.Fatalf("the main topic took %v, as long as the tier's delay", waited)
-	}
+	// The deadline, a third of the tier's delay, is the assertion: the main
+	// topic does not wait for the parked message.
+	testkit.WaitFor(t, delay/3, "200 main-topic messages handled", func() bool { return f.committed(t, 0) == 201 })
 	stop()
 	if n := seen.count("poison"); n != 1 {
 		t.Errorf("poison handled %d times while it waits out its minute, want 1", n)

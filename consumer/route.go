@@ -89,7 +89,7 @@ type route struct {
 // deadLetterRoute is the route of a message given up on.
 func (d *delivery) deadLetterRoute(cause error) route {
 	kind := dlq.KindRetriesExhausted
-	if !d.p.c.retryable(cause) || d.malformed() != nil {
+	if !d.p.c.retryable(cause) {
 		kind = dlq.KindPermanent
 	}
 	return route{cause: cause, kind: kind}
@@ -100,7 +100,7 @@ func (d *delivery) deadLetterRoute(cause error) route {
 // dead-letter topic.
 func (d *delivery) failedRoute(cause error) route {
 	t := d.p.topology
-	if t == nil || d.malformed() != nil || !d.p.c.retryable(cause) {
+	if t == nil || !d.p.c.retryable(cause) {
 		return d.deadLetterRoute(cause)
 	}
 	tier, ok := t.Next(d.m.RetryRound)

@@ -18,7 +18,7 @@ import (
 const (
 	// DefaultInboxTable is the inbox table that `courier migrate up --inbox`
 	// (migrations.NewInbox) creates.
-	DefaultInboxTable = "courier_inbox"
+	DefaultInboxTable = pgname.DefaultInboxTable
 	// DefaultCleanupBatch is how many rows one statement of Cleanup deletes
 	// at the most.
 	DefaultCleanupBatch = 10_000
@@ -254,13 +254,10 @@ func (i *Inbox) RunCleanup(ctx context.Context, every time.Duration) error {
 	}
 }
 
-// sqlstateUndefinedTable is PostgreSQL's error code for a missing relation.
-const sqlstateUndefinedTable = "42P01"
-
 // fail wraps an error of the inbox table; a missing table or an
 // unreachable server says how to fix it.
 func (i *Inbox) fail(what string, err error) error {
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == sqlstateUndefinedTable {
+	if pgname.UndefinedTable(err) {
 		return fmt.Errorf("dedupe: %s %s: %w (create the table: run `courier migrate up --inbox%s`)", what, i.table, err, i.migrateFlags())
 	}
 	if _, ok := errors.AsType[*pgconn.ConnectError](err); ok {

@@ -40,12 +40,11 @@ var files embed.FS
 
 // DefaultInboxTable is the inbox table name NewInbox uses when none is
 // configured. The outbox's is "courier_outbox" (pgname.DefaultTable).
-const DefaultInboxTable = "courier_inbox"
+const DefaultInboxTable = pgname.DefaultInboxTable
 
 // series is one table's migrations: the embedded files under dir, written
 // for the table named table.
 type series struct {
-	dir        string
 	table      string
 	tableWord  *regexp.Regexp // table at the start of a word, for render
 	migrations []Migration
@@ -56,7 +55,7 @@ func mustSeries(fsys fs.FS, dir, table string) *series {
 	if err != nil {
 		panic(err) // the files are compiled in; a test covers them
 	}
-	return &series{dir: dir, table: table, tableWord: regexp.MustCompile(`\b` + table), migrations: ms}
+	return &series{table: table, tableWord: regexp.MustCompile(`\b` + table), migrations: ms}
 }
 
 var (

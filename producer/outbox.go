@@ -183,12 +183,9 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 	return res, nil
 }
 
-// sqlstateUndefinedTable is PostgreSQL's error code for a missing relation.
-const sqlstateUndefinedTable = "42P01"
-
 // insertErr wraps an insert failure; a missing table gets the fix.
 func (o *Outbox) insertErr(err error) error {
-	if pgErr, ok := errors.AsType[*pgconn.PgError](err); ok && pgErr.Code == sqlstateUndefinedTable {
+	if pgname.UndefinedTable(err) {
 		return fmt.Errorf("producer: enqueue into %s: %w (create the table with migrations.Migrator.Up or `courier migrate --schema %s --table %s`)",
 			o.table, err, o.table.Schema, o.table.Name)
 	}

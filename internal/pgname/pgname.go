@@ -11,6 +11,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 const (
@@ -18,6 +20,9 @@ const (
 	DefaultSchema = "public"
 	// DefaultTable is the outbox table name used when none is configured.
 	DefaultTable = "courier_outbox"
+	// DefaultInboxTable is the dedupe inbox table name used when none is
+	// configured.
+	DefaultInboxTable = "courier_inbox"
 
 	// MaxSchemaLen is PostgreSQL's identifier limit.
 	MaxSchemaLen = 63
@@ -71,4 +76,12 @@ func check(field, name string, maxLen int) error {
 		return fmt.Errorf("%w: %s %q must be a lower-case identifier (letters a-z, digits, underscores; not starting with a digit)", ErrInvalidName, field, name)
 	}
 	return nil
+}
+
+// UndefinedTable reports whether err is PostgreSQL's error for a missing
+// relation (SQLSTATE 42P01), which the callers answer with the migrate
+// command that creates it.
+func UndefinedTable(err error) bool {
+	pgErr, ok := errors.AsType[*pgconn.PgError](err)
+	return ok && pgErr.Code == "42P01"
 }
