@@ -1,6 +1,7 @@
 package dlq
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -175,11 +176,17 @@ const coordinatorTries = 3
 // withCoordinator calls call with the group's coordinator, finding it
 // again and retrying when call fails with a retriable error (the
 // coordinator moved or is loading, the connection broke).
-func (ps positions) withCoordinator(call func(*sarama.Broker) error) error {
+func (ps positions) withCoordinator(ctx context.Context, call func(*sarama.Broker) error) error {
 	var err error
 	for try := range coordinatorTries {
 		if try > 0 {
-			time.Sleep(time.Duration(try) * 200 * time.Millisecond)
+			timer := time.NewTimer(time.Duration(try) * 200 * time.Millisecond)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return errors.Join(err, ctx.Err())
+			case <-timer.C:
+			}
 			_ = ps.client.RefreshCoordinator(ps.group)
 		}
 		var coordinator *sarama.Broker
@@ -209,10 +216,10 @@ func retriable(err error) bool {
 
 // fetch returns the group's position in each partition; a partition the
 // group never committed starts at 0.
-func (ps positions) fetch(partitions []int32) (map[int32]*position, error) {
+func (ps positions) fetch(ctx context.Context, partitions []int32) (map[int32]*position, error) {
 	var resp *sarama.OffsetFetchResponse
 	fresh := false // a group that never committed (kfake says so; Kafka answers -1)
-	err := ps.withCoordinator(func(coordinator *sarama.Broker) error {
+	err := ps.withCoordinator(ctx, func(coordinator *sarama.Broker) error {
 		req := sarama.NewOffsetFetchRequest(ps.client.Config().Version, ps.group, map[string][]int32{ps.topic: partitions})
 		var err error
 		if resp, err = coordinator.FetchOffset(req); err != nil {
@@ -257,8 +264,8 @@ func (ps positions) fetch(partitions []int32) (map[int32]*position, error) {
 }
 
 // commit stores the position of partition.
-func (ps positions) commit(partition int32, p *position) error {
-	err := ps.withCoordinator(func(coordinator *sarama.Broker) error {
+func (ps positions) commit(ctx context.Context, partition int32, p *position) error {
+	err := ps.withCoordinator(ctx, func(coordinator *sarama.Broker) error {
 		req := sarama.NewOffsetCommitRequest(ps.client.Config(), ps.group)
 		req.AddBlockWithLeaderEpoch(ps.topic, partition, p.next, -1, 0, p.metadata())
 		resp, err := coordinator.CommitOffset(req)

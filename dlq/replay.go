@@ -270,8 +270,6 @@ type replayer struct {
 	// committed is, per partition, the position as this run last read or
 	// committed it: another run of the group changing it stops this one.
 	committed map[int32]string
-	// renewed records the partitions whose position this run committed.
-	renewed map[int32]bool
 }
 
 // pending is a record of the batch.
@@ -292,11 +290,11 @@ func (r *replayer) run(ctx context.Context) error {
 	for i, s := range list {
 		ids[i] = s.partition
 	}
-	places, err := r.positions.fetch(ids)
+	places, err := r.positions.fetch(ctx, ids)
 	if err != nil {
 		return err
 	}
-	r.committed, r.renewed = make(map[int32]string, len(list)), make(map[int32]bool, len(list))
+	r.committed = make(map[int32]string, len(list))
 	run := newRunID()
 	for i, s := range list {
 		pos := places[s.partition]
@@ -327,16 +325,16 @@ func (r *replayer) run(ctx context.Context) error {
 		// offsets of a group without members offsets.retention.minutes (7
 		// days by default) after its last commit, and a forgotten position
 		// would replay everything again.
-		if err := r.commit(s.partition, pos); err != nil {
+		if err := r.commit(ctx, s.partition, pos); err != nil {
 			return err
 		}
 		err := read.read(ctx, s, func(m *sarama.ConsumerMessage) error { return r.consider(ctx, pos, m) },
 			func(from, to int64) { pos.settleRange(from, to) }) // no records there: nothing to replay
 		if err == nil || errors.Is(err, errStop) {
-			err = r.flush(pos)
+			err = r.flush(ctx, pos)
 		}
 		if err == nil {
-			err = r.commit(s.partition, pos) // the gaps and corrupt records at the end settle too
+			err = r.commit(ctx, s.partition, pos) // the gaps and corrupt records at the end settle too
 		}
 		r.progress()
 		if err != nil {
@@ -385,7 +383,7 @@ func (r *replayer) consider(ctx context.Context, pos *position, m *sarama.Consum
 	}
 	r.batch = append(r.batch, pending{entry: e, msg: msg})
 	if len(r.batch) >= r.cfg.BatchSize {
-		return r.flush(pos)
+		return r.flush(ctx, pos)
 	}
 	return nil
 }
@@ -457,7 +455,7 @@ func (r *replayer) pace(ctx context.Context, pos *position) error {
 	if wait <= 0 {
 		return nil
 	}
-	if err := r.flush(pos); err != nil {
+	if err := r.flush(ctx, pos); err != nil {
 		return err
 	}
 	timer := time.NewTimer(wait)
@@ -474,7 +472,7 @@ func (r *replayer) pace(ctx context.Context, pos *position) error {
 // the records and commits the partition's position. When some records of
 // the batch fail, the others are settled and committed, and the failed
 // ones are written again by a later run.
-func (r *replayer) flush(pos *position) error {
+func (r *replayer) flush(ctx context.Context, pos *position) error {
 	if len(r.batch) == 0 {
 		return nil
 	}
@@ -498,7 +496,7 @@ func (r *replayer) flush(pos *position) error {
 	}
 	// Another run of the group moving the position means both could write
 	// the same records: stop before writing.
-	if err := r.checkOwn(partition); err != nil {
+	if err := r.checkOwn(ctx, partition); err != nil {
 		return err
 	}
 	msgs := make([]*sarama.ProducerMessage, len(batch))
@@ -518,7 +516,7 @@ func (r *replayer) flush(pos *position) error {
 		}
 	}
 	*pos = *settled(pos, batch, failed)
-	if err := r.commit(partition, pos); err != nil {
+	if err := r.commit(ctx, partition, pos); err != nil {
 		return errors.Join(err, sendErr)
 	}
 	for _, p := range batch {
@@ -565,8 +563,8 @@ var ErrConcurrentReplay = errors.New("dlq: another replay of the same group is r
 
 // checkOwn fails with ErrConcurrentReplay when the committed position of
 // partition is no longer the one this run last read or committed.
-func (r *replayer) checkOwn(partition int32) error {
-	now, err := r.positions.fetch([]int32{partition})
+func (r *replayer) checkOwn(ctx context.Context, partition int32) error {
+	now, err := r.positions.fetch(ctx, []int32{partition})
 	if err != nil {
 		return err
 	}
@@ -579,18 +577,19 @@ func (r *replayer) checkOwn(partition int32) error {
 
 // commit stores pos unless this is a dry run or this run committed it
 // already, after checking that no other run of the group moved it.
-func (r *replayer) commit(partition int32, pos *position) error {
-	if r.cfg.DryRun || (r.renewed[partition] && pos.String() == r.committed[partition]) {
+func (r *replayer) commit(ctx context.Context, partition int32, pos *position) error {
+	// The position names this run: equal to the last committed, this run
+	// committed it already.
+	if r.cfg.DryRun || pos.String() == r.committed[partition] {
 		return nil
 	}
-	if err := r.checkOwn(partition); err != nil {
+	if err := r.checkOwn(ctx, partition); err != nil {
 		return err
 	}
-	if err := r.positions.commit(partition, pos); err != nil {
+	if err := r.positions.commit(ctx, partition, pos); err != nil {
 		return err
 	}
 	r.committed[partition] = pos.String()
-	r.renewed[partition] = true
 	return nil
 }
 

@@ -264,11 +264,10 @@ func (r reader) recordsLeft(partition int32, from, end int64) (left, known bool,
 }
 
 // Scan calls fn with every record of the dead-letter topic that f selects
-// by place (Partitions, FromOffset, UntilOffset), partition by partition in
-// offset order, up to the high-water marks when Scan starts. It joins no
-// consumer group and commits nothing, so inspecting never moves a replay's
-// position. Corrupt records come with Entry.Err set; apply f.Match for the
-// envelope fields. Scan stops at fn's first error and returns it.
+// (Filter.Match), partition by partition in offset order, up to the
+// high-water marks when Scan starts. It joins no consumer group and commits
+// nothing, so inspecting never moves a replay's position. Corrupt records
+// come with Entry.Err set. Scan stops at fn's first error and returns it.
 func Scan(ctx context.Context, client sarama.Client, topic string, f Filter, fn func(Entry) error) error {
 	if err := f.validate(); err != nil {
 		return err
@@ -284,7 +283,13 @@ func Scan(ctx context.Context, client sarama.Client, topic string, f Filter, fn 
 	defer consumer.Close()
 	r := reader{client: client, consumer: consumer, topic: topic}
 	for _, s := range list {
-		if err := r.read(ctx, s, func(m *sarama.ConsumerMessage) error { return fn(entry(m)) }, nil); err != nil {
+		err := r.read(ctx, s, func(m *sarama.ConsumerMessage) error {
+			if e := entry(m); f.Match(e) {
+				return fn(e)
+			}
+			return nil
+		}, nil)
+		if err != nil {
 			return err
 		}
 	}
@@ -306,7 +311,7 @@ func Get(ctx context.Context, client sarama.Client, topic string, partition int3
 	if err != nil {
 		return Entry{}, err
 	}
-	if found == nil || found.Offset != offset {
+	if found == nil { // no record there: before the oldest, past the end, or a gap
 		return Entry{}, fmt.Errorf("%w: %s partition %d offset %d (see `courier dlq list` for what is there)", ErrNotFound, topic, partition, offset)
 	}
 	return *found, nil

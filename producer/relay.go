@@ -24,9 +24,12 @@ import (
 
 // Relay defaults.
 const (
-	DefaultSource           = "courier"
-	DefaultBatchSize        = 1000
-	DefaultWorkers          = 2
+	DefaultSource    = "courier"
+	DefaultBatchSize = 1000
+	DefaultWorkers   = 2
+	// MaxWorkers bounds RelayConfig.Workers: the keys of a table are
+	// split into this many shares.
+	MaxWorkers              = shareCount
 	DefaultPollInterval     = time.Second
 	DefaultMaxRetries       = 6
 	DefaultBackoffBase      = time.Second

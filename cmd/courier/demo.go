@@ -64,7 +64,7 @@ under courier:demo:. The broker's data stays in --data-dir/kafka, which
 	}
 	out.register(cmd)
 	f := cmd.Flags()
-	f.StringVar(&cfg.DatabaseURL, "database-url", envOr("COURIER_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/test"),
+	f.StringVar(&cfg.DatabaseURL, "database-url", envOr("COURIER_DATABASE_URL", defaultDatabaseURL),
 		"PostgreSQL to run in (env COURIER_DATABASE_URL)")
 	f.StringVar(&cfg.RedisURL, "redis-url", envOr("COURIER_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis for dedupe (env COURIER_REDIS_URL)")
 	f.StringVar(&cfg.Schema, "schema", demo.DefaultSchema, "schema the demo drops and creates for its tables")

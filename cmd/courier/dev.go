@@ -215,9 +215,11 @@ func devStartError(listen, dataDir string, err error) error {
 
 // printDevBroker tells how to point clients at the broker.
 func printDevBroker(w io.Writer, out outputFlag, b devBroker) error {
-	if out.json() {
-		return writeJSON(w, b)
-	}
+	return out.emit(w, b, func(w io.Writer) error { return printDevBanner(w, b) })
+}
+
+// printDevBanner is the text form of printDevBroker.
+func printDevBanner(w io.Writer, b devBroker) error {
 	_, err := fmt.Fprintf(w, `courier dev: Kafka-protocol broker listening on %[1]s
   records kept%[2]s; topics are created on first produce with %[3]d partition(s)
 

@@ -132,13 +132,7 @@ func (o *dlqOptions) scan(ctx context.Context, topic string, ff *dlqFilterFlags,
 		return err
 	}
 	defer client.Close()
-	err = dlq.Scan(ctx, client, topic, filter, func(e dlq.Entry) error {
-		if !filter.Match(e) {
-			return nil
-		}
-		return fn(e)
-	})
-	return dlqError(topic, err)
+	return dlqError(topic, dlq.Scan(ctx, client, topic, filter, fn))
 }
 
 // dlqGroup is one line of dlq stats: dead letters of one original topic

@@ -150,22 +150,19 @@ func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig) error {
 	if err != nil && report.Total == 0 && report.Read == 0 {
 		return replayError(o, cfg.Topic, err)
 	}
-	if o.out.json() {
-		if records == nil {
-			records = []replayRecordJSON{}
-		}
-		j := replayReportJSON{
-			Topic: cfg.Topic, Group: cfg.Group, DryRun: report.DryRun, Total: report.Total, Read: report.Read, Moved: report.Moved,
-			AlreadyReplayed: report.AlreadyReplayed, NotSelected: report.NotSelected, Refused: report.Refused, Corrupt: report.Corrupt,
-			StoppedAtMax: report.StoppedAtMax, Seconds: report.Elapsed.Seconds(),
-		}
-		if err != nil {
-			j.Error = err.Error()
-		}
-		if werr := writeJSON(stdout, map[string]any{"report": j, "records": records}); werr != nil {
-			return werr
-		}
-	} else if werr := printReplaySummary(stdout, cfg, report); werr != nil {
+	if records == nil {
+		records = []replayRecordJSON{}
+	}
+	j := replayReportJSON{
+		Topic: cfg.Topic, Group: cfg.Group, DryRun: report.DryRun, Total: report.Total, Read: report.Read, Moved: report.Moved,
+		AlreadyReplayed: report.AlreadyReplayed, NotSelected: report.NotSelected, Refused: report.Refused, Corrupt: report.Corrupt,
+		StoppedAtMax: report.StoppedAtMax, Seconds: report.Elapsed.Seconds(),
+	}
+	if err != nil {
+		j.Error = err.Error()
+	}
+	if werr := o.out.emit(stdout, map[string]any{"report": j, "records": records},
+		func(w io.Writer) error { return printReplaySummary(w, cfg, report) }); werr != nil {
 		return werr
 	}
 	if err != nil {

@@ -26,9 +26,6 @@ import (
 	"github.com/courierkit/courier/prom"
 )
 
-// maxWorkers is the most workers a relay takes (RelayConfig.Workers).
-const maxWorkers = 64
-
 // relayFlags are the options of courier relay besides the database and
 // Kafka connections. Each also comes from a COURIER_* variable (bindEnv).
 type relayFlags struct {
@@ -43,7 +40,7 @@ type relayFlags struct {
 func (f *relayFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.IntVar(&f.batchSize, "batch-size", producer.DefaultBatchSize, "most events one claim locks and publishes")
-	fs.IntVar(&f.workers, "workers", producer.DefaultWorkers, fmt.Sprintf("batches in flight at once, each over its own share of the keys (1 to %d)", maxWorkers))
+	fs.IntVar(&f.workers, "workers", producer.DefaultWorkers, fmt.Sprintf("batches in flight at once, each over its own share of the keys (1 to %d)", producer.MaxWorkers))
 	fs.DurationVar(&f.pollInterval, "poll-interval", producer.DefaultPollInterval, "how often an idle relay looks for due events without a NOTIFY")
 	fs.BoolVar(&f.pollOnly, "poll-only", false, "do not LISTEN for NOTIFY (PgBouncer in transaction pooling mode)")
 	fs.IntVar(&f.maxRetries, "max-retries", producer.DefaultMaxRetries, "failed attempts that dead-letter an event that sets no MaxRetries of its own")
@@ -74,8 +71,8 @@ func (f *relayFlags) validate() error {
 			return usageError{fmt.Errorf("%s %d: use 1 or more", n.flag, n.value)}
 		}
 	}
-	if f.workers < 1 || f.workers > maxWorkers {
-		return usageError{fmt.Errorf("--workers %d: use 1 to %d", f.workers, maxWorkers)}
+	if f.workers < 1 || f.workers > producer.MaxWorkers {
+		return usageError{fmt.Errorf("--workers %d: use 1 to %d", f.workers, producer.MaxWorkers)}
 	}
 	for _, d := range []struct {
 		flag  string
