@@ -54,8 +54,10 @@ type partition struct {
 	// or the topic is a retry topic).
 	tracked bool
 
-	// slab holds the deliveries allocated but not yet handed out.
-	slab []delivery
+	// slab and trackingSlab hold the deliveries and their tracking
+	// allocated but not yet handed out.
+	slab         []delivery
+	trackingSlab []tracking
 
 	// maxBatch is the most messages taken at once (see take); batch is
 	// their buffer, and carry a message taken but not yet due.

@@ -70,7 +70,7 @@ func (p *partition) newDelivery(msg *sarama.ConsumerMessage) (d *delivery, trace
 	d.m = &d.msg
 	traced = setMessage(d.m, msg)
 	if p.tracked {
-		d.tracking = &tracking{place: -1}
+		d.tracking = p.allocTracking()
 	}
 	if p.tierDelay > 0 {
 		d.readRetry()
@@ -93,6 +93,18 @@ func (p *partition) allocDelivery() *delivery {
 	d := &p.slab[0]
 	p.slab = p.slab[1:]
 	return d
+}
+
+// allocTracking returns a fresh tracking (place -1: free) from the
+// partition's slab, as allocDelivery does for deliveries.
+func (p *partition) allocTracking() *tracking {
+	if len(p.trackingSlab) == 0 {
+		p.trackingSlab = make([]tracking, deliverySlab)
+	}
+	t := &p.trackingSlab[0]
+	p.trackingSlab = p.trackingSlab[1:]
+	t.place = -1
+	return t
 }
 
 // prior is how many attempts failed before this delivery.
