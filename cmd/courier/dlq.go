@@ -98,11 +98,7 @@ func (f *dlqFilterFlags) register(cmd *cobra.Command) {
 }
 
 func (f *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
-	since, err := parseTimeFlag("--since", f.since, now)
-	if err != nil {
-		return dlq.Filter{}, err
-	}
-	until, err := parseTimeFlag("--until", f.until, now)
+	since, until, err := parseTimeRange(f.since, f.until, now)
 	if err != nil {
 		return dlq.Filter{}, err
 	}
@@ -111,8 +107,6 @@ func (f *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
 		return dlq.Filter{}, usageError{fmt.Errorf("--from-offset %d / --until-offset %d: offsets start at 0", f.fromOffset, f.untilOffset)}
 	case f.untilOffset != 0 && f.untilOffset <= f.fromOffset:
 		return dlq.Filter{}, usageError{fmt.Errorf("--until-offset %d is not after --from-offset %d, so nothing matches", f.untilOffset, f.fromOffset)}
-	case !since.IsZero() && !until.IsZero() && !until.After(since):
-		return dlq.Filter{}, usageError{fmt.Errorf("--until %s is not after --since %s, so nothing matches", f.until, f.since)}
 	}
 	return dlq.Filter{
 		OriginalTopic: f.originalTopic, Key: f.key, ErrorContains: f.errorContains,

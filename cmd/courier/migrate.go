@@ -9,7 +9,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
 	"github.com/courierkit/courier/migrations"
@@ -26,23 +25,6 @@ func (f *dbFlags) register(cmd *cobra.Command) {
 		"PostgreSQL URL, e.g. postgres://user@host:5432/db (env COURIER_DATABASE_URL; empty: the libpq PG* variables)")
 	cmd.PersistentFlags().StringVar(&f.schema, "schema", envOr("COURIER_SCHEMA", "public"), "schema of the outbox table (env COURIER_SCHEMA)")
 	cmd.PersistentFlags().StringVar(&f.table, "table", envOr("COURIER_TABLE", "courier_outbox"), "outbox table name (env COURIER_TABLE)")
-}
-
-// connect opens one connection; its errors never print the password.
-func (f *dbFlags) connect(cmd *cobra.Command) (*pgx.Conn, error) {
-	cfg, err := pgx.ParseConfig(f.url)
-	if err != nil {
-		// pgx's error masks the password of URLs and key=value strings alike.
-		return nil, usageError{fmt.Errorf("--database-url: %w (want postgres://user@host:port/database)", err)}
-	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = 10 * time.Second
-	}
-	conn, err := pgx.ConnectConfig(cmd.Context(), cfg)
-	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w (is it running, and is --database-url right?)", cfg.Host, cfg.Port, err)
-	}
-	return conn, nil
 }
 
 // redact hides the password of a URL.
@@ -142,11 +124,11 @@ ignored.`,
 			if err != nil {
 				return usageError{err}
 			}
-			conn, err := db.connect(cmd)
+			conn, err := db.pool(cmd.Context(), 1, "courier-migrate")
 			if err != nil {
 				return err
 			}
-			defer conn.Close(cmd.Context())
+			defer conn.Close()
 
 			var changed []migrations.Migration
 			switch action {

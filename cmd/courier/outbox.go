@@ -262,16 +262,8 @@ func (f *filterFlags) filter(now time.Time) (producer.Filter, error) {
 		pf.IDs = append(pf.IDs, id)
 	}
 	var err error
-	if pf.Since, err = parseTimeFlag("--since", f.since, now); err != nil {
-		return pf, err
-	}
-	if pf.Until, err = parseTimeFlag("--until", f.until, now); err != nil {
-		return pf, err
-	}
-	if !pf.Since.IsZero() && !pf.Until.IsZero() && !pf.Until.After(pf.Since) {
-		return pf, usageError{fmt.Errorf("--until %s is not after --since %s, so nothing matches", f.until, f.since)}
-	}
-	return pf, nil
+	pf.Since, pf.Until, err = parseTimeRange(f.since, f.until, now)
+	return pf, err
 }
 
 // requireSelector refuses a filter that would select every event of its
@@ -307,6 +299,21 @@ func orList(words []string) string {
 		return strings.Join(words, "")
 	}
 	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
+}
+
+// parseTimeRange parses --since and --until (see parseTimeFlag) and
+// refuses a range no time falls in.
+func parseTimeRange(sinceText, untilText string, now time.Time) (since, until time.Time, err error) {
+	if since, err = parseTimeFlag("--since", sinceText, now); err != nil {
+		return since, until, err
+	}
+	if until, err = parseTimeFlag("--until", untilText, now); err != nil {
+		return since, until, err
+	}
+	if !since.IsZero() && !until.IsZero() && !until.After(since) {
+		return since, until, usageError{fmt.Errorf("--until %s is not after --since %s, so nothing matches", untilText, sinceText)}
+	}
+	return since, until, nil
 }
 
 // parseTimeFlag parses an RFC 3339 time or a duration before now (Go
