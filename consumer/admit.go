@@ -151,9 +151,8 @@ func (p *partition) follow(batch []taken) bool {
 	}
 	for i, d := range of {
 		d.place = places[i].Position
-		if d.place >= 0 && !d.parked {
-			d.parked = true
-			p.parkHere(d.m.Key)
+		if d.place >= 0 {
+			d.markParked()
 		}
 		if due := places[i].FirstDue; !due.IsZero() {
 			d.firstDue = due.UnixMilli()
@@ -297,6 +296,15 @@ func (d *delivery) keyed() bool { return d.m.Key != nil }
 // parkedAs names the message for KeyOrder.
 func (d *delivery) parkedAs() retrytopics.Parked {
 	return retrytopics.Parked{Topic: d.p.topology.Topic, Key: string(d.m.Key), ID: d.id}
+}
+
+// markParked records that the message is among its key's parked messages
+// (once), which the partition then knows its key by.
+func (d *delivery) markParked() {
+	if !d.parked {
+		d.parked = true
+		d.p.parkHere(d.m.Key)
+	}
 }
 
 // admit decides, just before the attempts, what needs no attempt: a

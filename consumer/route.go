@@ -149,10 +149,7 @@ func (d *delivery) forward(ctx context.Context, r route) bool {
 		}) {
 			return false
 		}
-		if !d.parked {
-			d.parked = true
-			p.parkHere(d.m.Key)
-		}
+		d.markParked()
 	}
 	select {
 	case p.moves.slots <- struct{}{}:

@@ -139,15 +139,15 @@ type Config struct {
 // withDefaults returns a copy of c with the defaults applied; it never
 // aliases the caller's Buckets.
 func (c Config) withDefaults() Config {
-	c.Buckets = bucketsOrDefault(c.Buckets)
+	c.Buckets = bucketsOrDefault(c.Buckets, DefaultBuckets)
 	return c
 }
 
-// bucketsOrDefault returns a copy of buckets, or DefaultBuckets() when
+// bucketsOrDefault returns a copy of buckets, or defaultBuckets() when
 // there are none.
-func bucketsOrDefault(buckets []float64) []float64 {
+func bucketsOrDefault(buckets []float64, defaultBuckets func() []float64) []float64 {
 	if len(buckets) == 0 {
-		return DefaultBuckets()
+		return defaultBuckets()
 	}
 	return slices.Clone(buckets)
 }
@@ -160,11 +160,7 @@ func groupOptions(reg prometheus.Registerer, group string, buckets []float64, de
 	if reg == nil {
 		return nil, nil, fmt.Errorf("%w: the registerer is nil; pass prometheus.DefaultRegisterer or a registry from prometheus.NewRegistry()", ErrInvalidConfig)
 	}
-	if len(buckets) == 0 {
-		buckets = defaultBuckets()
-	} else {
-		buckets = slices.Clone(buckets)
-	}
+	buckets = bucketsOrDefault(buckets, defaultBuckets)
 	if err := validLabel("Group", group); err != nil {
 		return nil, nil, err
 	}
