@@ -273,15 +273,17 @@ func TestInboxGivesEffectivelyOnceResults(t *testing.T) {
 	}
 }
 
-// blockingDone is a Store whose Done of the id "id-blocked" waits until
-// release is closed.
+// blockingDone is a Store whose Done of the id "id-blocked" closes
+// entered, then waits until release is closed.
 type blockingDone struct {
 	dedupe.Store
-	release chan struct{}
+	release, entered chan struct{}
+	once             sync.Once
 }
 
 func (s *blockingDone) Done(ctx context.Context, ids []string) error {
 	if slices.Contains(ids, "id-blocked") {
+		s.once.Do(func() { close(s.entered) })
 		select {
 		case <-s.release:
 		case <-ctx.Done():
@@ -295,15 +297,20 @@ func TestDedupeMarksBeforeCommitting(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 2)
 	r := testkit.NewRedis(t)
-	store := &blockingDone{Store: f.redisDedupe(t, r.Client, r.Prefix), release: make(chan struct{})}
+	store := &blockingDone{Store: f.redisDedupe(t, r.Client, r.Prefix), release: make(chan struct{}), entered: make(chan struct{})}
 	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error { return nil }))
 	cfg.Dedupe = consumer.DedupeConfig{Store: store, Lease: 10 * time.Second}
 	f.produceTo(t, 0, record("k", "blocked"))
-	f.produceTo(t, 1, record("k", "free"))
 	stop := run(t, newConsumer(t, cfg))
-	// Partition 1's commit shows a commit round went by; partition 0's
-	// message is handled but not marked, and a commit now would let a
-	// crash lose the mark and handle it again.
+	select {
+	case <-store.entered: // partition 0's message is handled; its mark is held
+	case <-time.After(10 * time.Second):
+		t.Fatal("the blocked message's mark was never written")
+	}
+	// A commit of partition 1 after that shows a commit round went by while
+	// partition 0's mark was held; a commit of partition 0 now would let a
+	// crash lose the mark and handle the message again.
+	f.produceTo(t, 1, record("k", "free"))
 	testkit.WaitFor(t, 10*time.Second, "partition 1 committed", func() bool { return f.committed(t, 1) == 1 })
 	if got := f.committed(t, 0); got != -1 {
 		t.Fatalf("partition 0 committed %d before its dedupe mark was stored", got)

@@ -250,23 +250,21 @@ func (f *benchFlags) validate(fs *pflag.FlagSet) error {
 // write prints the report. Markdown is the whole report; text and json of
 // a subcommand are its harness's report alone, as they always were.
 func (f *benchFlags) write(w io.Writer, report bench.Report) error {
-	whole := f.relay == f.consume
+	var v any = report
+	text := report.WriteText
 	switch {
-	case f.format == "markdown":
-		return report.WriteMarkdown(w)
-	case whole && f.format == "json":
-		return writeJSON(w, report)
-	case whole:
-		return report.WriteText(w)
-	case f.format == "json" && f.relay:
-		return writeJSON(w, report.Relay)
-	case f.format == "json":
-		return writeJSON(w, report.Consume)
-	case f.relay:
-		return report.Relay.WriteText(w)
-	default:
-		return report.Consume.WriteText(w)
+	case f.relay && !f.consume:
+		v, text = report.Relay, report.Relay.WriteText
+	case f.consume && !f.relay:
+		v, text = report.Consume, report.Consume.WriteText
 	}
+	switch f.format {
+	case "markdown":
+		return report.WriteMarkdown(w)
+	case "json":
+		return writeJSON(w, v)
+	}
+	return text(w)
 }
 
 // connectRedis connects to the Redis of rawURL and returns its version.
