@@ -38,6 +38,7 @@ func ExampleMigrator_Up() {
 	// applied 0001_create_outbox
 	// applied 0002_notify_trigger
 	// applied 0003_drop_key_order
+	// applied 0004_split_outbox
 	// second run applied 0
 }
 

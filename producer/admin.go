@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/courierkit/courier/internal/pgname"
 )
@@ -19,7 +20,6 @@ import (
 // purge. The courier CLI's outbox commands are built on it.
 type Admin struct {
 	db    DBTX
-	table pgname.Table
 	store *store
 }
 
@@ -43,7 +43,7 @@ func NewAdmin(db DBTX, cfg AdminConfig) (*Admin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Admin{db: db, table: table, store: newStore(table, false)}, nil
+	return &Admin{db: db, store: newStore(table, false)}, nil
 }
 
 // Stats is a snapshot of an outbox table.
@@ -61,28 +61,40 @@ type Stats struct {
 
 // Stats counts the events by status and finds the oldest due one.
 func (a *Admin) Stats(ctx context.Context) (Stats, error) {
-	s := Stats{Counts: map[string]int64{StatusPending: 0, StatusFailed: 0, StatusPublished: 0, StatusDeadLettered: 0}}
-	rows, err := a.db.Query(ctx, "SELECT status, count(*) FROM "+a.table.String()+" GROUP BY status")
+	s := Stats{Counts: map[string]int64{}}
+	legacy, err := a.hasLegacy(ctx)
 	if err != nil {
 		return s, a.wrap("count events", err)
 	}
-	var status string
-	var n int64
-	if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error { s.Counts[status] = n; return nil }); err != nil {
-		return s, a.wrap("count events", err)
+	sql := a.store.names.render(statsSQL, false)
+	if legacy {
+		sql = strings.Replace(sql, "/*legacy*/", "+ (SELECT count(*) FROM "+a.store.names.legacy+")", 1)
 	}
+	var pending, failed, published, dead int64
 	var oldest *time.Time
 	var age *time.Duration
-	err = a.db.QueryRow(ctx, "SELECT min(next_attempt_at), now() - min(next_attempt_at) FROM "+a.table.String()+
-		" WHERE status IN ('pending', 'failed') AND next_attempt_at <= now()").Scan(&oldest, &age)
-	if err != nil {
-		return s, a.wrap("find the oldest due event", err)
+	if err := a.db.QueryRow(ctx, sql).Scan(&pending, &failed, &published, &dead, &oldest, &age); err != nil {
+		return s, a.wrap("count events", err)
 	}
+	s.Counts = map[string]int64{StatusPending: pending, StatusFailed: failed, StatusPublished: published, StatusDeadLettered: dead}
 	if oldest != nil {
 		s.OldestDue, s.OldestDueAge = *oldest, max(*age, 0)
 	}
 	return s, nil
 }
+
+// statsSQL counts the events of each status, and finds when the oldest due
+// event became due: the queue's head, or the earliest due waiting event.
+const statsSQL = `
+WITH due AS (SELECT LEAST(
+    (SELECT COALESCE(not_before, created_at) FROM {queue} ORDER BY seq LIMIT 1),
+    (SELECT min(next_attempt_at) FROM {waiting})) AS at)
+SELECT (SELECT count(*) FROM {queue}) + (SELECT count(*) FROM {waiting} WHERE status = 'pending'),
+    (SELECT count(*) FROM {waiting} WHERE status = 'failed'),
+    (SELECT count(*) FROM {published}) /*legacy*/,
+    (SELECT count(*) FROM {dead}),
+    CASE WHEN at <= now() THEN at END, CASE WHEN at <= now() THEN now() - at END
+FROM due`
 
 // Filter selects events for List, Requeue and Purge. Empty fields match
 // everything; the fields that are set must all match.
@@ -135,117 +147,238 @@ type Record struct {
 	PublishedAt    *time.Time
 }
 
-const recordColumns = `id, seq, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
-    correlation_id, causation_id, idempotency_key, payload, content_type, headers, status, retry_count,
-    max_retries, last_error, last_attempt_at, first_failed_at, next_attempt_at, created_at, published_at`
+// recordSources are the tables of an outbox as rows of Record, by status.
+// Each names its columns in Record's order; the filters of Filter.where
+// apply to all of them.
+var recordSources = map[string]string{
+	StatusPending: `SELECT id, seq, ` + recordEventColumns + `, 'pending'::text AS status, 0 AS retry_count, max_retries,
+    NULL::text AS last_error, NULL::timestamptz AS last_attempt_at, NULL::timestamptz AS first_failed_at,
+    COALESCE(not_before, created_at) AS next_attempt_at, created_at, NULL::timestamptz AS published_at
+FROM {queue}
+UNION ALL
+SELECT id, seq, ` + recordEventColumns + `, status, retry_count, max_retries, last_error, last_attempt_at,
+    first_failed_at, next_attempt_at, created_at, NULL FROM {waiting} WHERE status = 'pending'`,
+	StatusFailed: `SELECT id, seq, ` + recordEventColumns + `, status, retry_count, max_retries, last_error, last_attempt_at,
+    first_failed_at, next_attempt_at, created_at, NULL::timestamptz AS published_at FROM {waiting} WHERE status = 'failed'`,
+	StatusDeadLettered: `SELECT id, seq, ` + recordEventColumns + `, 'dead_lettered'::text AS status, retry_count, max_retries,
+    last_error, last_attempt_at, first_failed_at, dead_lettered_at AS next_attempt_at, created_at,
+    NULL::timestamptz AS published_at FROM {dead}`,
+	StatusPublished: `SELECT id, seq, ` + recordEventColumns + `, 'published'::text AS status, retry_count, max_retries,
+    last_error, published_at AS last_attempt_at, first_failed_at, created_at AS next_attempt_at, created_at, published_at
+FROM {published}`,
+}
+
+// legacySource is the published events of a table of version 1, while one
+// is left (see the migrations package).
+const legacySource = `SELECT id, seq, ` + recordEventColumns + `, status, retry_count, max_retries, last_error,
+    last_attempt_at, first_failed_at, next_attempt_at, created_at, published_at FROM {legacy}`
+
+// recordEventColumns are the event columns in Record's order, after ID and
+// Seq.
+const recordEventColumns = `topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
+    correlation_id, causation_id, idempotency_key, payload, content_type, COALESCE(headers, '{}'::jsonb) AS headers`
+
+// records returns the rows of Record of the given statuses as one
+// subquery, with the legacy table when there is one.
+func (a *Admin) records(ctx context.Context, statuses []string) (string, error) {
+	var parts []string
+	for _, st := range []string{StatusPending, StatusFailed, StatusDeadLettered, StatusPublished} {
+		if slices.Contains(statuses, st) {
+			parts = append(parts, recordSources[st])
+		}
+	}
+	if slices.Contains(statuses, StatusPublished) {
+		legacy, err := a.hasLegacy(ctx)
+		if err != nil {
+			return "", err
+		}
+		if legacy {
+			parts = append(parts, strings.ReplaceAll(legacySource, "{legacy}", a.store.names.legacy))
+		}
+	}
+	return "(" + a.store.names.render(strings.Join(parts, "\nUNION ALL\n"), false) + ") r", nil
+}
+
+// hasLegacy reports whether a table of version 1 still holds published
+// events beside the new ones.
+func (a *Admin) hasLegacy(ctx context.Context) (bool, error) {
+	var ok bool
+	err := a.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", a.store.names.legacy).Scan(&ok)
+	return ok, err
+}
 
 // List returns the events matching f in enqueue order, at most f.Limit.
 func (a *Admin) List(ctx context.Context, f Filter) ([]Record, error) {
-	where, args, err := f.where([]string{StatusFailed, StatusDeadLettered}, nil)
+	statuses, where, args, err := f.where([]string{StatusFailed, StatusDeadLettered}, nil)
 	if err != nil {
 		return nil, err
+	}
+	from, err := a.records(ctx, statuses)
+	if err != nil {
+		return nil, a.wrap("list events", err)
 	}
 	limit := f.Limit
 	if limit <= 0 {
 		limit = 100
 	}
 	args = append(args, f.AfterSeq, limit)
-	sql := fmt.Sprintf("SELECT %s FROM %s WHERE %s AND seq > $%d ORDER BY seq LIMIT $%d",
-		recordColumns, a.table, where, len(args)-1, len(args))
+	sql := fmt.Sprintf("SELECT * FROM %s WHERE %s AND seq > $%d ORDER BY seq LIMIT $%d", from, where, len(args)-1, len(args))
+	return a.query(ctx, "list events", sql, args...)
+}
+
+func (a *Admin) query(ctx context.Context, what, sql string, args ...any) ([]Record, error) {
 	rows, err := a.db.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, a.wrap("list events", err)
+		return nil, a.wrap(what, err)
 	}
 	records, err := pgx.CollectRows(rows, pgx.RowToStructByPos[Record])
 	if err != nil {
-		return nil, a.wrap("list events", err)
+		return nil, a.wrap(what, err)
 	}
 	return records, nil
 }
 
 // Get returns one event by id, whatever its status.
 func (a *Admin) Get(ctx context.Context, id uuid.UUID) (Record, error) {
-	rows, err := a.db.Query(ctx, "SELECT "+recordColumns+" FROM "+a.table.String()+" WHERE id = $1", id)
+	from, err := a.records(ctx, allStatuses)
 	if err != nil {
 		return Record{}, a.wrap("get event", err)
 	}
-	rec, err := pgx.CollectExactlyOneRow(rows, pgx.RowToStructByPos[Record])
-	if errors.Is(err, pgx.ErrNoRows) {
+	records, err := a.query(ctx, "get event", "SELECT * FROM "+from+" WHERE id = $1 LIMIT 1", id)
+	if err != nil {
+		return Record{}, err
+	}
+	if len(records) == 0 {
 		return Record{}, fmt.Errorf("%w: %s", ErrNotFound, id)
 	}
-	if err != nil {
-		return Record{}, a.wrap("get event", err)
-	}
-	return rec, nil
+	return records[0], nil
 }
+
+var allStatuses = []string{StatusPending, StatusFailed, StatusPublished, StatusDeadLettered}
 
 // Requeue resets the failed and dead-lettered events matching f to pending
 // with retry_count 0, due now, wakes the relays, and returns how many it
 // reset. last_error keeps the error that sent them there.
 func (a *Admin) Requeue(ctx context.Context, f Filter) (int64, error) {
 	requeueable := []string{StatusFailed, StatusDeadLettered}
-	where, args, err := f.where(requeueable, requeueable)
+	statuses, where, args, err := f.where(requeueable, requeueable)
 	if err != nil {
 		return 0, err
 	}
-	sql := fmt.Sprintf(`WITH requeued AS (
-    UPDATE %s SET status = 'pending', retry_count = 0, first_failed_at = NULL, next_attempt_at = now()
-    WHERE %s RETURNING 1)
-SELECT count(*), pg_notify($%d, $%d) FROM requeued`, a.table, where, len(args)+1, len(args)+2)
+	failed, dead := "false", "false"
+	if slices.Contains(statuses, StatusFailed) {
+		failed = "true"
+	}
+	if slices.Contains(statuses, StatusDeadLettered) {
+		dead = "true"
+	}
+	sql := a.store.names.render(strings.NewReplacer("{where}", where, "{requeue_failed}", failed, "{requeue_dead}", dead).Replace(requeueSQL), false)
 	var n int64
-	args = append(args, a.table.Name, a.table.String())
 	if err := a.db.QueryRow(ctx, sql, args...).Scan(&n, nil); err != nil {
 		return 0, a.wrap("requeue events", err)
 	}
 	return n, nil
 }
 
+// requeueSQL makes the matching failed events pending and due, and moves
+// the matching dead letters back to waiting, pending and due; then it
+// advances the queue's sequence, which wakes the relays.
+const requeueSQL = `
+WITH f AS (
+    UPDATE {waiting} SET status = 'pending', retry_count = 0, first_failed_at = NULL, next_attempt_at = now()
+    WHERE {requeue_failed} AND status = 'failed' AND {where}
+    RETURNING 1),
+d AS (DELETE FROM {dead} WHERE {requeue_dead} AND {where} RETURNING *),
+w AS (
+    INSERT INTO {waiting} (seq, ` + eventColumns + `, created_at, status, retry_count, last_error, last_attempt_at,
+        first_failed_at, next_attempt_at)
+    SELECT seq, ` + eventColumns + `, created_at, 'pending', 0, last_error, last_attempt_at, NULL, now() FROM d
+    RETURNING 1)
+SELECT (SELECT count(*) FROM f) + (SELECT count(*) FROM w), nextval('{seq}')`
+
 // Purge deletes the dead-lettered (or, if f.Statuses says so, published)
 // events matching f and returns how many it deleted. It refuses pending and
 // failed events: they are still to be published.
 func (a *Admin) Purge(ctx context.Context, f Filter) (int64, error) {
-	where, args, err := f.where([]string{StatusDeadLettered}, []string{StatusDeadLettered, StatusPublished})
+	statuses, where, args, err := f.where([]string{StatusDeadLettered}, []string{StatusDeadLettered, StatusPublished})
 	if err != nil {
 		return 0, err
 	}
-	tag, err := a.db.Exec(ctx, fmt.Sprintf("DELETE FROM %s WHERE %s", a.table, where), args...)
-	if err != nil {
-		return 0, a.wrap("purge events", err)
+	var tables []string
+	if slices.Contains(statuses, StatusDeadLettered) {
+		tables = append(tables, a.store.names.dead)
 	}
-	return tag.RowsAffected(), nil
+	if slices.Contains(statuses, StatusPublished) {
+		tables = append(tables, a.store.names.published)
+		legacy, err := a.hasLegacy(ctx)
+		if err != nil {
+			return 0, a.wrap("purge events", err)
+		}
+		if legacy {
+			tables = append(tables, a.store.names.legacy)
+		}
+	}
+	var n int64
+	for _, table := range tables {
+		cond := where
+		if table == a.store.names.legacy {
+			cond += " AND status = 'published'"
+		} else if table == a.store.names.published {
+			cond = strings.ReplaceAll(cond, "last_attempt_at", "published_at")
+		}
+		tag, err := a.db.Exec(ctx, "DELETE FROM "+table+" WHERE "+cond, args...)
+		if err != nil {
+			return n, a.wrap("purge events", err)
+		}
+		n += tag.RowsAffected()
+	}
+	// A purged dead letter may have held its key: wake the relays.
+	if _, err := a.db.Exec(ctx, a.store.wakeSQL()); err != nil {
+		return n, a.wrap("purge events", err)
+	}
+	return n, nil
 }
 
-// Cleanup deletes the events published more than retention ago, in bounded
-// batches, as the relay does every CleanupInterval, and returns how many.
+// Cleanup removes the events published more than retention ago, as the
+// relay does every CleanupInterval: the day partitions of the history that
+// end before the cutoff are dropped whole, so it removes a day's events at
+// once, and an event stays until its whole day is past retention. It
+// returns how many events it removed. The database handle must be able to
+// begin a transaction (a *pgxpool.Pool, *pgx.Conn or pgx.Tx); a relay
+// changing the partitions at the same moment makes it remove nothing.
 func (a *Admin) Cleanup(ctx context.Context, retention time.Duration) (int64, error) {
 	if retention < 0 {
 		return 0, fmt.Errorf("%w: retention %v is negative", ErrInvalidFilter, retention)
 	}
-	return a.store.cleanup(ctx, a.db, time.Now().Add(-retention), DefaultCleanupBatch)
+	db, ok := a.db.(beginner)
+	if !ok {
+		return 0, fmt.Errorf("producer: Cleanup needs a database handle that can begin a transaction (a *pgxpool.Pool, *pgx.Conn or pgx.Tx); got %T", a.db)
+	}
+	c, _, err := a.store.maintain(ctx, db, pgtype.Timestamptz{}, retention, DefaultCleanupBatch)
+	return c.Events, err
 }
 
 // where renders the filter as a SQL condition with its arguments. Statuses
 // default to defaults; when allowed is set, other statuses are refused.
-func (f Filter) where(defaults, allowed []string) (string, []any, error) {
+func (f Filter) where(defaults, allowed []string) ([]string, string, []any, error) {
 	statuses := f.Statuses
 	if len(statuses) == 0 {
 		statuses = defaults
 	}
 	for _, s := range statuses {
 		switch {
-		case !slices.Contains([]string{StatusPending, StatusFailed, StatusPublished, StatusDeadLettered}, s):
-			return "", nil, fmt.Errorf("%w: status %q; use pending, failed, published or dead_lettered", ErrInvalidFilter, s)
+		case !slices.Contains(allStatuses, s):
+			return nil, "", nil, fmt.Errorf("%w: status %q; use pending, failed, published or dead_lettered", ErrInvalidFilter, s)
 		case allowed != nil && !slices.Contains(allowed, s):
-			return "", nil, fmt.Errorf("%w: status %q is not allowed here; use %s", ErrInvalidFilter, s, strings.Join(allowed, " or "))
+			return nil, "", nil, fmt.Errorf("%w: status %q is not allowed here; use %s", ErrInvalidFilter, s, strings.Join(allowed, " or "))
 		}
 	}
-	var conds []string
+	conds := []string{"true"}
 	var args []any
 	add := func(cond string, arg any) {
 		args = append(args, arg)
 		conds = append(conds, strings.ReplaceAll(cond, "$?", "$"+strconv.Itoa(len(args))))
 	}
-	add("status = ANY($?)", statuses)
 	if len(f.IDs) > 0 {
 		add("id = ANY($?)", f.IDs)
 	}
@@ -264,9 +397,9 @@ func (f Filter) where(defaults, allowed []string) (string, []any, error) {
 	if !f.Until.IsZero() {
 		add("COALESCE(last_attempt_at, created_at) < $?", f.Until)
 	}
-	return strings.Join(conds, " AND "), args, nil
+	return statuses, strings.Join(conds, " AND "), args, nil
 }
 
 func (a *Admin) wrap(what string, err error) error {
-	return fmt.Errorf("producer: %s in %s: %w", what, a.table, err)
+	return fmt.Errorf("producer: %s in %s: %w", what, a.store.names.table, a.store.undefinedObject(err))
 }

@@ -53,7 +53,7 @@ func (r *Relay) deadLetter(ctx context.Context, dead []deadCandidate, res *Batch
 			if classify(err) != failPermanent {
 				res.Failed++
 				msg := fmt.Sprintf("%s (dead-letter topic %s refused the envelope, will retry: %v)", letter.Error, topic, err)
-				settlements[i] = settlement{e: e, status: StatusFailed, attempted: d.attempted,
+				settlements[i] = settlement{e: e, fate: fateWait, status: StatusFailed, attempted: d.attempted,
 					err: dlq.TruncateError(msg), delay: r.backoff.Delay(letter.RetryCount, rand.Float64)}
 				r.logFailure(ctx, slog.LevelError, "dead-letter publish failed; will retry", e, err, "dlq_topic", topic)
 				continue
@@ -62,7 +62,7 @@ func (r *Relay) deadLetter(ctx context.Context, dead []deadCandidate, res *Batch
 			r.logFailure(ctx, slog.LevelError, "dead-letter record refused for good; the event stays in the outbox table", e, err, "dlq_topic", topic)
 		}
 		res.DeadLettered++
-		settlements[i] = settlement{e: e, status: StatusDeadLettered, attempted: d.attempted, err: letter.Error}
+		settlements[i] = settlement{e: e, fate: fateDead, attempted: d.attempted, err: letter.Error}
 		recorded = append(recorded, letter)
 		r.logFailure(ctx, slog.LevelError, "event dead-lettered", e, errors.New(letter.Error),
 			"retry_count", letter.RetryCount, "permanent", letter.Permanent)

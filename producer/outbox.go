@@ -63,8 +63,7 @@ type Enqueued struct {
 type Outbox struct {
 	table      pgname.Table
 	maxPayload int
-	insertSQL  string
-	lookupSQL  string
+	store      *store
 }
 
 // NewOutbox validates cfg and returns an Outbox.
@@ -79,44 +78,8 @@ func NewOutbox(cfg Config) (*Outbox, error) {
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
-	return &Outbox{
-		table:      table,
-		maxPayload: cfg.MaxPayloadBytes,
-		insertSQL:  fmt.Sprintf(insertSQL, table),
-		lookupSQL:  fmt.Sprintf(lookupSQL, table),
-	}, nil
+	return &Outbox{table: table, maxPayload: cfg.MaxPayloadBytes, store: newStore(table, false)}, nil
 }
-
-// insertSQL writes a batch in one statement: one array parameter per column,
-// rows in slice order so the insert sequence follows it. Events whose (topic,
-// idempotency key) is taken are skipped; RETURNING names the ones written.
-const insertSQL = `
-INSERT INTO %s (
-    id, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
-    correlation_id, causation_id, idempotency_key, payload, content_type, headers,
-    max_retries, next_attempt_at)
-SELECT
-    e.id, e.topic, NULLIF(e.partition_key, ''), e.event_type, NULLIF(e.aggregate_type, ''),
-    NULLIF(e.aggregate_id, ''), NULLIF(e.tenant_id, ''), NULLIF(e.correlation_id, ''),
-    NULLIF(e.causation_id, ''), NULLIF(e.idempotency_key, ''), e.payload, e.content_type, e.headers,
-    NULLIF(e.max_retries, 0), COALESCE(e.not_before, now())
-FROM unnest(
-    $1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-    $8::text[], $9::text[], $10::text[], $11::bytea[], $12::text[], $13::jsonb[],
-    $14::int4[], $15::timestamptz[]
-) WITH ORDINALITY AS e(
-    id, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
-    correlation_id, causation_id, idempotency_key, payload, content_type, headers,
-    max_retries, not_before, ord)
-ORDER BY e.ord
-ON CONFLICT (topic, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-RETURNING id`
-
-// lookupSQL finds the events that hold the idempotency keys of duplicates.
-const lookupSQL = `
-SELECT k.topic, k.idempotency_key, o.id
-FROM unnest($1::text[], $2::text[]) AS k(topic, idempotency_key)
-JOIN %s o ON o.topic = k.topic AND o.idempotency_key = k.idempotency_key`
 
 // Enqueue writes one event to the outbox through db, normally the caller's
 // transaction: commit publishes, rollback removes. Through a pool or a
@@ -154,7 +117,19 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 	if err != nil {
 		return nil, err
 	}
-	rows, err := db.Query(ctx, o.insertSQL, cols.args()...)
+	res := make([]Enqueued, len(events))
+	for i, id := range cols.id {
+		res[i] = Enqueued{ID: id.Bytes}
+	}
+	switch {
+	case !cols.keyed && len(events) == 1:
+		_, err = db.Exec(ctx, o.store.insertOne, cols.row(0)...)
+		return res, o.insertErr(err)
+	case !cols.keyed:
+		_, err = db.Exec(ctx, o.store.insertMany, cols.args()...)
+		return res, o.insertErr(err)
+	}
+	rows, err := db.Query(ctx, o.store.insertKeyed, cols.args()...)
 	if err != nil {
 		return nil, o.insertErr(err)
 	}
@@ -162,16 +137,13 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 	if err != nil {
 		return nil, o.insertErr(err)
 	}
-	res := make([]Enqueued, len(events))
 	written := make(map[uuid.UUID]bool, len(inserted))
 	for _, id := range inserted {
 		written[id] = true
 	}
 	var dupes []int
 	for i, id := range cols.id {
-		if written[id.Bytes] {
-			res[i] = Enqueued{ID: id.Bytes}
-		} else {
+		if !written[id.Bytes] {
 			dupes = append(dupes, i)
 		}
 	}
@@ -185,11 +157,10 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 
 // insertErr wraps an insert failure; a missing table gets the fix.
 func (o *Outbox) insertErr(err error) error {
-	if pgname.UndefinedTable(err) {
-		return fmt.Errorf("producer: enqueue into %s: %w (create the table with migrations.Migrator.Up or `courier migrate --schema %s --table %s`)",
-			o.table, err, o.table.Schema, o.table.Name)
+	if err == nil {
+		return nil
 	}
-	return fmt.Errorf("producer: enqueue into %s: %w", o.table, err)
+	return fmt.Errorf("producer: enqueue into %s: %w", o.table, o.store.undefinedObject(err))
 }
 
 // resolveDuplicates fills res for the events that ON CONFLICT skipped with
@@ -201,7 +172,7 @@ func (o *Outbox) resolveDuplicates(ctx context.Context, db DBTX, cols *columns, 
 	for j, i := range dupes {
 		topics[j], keys[j] = cols.topic[i], cols.idempotencyKey[i]
 	}
-	rows, err := db.Query(ctx, o.lookupSQL, topics, keys)
+	rows, err := db.Query(ctx, o.store.lookupKeys, topics, keys)
 	if err != nil {
 		return fmt.Errorf("producer: look up idempotency keys in %s: %w", o.table, err)
 	}
@@ -236,9 +207,11 @@ type columns struct {
 	aggregateType, aggregateID, tenantID       []string
 	correlationID, causationID, idempotencyKey []string
 	payload                                    [][]byte
-	contentType, headers                       []string
+	contentType                                []string
+	headers                                    [][]byte // JSON, nil for none
 	maxRetries                                 []int32
 	notBefore                                  []pgtype.Timestamptz
+	keyed                                      bool // some event has an idempotency key
 }
 
 func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) {
@@ -248,7 +221,7 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 		eventType: make([]string, n), aggregateType: make([]string, n), aggregateID: make([]string, n),
 		tenantID: make([]string, n), correlationID: make([]string, n), causationID: make([]string, n),
 		idempotencyKey: make([]string, n), payload: make([][]byte, n), contentType: make([]string, n),
-		headers: make([]string, n), maxRetries: make([]int32, n), notBefore: make([]pgtype.Timestamptz, n),
+		headers: make([][]byte, n), maxRetries: make([]int32, n), notBefore: make([]pgtype.Timestamptz, n),
 	}
 	for i, raw := range events {
 		e, err := normalize(raw, o.maxPayload)
@@ -259,12 +232,11 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 			return nil, err
 		}
 		e.Headers = withTraceContext(ctx, e.Headers)
-		headers, err := json.Marshal(e.Headers)
-		if err != nil {
-			return nil, fmt.Errorf("producer: event %d: encode headers: %w", i, err)
-		}
-		if e.Headers == nil {
-			headers = []byte("{}")
+		var headers []byte
+		if len(e.Headers) > 0 {
+			if headers, err = json.Marshal(e.Headers); err != nil {
+				return nil, fmt.Errorf("producer: event %d: encode headers: %w", i, err)
+			}
 		}
 		payload := e.Payload
 		if payload == nil {
@@ -274,11 +246,25 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 		c.topic[i], c.partitionKey[i], c.eventType[i] = e.Topic, e.Key, e.Type
 		c.aggregateType[i], c.aggregateID[i], c.tenantID[i] = e.AggregateType, e.AggregateID, e.TenantID
 		c.correlationID[i], c.causationID[i], c.idempotencyKey[i] = e.CorrelationID, e.CausationID, e.IdempotencyKey
-		c.payload[i], c.contentType[i], c.headers[i] = payload, e.ContentType, string(headers)
+		c.payload[i], c.contentType[i], c.headers[i] = payload, e.ContentType, headers
+		c.keyed = c.keyed || e.IdempotencyKey != ""
 		c.maxRetries[i] = int32(min(e.MaxRetries, 1<<31-1))
 		c.notBefore[i] = pgtype.Timestamptz{Time: e.NotBefore, Valid: !e.NotBefore.IsZero()}
 	}
 	return c, nil
+}
+
+// row is event i's values, in the order of the columns' arrays.
+func (c *columns) row(i int) []any {
+	var headers any
+	if c.headers[i] != nil {
+		headers = string(c.headers[i]) // a jsonb parameter, as text
+	}
+	return []any{
+		c.id[i], c.topic[i], c.partitionKey[i], c.eventType[i], c.aggregateType[i], c.aggregateID[i], c.tenantID[i],
+		c.correlationID[i], c.causationID[i], c.idempotencyKey[i], c.payload[i], c.contentType[i], headers,
+		c.maxRetries[i], c.notBefore[i],
+	}
 }
 
 func (c *columns) args() []any {

@@ -25,6 +25,7 @@ func setup(t *testing.T) (*testkit.PG, *producer.Outbox) {
 	t.Helper()
 	pg := testkit.Postgres(t)
 	pg.Migrate(t)
+	createEventsView(t, pg)
 	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema})
 	if err != nil {
 		t.Fatal(err)
@@ -44,7 +45,7 @@ func orderCreated(id string) producer.Event {
 func countRows(t *testing.T, db producer.DBTX, where string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := db.QueryRow(context.Background(), "SELECT count(*) FROM courier_outbox WHERE "+where, args...).Scan(&n); err != nil {
+	if err := db.QueryRow(context.Background(), "SELECT count(*) FROM courier_events WHERE "+where, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -129,7 +130,7 @@ func TestEnqueueStoresEveryField(t *testing.T) {
 		SELECT id, topic, partition_key, event_type, payload, content_type, headers, aggregate_type, aggregate_id,
 		       tenant_id, correlation_id, causation_id, idempotency_key, max_retries, next_attempt_at,
 		       status, retry_count, created_at
-		FROM courier_outbox`).Scan(&got.ID, &got.Topic, &got.Key, &got.Type, &got.Payload, &got.ContentType, &got.Headers,
+		FROM courier_events`).Scan(&got.ID, &got.Topic, &got.Key, &got.Type, &got.Payload, &got.ContentType, &got.Headers,
 		&got.AggregateType, &got.AggregateID, &got.TenantID, &got.CorrelationID, &got.CausationID, &got.IdempotencyKey,
 		&got.MaxRetries, &got.NotBefore, &status, &retryCount, &createdAt)
 	if err != nil {
@@ -263,7 +264,7 @@ func TestEnqueueBatchIsOneRoundTripInSliceOrder(t *testing.T) {
 	if db.queries != 1 {
 		t.Fatalf("EnqueueBatch of 500 new events sent %d statements, want 1", db.queries)
 	}
-	rows, err := pg.Pool.Query(ctx, "SELECT id, payload FROM courier_outbox ORDER BY seq")
+	rows, err := pg.Pool.Query(ctx, "SELECT id, payload FROM courier_events ORDER BY seq")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -370,7 +371,7 @@ func TestIdempotencyUnderConcurrentTransactions(t *testing.T) {
 		t.Fatalf("%d rows for the key, want exactly 1", c)
 	}
 	var winner uuid.UUID
-	if err := pg.Pool.QueryRow(ctx, "SELECT id FROM courier_outbox").Scan(&winner); err != nil {
+	if err := pg.Pool.QueryRow(ctx, "SELECT id FROM courier_events").Scan(&winner); err != nil {
 		t.Fatal(err)
 	}
 	fresh := 0
@@ -481,7 +482,7 @@ func TestCustomTable(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = wrong.Enqueue(ctx, pg.Pool, orderCreated("o-2"))
-	if err == nil || !strings.Contains(err.Error(), "no_such_table") || !strings.Contains(err.Error(), "courier migrate --schema "+schema+" --table no_such_table") {
+	if err == nil || !strings.Contains(err.Error(), "no_such_table") || !strings.Contains(err.Error(), "courier migrate up --schema "+schema+" --table no_such_table") {
 		t.Fatalf("Enqueue into a missing table = %v, want an error naming it and how to create it", err)
 	}
 }

@@ -12,7 +12,6 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sony/gobreaker/v2"
@@ -31,6 +30,7 @@ const (
 	// split into this many shares.
 	MaxWorkers              = shareCount
 	DefaultPollInterval     = time.Second
+	DefaultProbeInterval    = 100 * time.Millisecond
 	DefaultMaxRetries       = 6
 	DefaultBackoffBase      = time.Second
 	DefaultBackoffFactor    = 2.0
@@ -103,11 +103,20 @@ type RelayConfig struct {
 	// same worker, so workers never wait on each other. Each holds a
 	// connection of the pool while it publishes. At most 64. Defaults to 2.
 	Workers int
-	// PollInterval is how often an idle relay looks for due events without
-	// being notified. Defaults to 1s.
+	// ProbeInterval is the longest an idle relay goes between two looks for
+	// new events. A look is one small query (the queue's sequence, the
+	// transactions in progress); while events come the relay looks every
+	// millisecond, and each look that finds nothing doubles the gap up to
+	// ProbeInterval. So an event waits about a millisecond while events
+	// flow, and at most ProbeInterval after a quiet spell. Defaults to 100ms.
+	ProbeInterval time.Duration
+	// PollInterval is how often a worker claims even though no look found
+	// new events: the safety net. Defaults to 1s.
 	PollInterval time.Duration
-	// PollOnly turns LISTEN/NOTIFY off, for PgBouncer in transaction
-	// pooling mode, where LISTEN does not work. Defaults to false.
+	// PollOnly keeps the relay to what PgBouncer in transaction pooling
+	// mode supports. The relay needs no session state (no LISTEN) in any
+	// mode, so this changes nothing; it stays for configurations that set
+	// it. Defaults to false.
 	PollOnly bool
 
 	// MaxRetries is how many failed attempts dead-letter an event that does
@@ -198,6 +207,9 @@ type BatchResult struct {
 	// Released events were claimed but not attempted and stay due: an older
 	// event of their key failed in this batch, or the breaker opened.
 	Released int
+	// Held events were new and moved to wait, unattempted: their NotBefore
+	// is ahead, or an earlier event of their key waits.
+	Held int
 	// BreakerOpen is true when the breaker was open, so nothing was claimed.
 	BreakerOpen bool
 }
@@ -287,6 +299,7 @@ func (c *RelayConfig) setDefaults() error {
 		def   time.Duration
 	}{
 		{"PollInterval", &c.PollInterval, DefaultPollInterval},
+		{"ProbeInterval", &c.ProbeInterval, DefaultProbeInterval},
 		{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase},
 		{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax},
 		{"Breaker.OpenFor", &c.Breaker.OpenFor, DefaultBreakerOpenFor},
@@ -400,7 +413,9 @@ func (r *Relay) untilHalfOpen() time.Duration {
 	return max(time.Until(r.openedAt.Add(r.cfg.Breaker.OpenFor)), time.Millisecond)
 }
 
-// Wake makes an idle Run look for due events now, as a NOTIFY would.
+// Wake makes an idle Run look for due events now: call it after a commit
+// that enqueued events, in a process that runs its relay, to publish them
+// without waiting for the relay to notice.
 func (r *Relay) Wake() {
 	for _, w := range r.wake {
 		select {
@@ -431,23 +446,25 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 	if r.breaker.State() == gobreaker.StateOpen {
 		return BatchResult{BreakerOpen: true}, nil
 	}
-	var res BatchResult
-	var out batchOutcome
-	err := pgx.BeginFunc(ctx, r.pool, func(tx pgx.Tx) error {
-		res, out = BatchResult{}, batchOutcome{}
-		events, err := r.store.claim(ctx, tx, r.queryNow(), r.cfg.BatchSize, shares, r.cfg.PublishTimeout+r.cfg.ShutdownTimeout)
-		if err != nil {
-			return err
-		}
-		res.Claimed = len(events)
-		r.metrics.Claimed(len(events))
-		if len(events) == 0 {
-			return nil
-		}
-		out = r.publishBatch(ctx, events, &res)
-		return r.store.settle(ctx, tx, r.queryNow(), out.settlements)
-	})
+	conn, err := r.pool.Acquire(ctx)
 	if err != nil {
+		return BatchResult{}, fmt.Errorf("producer: claim from %s: %w", r.table, err)
+	}
+	defer conn.Release()
+	c, err := r.store.claim(ctx, conn.Conn(), r.queryNow(), r.cfg.BatchSize, shares, r.cfg.PublishTimeout+r.cfg.ShutdownTimeout)
+	if err != nil {
+		return BatchResult{}, r.store.undefinedObject(err)
+	}
+	send, held := r.admit(c)
+	res := BatchResult{Claimed: len(send) + len(held), Held: len(held)}
+	r.metrics.Claimed(res.Claimed)
+	out := batchOutcome{settlements: held}
+	if len(send) > 0 {
+		sent := r.publishBatch(ctx, send, &res)
+		out.settlements = append(out.settlements, sent.settlements...)
+		out.dead, out.acks = sent.dead, sent.acks
+	}
+	if err := r.store.settle(ctx, c, r.queryNow(), out.settlements); err != nil {
 		return res, err
 	}
 	// Only now, with the outcome committed, is it true.
@@ -461,6 +478,32 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 		}
 	}
 	return res, nil
+}
+
+// admit picks what a claim publishes: every due waiting event it read, then
+// new events up to BatchSize in all. A new event that must not go yet moves
+// to waiting instead (the settlements it returns): one whose NotBefore is
+// ahead, one whose key has events waiting, and those behind either of these
+// in their key, so that none overtakes an earlier event of its key.
+func (r *Relay) admit(c *claim) (send []*claimedEvent, held []settlement) {
+	for i := range c.waiting {
+		send = append(send, &c.waiting[i])
+	}
+	queued := c.queued[:min(len(c.queued), max(r.cfg.BatchSize-len(c.waiting), 0))]
+	behind := map[topicKey]bool{}
+	for i := range queued {
+		e := &queued[i]
+		k, keyed := keyOf(e)
+		if !e.blocked && !e.scheduled && !(keyed && behind[k]) {
+			send = append(send, e)
+			continue
+		}
+		if keyed {
+			behind[k] = true
+		}
+		held = append(held, settlement{e: e, fate: fateWait, status: StatusPending})
+	}
+	return send, held
 }
 
 // batchOutcome is what a batch did, to record and then to report.
@@ -495,7 +538,7 @@ func keyOf(e *claimedEvent) (topicKey, bool) {
 // Events given up on in an earlier batch, whose dead-letter write failed,
 // are written to the dead-letter topic first, and a write that fails again
 // holds back the later events of their key.
-func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *BatchResult) batchOutcome {
+func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *BatchResult) batchOutcome {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
 
@@ -506,14 +549,21 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 			stopped[k] = true
 		}
 	}
-	isStopped := func(e *claimedEvent) bool {
-		k, ok := keyOf(e)
-		return ok && stopped[k]
+	// released is an event held back behind a stopped event of its key: a
+	// new one moves to waiting behind it, a waiting one stays.
+	released := func(e *claimedEvent) bool {
+		if k, ok := keyOf(e); !ok || !stopped[k] {
+			return false
+		}
+		res.Released++
+		if e.from == fromQueue {
+			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: StatusPending})
+		}
+		return true
 	}
 	var send []*claimedEvent
 	var redead []deadCandidate
-	for i := range events {
-		e := &events[i]
+	for _, e := range events {
 		if e.RetryCount >= r.maxRetries(e) {
 			redead = append(redead, deadCandidate{e: e, err: errors.New(lastError(e))})
 		} else {
@@ -522,13 +572,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 	}
 	if len(redead) > 0 {
 		r.recordDead(ctx, redead, res, &out, stop)
-		send = slices.DeleteFunc(send, func(e *claimedEvent) bool {
-			if isStopped(e) {
-				res.Released++
-				return true
-			}
-			return false
-		})
+		send = slices.DeleteFunc(send, released)
 	}
 	if len(send) == 0 {
 		return out
@@ -549,12 +593,11 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 		if errs[i] == nil {
 			succeeded = true
 			res.Published++
-			out.settlements = append(out.settlements, settlement{e: e, status: StatusPublished})
+			out.settlements = append(out.settlements, settlement{e: e, fate: fatePublished})
 			out.acks = append(out.acks, ack{topic: e.Topic, latency: now.Sub(e.CreatedAt)})
 			continue
 		}
-		if isStopped(e) {
-			res.Released++
+		if released(e) {
 			continue
 		}
 		stop(e)
@@ -566,7 +609,11 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 			// waits a moment so that others get their turn.
 			troubled = true
 			res.Deferred++
-			out.settlements = append(out.settlements, settlement{e: e, status: statusUnchanged,
+			status := StatusPending // a new event waits; a waiting one keeps its status
+			if e.from == fromWaiting {
+				status = ""
+			}
+			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: status,
 				err: dlq.TruncateError(errs[i].Error()), delay: r.backoff.Delay(1, rand.Float64)})
 		case class == failPermanent || e.RetryCount+1 >= r.maxRetries(e):
 			dead = append(dead, deadCandidate{e: e, err: errs[i], attempted: true})
@@ -574,7 +621,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 			troubled = true
 			res.Failed++
 			delay := r.backoff.Delay(e.RetryCount+1, rand.Float64)
-			out.settlements = append(out.settlements, settlement{e: e, status: StatusFailed, attempted: true,
+			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: StatusFailed, attempted: true,
 				err: dlq.TruncateError(errs[i].Error()), delay: delay})
 			r.logFailure(ctx, slog.LevelWarn, "publish failed; will retry", e, errs[i], "retry_count", e.RetryCount+1, "retry_in", delay)
 		}
@@ -596,7 +643,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []claimedEvent, res *Ba
 func (r *Relay) recordDead(ctx context.Context, dead []deadCandidate, res *BatchResult, out *batchOutcome, stop func(*claimedEvent)) {
 	settlements, letters := r.deadLetter(ctx, dead, res)
 	for i, st := range settlements {
-		if st.status != StatusDeadLettered || r.cfg.HoldKeyOnDeadLetter {
+		if st.fate != fateDead || r.cfg.HoldKeyOnDeadLetter {
 			stop(dead[i].e)
 		}
 	}

@@ -12,7 +12,7 @@ import (
 )
 
 // TestRunLeavesNoGoroutines: once Run returns, every goroutine the relay
-// started — workers, the LISTEN loop, retention, stats, the Sarama producer
+// started — workers, the prober, retention, stats, the Sarama producer
 // — is gone.
 func TestRunLeavesNoGoroutines(t *testing.T) {
 	pg, out := setup(t)
@@ -28,7 +28,6 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()
 	testkit.WaitFor(t, 10*time.Second, "the event published", func() bool { return countRows(t, pg.Pool, "status = 'published'") == 1 })
-	testkit.WaitFor(t, 10*time.Second, "the LISTEN session", func() bool { return listening(t, pg) })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ func rowOf(t *testing.T, pg *testkit.PG, id uuid.UUID) eventRow {
 	t.Helper()
 	var r eventRow
 	err := pg.Pool.QueryRow(context.Background(),
-		"SELECT status, retry_count, last_error, last_attempt_at, next_attempt_at FROM courier_outbox WHERE id = $1", id).
+		"SELECT status, retry_count, last_error, last_attempt_at, next_attempt_at FROM courier_events WHERE id = $1", id).
 		Scan(&r.Status, &r.RetryCount, &r.LastError, &r.LastAttemptAt, &r.NextAttemptAt)
 	if err != nil {
 		t.Fatal(err)
@@ -233,6 +233,7 @@ func setupMaxPayload(t *testing.T, maxPayload int) (*testkit.PG, *producer.Outbo
 	t.Helper()
 	pg := testkit.Postgres(t)
 	pg.Migrate(t)
+	createEventsView(t, pg)
 	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema, MaxPayloadBytes: maxPayload})
 	if err != nil {
 		t.Fatal(err)

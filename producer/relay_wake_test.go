@@ -16,38 +16,54 @@ import (
 	"github.com/courierkit/courier/producer"
 )
 
-// listening reports whether the relay's LISTEN session is up and idle.
+// listening reports whether any session of the relay's test LISTENs.
 func listening(t *testing.T, pg *testkit.PG) bool {
 	t.Helper()
 	var n int
 	err := pg.Pool.QueryRow(context.Background(), `SELECT count(*) FROM pg_stat_activity
-		WHERE application_name = $1 AND state = 'idle' AND query LIKE 'LISTEN %'`, pg.Schema+"-listener").Scan(&n)
+		WHERE application_name LIKE $1 || '%' AND query LIKE 'LISTEN %'`, pg.Schema).Scan(&n)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return n > 0
 }
 
-// TestNotifyWakesIdleRelay: with a one-minute poll interval, an event
-// committed while the relay idles is published within seconds, and a burst
-// of 200 commits costs a handful of claims, not 200.
-func TestNotifyWakesIdleRelay(t *testing.T) {
+// TestIdleRelayWakesWithoutNotify: the outbox has no trigger and the relay
+// no LISTEN session, yet with a one-minute poll interval an event committed
+// while the relay idles is published within seconds (within ProbeInterval,
+// 100ms by default, plus the publish), and a burst of 200 commits costs a
+// handful of claims, not 200.
+func TestIdleRelayWakesWithoutNotify(t *testing.T) {
 	t.Parallel()
 	pg, out := setup(t)
+	var triggers int
+	if err := pg.Pool.QueryRow(context.Background(), "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'courier_outbox'::regclass").Scan(&triggers); err != nil {
+		t.Fatal(err)
+	}
+	if triggers != 0 {
+		t.Fatalf("courier_outbox has %d triggers, want none: a trigger runs in every enqueuing transaction", triggers)
+	}
 	k := testkit.NewKafka(t)
 	topic := k.Topic(t, 1)
 	metrics := &recordedMetrics{}
 	relay := newRelay(t, pg, k, producer.RelayConfig{PollInterval: time.Minute, Metrics: metrics, StatsInterval: time.Hour})
 	runRelay(t, relay)
-	testkit.WaitFor(t, 10*time.Second, "the LISTEN session", func() bool { return listening(t, pg) })
 	c := consume(t, k, topic)
+	// The relay's first claims (at start) are behind it once it idles.
+	testkit.WaitFor(t, 10*time.Second, "the relay's first claim", func() bool {
+		claims, _ := metrics.snapshot()
+		return len(claims) > 0
+	})
 
 	ev := orderCreated("o-1")
 	ev.Topic = topic
 	start := time.Now()
 	enqueue(t, pg, out, ev)
 	c.waitDistinct(1, 10*time.Second)
-	t.Logf("idle relay published a committed event after %v (poll interval 1m)", time.Since(start))
+	t.Logf("idle relay published a committed event after %v (poll interval 1m, no NOTIFY)", time.Since(start))
+	if listening(t, pg) {
+		t.Fatal("the relay opened a LISTEN session")
+	}
 
 	claimsBefore, _ := metrics.snapshot()
 	var wg sync.WaitGroup
@@ -68,8 +84,48 @@ func TestNotifyWakesIdleRelay(t *testing.T) {
 	claims := len(claimsAfter) - len(claimsBefore)
 	t.Logf("200 commits in a burst caused %d claim queries", claims)
 	if claims > 60 {
-		t.Fatalf("200 commits caused %d claim queries; notifications are not coalesced", claims)
+		t.Fatalf("200 commits caused %d claim queries; wake-ups are not coalesced", claims)
 	}
+}
+
+// TestWakeUpFollowsACommitThatComesLate: an enqueue advances the sequence
+// when it inserts, and its transaction commits later; the relay must see
+// the commit (the transaction leaving the ones in progress) and publish the
+// event soon after, not at its next poll a minute later.
+func TestWakeUpFollowsACommitThatComesLate(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 1)
+	metrics := &recordedMetrics{}
+	relay := newRelay(t, pg, k, producer.RelayConfig{PollInterval: time.Minute, Metrics: metrics, StatsInterval: time.Hour})
+	runRelay(t, relay)
+	c := consume(t, k, topic)
+	ctx := context.Background()
+	tx, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	ev := orderCreated("o-1")
+	ev.Topic = topic
+	if _, err := out.Enqueue(ctx, tx, ev); err != nil {
+		t.Fatal(err)
+	}
+	// Wait until the relay has seen the sequence move and claimed for it:
+	// the claim found nothing, the transaction being open.
+	claimed := func() int { claims, _ := metrics.snapshot(); return len(claims) }
+	before := claimed()
+	testkit.WaitFor(t, 10*time.Second, "a claim after the enqueue", func() bool { return claimed() > before })
+	if n := len(c.messages()); n != 0 {
+		t.Fatalf("%d records on Kafka before the commit", n)
+	}
+	start := time.Now()
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	c.waitDistinct(1, 10*time.Second)
+	t.Logf("published %v after a late commit (poll interval 1m)", time.Since(start))
 }
 
 func TestPollOnlyRelayNeedsNoListen(t *testing.T) {

@@ -4,24 +4,19 @@ import (
 	"context"
 	"sync"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // Run publishes events until ctx ends, then lets the batch in flight finish
-// within ShutdownTimeout and returns nil. It wakes on NOTIFY from the outbox
-// trigger (unless PollOnly), polls every PollInterval, pauses while the
-// breaker is open, survives PostgreSQL and Kafka outages by retrying, and
-// deletes published events older than Retention. Errors it recovers from are
+// within ShutdownTimeout and returns nil. It wakes when the outbox's
+// sequence shows new events (see ProbeInterval), polls every PollInterval
+// besides, pauses while the breaker is open, survives PostgreSQL and Kafka
+// outages by retrying, keeps the history's day partitions made ahead, and
+// drops published events older than Retention. Errors it recovers from are
 // logged, not returned.
 func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
-	if !r.cfg.PollOnly {
-		wg.Go(func() { r.listen(ctx) })
-	}
-	if r.cfg.Retention > 0 {
-		wg.Go(func() { r.every(ctx, r.cfg.CleanupInterval, r.cleanup) })
-	}
+	wg.Go(func() { r.watch(ctx) })
+	wg.Go(func() { r.every(ctx, r.cfg.CleanupInterval, r.maintain) })
 	if _, none := r.metrics.(noMetrics); !none {
 		wg.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.measureBacklog) })
 	}
@@ -53,7 +48,7 @@ func (r *Relay) loop(ctx context.Context, index int) {
 			wait = errDelay
 		case res.BreakerOpen:
 			wait = r.untilHalfOpen()
-		case res.Claimed == r.cfg.BatchSize && res.Published+res.Failed+res.DeadLettered > 0:
+		case res.Claimed == r.cfg.BatchSize && res.Published+res.Failed+res.DeadLettered+res.Deferred+res.Held > 0:
 			errDelay = 0
 			continue // a full batch that made progress: there is more
 		case res.Released > 0:
@@ -112,18 +107,21 @@ func (r *Relay) every(ctx context.Context, interval time.Duration, fn func(conte
 	}
 }
 
-func (r *Relay) cleanup(ctx context.Context) {
-	n, err := r.store.cleanup(ctx, r.pool, r.cfg.Now().Add(-r.cfg.Retention), r.cfg.CleanupBatch)
+// maintain keeps the history's partitions made ahead and applies
+// retention (see store.maintain).
+func (r *Relay) maintain(ctx context.Context) {
+	c, _, err := r.store.maintain(ctx, r.pool, r.queryNow(), r.cfg.Retention, r.cfg.CleanupBatch)
 	switch {
 	case err != nil && ctx.Err() == nil:
-		r.log.Warn("retention cleanup failed; will retry", "error", err)
-	case n > 0:
-		r.log.Info("deleted published events past retention", "deleted", n, "retention", r.cfg.Retention)
+		r.log.Warn("retention and partition upkeep failed; will retry", "error", err)
+	case c.Events > 0 || c.Keys > 0:
+		r.log.Info("removed published events past retention", "events", c.Events, "partitions", c.Partitions,
+			"legacy_table", c.Legacy, "idempotency_keys", c.Keys, "retention", r.cfg.Retention)
 	}
 }
 
 func (r *Relay) measureBacklog(ctx context.Context) {
-	waiting, age, err := r.store.backlog(ctx, r.pool, r.queryNow())
+	waiting, age, err := r.store.backlogNow(ctx, r.pool, r.queryNow())
 	if err != nil {
 		if ctx.Err() == nil {
 			r.log.Warn("measuring the backlog failed", "error", err)
@@ -131,56 +129,4 @@ func (r *Relay) measureBacklog(ctx context.Context) {
 		return
 	}
 	r.metrics.Backlog(waiting, age)
-}
-
-// listen holds a LISTEN connection and wakes the loop on every notification
-// for this table. It reconnects after errors (a PostgreSQL restart, a
-// terminated backend) and wakes the loop then too, since notifications sent
-// while it was away are lost.
-func (r *Relay) listen(ctx context.Context) {
-	delay := time.Duration(0)
-	for ctx.Err() == nil {
-		listened, err := r.listenOnce(ctx)
-		if ctx.Err() != nil {
-			return
-		}
-		if listened {
-			delay = 0 // it worked until now: start the backoff over
-		}
-		delay = min(max(2*delay, 100*time.Millisecond), 5*time.Second)
-		r.log.Warn("LISTEN connection lost; polling until it is back", "error", err, "retry_in", delay)
-		sleep(ctx, delay, nil)
-	}
-}
-
-// listenOnce listens until the connection fails; listened reports whether
-// LISTEN had succeeded.
-func (r *Relay) listenOnce(ctx context.Context) (listened bool, err error) {
-	cfg := r.pool.Config().ConnConfig.Copy()
-	cfg.RuntimeParams["application_name"] = listenerAppName(cfg.RuntimeParams["application_name"])
-	conn, err := pgx.ConnectConfig(ctx, cfg)
-	if err != nil {
-		return false, err
-	}
-	defer conn.Close(context.WithoutCancel(ctx))
-	if _, err := conn.Exec(ctx, "LISTEN "+r.table.Name); err != nil {
-		return false, err
-	}
-	r.Wake() // catch up on anything committed while we were not listening
-	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
-			return true, err
-		}
-		if n.Payload == r.table.String() {
-			r.Wake()
-		}
-	}
-}
-
-func listenerAppName(base string) string {
-	if base == "" {
-		return "courier-relay-listener"
-	}
-	return base + "-listener"
 }
