@@ -25,7 +25,6 @@ func setup(t *testing.T) (*testkit.PG, *producer.Outbox) {
 	t.Helper()
 	pg := testkit.Postgres(t)
 	pg.Migrate(t)
-	createEventsView(t, pg)
 	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema})
 	if err != nil {
 		t.Fatal(err)

@@ -233,7 +233,6 @@ func setupMaxPayload(t *testing.T, maxPayload int) (*testkit.PG, *producer.Outbo
 	t.Helper()
 	pg := testkit.Postgres(t)
 	pg.Migrate(t)
-	createEventsView(t, pg)
 	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema, MaxPayloadBytes: maxPayload})
 	if err != nil {
 		t.Fatal(err)

@@ -51,7 +51,7 @@ Progress goes to stderr, the report to stdout.`,
 		Args: cobra.NoArgs,
 	}
 	newBenchFlags(cmd, true, true, "markdown")
-	cmd.AddCommand(newBenchRelayCmd(), newBenchConsumeCmd())
+	cmd.AddCommand(newBenchRelayCmd(), newBenchConsumeCmd(), newBenchEnqueueCmd(), newBenchSoakCmd())
 	return cmd
 }
 

@@ -16,4 +16,5 @@ func Example_migrateStatus() {
 	// 0001     create_outbox   not applied
 	// 0002     notify_trigger  not applied
 	// 0003     drop_key_order  not applied
+	// 0004     split_outbox    not applied
 }

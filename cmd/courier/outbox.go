@@ -79,16 +79,21 @@ func (f *dbFlags) outboxTable() (pgname.Table, error) {
 	return table, nil
 }
 
-// requireOutboxTable fails with the command that creates the table when it
-// does not exist, rather than with PostgreSQL's "relation does not exist" at
-// the first query.
+// requireOutboxTable fails with the command that creates or upgrades the
+// outbox when its tables do not exist (or are of an older version), rather
+// than with PostgreSQL's "relation does not exist" at the first query.
 func requireOutboxTable(ctx context.Context, db producer.DBTX, table pgname.Table) error {
-	var exists bool
-	if err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", table.String()).Scan(&exists); err != nil {
+	var exists, current bool
+	err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL", table.String(), table.Derived("waiting")).
+		Scan(&exists, &current)
+	switch {
+	case err != nil:
 		return fmt.Errorf("look up the outbox table %s: %w", table, err)
-	}
-	if !exists {
+	case !exists:
 		return fmt.Errorf("the outbox table %s does not exist in this database: create it with `courier migrate up --schema %s --table %s` (and the same --database-url), or fix --schema/--table",
+			table, table.Schema, table.Name)
+	case !current:
+		return fmt.Errorf("the outbox table %s has the layout of an older courier: upgrade it with `courier migrate up --schema %s --table %s` (and the same --database-url)",
 			table, table.Schema, table.Name)
 	}
 	return nil

@@ -58,33 +58,51 @@ func (o *outboxDB) enqueue(t *testing.T, events ...producer.Event) []uuid.UUID {
 	return ids
 }
 
-// update runs UPDATE courier_outbox SET <set> on one event, e.g. to put it
+// exec runs sql, which must change one row ($1 is id), e.g. to put an event
 // in a state only a relay would otherwise reach.
-func (o *outboxDB) update(t *testing.T, id uuid.UUID, set string, args ...any) {
+func (o *outboxDB) exec(t *testing.T, id uuid.UUID, sql string, args ...any) {
 	t.Helper()
-	tag, err := o.Pool.Exec(context.Background(), "UPDATE courier_outbox SET "+set+" WHERE id = $1", append([]any{id}, args...)...)
+	tag, err := o.Pool.Exec(context.Background(), sql, append([]any{id}, args...)...)
 	if err != nil || tag.RowsAffected() != 1 {
-		t.Fatalf("update %s set %s: %v (%d rows)", id, set, err, tag.RowsAffected())
+		t.Fatalf("event %s: %s: %v (%d rows)", id, sql, err, tag.RowsAffected())
 	}
+}
+
+// move takes a new event out of the queue into table, with the columns of
+// the event and those of more, whose values are vals ($2 on).
+func (o *outboxDB) move(t *testing.T, id uuid.UUID, table, more, vals string, args ...any) {
+	t.Helper()
+	const cols = `seq, id, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id, correlation_id,
+		causation_id, idempotency_key, payload, content_type, headers, max_retries, created_at`
+	o.exec(t, id, "WITH m AS (DELETE FROM courier_outbox WHERE id = $1 RETURNING *) INSERT INTO "+table+
+		" ("+cols+", "+more+") SELECT "+cols+", "+vals+" FROM m", args...)
 }
 
 // deadLetter puts an event where a relay that gave up on it would.
 func (o *outboxDB) deadLetter(t *testing.T, id uuid.UUID, lastError string) {
 	t.Helper()
-	o.update(t, id, "status = 'dead_lettered', retry_count = 6, last_error = $2, last_attempt_at = now(), first_failed_at = now()", lastError)
+	o.move(t, id, "courier_outbox_dead", "retry_count, last_error, last_attempt_at, first_failed_at, dead_lettered_at",
+		"6, $2, now(), now(), now()", lastError)
 }
 
 // fail puts an event where a relay that will retry it would.
 func (o *outboxDB) fail(t *testing.T, id uuid.UUID, lastError string) {
 	t.Helper()
-	o.update(t, id, "status = 'failed', retry_count = 2, last_error = $2, last_attempt_at = now(), next_attempt_at = now() + interval '1 hour'", lastError)
+	o.move(t, id, "courier_outbox_waiting", "status, retry_count, last_error, last_attempt_at, next_attempt_at",
+		"'failed', 2, $2, now(), now() + interval '1 hour'", lastError)
+}
+
+// publish puts an event where a relay that published it ago would.
+func (o *outboxDB) publish(t *testing.T, id uuid.UUID, ago time.Duration) {
+	t.Helper()
+	o.move(t, id, "courier_outbox_published", "published_at", "now() - $2::interval", ago)
 }
 
 // status returns an event's status, or "gone".
 func (o *outboxDB) status(t *testing.T, id uuid.UUID) string {
 	t.Helper()
 	var status string
-	err := o.Pool.QueryRow(context.Background(), "SELECT COALESCE((SELECT status FROM courier_outbox WHERE id = $1), 'gone')", id).Scan(&status)
+	err := o.Pool.QueryRow(context.Background(), "SELECT COALESCE((SELECT status FROM courier_events WHERE id = $1), 'gone')", id).Scan(&status)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,7 +113,7 @@ func (o *outboxDB) status(t *testing.T, id uuid.UUID) string {
 func (o *outboxDB) count(t *testing.T, where string) int {
 	t.Helper()
 	var n int
-	if err := o.Pool.QueryRow(context.Background(), "SELECT count(*) FROM courier_outbox WHERE "+where).Scan(&n); err != nil {
+	if err := o.Pool.QueryRow(context.Background(), "SELECT count(*) FROM courier_events WHERE "+where).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -123,9 +141,9 @@ func TestOutboxStats(t *testing.T) {
 	o := newOutboxDB(t)
 	ids := o.enqueue(t, event("orders", "a", "OrderCreated"), event("orders", "b", "OrderCreated"),
 		event("orders", "c", "OrderCreated"), event("orders", "d", "OrderCreated"), event("orders", "e", "OrderCreated"))
-	o.update(t, ids[0], "next_attempt_at = now() - interval '90 seconds'") // due for 90 s
+	o.exec(t, ids[0], "UPDATE courier_outbox SET created_at = now() - interval '90 seconds' WHERE id = $1") // due for 90 s
 	o.fail(t, ids[2], "not enough replicas")
-	o.update(t, ids[3], "status = 'published', published_at = now()")
+	o.publish(t, ids[3], 0)
 	o.deadLetter(t, ids[4], "too large")
 
 	code, out, errOut := o.cli(t, "stats")
@@ -178,10 +196,10 @@ func TestOutboxListFiltersAndPages(t *testing.T) {
 		event("orders", "o-4", "OrderShipped"),   // 4 published
 	)
 	o.deadLetter(t, ids[0], "kafka server: Message was too LARGE")
-	o.update(t, ids[0], "last_attempt_at = now() - interval '3 hours'")
+	o.exec(t, ids[0], "UPDATE courier_outbox_dead SET last_attempt_at = now() - interval '3 hours' WHERE id = $1")
 	o.fail(t, ids[1], "kafka server: not enough replicas")
 	o.deadLetter(t, ids[2], "kafka server: message was too large")
-	o.update(t, ids[4], "status = 'published', published_at = now()")
+	o.publish(t, ids[4], 0)
 
 	list := func(args ...string) []uuid.UUID {
 		t.Helper()
@@ -308,7 +326,7 @@ func TestOutboxRequeue(t *testing.T) {
 	o.deadLetter(t, ids[1], "too large")
 	o.fail(t, ids[2], "not enough replicas")
 	o.deadLetter(t, ids[3], "too large")
-	o.update(t, ids[4], "status = 'published', published_at = now()")
+	o.publish(t, ids[4], 0)
 
 	code, out, errOut := o.cli(t, "requeue", "--id", ids[0].String())
 	if code != exitOK || out != "requeued 1 event(s)\n" {
@@ -316,7 +334,7 @@ func TestOutboxRequeue(t *testing.T) {
 	}
 	var retries int
 	var lastError string
-	if err := o.Pool.QueryRow(context.Background(), "SELECT retry_count, last_error FROM courier_outbox WHERE id = $1", ids[0]).Scan(&retries, &lastError); err != nil {
+	if err := o.Pool.QueryRow(context.Background(), "SELECT retry_count, last_error FROM courier_events WHERE id = $1", ids[0]).Scan(&retries, &lastError); err != nil {
 		t.Fatal(err)
 	}
 	if s := o.status(t, ids[0]); s != "pending" || retries != 0 || lastError != "too large" {
@@ -350,7 +368,7 @@ func TestOutboxPurge(t *testing.T) {
 	o.deadLetter(t, ids[0], "too large")
 	o.deadLetter(t, ids[1], "invalid record")
 	o.deadLetter(t, ids[2], "too large")
-	o.update(t, ids[3], "status = 'published', published_at = now()")
+	o.publish(t, ids[3], 0)
 
 	code, out, errOut := o.cli(t, "purge", "--error", "TOO LARGE", "--topic", "orders", "--yes")
 	if code != exitOK || out != "purged 1 event(s)\n" || o.status(t, ids[0]) != "gone" || o.status(t, ids[1]) != "dead_lettered" {
@@ -427,10 +445,10 @@ func TestOutboxCleanup(t *testing.T) {
 	o := newOutboxDB(t)
 	ids := o.enqueue(t, event("orders", "o-1", "OrderCreated"), event("orders", "o-2", "OrderCreated"),
 		event("orders", "o-3", "OrderCreated"), event("orders", "o-4", "OrderCreated"))
-	o.update(t, ids[0], "status = 'published', published_at = now() - interval '8 days'")
-	o.update(t, ids[1], "status = 'published', published_at = now() - interval '2 days'")
+	o.publish(t, ids[0], 8*24*time.Hour)
+	o.publish(t, ids[1], 2*24*time.Hour)
 	o.deadLetter(t, ids[2], "too large")
-	o.update(t, ids[2], "created_at = now() - interval '30 days'")
+	o.exec(t, ids[2], "UPDATE courier_outbox_dead SET created_at = now() - interval '30 days' WHERE id = $1")
 
 	code, out, errOut := o.cli(t, "cleanup")
 	if code != exitOK || out != "deleted 1 published event(s) older than 168h0m0s\n" || o.status(t, ids[0]) != "gone" || o.status(t, ids[1]) != "published" {
@@ -450,7 +468,7 @@ func TestOutboxCleanup(t *testing.T) {
 func TestOutboxCleanupRetentionFromEnvironment(t *testing.T) {
 	o := newOutboxDB(t)
 	ids := o.enqueue(t, event("orders", "o-1", "OrderCreated"))
-	o.update(t, ids[0], "status = 'published', published_at = now() - interval '2 hours'")
+	o.publish(t, ids[0], 48*time.Hour) // retention removes whole days: this one is past an hour's
 	t.Setenv("COURIER_RETENTION", "1h")
 	if code, out, errOut := o.cli(t, "cleanup"); code != exitOK || !strings.Contains(out, "deleted 1 published event(s) older than 1h0m0s") {
 		t.Fatalf("cleanup with COURIER_RETENTION=1h: exit %d\n%s%s", code, out, errOut)

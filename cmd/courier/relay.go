@@ -29,11 +29,12 @@ import (
 // relayFlags are the options of courier relay besides the database and
 // Kafka connections. Each also comes from a COURIER_* variable (bindEnv).
 type relayFlags struct {
-	batchSize, workers, maxRetries                            int
-	pollInterval, retention, cleanupInterval, shutdownTimeout time.Duration
-	pollOnly, structured, publishDeadLetters, holdKey         bool
-	source, deadLetterSuffix                                  string
-	metricsAddr, logFormat, logLevel                          string
+	batchSize, workers, maxRetries                          int
+	pollInterval, probeInterval, retention, cleanupInterval time.Duration
+	shutdownTimeout                                         time.Duration
+	pollOnly, structured, publishDeadLetters, holdKey       bool
+	source, deadLetterSuffix                                string
+	metricsAddr, logFormat, logLevel                        string
 }
 
 // register adds the relay's flags to cmd and binds each to its variable.
@@ -41,21 +42,22 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.IntVar(&f.batchSize, "batch-size", producer.DefaultBatchSize, "most events one claim locks and publishes")
 	fs.IntVar(&f.workers, "workers", producer.DefaultWorkers, fmt.Sprintf("batches in flight at once, each over its own share of the keys (1 to %d)", producer.MaxWorkers))
-	fs.DurationVar(&f.pollInterval, "poll-interval", producer.DefaultPollInterval, "how often an idle relay looks for due events without a NOTIFY")
-	fs.BoolVar(&f.pollOnly, "poll-only", false, "do not LISTEN for NOTIFY (PgBouncer in transaction pooling mode)")
+	fs.DurationVar(&f.probeInterval, "probe-interval", producer.DefaultProbeInterval, "longest gap between two looks for new events when none came for a while (one small query each)")
+	fs.DurationVar(&f.pollInterval, "poll-interval", producer.DefaultPollInterval, "how often a worker claims even when no look found new events")
+	fs.BoolVar(&f.pollOnly, "poll-only", false, "accepted for PgBouncer in transaction pooling mode, which the relay supports in any mode (it uses no LISTEN)")
 	fs.IntVar(&f.maxRetries, "max-retries", producer.DefaultMaxRetries, "failed attempts that dead-letter an event that sets no MaxRetries of its own")
 	fs.StringVar(&f.source, "source", producer.DefaultSource, "CloudEvents source (ce_source) of the published events, e.g. the service name")
 	fs.BoolVar(&f.structured, "structured", false, "publish each event as a JSON CloudEvent (structured mode) instead of its payload with ce_ headers")
 	fs.BoolVar(&f.publishDeadLetters, "publish-dead-letters", false, "also write each dead-lettered event to <topic><dead-letter-suffix> as a dlq envelope")
 	fs.StringVar(&f.deadLetterSuffix, "dead-letter-suffix", producer.DefaultDeadLetterSuffix, "suffix of the dead-letter topics")
 	fs.BoolVar(&f.holdKey, "hold-key-on-dead-letter", false, "keep a key's later events waiting behind its dead-lettered event until it is requeued or purged")
-	fs.DurationVar(&f.retention, "retention", producer.DefaultRetention, "how long published events stay in the table; 0 keeps them forever")
-	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", producer.DefaultCleanupInterval, "how often the relay deletes published events past --retention")
+	fs.DurationVar(&f.retention, "retention", producer.DefaultRetention, "how long published events stay in the history (whole days are dropped: a day's events go once all of it is past); 0 keeps them forever")
+	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", producer.DefaultCleanupInterval, "how often the relay makes the history's day partitions ahead and drops those past --retention")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", producer.DefaultShutdownTimeout, "how long the batch in flight may take to finish after SIGINT or SIGTERM")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address, e.g. :9090 (empty: off)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "least severe level logged: debug (Sarama's own logs too), info, warn or error")
-	bindEnv(fs, "batch-size", "workers", "poll-interval", "poll-only", "max-retries", "source", "structured",
+	bindEnv(fs, "batch-size", "workers", "probe-interval", "poll-interval", "poll-only", "max-retries", "source", "structured",
 		"publish-dead-letters", "dead-letter-suffix", "hold-key-on-dead-letter", "retention", "cleanup-interval",
 		"shutdown-timeout", "metrics-addr", "log-format", "log-level")
 }
@@ -78,7 +80,8 @@ func (f *relayFlags) validate() error {
 		flag  string
 		value time.Duration
 	}{
-		{"--poll-interval", f.pollInterval}, {"--cleanup-interval", f.cleanupInterval}, {"--shutdown-timeout", f.shutdownTimeout},
+		{"--probe-interval", f.probeInterval}, {"--poll-interval", f.pollInterval}, {"--cleanup-interval", f.cleanupInterval},
+		{"--shutdown-timeout", f.shutdownTimeout},
 	} {
 		if d.value <= 0 {
 			return usageError{fmt.Errorf("%s %v: use a positive duration such as 1s or 5m", d.flag, d.value)}
@@ -118,6 +121,7 @@ func (f *relayFlags) relayConfig() producer.RelayConfig {
 		Structured:          f.structured,
 		BatchSize:           f.batchSize,
 		Workers:             f.workers,
+		ProbeInterval:       f.probeInterval,
 		PollInterval:        f.pollInterval,
 		PollOnly:            f.pollOnly,
 		MaxRetries:          f.maxRetries,
@@ -141,8 +145,12 @@ func newRelayCmd() *cobra.Command {
 		Short: "Publish the outbox's events to Kafka until stopped (SIGINT or SIGTERM)",
 		Long: `Runs the outbox relay as a worker: it claims due events in batches, publishes
 them to Kafka in each key's order, retries with backoff, dead-letters what
-cannot be published and deletes published events after --retention. Any
+cannot be published and drops published events after --retention. Any
 number of relays may run against one table.
+
+It notices new events by looking at the outbox's sequence: every millisecond
+while events come, backing off to --probe-interval when none do, so the
+transactions that enqueue carry no trigger and no NOTIFY.
 
 At start it checks that the outbox table exists and that Kafka answers, and
 fails with what to fix otherwise; later outages are ridden out (Kafka behind a

@@ -65,7 +65,7 @@ func (pg *PG) DropSchemaAtCleanup(t testing.TB, pool *pgxpool.Pool, schema strin
 }
 
 // Migrate applies courier's migrations to the default outbox table in the
-// test's schema.
+// test's schema, and adds the view courier_events (see EventsView).
 func (pg *PG) Migrate(t testing.TB) {
 	t.Helper()
 	m, err := migrations.New(migrations.Config{Schema: pg.Schema})
@@ -75,7 +75,38 @@ func (pg *PG) Migrate(t testing.TB) {
 	if _, err := m.Up(context.Background(), pg.Pool); err != nil {
 		t.Fatalf("testkit: migrate %s: %v", pg.Schema, err)
 	}
+	if _, err := pg.Pool.Exec(context.Background(), EventsView); err != nil {
+		t.Fatalf("testkit: the view courier_events in %s: %v", pg.Schema, err)
+	}
 }
+
+// EventsView creates the view courier_events: every event of the default
+// outbox, whichever of its tables holds it, as one row with its status and
+// delivery state, so that a test can count events by status ("status =
+// 'published'") without knowing the layout.
+const EventsView = `
+CREATE VIEW courier_events AS
+SELECT id, seq, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id, correlation_id,
+    causation_id, idempotency_key, payload, content_type, COALESCE(headers, '{}') AS headers, 'pending' AS status,
+    0 AS retry_count, max_retries, NULL::text AS last_error, NULL::timestamptz AS last_attempt_at,
+    NULL::timestamptz AS first_failed_at, COALESCE(not_before, created_at) AS next_attempt_at, created_at,
+    NULL::timestamptz AS published_at
+FROM courier_outbox
+UNION ALL
+SELECT id, seq, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id, correlation_id,
+    causation_id, idempotency_key, payload, content_type, COALESCE(headers, '{}'), status, retry_count, max_retries,
+    last_error, last_attempt_at, first_failed_at, next_attempt_at, created_at, NULL
+FROM courier_outbox_waiting
+UNION ALL
+SELECT id, seq, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id, correlation_id,
+    causation_id, idempotency_key, payload, content_type, COALESCE(headers, '{}'), 'dead_lettered', retry_count,
+    max_retries, last_error, last_attempt_at, first_failed_at, dead_lettered_at, created_at, NULL
+FROM courier_outbox_dead
+UNION ALL
+SELECT id, seq, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id, correlation_id,
+    causation_id, idempotency_key, payload, content_type, COALESCE(headers, '{}'), 'published', retry_count,
+    max_retries, last_error, published_at, first_failed_at, created_at, created_at, published_at
+FROM courier_outbox_published`
 
 func (pg *PG) connect(t testing.TB, maxConns int32, searchPath string) *pgxpool.Pool {
 	t.Helper()
