@@ -26,6 +26,9 @@ const (
 	quickSlowMessages    = 400
 )
 
+// quickLatencyRates are the latency rates --quick picks.
+var quickLatencyRates = []int{200}
+
 // defaultDatabaseURL is the PostgreSQL courier bench uses when neither
 // --database-url nor COURIER_DATABASE_URL names one: the test database.
 const defaultDatabaseURL = "postgres://postgres@127.0.0.1:5432/test"
@@ -59,20 +62,26 @@ func newBenchRelayCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "relay",
 		Short: "Outbox relay beside a plain SKIP LOCKED loop",
-		Long: `Measures events/s draining a backlog from the outbox to Kafka with the relay
-(per-key order on) in several configurations, beside a plain loop that keeps
-no order: SELECT … ORDER BY seq LIMIT 1000 FOR UPDATE SKIP LOCKED, a Sarama
-SyncProducer, then UPDATE … SET status = 'published'. Every configuration
-drains the same backlog from a table of its own, --rounds times, taking turns;
-each figure is the median. Then enqueue-to-arrival latency at
---latency-rate events/s, with NOTIFY beside polling every 100 ms, --rounds
-phases of --latency-duration each.
+		Long: `Measures events/s draining backlogs (--events) from the outbox to Kafka with
+the relay (per-key order on) in several configurations, beside the loop a team
+writes by hand over a lean table that keeps no order and no retry state:
+SELECT … ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED, a Sarama SyncProducer,
+then DELETE of the rows sent. Every configuration drains the same backlogs
+from a schema of its own, --rounds times, taking turns; each figure is the
+median. With --history N the relay also drains the first backlog beside a
+history of N published events. Then the scaling run: a backlog drained with 1,
+2 and 4 relays through a proxy adding --scale-delay to every packet each way
+(a negative delay skips it). Then enqueue-to-arrival latency at each of
+--latency-rates events/s, one event per transaction, the relay's defaults
+beside sending the same events straight to Kafka, --rounds phases of
+--latency-duration each.
 
 It creates and drops schemas named bench_* in the database of --database-url,
 and topics named courier.bench.* on the broker. Without --brokers it starts an
 in-process Kafka-protocol broker (kfake).`,
 		Example: `  courier bench relay --quick
   courier bench relay --rounds 5 --output markdown
+  courier bench relay --events 50000 --history 10000000 --scale-delay -1ms --latency-rates 1000
   courier bench relay --database-url postgres://app@db:5432/bench --brokers kafka-1:9092`,
 		Args: cobra.NoArgs,
 	}
@@ -136,14 +145,17 @@ func newBenchFlags(cmd *cobra.Command, relay, consume bool, defaultFormat string
 	fs.StringVarP(&f.format, "output", "o", envOr("COURIER_OUTPUT", defaultFormat), "output format: markdown, text or json (env COURIER_OUTPUT)")
 	fs.StringVar(&f.brokers, "brokers", envOr("COURIER_BROKERS", ""),
 		"Kafka bootstrap addresses, comma-separated (env COURIER_BROKERS); empty: an in-process broker")
-	fs.BoolVar(&f.quick, "quick", false, fmt.Sprintf("small sizes for the counts not given (--events %d, --latency-duration %v, --messages %d, --slow-messages %d): shows the tables, not figures",
-		quickEvents, quickLatencyDuration, quickMessages, quickSlowMessages))
+	fs.BoolVar(&f.quick, "quick", false, fmt.Sprintf("small sizes for the counts not given (--events %d, --scale-events %d, --latency-rates %v, --latency-duration %v, --messages %d, --slow-messages %d): shows the tables, not figures",
+		quickEvents, quickEvents, quickLatencyRates, quickLatencyDuration, quickMessages, quickSlowMessages))
 	f.count(fs, &f.rounds, "rounds", bench.DefaultRounds, 1, "backlogs each configuration drains or consumes, and latency phases, taking turns (5 for figures)")
 	if relay {
 		fs.StringVar(&f.databaseURL, "database-url", envOr("COURIER_DATABASE_URL", defaultDatabaseURL),
 			"PostgreSQL the relay benchmark makes its schemas in (env COURIER_DATABASE_URL)")
-		f.count(fs, &f.relayCfg.Events, "events", bench.DefaultEvents, quickEvents, "backlog of each relay drain")
-		f.count(fs, &f.relayCfg.LatencyRate, "latency-rate", bench.DefaultLatencyRate, bench.DefaultLatencyRate, "events/s the latency phases enqueue, one per transaction")
+		fs.IntSliceVar(&f.relayCfg.Backlogs, "events", bench.DefaultBacklogs, "backlogs each relay drain empties, comma-separated")
+		fs.IntVar(&f.relayCfg.History, "history", 0, "published events in the history of a further drain of the first backlog (0: none)")
+		f.count(fs, &f.relayCfg.ScaleEvents, "scale-events", bench.DefaultScaleEvents, quickEvents, "backlog of the scaling run")
+		fs.DurationVar(&f.relayCfg.ScaleDelay, "scale-delay", bench.DefaultScaleDelay, "delay the scaling run's proxy adds each way to PostgreSQL (negative: no scaling run)")
+		fs.IntSliceVar(&f.relayCfg.LatencyRates, "latency-rates", bench.DefaultLatencyRates, "events/s of the latency phases, one per transaction, comma-separated")
 		fs.DurationVar(&f.relayCfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "how long each latency phase enqueues")
 	}
 	if consume {
@@ -229,13 +241,36 @@ func (f *benchFlags) validate(fs *pflag.FlagSet) error {
 				*c.value = c.quick
 			}
 		}
-		if f.relay && !fs.Changed("latency-duration") {
-			f.relayCfg.LatencyDuration = quickLatencyDuration
+		if f.relay {
+			if !fs.Changed("latency-duration") {
+				f.relayCfg.LatencyDuration = quickLatencyDuration
+			}
+			if !fs.Changed("events") {
+				f.relayCfg.Backlogs = []int{quickEvents}
+			}
+			if !fs.Changed("latency-rates") {
+				f.relayCfg.LatencyRates = quickLatencyRates
+			}
 		}
 	}
 	for _, c := range f.counts {
 		if *c.value < 1 {
 			return usageError{fmt.Errorf("--%s %d: use 1 or more", c.name, *c.value)}
+		}
+	}
+	if f.relay {
+		for _, list := range []struct {
+			flag   string
+			values []int
+		}{{"--events", f.relayCfg.Backlogs}, {"--latency-rates", f.relayCfg.LatencyRates}} {
+			for _, n := range list.values {
+				if n < 1 {
+					return usageError{fmt.Errorf("%s %d: use 1 or more", list.flag, n)}
+				}
+			}
+		}
+		if f.relayCfg.History < 0 {
+			return usageError{fmt.Errorf("--history %d: use 0 or more", f.relayCfg.History)}
 		}
 	}
 	if f.relay && f.relayCfg.LatencyDuration <= 0 {

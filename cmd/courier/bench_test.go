@@ -56,13 +56,13 @@ func TestBenchConsumeRefusesBadCounts(t *testing.T) {
 
 // TestBenchReport runs `courier bench` on tiny backlogs, one round, on the
 // in-process broker: one Markdown report with the machine's core count,
-// the services and the command in its header, and three tables whose every
+// the services and the command in its header, and tables whose every
 // row holds a figure, its baseline's and the ratio. It checks the shape of
 // the report, never a figure.
 func TestBenchReport(t *testing.T) {
 	t.Parallel()
 	pg := testkit.Postgres(t) // skips (or fails under CI) with a hint when PostgreSQL is down
-	code, out, errOut := courier(t, "bench", "--quick", "--events", "300", "--latency-duration", "200ms",
+	code, out, errOut := courier(t, "bench", "--quick", "--events", "300", "--scale-events", "300", "--latency-duration", "200ms",
 		"--messages", "2000", "--slow-messages", "120", "--database-url", pg.URL, "--redis-url", testkit.RedisURL())
 	if code != exitOK {
 		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
@@ -85,16 +85,16 @@ func TestBenchReport(t *testing.T) {
 	}
 	tables := markdownTables(out)
 	want := map[string][]string{
-		"Relay throughput": {bench.PlainLoop, "plain-skip-locked-loop/workers=1",
-			"relay/relays=1/workers=1/batch=1000", "relay/relays=1/workers=1/batch=500",
-			"relay/relays=1/workers=2/batch=1000", "relay/relays=1/workers=2/batch=500",
-			"relay/relays=1/workers=4/batch=1000", "relay/relays=2/workers=2/batch=1000"},
+		"Relay throughput": {bench.PlainLoop + "/events=300", "plain-skip-locked-loop/workers=1/events=300",
+			bench.RelayDefaults + "/events=300", "relay/workers=1/events=300", "relay/workers=4/events=300", "relay/relays=2/events=300"},
+		"Relay scaling": {"relay/defaults/relays=1/workers=1", "relay/defaults/relays=2/workers=1", "relay/defaults/relays=4/workers=1",
+			"relay/defaults/relays=1/workers=2", "relay/defaults/relays=1/workers=4"},
 		"Relay latency": bench.LatencyConfigurations(),
 		"Consumer": {bench.Raw, "runner/no-failures", "runner/1%-permanent", bench.RetryTiers, bench.DedupeMemory, bench.DedupeRedis,
 			"runner/handler=5ms/workers=1", "runner/handler=5ms/workers=16"},
 	}
-	baselineColumn := map[string]int{"Relay throughput": 2, "Relay latency": 5, "Consumer": 2}
-	ratioColumn := map[string]int{"Relay throughput": 4, "Relay latency": 6, "Consumer": 4}
+	baselineColumn := map[string]int{"Relay throughput": 2, "Relay scaling": 2, "Relay latency": 6, "Consumer": 2}
+	ratioColumn := map[string]int{"Relay throughput": 4, "Relay scaling": 4, "Relay latency": 7, "Consumer": 4}
 	for section, names := range want {
 		rows := tables[section]
 		if len(rows) != len(names) {

@@ -17,22 +17,27 @@ import (
 	"github.com/courierkit/courier/producer"
 )
 
-// latencyConfig is a relay configuration whose latency LatencyRun measures.
+// latencyConfig is a configuration whose latency LatencyRun measures: a
+// relay's, or none for DirectProduce.
 type latencyConfig struct {
 	name  string
 	label string // in schema and topic names
-	relay producer.RelayConfig
+	relay *producer.RelayConfig
 }
 
 // latencyConfigs are the latency configurations, in the order Relay runs
 // them.
 var latencyConfigs = []latencyConfig{
-	{name: LatencyNotify, label: "notify", relay: producer.RelayConfig{}},
-	{name: LatencyPollOnly, label: "poll", relay: producer.RelayConfig{PollOnly: true, PollInterval: 100 * time.Millisecond}},
+	{name: RelayDefaults, label: "relay", relay: &producer.RelayConfig{}},
+	{name: DirectProduce, label: "direct"},
 }
 
+// latencyHistory is how many published events a latency run's outbox
+// holds from the start, as one in service does.
+const latencyHistory = 20_000
+
 // LatencyConfigurations names the configurations NewLatencyRun measures:
-// LatencyNotify, then its baseline LatencyPollOnly.
+// RelayDefaults, then its baseline DirectProduce.
 func LatencyConfigurations() []string {
 	names := make([]string, len(latencyConfigs))
 	for i, c := range latencyConfigs {
@@ -41,25 +46,33 @@ func LatencyConfigurations() []string {
 	return names
 }
 
-// LatencyRun measures enqueue-to-arrival latency through one relay
-// configuration, one paced phase at a time, for a caller that counts the
+// enqueuersFor is how many goroutines enqueue at rate events/s, one event
+// per transaction each: enough that commits waiting for the disk do not
+// hold the pace back.
+func enqueuersFor(rate int) int { return min(max(rate/100, 16), 64) }
+
+// LatencyRun measures enqueue-to-arrival latency through one configuration
+// at one rate, one paced phase at a time, for a caller that counts the
 // phases itself (a benchmark's b.Loop); Relay runs RelayConfig.Rounds
-// phases of each configuration.
+// phases of each configuration and rate.
 //
-// One relay runs with Run while 16 goroutines enqueue one event per
-// transaction at RelayConfig.LatencyRate events/s for
-// RelayConfig.LatencyDuration, and a Sarama consumer reads the topic. An
-// event's latency is the time it arrived at the consumer minus the time its
-// enqueue returned (its commit). LatencyNotify keeps the default
-// PollInterval of 1s, so latencies well under 1s come from NOTIFY;
-// LatencyPollOnly polls every 100ms, for contrast. The table starts as one
-// in service does: RelayConfig.Events events already published and planner
-// statistics gathered while nothing waited.
+// Goroutines (enqueuersFor the rate) send one event each at a time, paced
+// at rate events/s for RelayConfig.LatencyDuration, and a Sarama consumer
+// reads the topic. With RelayDefaults an event is enqueued in a
+// transaction of its own and a relay with the default configuration runs
+// (no NOTIFY: it finds new events by probing the outbox's sequence), and
+// an event's latency is the time it arrived at the consumer minus the time
+// its enqueue returned (its commit). With DirectProduce each event is sent
+// to Kafka by a Sarama SyncProducer instead, and its latency counts from
+// the send. The outbox starts as one in service does: 20,000 events already
+// published.
 type LatencyRun struct {
 	cfg     RelayConfig
+	rate    int
 	svc     *relayServices
 	table   *outboxTable
-	enqueue *pgxpool.Pool // enqueuers connections
+	enqueue *pgxpool.Pool       // one connection per enqueuer
+	direct  sarama.SyncProducer // DirectProduce's
 	arrived *arrivals
 	stop    func() error // stops the relay and returns what Run returned
 
@@ -69,46 +82,74 @@ type LatencyRun struct {
 	name      string
 }
 
-// NewLatencyRun validates cfg, applies its defaults, and starts the relay
-// of the latency configuration name (see LatencyConfigurations) on a table
-// of its own, with a consumer of its topic, and warms them up. Close stops
-// and drops them.
-func NewLatencyRun(ctx context.Context, cfg RelayConfig, name string) (*LatencyRun, error) {
+// NewLatencyRun validates cfg, applies its defaults, and starts the
+// latency configuration name (see LatencyConfigurations) at rate events/s
+// on a table and topic of its own, with a consumer of its topic, and warms
+// them up. Close stops and drops them.
+func NewLatencyRun(ctx context.Context, cfg RelayConfig, name string, rate int) (*LatencyRun, error) {
 	i := slices.IndexFunc(latencyConfigs, func(c latencyConfig) bool { return c.name == name })
 	if i < 0 {
 		return nil, fmt.Errorf("bench: no latency configuration %q; use one of %q", name, LatencyConfigurations())
+	}
+	if rate < 1 {
+		return nil, fmt.Errorf("bench: a latency rate of %d events/s; use 1 or more", rate)
 	}
 	lc := latencyConfigs[i]
 	svc, err := openRelayServices(ctx, cfg, lc.label)
 	if err != nil {
 		return nil, err
 	}
-	run := &LatencyRun{cfg: svc.cfg, svc: svc, name: name}
+	run := &LatencyRun{cfg: svc.cfg, rate: rate, svc: svc, name: name}
 	if err := run.start(ctx, lc.relay); err != nil {
 		return nil, errors.Join(fmt.Errorf("%s: %w", name, err), run.Close())
 	}
 	return run, nil
 }
 
-// start makes the table, starts the consumer and the relay, and sends
-// warm-up events through them: connections, metadata, the consumer's first
-// fetch.
-func (r *LatencyRun) start(ctx context.Context, rc producer.RelayConfig) error {
+// start makes the table, starts the consumer and the relay (or the
+// producer), and sends warm-up events through them: connections,
+// metadata, the consumer's first fetch.
+func (r *LatencyRun) start(ctx context.Context, rc *producer.RelayConfig) error {
 	var err error
 	if r.table, err = r.svc.table(ctx); err != nil {
-		return err
-	}
-	if err := r.table.history(ctx, r.cfg.Events); err != nil {
-		return err
-	}
-	if r.enqueue, err = r.svc.pool(ctx, r.table.schema, enqueuers); err != nil {
 		return err
 	}
 	if r.arrived, err = consumeArrivals(r.cfg, r.table.topic); err != nil {
 		return err
 	}
 	r.svc.closers = append(r.svc.closers, func() error { r.arrived.stop(); return nil })
+	if rc == nil {
+		if r.direct, err = sarama.NewSyncProducer(r.cfg.Brokers, producer.NewSaramaConfig()); err != nil {
+			return err
+		}
+		r.svc.closers = append(r.svc.closers, r.direct.Close)
+	} else if err := r.startRelay(ctx, *rc); err != nil {
+		return err
+	}
+	warm := make([]uuid.UUID, warmUpEvents)
+	for i := range warm {
+		warm[i] = uuid.Must(uuid.NewV7())
+		if _, err := r.send(ctx, i, warm[i]); err != nil {
+			return err
+		}
+	}
+	if _, missing, err := r.arrived.collect(ctx, warm, 30*time.Second); err != nil {
+		return err
+	} else if missing > 0 {
+		return fmt.Errorf("%d of %d warm-up events had not arrived after 30s: is the relay publishing?", missing, len(warm))
+	}
+	return nil
+}
 
+// startRelay gives the outbox its history and starts a relay on it.
+func (r *LatencyRun) startRelay(ctx context.Context, rc producer.RelayConfig) error {
+	if err := r.table.keepHistory(ctx, latencyHistory); err != nil {
+		return err
+	}
+	var err error
+	if r.enqueue, err = r.svc.pool(ctx, r.table.schema, int32(enqueuersFor(r.rate))); err != nil {
+		return err
+	}
 	rc.Schema, rc.Brokers, rc.Logger = r.table.schema, r.cfg.Brokers, r.cfg.Logger
 	relay, err := producer.NewRelay(r.table.pool, rc)
 	if err != nil {
@@ -124,56 +165,56 @@ func (r *LatencyRun) start(ctx context.Context, rc producer.RelayConfig) error {
 		}
 		return nil
 	}
-
-	warm := make([]uuid.UUID, 0, warmUpEvents)
-	for i := range warmUpEvents {
-		res, err := r.table.out.Enqueue(ctx, r.enqueue, orderEvent(r.table.topic, i, fmt.Sprintf("warm-%d", i)))
-		if err != nil {
-			return err
-		}
-		warm = append(warm, res.ID)
-	}
-	if _, missing, err := r.arrived.collect(ctx, warm, 30*time.Second); err != nil {
-		return err
-	} else if missing > 0 {
-		return fmt.Errorf("%d of %d warm-up events had not arrived after 30s: is the relay publishing?", missing, len(warm))
-	}
 	return nil
 }
 
-// Phase enqueues LatencyRate·LatencyDuration events, one per transaction,
-// paced on a 1ms ticker (several per tick when ticks run late), and waits
-// up to 20s for all of them at the consumer. An event that never arrives
-// counts as that wait.
+// send enqueues (or, for DirectProduce, produces) the i-th event with id,
+// and returns when its way to the consumer started: when the enqueue
+// committed, or when the send began.
+func (r *LatencyRun) send(ctx context.Context, i int, id uuid.UUID) (time.Time, error) {
+	ev := orderEvent(r.table.topic, i, fmt.Sprintf("order-%d", rand.IntN(keys)))
+	ev.ID = id
+	if r.direct == nil {
+		_, err := r.table.out.Enqueue(ctx, r.enqueue, ev)
+		return time.Now(), err
+	}
+	start := time.Now()
+	_, _, err := r.direct.SendMessage(&sarama.ProducerMessage{Topic: ev.Topic, Key: sarama.StringEncoder(ev.Key),
+		Value: sarama.ByteEncoder(ev.Payload), Headers: cloudEventHeaders(id, ev.Type, "application/json", start)})
+	return start, err
+}
+
+// Phase sends rate·LatencyDuration events, paced on a 1ms ticker (several
+// per tick when ticks run late), and waits up to 20s for all of them at the
+// consumer. An event that never arrives counts as that wait.
 func (r *LatencyRun) Phase(ctx context.Context) error {
-	n := max(1, int(float64(r.cfg.LatencyRate)*r.cfg.LatencyDuration.Seconds()))
+	n := max(1, int(float64(r.rate)*r.cfg.LatencyDuration.Seconds()))
 	ids := make([]uuid.UUID, n)
 	for i := range ids {
 		ids[i] = uuid.Must(uuid.NewV7())
 	}
-	committed := make([]time.Time, n)
-	errs := make([]error, enqueuers)
+	sent := make([]time.Time, n)
+	workers := enqueuersFor(r.rate)
+	errs := make([]error, workers)
 	jobs := make(chan int, n)
 	var wg sync.WaitGroup
-	for w := range enqueuers {
+	for w := range workers {
 		wg.Go(func() {
 			for i := range jobs {
-				ev := orderEvent(r.table.topic, i, fmt.Sprintf("order-%d", rand.IntN(keys)))
-				ev.ID = ids[i]
-				if _, err := r.table.out.Enqueue(ctx, r.enqueue, ev); err != nil && errs[w] == nil {
+				var err error
+				if sent[i], err = r.send(ctx, i, ids[i]); err != nil && errs[w] == nil {
 					errs[w] = err
 				}
-				committed[i] = time.Now()
 			}
 		})
 	}
-	interval := time.Second / time.Duration(r.cfg.LatencyRate)
+	interval := time.Second / time.Duration(r.rate)
 	ticker := time.NewTicker(time.Millisecond)
 	start := time.Now()
-	for sent := 0; sent < n && ctx.Err() == nil; {
+	for queued := 0; queued < n && ctx.Err() == nil; {
 		due := min(n, int(time.Since(start)/interval)+1)
-		for ; sent < due; sent++ {
-			jobs <- sent
+		for ; queued < due; queued++ {
+			jobs <- queued
 		}
 		select {
 		case <-ticker.C:
@@ -186,7 +227,7 @@ func (r *LatencyRun) Phase(ctx context.Context) error {
 	if err := errors.Join(append(errs, ctx.Err())...); err != nil {
 		return err
 	}
-	rate := float64(n) / slices.MaxFunc(committed, time.Time.Compare).Sub(start).Seconds()
+	rate := float64(n) / slices.MaxFunc(sent, time.Time.Compare).Sub(start).Seconds()
 	arrived, missing, err := r.arrived.collect(ctx, ids, arrivalWait)
 	if err != nil {
 		return err
@@ -196,7 +237,7 @@ func (r *LatencyRun) Phase(ctx context.Context) error {
 		if arrived[i].IsZero() {
 			arrived[i] = gaveUp
 		}
-		r.latencies = append(r.latencies, arrived[i].Sub(committed[i]))
+		r.latencies = append(r.latencies, arrived[i].Sub(sent[i]))
 	}
 	r.rates = append(r.rates, rate)
 	r.unarrived += missing
@@ -206,7 +247,7 @@ func (r *LatencyRun) Phase(ctx context.Context) error {
 // Result is the figures of the phases so far; the zero result, but for
 // its name, before the first.
 func (r *LatencyRun) Result() LatencyResult {
-	res := LatencyResult{Name: r.name, Phases: len(r.rates), Events: len(r.latencies), Unarrived: r.unarrived}
+	res := LatencyResult{Name: r.name, Rate: r.rate, Phases: len(r.rates), Events: len(r.latencies), Unarrived: r.unarrived}
 	if len(r.latencies) == 0 {
 		return res
 	}
@@ -218,9 +259,9 @@ func (r *LatencyRun) Result() LatencyResult {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d events had not arrived %v after the last enqueue of their phase: the relay fell behind; their latencies count as that wait, so the figures are lower bounds",
 			r.unarrived, arrivalWait))
 	}
-	if res.EnqueueRate < 0.95*float64(r.cfg.LatencyRate) {
-		res.Notes = append(res.Notes, fmt.Sprintf("enqueued only %.0f events/s of the %d asked for: PostgreSQL or the CPU is saturated (is something else running?), so the latencies are not at that rate",
-			res.EnqueueRate, r.cfg.LatencyRate))
+	if res.EnqueueRate < 0.95*float64(r.rate) {
+		res.Notes = append(res.Notes, fmt.Sprintf("sent only %.0f events/s of the %d asked for: PostgreSQL or the CPU is saturated (is something else running?), so the latencies are not at that rate",
+			res.EnqueueRate, r.rate))
 	}
 	return res
 }

@@ -6,49 +6,49 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math/rand/v2"
 	"regexp"
+	"slices"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
-
-	"github.com/courierkit/courier/migrations"
-	"github.com/courierkit/courier/producer"
 )
 
 // Defaults of RelayConfig.
 const (
-	DefaultEvents          = 20_000
-	DefaultLatencyRate     = 1_000
 	DefaultLatencyDuration = 5 * time.Second
+	DefaultScaleEvents     = 50_000
+	DefaultScaleDelay      = time.Millisecond
+)
+
+// DefaultBacklogs are the backlogs each throughput configuration drains,
+// and DefaultLatencyRates the rates of the latency phases, unless the
+// config names others.
+var (
+	DefaultBacklogs     = []int{50_000, 200_000}
+	DefaultLatencyRates = []int{1_000, 5_000}
 )
 
 // Names of the relay measurements' baselines.
 const (
-	// PlainLoop names the baseline of the relay's throughput: two workers
-	// repeating SELECT … ORDER BY seq LIMIT 1000 FOR UPDATE SKIP LOCKED,
-	// a Sarama SyncProducer's SendMessages and an UPDATE, with no per-key
-	// order.
+	// PlainLoop names the baseline of the relay's throughput: what a team
+	// writes by hand over a lean table (a primary key and the event, no
+	// order kept, no retry state): two workers repeating SELECT … ORDER BY
+	// id LIMIT 1000 FOR UPDATE SKIP LOCKED, a Sarama SyncProducer's
+	// SendMessages and DELETE of the rows sent.
 	PlainLoop = "plain-skip-locked-loop/workers=2"
-	// LatencyNotify names the latency configuration with the relay's
-	// defaults: NOTIFY on, polling every second.
-	LatencyNotify = "notify/poll-interval=1s"
-	// LatencyPollOnly names the baseline of the relay's latency: no
-	// NOTIFY, polling every 100ms.
-	LatencyPollOnly = "poll-only/poll-interval=100ms"
+	// RelayDefaults names the relay with its default configuration: the
+	// baseline of the drain beside a long history, and of the scaling run.
+	RelayDefaults = "relay/defaults"
+	// DirectProduce names the baseline of the relay's latency: the same
+	// events sent straight to Kafka with a Sarama SyncProducer, at the same
+	// pace: what the outbox adds to an event's way.
+	DirectProduce = "direct-produce"
 )
 
 const (
-	seedBatch    = 1_000            // events per EnqueueBatch while seeding
 	plainLimit   = 1_000            // LIMIT of the plain loop's SELECT
-	enqueuers    = 16               // goroutines enqueueing one event per transaction in a latency phase
 	arrivalWait  = 20 * time.Second // for a phase's last events, after its last enqueue
 	warmUpEvents = 20               // sent through a latency run's relay before it is measured
 	maxNameLen   = 40               // of RelayConfig.Name, leaving room for a schema's suffix
@@ -72,19 +72,31 @@ type RelayConfig struct {
 	// latency runs' consumer. Defaults to sarama.NewConfig() with acks from
 	// all in-sync replicas.
 	Sarama func() *sarama.Config
-	// Events is the backlog each throughput drain empties, and the
-	// published history a latency run's table starts with. Defaults to
-	// 20,000.
-	Events int
+	// Backlogs are the backlogs each throughput configuration drains, in
+	// events. Defaults to 50,000 and 200,000 (DefaultBacklogs).
+	Backlogs []int
+	// History is how many published events the history of RelayDefaults'
+	// second table holds while it drains the first backlog, beside the
+	// same drain with an empty history. 0: no such drain. Defaults to 0.
+	History int
 	// Rounds is how many backlogs each throughput configuration drains and
 	// how many paced phases each latency configuration runs. Defaults to
 	// 1; use 5 for figures.
 	Rounds int
-	// LatencyRate is how many events per second a latency phase enqueues,
-	// one per transaction. Defaults to 1,000.
-	LatencyRate int
+	// LatencyRates are the rates of the latency phases, in events per
+	// second, each enqueued one per transaction. Defaults to 1,000 and
+	// 5,000 (DefaultLatencyRates).
+	LatencyRates []int
 	// LatencyDuration is how long a latency phase enqueues. Defaults to 5s.
 	LatencyDuration time.Duration
+	// ScaleEvents is the backlog of the scaling run, which drains it
+	// through a proxy adding ScaleDelay each way with 1, 2 and 4 relays,
+	// and 1 relay of 2 and 4 workers. Defaults to 50,000.
+	ScaleEvents int
+	// ScaleDelay is what the scaling run's proxy adds to every packet
+	// between the relays and PostgreSQL, each way, as a database on
+	// another host would. Negative: no scaling run. Defaults to 1ms.
+	ScaleDelay time.Duration
 	// Logger receives the relays' logs. Defaults to a logger that formats
 	// warnings and discards them, as a service would pay for them.
 	Logger *slog.Logger
@@ -105,15 +117,31 @@ func (c *RelayConfig) setDefaults() error {
 		return errors.New("bench: no Kafka brokers given")
 	case c.LatencyDuration < 0:
 		return fmt.Errorf("bench: a negative latency phase (%v); use a positive one, or 0 for the default of %v", c.LatencyDuration, DefaultLatencyDuration)
+	case c.History < 0:
+		return fmt.Errorf("bench: a negative history (%d); use 0 for none", c.History)
 	}
 	if c.Sarama == nil {
 		c.Sarama = defaultSarama
 	}
-	if err := applyCounts(count{&c.Events, DefaultEvents}, count{&c.Rounds, DefaultRounds}, count{&c.LatencyRate, DefaultLatencyRate}); err != nil {
+	if len(c.Backlogs) == 0 {
+		c.Backlogs = DefaultBacklogs
+	}
+	if len(c.LatencyRates) == 0 {
+		c.LatencyRates = DefaultLatencyRates
+	}
+	for _, n := range append(slices.Clone(c.Backlogs), c.LatencyRates...) {
+		if n < 1 {
+			return fmt.Errorf("bench: a backlog or rate of %d; use 1 or more", n)
+		}
+	}
+	if err := applyCounts(count{&c.Rounds, DefaultRounds}, count{&c.ScaleEvents, DefaultScaleEvents}); err != nil {
 		return err
 	}
 	if c.LatencyDuration == 0 {
 		c.LatencyDuration = DefaultLatencyDuration
+	}
+	if c.ScaleDelay == 0 {
+		c.ScaleDelay = DefaultScaleDelay
 	}
 	if c.Logger == nil {
 		c.Logger = defaultLogger()
@@ -131,28 +159,39 @@ func (c *RelayConfig) setDefaults() error {
 type RelayReport struct {
 	// PostgreSQL is the server's version.
 	PostgreSQL string `json:"postgresql"`
-	// Events is the backlog of each drain.
-	Events int `json:"events"`
+	// Backlogs are the drains' backlogs; History the published events of
+	// the history drain's table (0: none ran).
+	Backlogs []int `json:"backlogs"`
+	History  int   `json:"history,omitempty"`
 	// Rounds is how many backlogs each throughput configuration drained.
 	Rounds int `json:"rounds"`
-	// LatencyRate and LatencyDuration are the pace and length of a
-	// latency phase.
-	LatencyRate     int           `json:"latency_rate"`
+	// LatencyRates and LatencyDuration are the paces and length of the
+	// latency phases.
+	LatencyRates    []int         `json:"latency_rates"`
 	LatencyDuration time.Duration `json:"latency_phase_ns"`
-	// Throughput has a result per drain configuration, the baseline first.
+	// Throughput has a result per drain configuration and backlog.
 	Throughput []ThroughputResult `json:"throughput"`
-	// Latency has a result per latency configuration.
+	// Scale has a result per scaling configuration, the one relay first;
+	// ScaleEvents and ScaleDelay are its backlog and the proxy's delay.
+	Scale       []ThroughputResult `json:"scale,omitempty"`
+	ScaleEvents int                `json:"scale_events,omitempty"`
+	ScaleDelay  time.Duration      `json:"scale_delay_ns,omitempty"`
+	// Latency has a result per latency configuration and rate.
 	Latency []LatencyResult `json:"latency"`
 }
 
 // ThroughputResult is one drain configuration's figure.
 type ThroughputResult struct {
 	Name string `json:"name"`
+	// Events is the backlog of each drain.
+	Events int `json:"events"`
 	// Rate is events per second over the median drain time.
 	Rate float64 `json:"events_per_s"`
 	// Baseline names the configuration Ratio compares with.
 	Baseline string  `json:"baseline"`
 	Ratio    float64 `json:"ratio"`
+	// Target is the ratio the goal asks for; 0 when it asks none.
+	Target float64 `json:"target,omitempty"`
 	// ClaimsPerDrain is how many claim queries the relays made per drain;
 	// 0 for the plain loop.
 	ClaimsPerDrain float64 `json:"claims_per_drain,omitempty"`
@@ -161,6 +200,8 @@ type ThroughputResult struct {
 // LatencyResult is one latency configuration's figures, over every phase.
 type LatencyResult struct {
 	Name string `json:"name"`
+	// Rate is the pace asked for, in events per second.
+	Rate int `json:"rate"`
 	// Phases is how many paced phases ran; Events is how many events they
 	// measured.
 	Phases int `json:"phases"`
@@ -187,12 +228,15 @@ type LatencyResult struct {
 func (r RelayReport) WriteText(w io.Writer) error {
 	var b strings.Builder
 	if len(r.Throughput) > 0 {
-		fmt.Fprintf(&b, "events/s draining %d events over %d keys, %d drains each, taking turns, same PostgreSQL and broker:\n",
-			r.Events, keys, r.Rounds)
-		writeRateLines(&b, r.throughputRows())
+		fmt.Fprintf(&b, "events/s draining backlogs over %d keys, %d drains each, taking turns, same PostgreSQL and broker:\n", keys, r.Rounds)
+		writeRateLines(&b, throughputRows(r.Throughput))
+	}
+	if len(r.Scale) > 0 {
+		fmt.Fprintf(&b, "events/s draining %d events through a proxy adding %v each way to PostgreSQL:\n", r.ScaleEvents, r.ScaleDelay)
+		writeRateLines(&b, throughputRows(r.Scale))
 	}
 	if len(r.Latency) > 0 {
-		fmt.Fprintf(&b, "enqueue-to-arrival latency at %d events/s, one per transaction, %v phases:\n", r.LatencyRate, r.LatencyDuration)
+		fmt.Fprintf(&b, "enqueue-to-arrival latency, one event per transaction, %v phases:\n", r.LatencyDuration)
 		for _, res := range r.Latency {
 			fmt.Fprintf(&b, "  %-36s p50 %7.1fms  p99 %7.1fms  max %7.1fms  %d phases, %.0f enqueued/s", res.Name, res.P50, res.P99, res.Max, res.Phases, res.EnqueueRate)
 			if res.Baseline != "" {
@@ -208,30 +252,39 @@ func (r RelayReport) WriteText(w io.Writer) error {
 	return err
 }
 
-// throughputRows are the throughput results as the tables show them, with
-// the relays' claims.
-func (r RelayReport) throughputRows() []rateRow {
-	rows := make([]rateRow, len(r.Throughput))
-	for i, res := range r.Throughput {
+// throughputRows are throughput results as the tables show them, with the
+// relays' claims and the targets.
+func throughputRows(results []ThroughputResult) []rateRow {
+	rows := make([]rateRow, len(results))
+	for i, res := range results {
 		rows[i] = rateRow{name: res.Name, rate: res.Rate, baseline: res.Baseline, ratio: res.Ratio}
+		if res.Target > 0 {
+			verdict := "met"
+			if res.Ratio < res.Target {
+				verdict = "**not met**"
+			}
+			rows[i].note = fmt.Sprintf("target %.2fx", res.Target)
+			rows[i].cell = fmt.Sprintf("%s (%s)", ratio(res.Target), verdict)
+		}
 		if res.ClaimsPerDrain > 0 {
-			rows[i].note = fmt.Sprintf("%.1f claims per drain", res.ClaimsPerDrain)
-			rows[i].cell = fmt.Sprintf("%.1f", res.ClaimsPerDrain)
+			rows[i].note = strings.TrimSpace(rows[i].note + fmt.Sprintf(" %.1f claims per drain", res.ClaimsPerDrain))
 		}
 	}
 	return rows
 }
 
-// Relay measures the relay beside a baseline, in one run on one
+// Relay measures the relay beside its baselines, in one run on one
 // PostgreSQL and one broker: the figures `courier bench relay` prints and
-// BenchmarkRelayThroughput and BenchmarkRelayLatency measure.
+// the producer package's benchmarks measure.
 //
-// Throughput (ThroughputRun): a backlog of Events events (200-byte JSON,
+// Throughput (ThroughputRun): each backlog of Backlogs (200-byte JSON,
 // 1,000 keys, 12 partitions) drained with the relay, per-key order on, in
-// several configurations, and with the baseline, a plain SKIP LOCKED loop
-// that keeps no order. Latency (LatencyRun): enqueue to arrival at a
-// consumer at LatencyRate events/s, with NOTIFY beside polling every 100ms
-// (the baseline), Rounds phases each.
+// several configurations, beside the plain SKIP LOCKED loop over a lean
+// table; with History, RelayDefaults also drains beside a history of that
+// many published events. Scaling (ScaleRun): a backlog drained through a
+// proxy that delays every packet, with 1, 2 and 4 relays. Latency
+// (LatencyRun): enqueue to arrival at a consumer at each of LatencyRates,
+// with the relay's defaults beside DirectProduce.
 //
 // It returns the report, or the first error.
 func Relay(ctx context.Context, cfg RelayConfig) (RelayReport, error) {
@@ -243,7 +296,7 @@ func Relay(ctx context.Context, cfg RelayConfig) (RelayReport, error) {
 		return RelayReport{}, err
 	}
 	for i := range cfg.Rounds {
-		progress(cfg.Progress, "relay throughput: round %d of %d, %d configurations draining %d events each", i+1, cfg.Rounds, len(run.drains), cfg.Events)
+		progress(cfg.Progress, "relay throughput: round %d of %d, %d configurations draining %v events each", i+1, cfg.Rounds, len(run.drains), cfg.Backlogs)
 		if err = run.Round(ctx); err != nil {
 			break
 		}
@@ -252,32 +305,50 @@ func Relay(ctx context.Context, cfg RelayConfig) (RelayReport, error) {
 		return RelayReport{}, err
 	}
 	report := run.Report()
-	for _, name := range LatencyConfigurations() {
-		res, err := latency(ctx, cfg, name)
-		if err != nil {
+	if cfg.ScaleDelay > 0 {
+		if report.Scale, err = scale(ctx, cfg); err != nil {
 			return RelayReport{}, err
 		}
-		report.Latency = append(report.Latency, res)
+		report.ScaleEvents, report.ScaleDelay = cfg.ScaleEvents, cfg.ScaleDelay
 	}
-	for i, res := range report.Latency {
-		for _, base := range report.Latency {
-			if base.Name == LatencyPollOnly && base.P50 > 0 && base.P99 > 0 {
-				report.Latency[i].Baseline, report.Latency[i].P50Ratio, report.Latency[i].P99Ratio = base.Name, res.P50/base.P50, res.P99/base.P99
+	for _, rate := range cfg.LatencyRates {
+		var pair []LatencyResult
+		for _, name := range LatencyConfigurations() {
+			res, err := latency(ctx, cfg, name, rate)
+			if err != nil {
+				return RelayReport{}, err
 			}
+			pair = append(pair, res)
 		}
+		report.Latency = append(report.Latency, withLatencyBaseline(pair)...)
 	}
 	return report, nil
 }
 
-// latency runs cfg.Rounds phases of the latency configuration name.
-func latency(ctx context.Context, cfg RelayConfig, name string) (LatencyResult, error) {
-	progress(cfg.Progress, "relay latency %s: warming up", name)
-	run, err := NewLatencyRun(ctx, cfg, name)
+// withLatencyBaseline sets each result's ratios to DirectProduce's, when it
+// is among them.
+func withLatencyBaseline(results []LatencyResult) []LatencyResult {
+	for _, base := range results {
+		if base.Name != DirectProduce || base.P50 <= 0 || base.P99 <= 0 {
+			continue
+		}
+		for i, res := range results {
+			results[i].Baseline, results[i].P50Ratio, results[i].P99Ratio = base.Name, res.P50/base.P50, res.P99/base.P99
+		}
+	}
+	return results
+}
+
+// latency runs cfg.Rounds phases of the latency configuration name at rate
+// events/s.
+func latency(ctx context.Context, cfg RelayConfig, name string, rate int) (LatencyResult, error) {
+	progress(cfg.Progress, "relay latency %s at %d/s: warming up", name, rate)
+	run, err := NewLatencyRun(ctx, cfg, name, rate)
 	if err != nil {
 		return LatencyResult{}, err
 	}
 	for i := range cfg.Rounds {
-		progress(cfg.Progress, "relay latency %s: phase %d of %d, %d events/s for %v", name, i+1, cfg.Rounds, cfg.LatencyRate, cfg.LatencyDuration)
+		progress(cfg.Progress, "relay latency %s: phase %d of %d, %d events/s for %v", name, i+1, cfg.Rounds, rate, cfg.LatencyDuration)
 		if err = run.Phase(ctx); err != nil {
 			break
 		}
@@ -385,431 +456,83 @@ func (s *relayServices) close() error {
 	return errors.Join(errs...)
 }
 
-// outboxTable is one configuration's own migrated outbox table and topic.
-type outboxTable struct {
-	schema       string
-	pool         *pgxpool.Pool // 8 connections, search_path set to schema
-	out          *producer.Outbox
-	topic        string
-	topicCreated bool
-}
+func (r RelayReport) writeMarkdown(b *strings.Builder) {
+	if len(r.Throughput) > 0 {
+		history := ""
+		if r.History > 0 {
+			history = fmt.Sprintf(" The `%s/history=…` rows drain the first backlog from an outbox whose history "+
+				"already holds %s published events, beside the same drain with an empty history.", RelayDefaults, thousands(float64(r.History)))
+		}
+		fmt.Fprintf(b, `
+## Relay throughput
 
-// table creates a schema holding a migrated outbox table, and a topic of
-// 12 partitions.
-func (s *relayServices) table(ctx context.Context) (*outboxTable, error) {
-	t := &outboxTable{schema: fmt.Sprintf("%s_%s_%d", s.cfg.Name, s.kind, len(s.tables))}
-	t.topic = "courier.bench." + t.schema
-	s.tables = append(s.tables, t) // close drops whatever of it exists
-	if _, err := s.admin.Exec(ctx, "CREATE SCHEMA "+t.schema); err != nil {
-		return nil, fmt.Errorf("create schema %s: %w", t.schema, err)
-	}
-	m, err := migrations.New(migrations.Config{Schema: t.schema})
-	if err != nil {
-		return nil, err
-	}
-	if _, err := m.Up(ctx, s.admin); err != nil {
-		return nil, fmt.Errorf("migrate %s: %w", t.schema, err)
-	}
-	if t.out, err = producer.NewOutbox(producer.Config{Schema: t.schema}); err != nil {
-		return nil, err
-	}
-	if t.pool, err = s.pool(ctx, t.schema, 8); err != nil {
-		return nil, err
-	}
-	if err := s.kafka.CreateTopic(t.topic, &sarama.TopicDetail{NumPartitions: partitions, ReplicationFactor: 1}, false); err != nil {
-		return nil, fmt.Errorf("create topic %s: %w", t.topic, err)
-	}
-	t.topicCreated = true
-	return t, nil
-}
+Draining backlogs of %s events (%d-byte JSON, %s keys, %d partitions) from the outbox to
+Kafka: the relay, per-key order on, in several configurations, beside the baseline, the loop a
+team writes by hand over a lean table that keeps no order and no retry state (a primary key and
+the event): `+"`SELECT … ORDER BY id LIMIT %d FOR UPDATE SKIP LOCKED`"+`, a Sarama SyncProducer,
+then `+"`DELETE`"+` of the rows sent, on 2 workers. Each configuration has its own schema holding the
+same backlog; %s each, and a figure is the events over the median drain time.%s
 
-// seed empties the table, enqueues n events in batches and ANALYZEs it.
-// Keys come from a fixed-seed generator, so every configuration drains the
-// same backlog.
-func (t *outboxTable) seed(ctx context.Context, n int) error {
-	if _, err := t.pool.Exec(ctx, "TRUNCATE courier_outbox"); err != nil {
-		return err
+| configuration | events/s | baseline | baseline events/s | ratio | target |
+| --- | ---: | --- | ---: | ---: | --- |
+`, listOf(r.Backlogs), payloadSize, thousands(keys), partitions, plainLimit, plural(r.Rounds, "drain"), history)
+		writeRateTable(b, throughputRows(r.Throughput))
 	}
-	rng := rand.New(rand.NewPCG(13, 13))
-	events := make([]producer.Event, 0, seedBatch)
-	for i := range n {
-		events = append(events, orderEvent(t.topic, i, fmt.Sprintf("order-%d", rng.IntN(keys))))
-		if len(events) == seedBatch || i == n-1 {
-			if _, err := t.out.EnqueueBatch(ctx, t.pool, events); err != nil {
-				return fmt.Errorf("seed %s: %w", t.schema, err)
+	if len(r.Scale) > 0 {
+		fmt.Fprintf(b, `
+## Relay scaling
+
+Draining %s events with 1, 2 and 4 relays of one worker each (each relay its own connection
+pool and Kafka producer, as separate processes have), and with one relay of 2 and 4 workers,
+against a PostgreSQL reached through a proxy that holds every packet %v each way, as a database
+on another host would. A configuration of N workers in all should drain at least 0.8·N times as
+fast as one relay. %s each, medians.
+
+| configuration | events/s | baseline | baseline events/s | ratio | target |
+| --- | ---: | --- | ---: | ---: | --- |
+`, thousands(float64(r.ScaleEvents)), r.ScaleDelay, plural(r.Rounds, "drain"))
+		writeRateTable(b, throughputRows(r.Scale))
+	}
+	if len(r.Latency) > 0 {
+		fmt.Fprintf(b, `
+## Relay latency
+
+From an event's enqueue (its commit) to its arrival at a consumer, one event per transaction,
+%v per phase, %s per configuration and rate: the relay with its default configuration (no
+NOTIFY: it probes the outbox's sequence every millisecond while events come, backing off to
+100 ms when none do), on an outbox already holding %s published events, beside the same events
+sent straight to Kafka by a Sarama SyncProducer at the same pace (the baseline: what the outbox
+adds to an event's way). A ratio below 1 is faster than the baseline.
+
+| configuration | rate asked | p50 ms | p99 ms | max ms | sent/s | baseline | p50 ratio | p99 ratio |
+| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |
+`, r.LatencyDuration, plural(r.Latency[0].Phases, "phase"), thousands(latencyHistory))
+		var notes []string
+		for _, res := range r.Latency {
+			base, p50, p99 := "", "", ""
+			if res.Baseline != "" {
+				base, p50, p99 = "`"+res.Baseline+"`", ratio(res.P50Ratio), ratio(res.P99Ratio)
 			}
-			events = events[:0]
-		}
-	}
-	_, err := t.pool.Exec(ctx, "ANALYZE courier_outbox")
-	return err
-}
-
-// history gives the table the state of one in service: n events already
-// published, and planner statistics gathered (as autovacuum does) while
-// nothing waited.
-func (t *outboxTable) history(ctx context.Context, n int) error {
-	if err := t.seed(ctx, n); err != nil {
-		return err
-	}
-	if _, err := t.pool.Exec(ctx, "UPDATE courier_outbox SET status = 'published', published_at = now()"); err != nil {
-		return err
-	}
-	_, err := t.pool.Exec(ctx, "VACUUM ANALYZE courier_outbox")
-	return err
-}
-
-// drained fails unless every event of the table is published.
-func (t *outboxTable) drained(ctx context.Context) error {
-	var n int
-	if err := t.pool.QueryRow(ctx, "SELECT count(*) FROM courier_outbox WHERE status <> 'published'").Scan(&n); err != nil {
-		return err
-	}
-	if n != 0 {
-		return fmt.Errorf("%d events are not published", n)
-	}
-	return nil
-}
-
-// orderEvent is the i-th OrderCreated event of key.
-func orderEvent(topic string, i int, key string) producer.Event {
-	return producer.Event{Topic: topic, Key: key, Type: "OrderCreated", Payload: orderPayload(key, i)}
-}
-
-// ThroughputRun drains backlogs with the relay in several configurations
-// and with the plain SKIP LOCKED loop, one round at a time, for a caller
-// that counts the rounds itself (a benchmark's b.Loop); Relay runs it
-// RelayConfig.Rounds times. RelayConfig.Rounds is not used.
-//
-// Every configuration has its own schema and topic on the same PostgreSQL
-// and broker and drains the same backlog (same keys, same order); the
-// backlog is enqueued and ANALYZEd before the clock starts, so every drain
-// runs with plans made for a backlog (the relay's claim is far slower with
-// statistics gathered while nothing waited; the poll-only latency run
-// shows that).
-//
-// The configurations take turns: each round drains one backlog with every
-// one of them, starting one further along the list each time. On a shared
-// machine whose speed drifts over minutes, that compares them at the same
-// moments, where one configuration after another would not. A
-// configuration's rate is its events over its median drain time.
-type ThroughputRun struct {
-	svc    *relayServices
-	drains []*drainCase
-	rounds int
-}
-
-// drainCase is one way of draining the backlog of its table.
-type drainCase struct {
-	name   string
-	table  *outboxTable
-	drain  func(ctx context.Context) (time.Duration, error) // drains the backlog, checks it is drained, returns how long it took
-	spent  []time.Duration                                  // draining, each round
-	claims *atomic.Int64                                    // claims made, for the relay
-}
-
-// NewThroughputRun validates cfg, applies its defaults, and makes every
-// configuration's table, topic and producers. Close drops and closes them.
-func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, error) {
-	svc, err := openRelayServices(ctx, cfg, "drain")
-	if err != nil {
-		return nil, err
-	}
-	run := &ThroughputRun{svc: svc}
-	for _, workers := range []int{2, 1} {
-		c, err := plainDrain(ctx, svc, workers)
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("plain loop: %w", err), svc.close())
-		}
-		run.drains = append(run.drains, c)
-	}
-	for _, c := range []struct{ relays, workers, batch int }{
-		{1, 1, producer.DefaultBatchSize}, {1, 1, 500},
-		{1, producer.DefaultWorkers, producer.DefaultBatchSize}, {1, producer.DefaultWorkers, 500},
-		{1, 4, producer.DefaultBatchSize},
-		{2, producer.DefaultWorkers, producer.DefaultBatchSize},
-	} {
-		d, err := relayDrain(ctx, svc, c.relays, c.workers, c.batch)
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("relay: %w", err), svc.close())
-		}
-		run.drains = append(run.drains, d)
-	}
-	return run, nil
-}
-
-// Round drains one backlog with every configuration, starting one further
-// along the list than the round before.
-func (r *ThroughputRun) Round(ctx context.Context) error {
-	for i := range r.drains {
-		c := r.drains[(r.rounds+i)%len(r.drains)]
-		if err := c.table.seed(ctx, r.svc.cfg.Events); err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
-		}
-		took, err := c.drain(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", c.name, err)
-		}
-		c.spent = append(c.spent, took)
-	}
-	r.rounds++
-	return nil
-}
-
-// Report is the figures of the rounds so far, the baseline first, with
-// no latency results.
-func (r *ThroughputRun) Report() RelayReport {
-	cfg := r.svc.cfg
-	report := RelayReport{PostgreSQL: r.svc.version, Events: cfg.Events, Rounds: r.rounds,
-		LatencyRate: cfg.LatencyRate, LatencyDuration: cfg.LatencyDuration}
-	base := MedianRate(cfg.Events, r.drains[0].spent)
-	for _, c := range r.drains {
-		res := ThroughputResult{Name: c.name, Rate: MedianRate(cfg.Events, c.spent), Baseline: PlainLoop}
-		if base > 0 {
-			res.Ratio = res.Rate / base
-		}
-		if c.claims != nil && r.rounds > 0 {
-			res.ClaimsPerDrain = float64(c.claims.Load()) / float64(r.rounds)
-		}
-		report.Throughput = append(report.Throughput, res)
-	}
-	return report
-}
-
-// Close closes the producers and pools and drops the schemas and topics.
-func (r *ThroughputRun) Close() error { return r.svc.close() }
-
-// plainDrain is the baseline: workers goroutines, each on its own
-// connection and Sarama producer, repeat SELECT … ORDER BY seq LIMIT 1000
-// FOR UPDATE SKIP LOCKED, SendMessages, UPDATE … SET status='published' and
-// COMMIT until nothing is left. It sends the same records as the relay
-// (payload, key and the CloudEvents binary-mode headers), so both put the
-// same bytes on the broker.
-func plainDrain(ctx context.Context, svc *relayServices, workers int) (*drainCase, error) {
-	table, err := svc.table(ctx)
-	if err != nil {
-		return nil, err
-	}
-	producers := make([]sarama.SyncProducer, workers)
-	for i := range producers {
-		sp, err := sarama.NewSyncProducer(svc.cfg.Brokers, producer.NewSaramaConfig())
-		if err != nil {
-			return nil, err
-		}
-		svc.closers = append(svc.closers, sp.Close)
-		if _, _, err := sp.SendMessage(&sarama.ProducerMessage{Topic: table.topic, Value: sarama.StringEncoder("warm-up")}); err != nil {
-			return nil, err
-		}
-		producers[i] = sp
-	}
-	events := svc.cfg.Events
-	return &drainCase{name: fmt.Sprintf("plain-skip-locked-loop/workers=%d", workers), table: table, drain: func(ctx context.Context) (time.Duration, error) {
-		start := time.Now()
-		var wg sync.WaitGroup
-		published := make([]int, workers)
-		errs := make([]error, workers)
-		for w := range workers {
-			wg.Go(func() { published[w], errs[w] = plainWorker(ctx, table.pool, producers[w]) })
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		if err := errors.Join(errs...); err != nil {
-			return 0, err
-		}
-		total := 0
-		for _, n := range published {
-			total += n
-		}
-		if total != events {
-			return 0, fmt.Errorf("the plain loop published %d events, want %d", total, events)
-		}
-		return elapsed, table.drained(ctx)
-	}}, nil
-}
-
-const (
-	plainClaimSQL = `
-SELECT id, topic, partition_key, event_type, payload, content_type, created_at
-FROM courier_outbox
-WHERE status = 'pending'
-ORDER BY seq
-LIMIT $1
-FOR UPDATE SKIP LOCKED`
-	plainSettleSQL = `UPDATE courier_outbox SET status = 'published', published_at = now() WHERE id = ANY($1)`
-)
-
-// plainWorker runs plain batches until one finds nothing.
-func plainWorker(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer) (int, error) {
-	total := 0
-	for {
-		n, err := plainBatch(ctx, pool, sp)
-		total += n
-		if err != nil || n == 0 {
-			return total, err
-		}
-	}
-}
-
-// plainBatch claims, sends and settles one batch in one transaction and
-// returns its size.
-func plainBatch(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer) (int, error) {
-	n := 0
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, plainClaimSQL, plainLimit)
-		if err != nil {
-			return err
-		}
-		ids := make([]uuid.UUID, 0, plainLimit)
-		msgs := make([]*sarama.ProducerMessage, 0, plainLimit)
-		for rows.Next() {
-			var (
-				id                uuid.UUID
-				topic, typ, ctype string
-				key               pgtype.Text
-				payload           []byte
-				createdAt         time.Time
-			)
-			if err := rows.Scan(&id, &topic, &key, &typ, &payload, &ctype, &createdAt); err != nil {
-				rows.Close()
-				return err
+			fmt.Fprintf(b, "| `%s` | %s | %.1f | %.1f | %.1f | %s | %s | %s | %s |\n",
+				res.Name, thousands(float64(res.Rate)), res.P50, res.P99, res.Max, thousands(res.EnqueueRate), base, p50, p99)
+			for _, note := range res.Notes {
+				notes = append(notes, fmt.Sprintf("- `%s` at %s/s: %s.", res.Name, thousands(float64(res.Rate)), note))
 			}
-			msg := &sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(payload), Headers: []sarama.RecordHeader{
-				header(producer.HeaderSpecVersion, "1.0"),
-				header(producer.HeaderID, id.String()),
-				header(producer.HeaderType, typ),
-				header(producer.HeaderSource, producer.DefaultSource),
-				header(producer.HeaderTime, createdAt.UTC().Format(time.RFC3339Nano)),
-				header(producer.HeaderContentType, ctype),
-			}}
-			if key.Valid {
-				msg.Key = sarama.StringEncoder(key.String)
-			}
-			ids, msgs = append(ids, id), append(msgs, msg)
 		}
-		if err := rows.Err(); err != nil {
-			return err
+		if len(notes) > 0 {
+			b.WriteString("\n" + strings.Join(notes, "\n") + "\n")
 		}
-		if len(ids) == 0 {
-			return nil
-		}
-		if err := sp.SendMessages(msgs); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(ctx, plainSettleSQL, ids); err != nil {
-			return err
-		}
-		n = len(ids)
-		return nil
-	})
-	if err != nil {
-		return 0, err
-	}
-	return n, nil
-}
-
-// relayDrain drains the backlog with relays relays of BatchSize batch: one
-// relay of one worker is driven by RunOnce in a loop until a claim finds
-// nothing; otherwise the relays run Run side by side (NOTIFY on), like
-// processes, and the drain ends when the last event is recorded as
-// published. Each relay has its own Sarama producer, connected beforehand,
-// as the plain loop's are.
-func relayDrain(ctx context.Context, svc *relayServices, relays, workers, batch int) (*drainCase, error) {
-	table, err := svc.table(ctx)
-	if err != nil {
-		return nil, err
-	}
-	pubs := make([]producer.Publisher, relays)
-	for i := range pubs {
-		pub, err := producer.NewSaramaPublisher(svc.cfg.Brokers, producer.NewSaramaConfig())
-		if err != nil {
-			return nil, err
-		}
-		svc.closers = append(svc.closers, pub.Close)
-		warm := []*sarama.ProducerMessage{{Topic: table.topic, Value: sarama.StringEncoder("warm-up")}}
-		if err := pub.Publish(ctx, warm)[0]; err != nil {
-			return nil, err
-		}
-		pubs[i] = pub
-	}
-	events := svc.cfg.Events
-	c := &drainCase{name: fmt.Sprintf("relay/relays=%d/workers=%d/batch=%d", relays, workers, batch), table: table,
-		claims: &atomic.Int64{}}
-	c.drain = func(ctx context.Context) (time.Duration, error) {
-		counter := &drainCounter{target: int64(events), done: make(chan struct{})}
-		rs := make([]*producer.Relay, relays)
-		for i := range rs {
-			r, err := producer.NewRelay(table.pool, producer.RelayConfig{
-				Schema: table.schema, Publisher: pubs[i], BatchSize: batch, Workers: workers,
-				Logger: svc.cfg.Logger, Metrics: counter,
-			})
-			if err != nil {
-				return 0, err
-			}
-			rs[i] = r
-		}
-		defer func() { c.claims.Add(counter.claims.Load()) }()
-		start := time.Now()
-		var elapsed time.Duration
-		if relays == 1 && workers == 1 {
-			for {
-				res, err := rs[0].RunOnce(ctx)
-				if err != nil {
-					return 0, err
-				}
-				if res.Claimed == 0 {
-					break
-				}
-			}
-			elapsed = time.Since(start)
-		} else {
-			runCtx, cancel := context.WithCancel(ctx)
-			var wg sync.WaitGroup
-			failed := make(chan error, len(rs))
-			for _, r := range rs {
-				wg.Go(func() {
-					if err := r.Run(runCtx); err != nil {
-						failed <- err
-					}
-				})
-			}
-			defer func() { cancel(); wg.Wait() }()
-			// Published is reported once a batch's outcome is committed.
-			select {
-			case <-counter.done:
-			case err := <-failed:
-				return 0, fmt.Errorf("a relay stopped: %w", err)
-			case <-ctx.Done():
-				return 0, ctx.Err()
-			case <-time.After(deadline):
-				return 0, fmt.Errorf("the relays published %d of %d events in %v", counter.published.Load(), events, deadline)
-			}
-			elapsed = time.Since(start)
-		}
-		if n := counter.published.Load(); n != int64(events) {
-			return 0, fmt.Errorf("the relays published %d events, want %d", n, events)
-		}
-		return elapsed, table.drained(ctx)
-	}
-	return c, nil
-}
-
-// drainCounter is a RelayMetrics that counts claims and publishes and
-// closes done when target events are published.
-type drainCounter struct {
-	target    int64
-	done      chan struct{}
-	published atomic.Int64
-	claims    atomic.Int64
-}
-
-func (c *drainCounter) Claimed(int) { c.claims.Add(1) }
-
-func (c *drainCounter) Published(string, time.Duration) {
-	if c.published.Add(1) == c.target {
-		close(c.done)
 	}
 }
-func (c *drainCounter) PublishFailed(string, string)         {}
-func (c *drainCounter) DeadLettered(string)                  {}
-func (c *drainCounter) BreakerChanged(producer.BreakerState) {}
-func (c *drainCounter) Backlog(int64, time.Duration)         {}
+
+// listOf formats counts as "50,000 and 200,000".
+func listOf(ns []int) string {
+	parts := make([]string, len(ns))
+	for i, n := range ns {
+		parts[i] = thousands(float64(n))
+	}
+	if len(parts) < 2 {
+		return strings.Join(parts, "")
+	}
+	return strings.Join(parts[:len(parts)-1], ", ") + " and " + parts[len(parts)-1]
+}

@@ -216,53 +216,6 @@ noisier than on a quiet machine, and the ratios hold better than the absolute fi
 	return err
 }
 
-func (r RelayReport) writeMarkdown(b *strings.Builder) {
-	if len(r.Throughput) > 0 {
-		fmt.Fprintf(b, `
-## Relay throughput
-
-Draining a backlog of %s events (%d-byte JSON, %s keys, %d partitions) from the outbox to
-Kafka: the relay, per-key order on, in several configurations, beside the baseline, a plain loop
-that keeps no order (`+"`SELECT … ORDER BY seq LIMIT %d FOR UPDATE SKIP LOCKED`"+`, a Sarama
-SyncProducer, then `+"`UPDATE … SET status = 'published'`"+`). Each configuration has its own table
-holding the same backlog; %s each, and a figure is the events over the median drain time.
-
-| configuration | events/s | baseline | baseline events/s | ratio | claims per drain |
-| --- | ---: | --- | ---: | ---: | ---: |
-`, thousands(float64(r.Events)), payloadSize, thousands(keys), partitions, plainLimit, plural(r.Rounds, "drain"))
-		writeRateTable(b, r.throughputRows())
-	}
-	if len(r.Latency) > 0 {
-		phases := r.Latency[0].Phases
-		fmt.Fprintf(b, `
-## Relay latency
-
-From an event's enqueue (its commit) to its arrival at a consumer, %s events/s enqueued one
-per transaction by %d goroutines, %v per phase, %s per configuration, on a table already
-holding %s published events: the relay's defaults (NOTIFY on, polling every second) beside
-polling every 100 ms without NOTIFY (the baseline). A ratio below 1 is faster than the baseline.
-
-| configuration | p50 ms | p99 ms | max ms | enqueued/s | baseline | p50 ratio | p99 ratio |
-| --- | ---: | ---: | ---: | ---: | --- | ---: | ---: |
-`, thousands(float64(r.LatencyRate)), enqueuers, r.LatencyDuration, plural(phases, "phase"), thousands(float64(r.Events)))
-		var notes []string
-		for _, res := range r.Latency {
-			base, p50, p99 := "", "", ""
-			if res.Baseline != "" {
-				base, p50, p99 = "`"+res.Baseline+"`", ratio(res.P50Ratio), ratio(res.P99Ratio)
-			}
-			fmt.Fprintf(b, "| `%s` | %.1f | %.1f | %.1f | %s | %s | %s | %s |\n",
-				res.Name, res.P50, res.P99, res.Max, thousands(res.EnqueueRate), base, p50, p99)
-			for _, note := range res.Notes {
-				notes = append(notes, fmt.Sprintf("- `%s`: %s.", res.Name, note))
-			}
-		}
-		if len(notes) > 0 {
-			b.WriteString("\n" + strings.Join(notes, "\n") + "\n")
-		}
-	}
-}
-
 func (r ConsumeReport) writeMarkdown(b *strings.Builder) {
 	fmt.Fprintf(b, `
 ## Consumer

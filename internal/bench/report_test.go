@@ -17,15 +17,20 @@ func TestBenchReportMarkdownPutsEachFigureBesideItsBaseline(t *testing.T) {
 		Machine:  Machine{NumCPU: 2, GOMAXPROCS: 2, GoVersion: "go1.26.8", OS: "linux", Arch: "amd64", LoadAverage: "0.30 0.20 0.10"},
 		Services: Services{PostgreSQL: "15.20", Redis: "7.0.15", Kafka: "in-process kfake broker"},
 		Relay: &RelayReport{
-			Events: 20_000, Rounds: 5, LatencyRate: 1_000, LatencyDuration: 5 * time.Second,
+			Backlogs: []int{50_000}, Rounds: 5, LatencyRates: []int{1_000}, LatencyDuration: 5 * time.Second,
 			Throughput: []ThroughputResult{
-				{Name: PlainLoop, Rate: 60_393.4, Baseline: PlainLoop, Ratio: 1},
-				{Name: "relay/relays=1/workers=2/batch=1000", Rate: 66_624, Baseline: PlainLoop, Ratio: 1.1032, ClaimsPerDrain: 41.2},
+				{Name: PlainLoop, Events: 50_000, Rate: 60_393.4, Baseline: PlainLoop, Ratio: 1},
+				{Name: RelayDefaults, Events: 50_000, Rate: 66_624, Baseline: PlainLoop, Ratio: 1.1032, Target: 1.2, ClaimsPerDrain: 41.2},
 			},
+			Scale: []ThroughputResult{
+				{Name: "relay/defaults/relays=1/workers=1", Rate: 10_000, Baseline: "relay/defaults/relays=1/workers=1", Ratio: 1},
+				{Name: "relay/defaults/relays=2/workers=1", Rate: 17_000, Baseline: "relay/defaults/relays=1/workers=1", Ratio: 1.7, Target: 1.6},
+			},
+			ScaleEvents: 50_000, ScaleDelay: time.Millisecond,
 			Latency: []LatencyResult{
-				{Name: LatencyNotify, Phases: 5, P50: 0.9, P99: 3.8, Max: 37, EnqueueRate: 998, Baseline: LatencyPollOnly, P50Ratio: 0.0167, P99Ratio: 0.0362,
+				{Name: RelayDefaults, Rate: 1_000, Phases: 5, P50: 2.1, P99: 3.8, Max: 37, EnqueueRate: 998, Baseline: DirectProduce, P50Ratio: 2.1, P99Ratio: 1.9,
 					Notes: []string{"a note"}},
-				{Name: LatencyPollOnly, Phases: 5, P50: 54, P99: 105, Max: 114, EnqueueRate: 999, Baseline: LatencyPollOnly, P50Ratio: 1, P99Ratio: 1},
+				{Name: DirectProduce, Rate: 1_000, Phases: 5, P50: 1, P99: 2, Max: 11, EnqueueRate: 999, Baseline: DirectProduce, P50Ratio: 1, P99Ratio: 1},
 			},
 		},
 		Consume: &ConsumeReport{Messages: 200_000, SlowMessages: 4_000, Rounds: 5, Results: []Result{
@@ -45,11 +50,13 @@ func TestBenchReportMarkdownPutsEachFigureBesideItsBaseline(t *testing.T) {
 		"- **Load average at the start:** 0.30 0.20 0.10",
 		"- **PostgreSQL:** 15.20\n",
 		"share the machine's 2 cores",
-		"backlog; 5 drains each",
+		"same backlog; 5 drains each",
 		"| `plain-skip-locked-loop/workers=2` | 60,393 | `plain-skip-locked-loop/workers=2` | 60,393 | 1.00× |  |\n",
-		"| `relay/relays=1/workers=2/batch=1000` | 66,624 | `plain-skip-locked-loop/workers=2` | 60,393 | 1.10× | 41.2 |\n",
-		"| `notify/poll-interval=1s` | 0.9 | 3.8 | 37.0 | 998 | `poll-only/poll-interval=100ms` | 0.02× | 0.04× |\n",
-		"- `notify/poll-interval=1s`: a note.\n",
+		"| `relay/defaults` | 66,624 | `plain-skip-locked-loop/workers=2` | 60,393 | 1.10× | 1.20× (**not met**) |\n",
+		"## Relay scaling\n",
+		"| `relay/defaults/relays=2/workers=1` | 17,000 | `relay/defaults/relays=1/workers=1` | 10,000 | 1.70× | 1.60× (met) |\n",
+		"| `relay/defaults` | 1,000 | 2.1 | 3.8 | 37.0 | 998 | `direct-produce` | 2.10× | 1.90× |\n",
+		"- `relay/defaults` at 1,000/s: a note.\n",
 		"| `raw-sarama-group` | 515,156 | `raw-sarama-group` | 515,156 | 1.00× |  |\n",
 		"| `runner/handler=5ms/workers=1` | 1,931 | `runner/handler=5ms/workers=1` | 1,931 | 1.00× | 2,089 |\n",
 	} {
