@@ -99,9 +99,11 @@ type RelayConfig struct {
 	// BatchSize is the most events one claim locks. Defaults to 1000.
 	BatchSize int
 	// Workers is how many batches the relay publishes at once, each over its
-	// own share of the keys: the events of one key always go through the
-	// same worker, so workers never wait on each other. Each holds a
-	// connection of the pool while it publishes. At most 64. Defaults to 2.
+	// own part of the keys: the keys are divided among the workers of every
+	// relay running against the table (see PollOnly), and the events of one
+	// key go through one worker at a time, so workers never wait on each
+	// other. Each holds a connection of the pool while it publishes. At
+	// most 64. Defaults to 2.
 	Workers int
 	// ProbeInterval is the longest an idle relay goes between two looks for
 	// new events. A look is one small query (the queue's sequence, the
@@ -114,9 +116,12 @@ type RelayConfig struct {
 	// new events: the safety net. Defaults to 1s.
 	PollInterval time.Duration
 	// PollOnly keeps the relay to what PgBouncer in transaction pooling
-	// mode supports. The relay needs no session state (no LISTEN) in any
-	// mode, so this changes nothing; it stays for configurations that set
-	// it. Defaults to false.
+	// mode supports: it then holds no connection of its own besides the
+	// pool's, and its workers divide the keys among themselves without
+	// knowing of other relays (which still never claim a key at the same
+	// time, but may wait for each other's keys). Defaults to false: the
+	// relay keeps one connection on which each worker holds a session lock
+	// naming it, and the workers of every relay divide the keys among them.
 	PollOnly bool
 
 	// MaxRetries is how many failed attempts dead-letter an event that does
@@ -232,6 +237,8 @@ type Relay struct {
 
 	dbClock bool // Now was not injected: due checks use the database clock
 
+	presence *presence // divides the keys among the workers of every relay
+
 	mu       sync.Mutex
 	openedAt time.Time       // when the breaker last opened
 	wake     []chan struct{} // one per worker
@@ -270,6 +277,7 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 	for range cfg.Workers {
 		r.wake = append(r.wake, make(chan struct{}, 1))
 	}
+	r.presence = &presence{r: r}
 	r.publisher = cfg.Publisher
 	if r.publisher == nil {
 		if r.publisher, err = NewSaramaPublisher(cfg.Brokers, cfg.Sarama); err != nil {

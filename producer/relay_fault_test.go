@@ -22,6 +22,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/courierkit/courier/internal/testkit"
@@ -482,6 +483,22 @@ func faultSessions(t *testing.T, db producer.DBTX, app, where string) int {
 	return n
 }
 
+// faultPIDs returns the backends whose application_name starts with app and
+// that match where ($1 is app, $2 on are args).
+func faultPIDs(t *testing.T, db producer.DBTX, app, where string, args ...any) []int32 {
+	t.Helper()
+	rows, err := db.Query(context.Background(),
+		"SELECT pid FROM pg_stat_activity WHERE application_name LIKE $1 || '%' AND ("+where+")", append([]any{app}, args...)...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pids
+}
+
 // faultSettleWaiting matches, for faultSessions, a relay backend whose settle
 // (a DELETE from the queue moving its rows to the history) waits for a table
 // lock (see faultFreezeSettle).
@@ -513,8 +530,8 @@ func faultFreezeSettle(t *testing.T, pool *pgxpool.Pool) (release func()) {
 // faultKillInSettle runs kill while a relay with application_name app has
 // published a batch and waits to record it: it freezes the settle (see
 // faultFreezeSettle), makes sure there are events to claim (nothing can
-// change that while frozen), waits for the relay's UPDATE to queue behind
-// the lock, kills, and unfreezes.
+// change that while frozen), waits for the relay's settle to queue behind
+// the lock, kills, waits for the killed sessions to end, and unfreezes.
 func faultKillInSettle(t *testing.T, pool *pgxpool.Pool, app string, kill func()) {
 	t.Helper()
 	for range 50 {
@@ -526,10 +543,20 @@ func faultKillInSettle(t *testing.T, pool *pgxpool.Pool, app string, kill func()
 			})
 			continue
 		}
+		var waiting []int32
 		testkit.WaitFor(t, 15*time.Second, "the relay to publish a batch and wait to record it", func() bool {
-			return faultSessions(t, pool, app, faultSettleWaiting) > 0
+			waiting = faultPIDs(t, pool, app, faultSettleWaiting)
+			return len(waiting) > 0
 		})
 		kill()
+		// The settle and its COMMIT went out in one piece: had the lock
+		// gone now, PostgreSQL would run both before noticing the relay
+		// died. So the lock stays until the sessions that waited are gone
+		// (client_connection_check_interval), which rolls their batches
+		// back: on Kafka and not recorded, they must come again.
+		testkit.WaitFor(t, 15*time.Second, "the killed settles' sessions to end", func() bool {
+			return len(faultPIDs(t, pool, app, "pid = ANY($2)", waiting)) == 0
+		})
 		release()
 		return
 	}

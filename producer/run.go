@@ -16,6 +16,9 @@ import (
 func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.watch(ctx) })
+	if !r.cfg.PollOnly {
+		wg.Go(func() { r.presence.run(ctx) })
+	}
 	wg.Go(func() { r.every(ctx, r.cfg.CleanupInterval, r.maintain) })
 	if _, none := r.metrics.(noMetrics); !none {
 		wg.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.measureBacklog) })
@@ -36,10 +39,9 @@ func (r *Relay) Run(ctx context.Context) error {
 
 // loop runs the batches of worker index until ctx ends.
 func (r *Relay) loop(ctx context.Context, index int) {
-	shares := homeShares(index, r.cfg.Workers)
 	errDelay := time.Duration(0)
 	for ctx.Err() == nil {
-		res, err := r.runBatch(ctx, shares)
+		res, err := r.runBatch(ctx, r.presence.shares(index))
 		var wait time.Duration
 		switch {
 		case err != nil:
