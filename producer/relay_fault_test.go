@@ -10,6 +10,7 @@ import (
 	"cmp"
 	"context"
 	"crypto/rand"
+	mathrand "math/rand/v2"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -623,5 +624,112 @@ func runRelayWatched(t *testing.T, r *producer.Relay) func() (returned bool, err
 		default:
 			return false, nil
 		}
+	}
+}
+
+// TestSeveralRelaysKilledRepeatedlyLoseNothing runs three relay processes
+// against one outbox while events keep coming, and SIGKILLs one of them
+// and starts another, eight times, each at a point of its own (a random
+// relay, wherever it happens to be: claiming, publishing, settling). Every
+// event must reach Kafka, per key the first copies in enqueue order, none
+// may be left waiting or dead-lettered, and no session of a killed relay
+// may outlive it.
+func TestSeveralRelaysKilledRepeatedlyLoseNothing(t *testing.T) {
+	t.Parallel()
+	const (
+		total   = 6000
+		keys    = 60
+		chunk   = 50 // events per EnqueueBatch
+		relays  = 3
+		kills   = 8
+		perKill = total / (kills + 2) // published events between kills
+	)
+	pg, out := setup(t)
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 6)
+	kafka := consume(t, k, topic)
+	events, want := faultEvents(topic, total, keys)
+
+	app := faultAppName("courier-relays")
+	env := func(i int) []string {
+		return []string{
+			faultChildDatabaseURL + "=" + pg.URL,
+			faultChildSchema + "=" + pg.Schema,
+			faultChildBrokers + "=" + strings.Join(k.Brokers, ","),
+			faultChildAppName + "=" + fmt.Sprintf("%s-%d", app, i),
+			faultChildBatchSize + "=" + strconv.Itoa(keys),
+		}
+	}
+	children := make([]*testkit.Child, relays)
+	apps := make([]int, relays) // the number in each running child's application_name
+	started := 0
+	start := func(slot int) {
+		children[slot], apps[slot] = testkit.StartChild(t, "TestRelayChildProcess", env(started)), started
+		started++
+	}
+	for i := range relays {
+		start(i)
+	}
+
+	// The producer keeps the outbox fed while the relays are killed.
+	ctx, cancel := context.WithCancel(context.Background())
+	produced := make(chan error, 1)
+	go func() {
+		produced <- func() error {
+			for i := 0; i < total; i += chunk {
+				if err := faultWaitBacklog(ctx, pg.Pool, 4*chunk); err != nil {
+					return err
+				}
+				if _, err := out.EnqueueBatch(ctx, pg.Pool, events[i:min(i+chunk, total)]); err != nil {
+					return err
+				}
+			}
+			return nil
+		}()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-produced
+	})
+
+	published := func() int { return countRows(t, pg.Pool, "status = 'published'") }
+	rng := mathrand.New(mathrand.NewPCG(uint64(time.Now().UnixNano()), 1))
+	for i := range kills {
+		target := min((i+1)*perKill, total)
+		testkit.WaitFor(t, 60*time.Second, fmt.Sprintf("kill %d: %d events published", i+1, target), func() bool {
+			return published() >= target
+		})
+		slot := rng.IntN(relays)
+		children[slot].Kill(t)
+		dead := fmt.Sprintf("%s-%d", app, apps[slot])
+		at := published()
+		testkit.WaitFor(t, 15*time.Second, fmt.Sprintf("the sessions of killed relay %s to end", dead), func() bool {
+			return faultSessions(t, pg.Pool, dead, "true") == 0
+		})
+		t.Logf("kill %d: SIGKILL relay %d of %d at %d/%d published", i+1, slot, relays, at, total)
+		start(slot)
+	}
+	select {
+	case err := <-produced:
+		produced <- err // for the cleanup
+		if err != nil {
+			t.Fatalf("enqueue: %v", err)
+		}
+	case <-time.After(60 * time.Second):
+		t.Fatal("the producer did not finish enqueueing within 60s")
+	}
+	testkit.WaitFor(t, 60*time.Second, fmt.Sprintf("all %d events published", total), func() bool { return published() == total })
+	for _, c := range children {
+		c.Stop(t)
+	}
+	if n := countRows(t, pg.Pool, "status <> 'published'"); n != 0 {
+		t.Errorf("%d events not published", n)
+	}
+	msgs := waitFaultRecords(t, k, kafka, topic, total)
+	dups := checkFaultDelivery(t, msgs, want)
+	t.Logf("%d records on Kafka for %d events: %d duplicates from %d kills of %d relays", len(msgs), total, dups, kills, relays)
+	testkit.WaitFor(t, 15*time.Second, "every relay session to end", func() bool { return faultSessions(t, pg.Pool, app, "true") == 0 })
+	for _, c := range children {
+		c.CheckOutput(t)
 	}
 }

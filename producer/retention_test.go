@@ -1,0 +1,121 @@
+package producer_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
+)
+
+// syncBuffer is a bytes.Buffer safe for the relays' concurrent logs.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) lines() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return strings.Split(strings.TrimSpace(s.b.String()), "\n")
+}
+
+// TestRetentionDropsDayPartitionsWhileRelaysRun gives the history five days
+// of old published events (6 to 10 days ago), each day in its partition,
+// then runs two relays with a retention of 7 days whose upkeep runs every
+// 20ms, while events keep being enqueued and published. The days wholly
+// past retention (8 to 10 days ago) are dropped whole, each by exactly one
+// of the relays; the days that are not stay with their events; and every
+// event enqueued meanwhile is published.
+func TestRetentionDropsDayPartitionsWhileRelaysRun(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	ctx := context.Background()
+	var today time.Time
+	if err := pg.Pool.QueryRow(ctx, "SELECT date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'").Scan(&today); err != nil {
+		t.Fatal(err)
+	}
+	const perDay = 500
+	var old []string // the partitions past 7 days
+	for ago := 6; ago <= 10; ago++ {
+		day := today.AddDate(0, 0, -ago)
+		name := "courier_outbox_published_p" + day.Format("20060102")
+		if ago > 7 { // the day ends more than 7 days ago
+			old = append(old, name)
+		}
+		_, err := pg.Pool.Exec(ctx, fmt.Sprintf(`CREATE TABLE %[1]s PARTITION OF courier_outbox_published FOR VALUES FROM ('%[2]s') TO ('%[3]s');
+			INSERT INTO courier_outbox_published (seq, id, topic, event_type, payload, content_type, created_at, published_at)
+			SELECT -g, gen_random_uuid(), 'orders', 'OrderCreated', '{}', 'application/json', '%[2]s', '%[2]s'::timestamptz + g * interval '1 second'
+			FROM generate_series(1, %[4]d) g`, name, day.Format(time.RFC3339), day.AddDate(0, 0, 1).Format(time.RFC3339), perDay))
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	slices.Sort(old)
+
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 3)
+	c := consume(t, k, topic)
+	logs := &syncBuffer{}
+	for range 2 {
+		runRelay(t, newRelay(t, pg, k, producer.RelayConfig{Retention: 7 * 24 * time.Hour, CleanupInterval: 20 * time.Millisecond,
+			Logger: slog.New(slog.NewJSONHandler(logs, nil))}))
+	}
+	partition := func(name string) bool {
+		var ok bool
+		if err := pg.Pool.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", name).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	const events = 300
+	for i := range events {
+		ev := orderCreated(fmt.Sprintf("o-%d", i%20))
+		ev.Topic = topic
+		enqueue(t, pg, out, ev)
+	}
+	testkit.WaitFor(t, 30*time.Second, "the days past retention to be dropped", func() bool {
+		return !slices.ContainsFunc(old, partition)
+	})
+	c.waitDistinct(events, 30*time.Second)
+	testkit.WaitFor(t, 30*time.Second, "every event recorded as published", func() bool {
+		return countRows(t, pg.Pool, "status <> 'published'") == 0
+	})
+	if n := countRows(t, pg.Pool, "published_at < $1", today.AddDate(0, 0, -5)); n != 2*perDay {
+		t.Errorf("%d old events left, want the %d of the days 6 and 7 days ago, which are not wholly past retention", n, 2*perDay)
+	}
+
+	// Each dropped partition was dropped once, by one relay, which counted
+	// its events.
+	var dropped []string
+	var removed float64
+	for _, line := range logs.lines() {
+		var rec struct {
+			Msg        string   `json:"msg"`
+			Events     float64  `json:"events"`
+			Partitions []string `json:"partitions"`
+		}
+		if json.Unmarshal([]byte(line), &rec) == nil && rec.Msg == "removed published events past retention" {
+			dropped = append(dropped, rec.Partitions...)
+			removed += rec.Events
+		}
+	}
+	slices.Sort(dropped)
+	if !slices.Equal(dropped, old) || removed != float64(len(old)*perDay) {
+		t.Errorf("the relays dropped %v with %v events, want %v once each with %d events", dropped, removed, old, len(old)*perDay)
+	}
+}

@@ -1,0 +1,273 @@
+package producer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/migrations"
+	"github.com/courierkit/courier/producer"
+)
+
+// v1Event is a row of an outbox of version 1 (migrations 1 to 3): one table
+// holding every event with its status.
+type v1Event struct {
+	id                   uuid.UUID
+	key                  string
+	status               string
+	retries              int
+	lastError            string
+	notBefore, published time.Duration // from now; 0: none
+	idempotencyKey       string
+}
+
+// migrateToV1 applies the outbox migrations 1 to 3 as an older courier did,
+// recording them as applied, so that Up applies only what came after.
+func migrateToV1(t *testing.T, pg *testkit.PG) {
+	t.Helper()
+	ctx := context.Background()
+	for _, m := range migrations.All()[:3] {
+		if _, err := pg.Pool.Exec(ctx, m.Up); err != nil {
+			t.Fatalf("version %d: %v", m.Version, err)
+		}
+	}
+	if _, err := pg.Pool.Exec(ctx, `CREATE TABLE courier_outbox_migrations (version integer PRIMARY KEY, name text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now()); INSERT INTO courier_outbox_migrations (version, name)
+		VALUES (1, 'create_outbox'), (2, 'notify_trigger'), (3, 'drop_key_order')`); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// insertV1 writes events into a version 1 table as its relay left them,
+// in slice order (their seq).
+func insertV1(t *testing.T, pg *testkit.PG, topic string, events []v1Event) {
+	t.Helper()
+	for i, e := range events {
+		_, err := pg.Pool.Exec(context.Background(), `
+			INSERT INTO courier_outbox (id, topic, partition_key, event_type, payload, content_type, headers, status,
+				retry_count, last_error, last_attempt_at, first_failed_at, next_attempt_at, published_at, idempotency_key)
+			VALUES ($1, $2, $3, 'Counted', $4, 'application/json', '{"x-origin":"v1"}', $5, $6, NULLIF($7, ''),
+				CASE WHEN $6 > 0 THEN now() END, CASE WHEN $6 > 0 THEN now() END,
+				now() + $8::interval, CASE WHEN $5 = 'published' THEN now() + $9::interval END, NULLIF($10, ''))`,
+			e.id, topic, e.key, fmt.Appendf(nil, `{"key":%q,"n":%d}`, e.key, i), e.status, e.retries, e.lastError,
+			e.notBefore, e.published, e.idempotencyKey)
+		if err != nil {
+			t.Fatalf("event %d: %v", i, err)
+		}
+	}
+}
+
+// TestUpgradeMovesALiveTableWithoutLosingOrReordering fills an outbox of
+// version 1 with events in every status and state (published long ago and
+// today, failed and due, pending behind a failed one, scheduled for later,
+// dead-lettered, with idempotency keys, and a backlog of 600 over 30 keys),
+// upgrades it, and checks that every event kept its status, attempts, error
+// and bytes; that the relay then publishes what was due in each key's order
+// and holds what was not; that idempotency keys still hold; that new events
+// follow the old ones; and that retention drops the old table only once all
+// of it is past retention.
+func TestUpgradeMovesALiveTableWithoutLosingOrReordering(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	ctx := context.Background()
+	migrateToV1(t, pg)
+	const topic = "counters"
+	newID := func() uuid.UUID { return uuid.Must(uuid.NewV7()) }
+	day := 24 * time.Hour
+	events := []v1Event{
+		{id: newID(), key: "a", status: "published", published: -10 * day, idempotencyKey: "k-old"},
+		{id: newID(), key: "a", status: "published", published: -time.Minute},
+		{id: newID(), key: "a", status: "failed", retries: 2, lastError: "not enough replicas"},
+		{id: newID(), key: "a", status: "pending"},
+		{id: newID(), key: "b", status: "dead_lettered", retries: 6, lastError: "too large"},
+		{id: newID(), key: "b", status: "pending", idempotencyKey: "k-pending"},
+		{id: newID(), key: "c", status: "pending", notBefore: time.Hour},
+		{id: newID(), key: "c", status: "pending"},
+		{id: newID(), key: "a", status: "pending"},
+	}
+	for i := range 600 {
+		events = append(events, v1Event{id: newID(), key: fmt.Sprintf("k%02d", i%30), status: "pending"})
+	}
+	insertV1(t, pg, topic, events)
+	var before []producer.Record
+	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	m, err := migrations.New(migrations.Config{Schema: pg.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Read every event as version 1 had it, then upgrade.
+	for _, e := range events {
+		var r producer.Record
+		err := pg.Pool.QueryRow(ctx, "SELECT id, seq, status, retry_count, last_error, payload, headers FROM courier_outbox WHERE id = $1", e.id).
+			Scan(&r.ID, &r.Seq, &r.Status, &r.RetryCount, &r.LastError, &r.Payload, &r.Headers)
+		if err != nil {
+			t.Fatal(err)
+		}
+		before = append(before, r)
+	}
+	applied, err := m.Up(ctx, pg.Pool)
+	if err != nil || len(applied) != 1 || applied[0].Version != 4 {
+		t.Fatalf("Up applied %v, %v; want version 4 alone", applied, err)
+	}
+	pg.Migrate(t) // nothing left to apply; adds the test's view
+
+	for i, b := range before {
+		got, err := admin.Get(ctx, b.ID)
+		if err != nil {
+			t.Fatalf("event %d (%s) after the upgrade: %v", i, b.Status, err)
+		}
+		if got.Seq != b.Seq || got.Status != b.Status || got.RetryCount != b.RetryCount || !equalText(got.LastError, b.LastError) ||
+			string(got.Payload) != string(b.Payload) || got.Headers["x-origin"] != "v1" {
+			t.Errorf("event %d after the upgrade: %+v; before: %+v", i, got, b)
+		}
+	}
+	stats, err := admin.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]int64{"published": 2, "failed": 1, "dead_lettered": 1, "pending": int64(len(events)) - 4}; !maps.Equal(stats.Counts, want) {
+		t.Fatalf("counts after the upgrade %v, want %v", stats.Counts, want)
+	}
+
+	// Idempotency keys of old events still hold.
+	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []struct {
+		key string
+		id  uuid.UUID
+	}{{"k-old", events[0].id}, {"k-pending", events[5].id}} {
+		res, err := out.Enqueue(ctx, pg.Pool, producer.Event{Topic: topic, Type: "Counted", Payload: []byte(`{}`), IdempotencyKey: k.key})
+		if err != nil || !res.Duplicate || res.ID != k.id {
+			t.Errorf("enqueue with idempotency key %s after the upgrade: %+v, %v; want a duplicate of %s", k.key, res, err, k.id)
+		}
+	}
+	// A new event follows the old ones.
+	late, err := out.Enqueue(ctx, pg.Pool, producer.Event{Topic: topic, Key: "a", Type: "Counted", Payload: []byte(`{"late":true}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err := admin.Get(ctx, late.ID); err != nil || rec.Seq <= before[len(before)-1].Seq {
+		t.Fatalf("a new event got seq %d (%v), want more than the old table's last, %d", rec.Seq, err, before[len(before)-1].Seq)
+	}
+
+	// The relay publishes everything due, each key in order, and holds key
+	// c behind its event scheduled for later.
+	pub := &fakePublisher{}
+	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub})
+	for {
+		res := runOnce(t, relay)
+		if res.Claimed == 0 {
+			break
+		}
+	}
+	wantOrder := map[string][]uuid.UUID{}
+	for _, e := range events {
+		if e.status == "pending" && e.key != "c" || e.status == "failed" {
+			wantOrder[e.key] = append(wantOrder[e.key], e.id)
+		}
+	}
+	wantOrder["a"] = append(wantOrder["a"], late.ID)
+	gotOrder := map[string][]uuid.UUID{}
+	for _, r := range pub.ackedOn(topic) {
+		k, _ := r.Key.Encode()
+		gotOrder[string(k)] = append(gotOrder[string(k)], uuid.MustParse(recordHeader(r, producer.HeaderID)))
+	}
+	for key, want := range wantOrder {
+		if !slices.Equal(gotOrder[key], want) {
+			t.Errorf("key %s published %v, want %v", key, gotOrder[key], want)
+		}
+	}
+	if len(gotOrder["c"]) != 0 {
+		t.Errorf("key c published %v before its first event's NotBefore", gotOrder["c"])
+	}
+	for _, id := range []uuid.UUID{events[6].id, events[7].id} {
+		if rec, err := admin.Get(ctx, id); err != nil || rec.Status != "pending" {
+			t.Errorf("key c's event %s: %+v, %v; want still pending", id, rec, err)
+		}
+	}
+
+	// Retention: the old table holds an event published a minute ago, so
+	// it stays; once all of it is past retention it is dropped whole.
+	if n, err := admin.Cleanup(ctx, 7*day); err != nil || n != 0 {
+		t.Fatalf("Cleanup(7 days) = %d, %v; want nothing removed while the old table holds recent events", n, err)
+	}
+	if _, err := admin.Get(ctx, events[0].id); err != nil {
+		t.Fatalf("the event published 10 days ago went with the recent one's table: %v", err)
+	}
+	if _, err := pg.Pool.Exec(ctx, "UPDATE courier_outbox_legacy SET published_at = published_at - interval '30 days'"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := admin.Cleanup(ctx, 7*day); err != nil || n != 2 {
+		t.Fatalf("Cleanup(7 days) = %d, %v; want the old table's 2 events", n, err)
+	}
+	var legacy bool
+	if err := pg.Pool.QueryRow(ctx, "SELECT to_regclass('courier_outbox_legacy') IS NOT NULL").Scan(&legacy); err != nil || legacy {
+		t.Fatalf("the old table is still there (%v)", err)
+	}
+	if _, err := admin.Get(ctx, events[0].id); !errors.Is(err, producer.ErrNotFound) {
+		t.Fatalf("Get of an event of the dropped table = %v, want ErrNotFound", err)
+	}
+}
+
+// TestDowngradeKeepsEveryEvent: Down of version 4 puts every event, of every
+// table, back into one table of version 1 with its status and seq, and Up
+// again moves them out.
+func TestDowngradeKeepsEveryEvent(t *testing.T) {
+	t.Parallel()
+	f := newAdminFixture(t)
+	ctx := context.Background()
+	before, err := f.admin.Stats(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrations.New(migrations.Config{Schema: f.pg.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.pg.Pool.Exec(ctx, "DROP VIEW courier_events"); err != nil {
+		t.Fatal(err)
+	}
+	if reverted, err := m.Down(ctx, f.pg.Pool, 1); err != nil || len(reverted) != 1 || reverted[0].Version != 4 {
+		t.Fatalf("Down(1) = %v, %v", reverted, err)
+	}
+	rows, err := f.pg.Pool.Query(ctx, "SELECT status, count(*) FROM courier_outbox GROUP BY status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts := map[string]int64{"pending": 0, "failed": 0, "published": 0, "dead_lettered": 0}
+	var status string
+	var n int64
+	if _, err := pgx.ForEachRow(rows, []any{&status, &n}, func() error { counts[status] = n; return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if !maps.Equal(counts, before.Counts) {
+		t.Fatalf("version 1 table after Down holds %v, want %v", counts, before.Counts)
+	}
+	if _, err := m.Up(ctx, f.pg.Pool); err != nil {
+		t.Fatal(err)
+	}
+	after, err := f.admin.Stats(ctx)
+	if err != nil || !maps.Equal(after.Counts, before.Counts) {
+		t.Fatalf("after Down and Up again: %v, %v; want %v", after.Counts, err, before.Counts)
+	}
+	rec, err := f.admin.Get(ctx, f.dead)
+	if err != nil || rec.Status != "dead_lettered" || rec.RetryCount != 1 {
+		t.Fatalf("the dead letter after Down and Up: %+v, %v", rec, err)
+	}
+}
+
+func equalText(a, b *string) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
