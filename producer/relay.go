@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -238,6 +239,8 @@ type Relay struct {
 	dbClock bool // Now was not injected: due checks use the database clock
 
 	presence *presence // divides the keys among the workers of every relay
+
+	vacuumFailed atomic.Bool // the failure to vacuum the queue was logged
 
 	mu       sync.Mutex
 	openedAt time.Time       // when the breaker last opened

@@ -11,8 +11,8 @@ import (
 // sequence shows new events (see ProbeInterval), polls every PollInterval
 // besides, pauses while the breaker is open, survives PostgreSQL and Kafka
 // outages by retrying, keeps the history's day partitions made ahead, and
-// drops published events older than Retention. Errors it recovers from are
-// logged, not returned.
+// drops published events older than Retention, and vacuums its queue when
+// autovacuum has not. Errors it recovers from are logged, not returned.
 func (r *Relay) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	wg.Go(func() { r.watch(ctx) })
@@ -20,6 +20,7 @@ func (r *Relay) Run(ctx context.Context) error {
 		wg.Go(func() { r.presence.run(ctx) })
 	}
 	wg.Go(func() { r.every(ctx, r.cfg.CleanupInterval, r.maintain) })
+	wg.Go(func() { r.every(ctx, vacuumInterval, r.vacuum) })
 	if _, none := r.metrics.(noMetrics); !none {
 		wg.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.measureBacklog) })
 	}
@@ -119,6 +120,23 @@ func (r *Relay) maintain(ctx context.Context) {
 	case c.Events > 0 || c.Keys > 0:
 		r.log.Info("removed published events past retention", "events", c.Events, "partitions", c.Partitions,
 			"legacy_table", c.Legacy, "idempotency_keys", c.Keys, "retention", r.cfg.Retention)
+	}
+}
+
+// vacuumInterval is how often the relay looks whether its queue needs a
+// vacuum (see store.vacuum).
+const vacuumInterval = 10 * time.Second
+
+// vacuum vacuums the queue when PostgreSQL's autovacuum has not kept it
+// clean. A failure (the relay's role may not own the tables) is logged once
+// per relay: autovacuum may still do the work.
+func (r *Relay) vacuum(ctx context.Context) {
+	vacuumed, err := r.store.vacuum(ctx, r.pool)
+	switch {
+	case err != nil && ctx.Err() == nil && r.vacuumFailed.CompareAndSwap(false, true):
+		r.log.Warn("vacuuming the outbox queue failed; leaving it to autovacuum", "error", err)
+	case len(vacuumed) > 0:
+		r.log.Debug("vacuumed the outbox queue", "tables", vacuumed)
 	}
 }
 

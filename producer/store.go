@@ -851,3 +851,45 @@ func (s *store) maintainErr(err error) error {
 	}
 	return fmt.Errorf("producer: retention and partitions of %s: %w", s.names.table, s.undefinedObject(err))
 }
+
+// ---- vacuum ----
+
+// vacuumMinDead is how many dead rows a queue table must hold, and more
+// than its live ones, before the relay vacuums it itself.
+const vacuumMinDead = 10_000
+
+// deadSQL reads the dead and live rows PostgreSQL counts in the queue and
+// in waiting.
+const deadSQL = `
+SELECT relid::regclass::text, n_dead_tup, n_live_tup FROM pg_stat_user_tables
+WHERE relid IN ('{queue}'::regclass, '{waiting}'::regclass)`
+
+// vacuum vacuums the queue and waiting tables when dead rows (each
+// published event leaves one in the queue) outnumber the live ones and
+// vacuumMinDead: what autovacuum does, for a PostgreSQL where it is off or
+// lags behind, so that the queue stays as small as its backlog. A table
+// another vacuum holds is skipped. It returns the tables it vacuumed.
+func (s *store) vacuum(ctx context.Context, db DBTX) ([]string, error) {
+	rows, err := db.Query(ctx, s.names.render(deadSQL, false))
+	if err != nil {
+		return nil, s.maintainErr(err)
+	}
+	var due []string
+	var table string
+	var dead, live int64
+	_, err = pgx.ForEachRow(rows, []any{&table, &dead, &live}, func() error {
+		if dead >= vacuumMinDead && dead >= live {
+			due = append(due, table)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.maintainErr(err)
+	}
+	for i, table := range due {
+		if _, err := db.Exec(ctx, "VACUUM (SKIP_LOCKED) "+table); err != nil {
+			return due[:i], s.maintainErr(err)
+		}
+	}
+	return due, nil
+}
