@@ -43,7 +43,7 @@ func NewAdmin(db DBTX, cfg AdminConfig) (*Admin, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	return &Admin{db: db, store: newStore(table, false)}, nil
+	return &Admin{db: db, store: newStore(table, false, false)}, nil
 }
 
 // Stats is a snapshot of an outbox table.

@@ -78,7 +78,7 @@ func NewOutbox(cfg Config) (*Outbox, error) {
 	if cfg.MaxPayloadBytes == 0 {
 		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
-	return &Outbox{table: table, maxPayload: cfg.MaxPayloadBytes, store: newStore(table, false)}, nil
+	return &Outbox{table: table, maxPayload: cfg.MaxPayloadBytes, store: newStore(table, false, false)}, nil
 }
 
 // Enqueue writes one event to the outbox through db, normally the caller's

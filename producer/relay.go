@@ -154,15 +154,24 @@ type RelayConfig struct {
 	// its context ends. Defaults to 10s.
 	ShutdownTimeout time.Duration
 
-	// Retention is how long published events stay in the table before the
-	// relay deletes them; negative keeps them forever. Dead-lettered events
-	// stay until purged. Defaults to 7 days.
+	// Retention is how long published events stay in the history (the
+	// table <table>_published) before the relay drops them; negative keeps
+	// them forever. The history is partitioned by UTC day of publication
+	// and drops whole days, so an event goes once its whole day is past
+	// Retention: up to a day later. Dead-lettered events stay until purged.
+	// Defaults to 7 days.
 	Retention time.Duration
-	// CleanupInterval is how often the relay deletes expired events.
-	// Defaults to 1m.
+	// DiscardPublished deletes each event once it is published instead of
+	// keeping it in the history: a published event then costs PostgreSQL a
+	// delete and no write, and Admin finds no published events. Defaults to
+	// false.
+	DiscardPublished bool
+	// CleanupInterval is how often the relay makes the history's day
+	// partitions ahead and drops those past Retention. Defaults to 1m.
 	CleanupInterval time.Duration
-	// CleanupBatch is the most rows one delete statement removes.
-	// Defaults to 1000.
+	// CleanupBatch is the most rows one delete statement removes, where
+	// retention deletes rows rather than partitions (the history's default
+	// partition, idempotency keys). Defaults to 1000.
 	CleanupBatch int
 
 	// Logger receives the relay's logs. Defaults to slog.Default().
@@ -272,7 +281,7 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 		cfg:     cfg,
 		pool:    pool,
 		table:   table,
-		store:   newStore(table, cfg.HoldKeyOnDeadLetter),
+		store:   newStore(table, cfg.HoldKeyOnDeadLetter, cfg.DiscardPublished),
 		backoff: backoff.Policy(cfg.Backoff),
 		log:     cfg.Logger.With("table", table.String()),
 		metrics: cfg.Metrics,

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
 )
@@ -117,5 +119,35 @@ func TestRetentionDropsDayPartitionsWhileRelaysRun(t *testing.T) {
 	slices.Sort(dropped)
 	if !slices.Equal(dropped, old) || removed != float64(len(old)*perDay) {
 		t.Errorf("the relays dropped %v with %v events, want %v once each with %d events", dropped, removed, old, len(old)*perDay)
+	}
+}
+
+// TestDiscardPublishedKeepsNoHistory: with DiscardPublished, a published
+// event leaves the outbox at once, and a failed one still waits for its
+// retry.
+func TestDiscardPublishedKeepsNoHistory(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	pub := &fakePublisher{}
+	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, DiscardPublished: true})
+	sent := enqueue(t, pg, out, orderCreated("o-1"))
+	failing := enqueue(t, pg, out, orderCreated("o-2"))
+	pub.setFail(func(m *sarama.ProducerMessage) error {
+		if recordHeader(m, producer.HeaderID) == failing.String() {
+			return sarama.ErrUnknown
+		}
+		return nil
+	})
+	if res := runOnce(t, relay); res.Published != 1 || res.Failed != 1 {
+		t.Fatalf("batch %+v, want one published and one failed", res)
+	}
+	if got := pub.ackedIDs("orders"); !slices.Equal(got, []string{sent.String()}) {
+		t.Fatalf("published %v, want %s", got, sent)
+	}
+	if n := countRows(t, pg.Pool, "true"); n != 1 {
+		t.Fatalf("%d events left in the outbox, want only the failed one", n)
+	}
+	if row := rowOf(t, pg, failing); row.Status != producer.StatusFailed || row.RetryCount != 1 {
+		t.Fatalf("the failed event: %+v, want failed after one attempt", row)
 	}
 }

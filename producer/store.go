@@ -32,8 +32,9 @@ const (
 // <table>_published (partitioned by day) and <table>_keys, plus
 // <table>_legacy while a table of version 1 still holds published events.
 type store struct {
-	names outboxNames
-	hold  bool // HoldKeyOnDeadLetter: a dead letter holds the later events of its key
+	names   outboxNames
+	hold    bool // HoldKeyOnDeadLetter: a dead letter holds the later events of its key
+	discard bool // DiscardPublished: a published event is deleted, not kept
 
 	insertOne, insertMany, insertKeyed, lookupKeys string
 
@@ -79,12 +80,20 @@ func (n outboxNames) render(sql string, hold bool) string {
 	).Replace(sql)
 }
 
-func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
+// newStore makes the statements of table: a dead letter holds its key
+// with holdOnDeadLetter, and a published event is deleted rather than kept
+// in the history with discardPublished.
+func newStore(table pgname.Table, holdOnDeadLetter, discardPublished bool) *store {
 	n := newOutboxNames(table)
 	r := func(sql string) string { return n.render(sql, holdOnDeadLetter) }
+	publishQueue, publishWaiting := publishQueueSQL, publishWaitingSQL
+	if discardPublished {
+		publishQueue, publishWaiting = discardQueueSQL, discardWaitingSQL
+	}
 	return &store{
 		names:          n,
 		hold:           holdOnDeadLetter,
+		discard:        discardPublished,
 		insertOne:      r(insertOneSQL),
 		insertMany:     r(insertManySQL),
 		insertKeyed:    r(insertKeyedSQL),
@@ -92,8 +101,8 @@ func newStore(table pgname.Table, holdOnDeadLetter bool) *store {
 		lockShares:     fmt.Sprintf(lockSharesSQL, shareLockKey(table)),
 		claimQueue:     r(claimQueueSQL),
 		claimWaiting:   r(claimWaitingSQL),
-		publishQueue:   r(publishQueueSQL),
-		publishWaiting: r(publishWaitingSQL),
+		publishQueue:   r(publishQueue),
+		publishWaiting: r(publishWaiting),
 		parkQueue:      r(parkQueueSQL),
 		updateWaiting:  r(updateWaitingSQL),
 		deadQueue:      r(deadQueueSQL),
@@ -114,9 +123,11 @@ const dbNow = "COALESCE($1::timestamptz, statement_timestamp())"
 const eventColumns = `id, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
     correlation_id, causation_id, idempotency_key, payload, content_type, headers, max_retries`
 
-// columnsOf is eventColumns of table alias a.
-func columnsOf(a string) string {
+// claimedColumns are the columns of eventColumns a claim reads (all but
+// the idempotency key, which publishing does not need), of table alias a.
+func claimedColumns(a string) string {
 	cols := strings.Split(strings.Join(strings.Fields(eventColumns), " "), ", ")
+	cols = slices.DeleteFunc(cols, func(c string) bool { return c == "idempotency_key" })
 	for i, c := range cols {
 		cols[i] = a + "." + c
 	}
@@ -251,7 +262,7 @@ const heldByDead = `({hold} AND %[1]s.partition_key IS NOT NULL AND EXISTS (
 // Kafka is healthy. No row is locked: the share locks make this claim the
 // only reader of these events that will write them.
 var claimQueueSQL = `
-SELECT q.ctid, q.seq, ` + columnsOf("q") + `, q.created_at, COALESCE(q.not_before > {now}, false) AS scheduled,
+SELECT q.ctid, q.seq, ` + claimedColumns("q") + `, q.created_at, COALESCE(q.not_before > {now}, false) AS scheduled,
     q.partition_key IS NOT NULL AND NOT (SELECT NOT EXISTS (SELECT FROM {waiting}) AND NOT ({hold} AND EXISTS (SELECT FROM {dead})))
     AND (EXISTS (SELECT FROM {waiting} w WHERE w.topic = q.topic AND w.partition_key = q.partition_key)
          OR ` + fmt.Sprintf(heldByDead, "q") + `) AS blocked
@@ -264,7 +275,7 @@ LIMIT $2`
 // are due and not behind an event of their key that is not (nor, with
 // HoldKeyOnDeadLetter, behind an older dead letter), in seq order.
 var claimWaitingSQL = `
-SELECT w.seq, ` + columnsOf("w") + `, w.created_at,
+SELECT w.seq, ` + claimedColumns("w") + `, w.created_at,
     w.status, w.retry_count, w.last_error, w.first_failed_at
 FROM {waiting} w
 WHERE ` + shareOf("w") + ` = ANY ` + claimedShares + `
@@ -326,7 +337,7 @@ func scanQueued(row pgx.CollectableRow) (claimedEvent, error) {
 	e := claimedEvent{from: fromQueue}
 	var headers []byte
 	err := row.Scan(&e.tid, &e.seq, &e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
-		&e.CorrelationID, &e.CausationID, new(*string), &e.Payload, &e.ContentType, &headers, &e.MaxRetries,
+		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxRetries,
 		&e.CreatedAt, &e.scheduled, &e.blocked)
 	if err == nil {
 		err = decodeHeaders(headers, &e.Headers)
@@ -338,7 +349,7 @@ func scanWaiting(row pgx.CollectableRow) (claimedEvent, error) {
 	e := claimedEvent{from: fromWaiting}
 	var headers []byte
 	err := row.Scan(&e.seq, &e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
-		&e.CorrelationID, &e.CausationID, new(*string), &e.Payload, &e.ContentType, &headers, &e.MaxRetries,
+		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxRetries,
 		&e.CreatedAt, &e.status, &e.RetryCount, &e.LastError, &e.FirstFailedAt)
 	if err == nil {
 		err = decodeHeaders(headers, &e.Headers)
@@ -429,6 +440,13 @@ const publishWaitingSQL = `
 WITH m AS (DELETE FROM {waiting} WHERE seq = ANY($2::bigint[]) RETURNING *)
 INSERT INTO {published} (seq, ` + eventColumns + `, created_at, retry_count, last_error, first_failed_at, published_at)
 SELECT seq, ` + eventColumns + `, created_at, retry_count, last_error, first_failed_at, {now} FROM m`
+
+// discardQueueSQL and discardWaitingSQL delete published events, for a
+// relay that keeps no history.
+const (
+	discardQueueSQL   = `DELETE FROM {queue} WHERE ctid = ANY($1::tid[])`
+	discardWaitingSQL = `DELETE FROM {waiting} WHERE seq = ANY($1::bigint[])`
+)
 
 // outcomeArrays are a settlement's arrays: seq, new status, whether an
 // attempt is counted, the error to record, the delay of the next attempt.
@@ -559,11 +577,18 @@ func (s *store) settle(ctx context.Context, c *claim, now pgtype.Timestamptz, ou
 		}
 	}
 	batch := &pgx.Batch{}
-	if len(pubQueue) > 0 {
-		batch.Queue(s.publishQueue, now, pubQueue)
-	}
-	if len(pubWaiting) > 0 {
-		batch.Queue(s.publishWaiting, now, pubWaiting)
+	for _, p := range []struct {
+		sql  string
+		rows any
+		n    int
+	}{{s.publishQueue, pubQueue, len(pubQueue)}, {s.publishWaiting, pubWaiting, len(pubWaiting)}} {
+		switch {
+		case p.n == 0:
+		case s.discard:
+			batch.Queue(p.sql, p.rows)
+		default:
+			batch.Queue(p.sql, now, p.rows)
+		}
 	}
 	park.queue(batch, s.parkQueue, now)
 	update.queue(batch, s.updateWaiting, now)

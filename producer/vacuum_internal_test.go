@@ -23,7 +23,7 @@ func TestVacuumCleansTheQueueWhenDeadRowsPileUp(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newStore(table, false)
+	s := newStore(table, false, false)
 	fill := func(n int) {
 		t.Helper()
 		_, err := pg.Pool.Exec(ctx, `INSERT INTO courier_outbox (id, topic, event_type, payload, content_type)

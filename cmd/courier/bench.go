@@ -85,7 +85,8 @@ in-process Kafka-protocol broker (kfake).`,
   courier bench relay --database-url postgres://app@db:5432/bench --brokers kafka-1:9092`,
 		Args: cobra.NoArgs,
 	}
-	newBenchFlags(cmd, true, false, "text")
+	f := newBenchFlags(cmd, true, false, "text")
+	cmd.Flags().StringSliceVar(&f.relayCfg.Only, "only", nil, "throughput configurations to run beside the baseline, comma-separated (default all)")
 	return cmd
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -176,37 +177,46 @@ func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, err
 		if err != nil {
 			return errors.Join(fmt.Errorf("%s: %w", c.name, err), svc.close())
 		}
+		if len(cfg.Only) > 0 && c.name != PlainLoop && !slices.Contains(cfg.Only, c.name) {
+			return nil
+		}
 		c.spent, c.claims = map[int][]time.Duration{}, map[int]*atomic.Int64{}
 		run.drains = append(run.drains, c)
 		return nil
 	}
-	for _, workers := range []int{2, 1} {
-		if err := add(plainDrain(ctx, svc, workers)); err != nil {
+	for _, p := range []struct {
+		workers int
+		keep    bool
+	}{{2, false}, {1, false}, {2, true}} {
+		if err := add(plainDrain(ctx, svc, p.workers, p.keep)); err != nil {
 			return nil, err
 		}
 	}
 	for _, c := range []struct {
-		name             string
-		relays, workers  int
-		target           float64
-		history, backlog bool
+		name            string
+		relays, workers int
+		discard         bool
+		baseline        string
+		target          float64
 	}{
-		{name: RelayDefaults, relays: 1, workers: producer.DefaultWorkers, target: 1.2},
-		{name: "relay/workers=1", relays: 1, workers: 1},
-		{name: "relay/workers=4", relays: 1, workers: 4},
-		{name: "relay/relays=2", relays: 2, workers: producer.DefaultWorkers},
+		{name: RelayDefaults, relays: 1, workers: producer.DefaultWorkers, baseline: PlainLoopKeep, target: 1.2},
+		{name: RelayDiscard, relays: 1, workers: producer.DefaultWorkers, discard: true, baseline: PlainLoop, target: 1.2},
+		{name: "relay/workers=1", relays: 1, workers: 1, baseline: PlainLoopKeep},
+		{name: "relay/workers=4", relays: 1, workers: 4, baseline: PlainLoopKeep},
+		{name: "relay/relays=2", relays: 2, workers: producer.DefaultWorkers, baseline: PlainLoopKeep},
 	} {
-		if err := add(relayDrain(ctx, svc, c.name, c.relays, c.workers, c.target)); err != nil {
+		if err := add(relayDrain(ctx, svc, c.name, c.relays, c.workers, c.discard, c.baseline, c.target)); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.History > 0 {
-		c, err := relayDrain(ctx, svc, fmt.Sprintf("%s/history=%s", RelayDefaults, thousands(float64(cfg.History))), 1, producer.DefaultWorkers, 0.9)
+		c, err := relayDrain(ctx, svc, fmt.Sprintf("%s/history=%s", RelayDefaults, thousands(float64(cfg.History))), 1, producer.DefaultWorkers,
+			false, RelayDefaults, 0.9)
 		if err == nil {
 			progress(cfg.Progress, "relay throughput: writing a history of %d published events", cfg.History)
 			err = c.table.keepHistory(ctx, cfg.History)
 		}
-		c.baseline, c.backlogs = RelayDefaults, cfg.Backlogs[:1]
+		c.backlogs = cfg.Backlogs[:1]
 		if err := add(c, err); err != nil {
 			return nil, err
 		}
@@ -282,8 +292,11 @@ func (r *ThroughputRun) Report() RelayReport {
 func (r *ThroughputRun) Close() error { return r.svc.close() }
 
 // leanTable is what a team would write for a hand-made outbox: a primary
-// key and the event, no order kept, no retry state, no history.
-const leanTable = `
+// key and the event, no order kept, no retry state; with keepColumns, it
+// keeps what it sent, marked with published_at, and a partial index finds
+// the rest.
+const (
+	leanTable = `
 CREATE TABLE lean_outbox (
     id            bigint      GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     event_id      uuid        NOT NULL,
@@ -292,33 +305,58 @@ CREATE TABLE lean_outbox (
     event_type    text        NOT NULL,
     payload       bytea       NOT NULL,
     content_type  text        NOT NULL,
-    created_at    timestamptz NOT NULL DEFAULT now()
-)`
+    created_at    timestamptz NOT NULL DEFAULT now()`
+	keepColumns = `,
+    published_at  timestamptz);
+CREATE INDEX lean_outbox_unpublished ON lean_outbox (id) WHERE published_at IS NULL`
+)
 
-const (
-	plainClaimSQL = `
+// plainLoop is the statements of a plain loop, which deletes or keeps what
+// it sent.
+type plainLoop struct{ claim, settle string }
+
+var (
+	plainDelete = plainLoop{
+		claim: `
 SELECT id, event_id, topic, partition_key, event_type, payload, content_type, created_at
 FROM lean_outbox
 ORDER BY id
 LIMIT $1
-FOR UPDATE SKIP LOCKED`
-	plainSettleSQL = `DELETE FROM lean_outbox WHERE id = ANY($1)`
+FOR UPDATE SKIP LOCKED`,
+		settle: `DELETE FROM lean_outbox WHERE id = ANY($1)`,
+	}
+	plainKeep = plainLoop{
+		claim: `
+SELECT id, event_id, topic, partition_key, event_type, payload, content_type, created_at
+FROM lean_outbox
+WHERE published_at IS NULL
+ORDER BY id
+LIMIT $1
+FOR UPDATE SKIP LOCKED`,
+		settle: `UPDATE lean_outbox SET published_at = now() WHERE id = ANY($1)`,
+	}
 )
 
-// plainDrain is the baseline: workers goroutines, each on its own
-// connection and Sarama producer, repeat SELECT … ORDER BY id LIMIT 1000
-// FOR UPDATE SKIP LOCKED on the lean table, SendMessages, DELETE of the
-// rows sent and COMMIT until nothing is left. It sends the same records as
-// the relay (payload, key and the CloudEvents binary-mode headers), so both
-// put the same bytes on the broker.
-func plainDrain(ctx context.Context, svc *relayServices, workers int) (*drainCase, error) {
-	c := &drainCase{name: fmt.Sprintf("plain-skip-locked-loop/workers=%d", workers), baseline: PlainLoop}
+// plainDrain is a baseline: workers goroutines, each on its own connection
+// and Sarama producer, repeat SELECT … ORDER BY id LIMIT 1000 FOR UPDATE
+// SKIP LOCKED on the lean table, SendMessages, DELETE (or, with keep,
+// UPDATE … SET published_at) of the rows sent and COMMIT until nothing is
+// left. It sends the same records as the relay (payload, key and the
+// CloudEvents binary-mode headers), so both put the same bytes on the
+// broker.
+func plainDrain(ctx context.Context, svc *relayServices, workers int, keep bool) (*drainCase, error) {
+	c := &drainCase{name: fmt.Sprintf("plain-skip-locked-loop/delete/workers=%d", workers), baseline: PlainLoop}
+	ddl, loop := leanTable+")", plainDelete
+	if keep {
+		c.name, c.baseline = fmt.Sprintf("plain-skip-locked-loop/keep/workers=%d", workers), PlainLoopKeep
+		ddl, loop = leanTable+keepColumns, plainKeep
+	}
 	table, err := svc.table(ctx)
 	if err != nil {
 		return c, err
 	}
 	c.table = table
-	if _, err := table.pool.Exec(ctx, leanTable); err != nil {
+	if _, err := table.pool.Exec(ctx, ddl); err != nil {
 		return c, err
 	}
 	producers := make([]sarama.SyncProducer, workers)
@@ -350,7 +388,7 @@ func plainDrain(ctx context.Context, svc *relayServices, workers int) (*drainCas
 		published := make([]int, workers)
 		errs := make([]error, workers)
 		for w := range workers {
-			wg.Go(func() { published[w], errs[w] = plainWorker(ctx, table.pool, producers[w]) })
+			wg.Go(func() { published[w], errs[w] = plainWorker(ctx, table.pool, producers[w], loop) })
 		}
 		wg.Wait()
 		elapsed := time.Since(start)
@@ -370,10 +408,10 @@ func plainDrain(ctx context.Context, svc *relayServices, workers int) (*drainCas
 }
 
 // plainWorker runs plain batches until one finds nothing.
-func plainWorker(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer) (int, error) {
+func plainWorker(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer, loop plainLoop) (int, error) {
 	total := 0
 	for {
-		n, err := plainBatch(ctx, pool, sp)
+		n, err := plainBatch(ctx, pool, sp, loop)
 		total += n
 		if err != nil || n == 0 {
 			return total, err
@@ -383,10 +421,10 @@ func plainWorker(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer
 
 // plainBatch claims, sends and settles one batch in one transaction and
 // returns its size.
-func plainBatch(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer) (int, error) {
+func plainBatch(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer, loop plainLoop) (int, error) {
 	n := 0
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, plainClaimSQL, plainLimit)
+		rows, err := tx.Query(ctx, loop.claim, plainLimit)
 		if err != nil {
 			return err
 		}
@@ -421,7 +459,7 @@ func plainBatch(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer)
 		if err := sp.SendMessages(msgs); err != nil {
 			return err
 		}
-		if _, err := tx.Exec(ctx, plainSettleSQL, ids); err != nil {
+		if _, err := tx.Exec(ctx, loop.settle, ids); err != nil {
 			return err
 		}
 		n = len(ids)
@@ -434,14 +472,15 @@ func plainBatch(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer)
 }
 
 // relayDrain drains the backlog with relays relays of workers workers and
-// the default batch size: one relay of one worker is driven by RunOnce in
-// a loop until a claim finds nothing; otherwise the relays run Run side by
-// side, like processes, and the drain ends when the last event is recorded
-// as published. Each relay has its own Sarama producer, connected
-// beforehand, as the plain loop's are. target is the ratio to the plain
-// loop the goal asks for (0: none).
-func relayDrain(ctx context.Context, svc *relayServices, name string, relays, workers int, target float64) (*drainCase, error) {
-	c := &drainCase{name: name, baseline: PlainLoop, target: target}
+// the default batch size, keeping the published events in the history
+// unless discard: one relay of one worker is driven by RunOnce in a loop
+// until a claim finds nothing; otherwise the relays run Run side by side,
+// like processes, and the drain ends when the last event is recorded as
+// published. Each relay has its own Sarama producer, connected beforehand,
+// as the plain loop's are. target is the ratio to baseline the goal asks
+// for (0: none).
+func relayDrain(ctx context.Context, svc *relayServices, name string, relays, workers int, discard bool, baseline string, target float64) (*drainCase, error) {
+	c := &drainCase{name: name, baseline: baseline, target: target}
 	table, err := svc.table(ctx)
 	if err != nil {
 		return c, err
@@ -455,7 +494,7 @@ func relayDrain(ctx context.Context, svc *relayServices, name string, relays, wo
 		if c.claims[n] == nil {
 			c.claims[n] = &atomic.Int64{}
 		}
-		return drainWith(ctx, []*pgxpool.Pool{table.pool}, table, pubs, workers, n, svc.cfg.Logger, c.claims[n])
+		return drainWith(ctx, []*pgxpool.Pool{table.pool}, table, pubs, relayConfig{workers: workers, discard: discard}, n, svc.cfg.Logger, c.claims[n])
 	}
 	return c, nil
 }
@@ -479,18 +518,25 @@ func warmPublishers(ctx context.Context, svc *relayServices, topic string, n int
 	return pubs, nil
 }
 
+// relayConfig is what drainWith sets of each relay's configuration.
+type relayConfig struct {
+	workers int
+	discard bool
+}
+
 // drainWith drains the n events of table's backlog with one relay per
-// publisher, each of workers workers, relay i on pools[i mod len(pools)],
+// publisher, each of rc's workers and rc's history, relay i on pools[i mod len(pools)],
 // and returns how long it took; claims counts the claims the relays made.
-func drainWith(ctx context.Context, pools []*pgxpool.Pool, table *outboxTable, pubs []producer.Publisher, workers, n int,
+func drainWith(ctx context.Context, pools []*pgxpool.Pool, table *outboxTable, pubs []producer.Publisher, rc relayConfig, n int,
 	logger *slog.Logger, claims *atomic.Int64,
 ) (time.Duration, error) {
+	workers := rc.workers
 	counter := &drainCounter{target: int64(n), done: make(chan struct{})}
 	defer func() { claims.Add(counter.claims.Load()) }()
 	rs := make([]*producer.Relay, len(pubs))
 	for i := range rs {
 		r, err := producer.NewRelay(pools[i%len(pools)], producer.RelayConfig{
-			Schema: table.schema, Publisher: pubs[i], Workers: workers, Logger: logger, Metrics: counter,
+			Schema: table.schema, Publisher: pubs[i], Workers: workers, DiscardPublished: rc.discard, Logger: logger, Metrics: counter,
 		})
 		if err != nil {
 			return 0, err

@@ -76,6 +76,8 @@ type LatencyRun struct {
 	arrived *arrivals
 	stop    func() error // stops the relay and returns what Run returned
 
+	counter   *drainCounter // the relay's claims; nil for DirectProduce
+	claims    int64         // the relay's claims during the phases
 	latencies []time.Duration
 	rates     []float64 // each phase's enqueue rate
 	unarrived int
@@ -150,7 +152,8 @@ func (r *LatencyRun) startRelay(ctx context.Context, rc producer.RelayConfig) er
 	if r.enqueue, err = r.svc.pool(ctx, r.table.schema, int32(enqueuersFor(r.rate))); err != nil {
 		return err
 	}
-	rc.Schema, rc.Brokers, rc.Logger = r.table.schema, r.cfg.Brokers, r.cfg.Logger
+	r.counter = &drainCounter{done: make(chan struct{})}
+	rc.Schema, rc.Brokers, rc.Logger, rc.Metrics = r.table.schema, r.cfg.Brokers, r.cfg.Logger, r.counter
 	relay, err := producer.NewRelay(r.table.pool, rc)
 	if err != nil {
 		return err
@@ -208,6 +211,10 @@ func (r *LatencyRun) Phase(ctx context.Context) error {
 			}
 		})
 	}
+	var claimsBefore int64
+	if r.counter != nil {
+		claimsBefore = r.counter.claims.Load()
+	}
 	interval := time.Second / time.Duration(r.rate)
 	ticker := time.NewTicker(time.Millisecond)
 	start := time.Now()
@@ -232,6 +239,9 @@ func (r *LatencyRun) Phase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if r.counter != nil {
+		r.claims += r.counter.claims.Load() - claimsBefore
+	}
 	gaveUp := time.Now()
 	for i := range ids {
 		if arrived[i].IsZero() {
@@ -255,6 +265,7 @@ func (r *LatencyRun) Result() LatencyResult {
 	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 	res.P50, res.P99, res.Max = ms(percentile(sorted, 0.50)), ms(percentile(sorted, 0.99)), ms(sorted[len(sorted)-1])
 	res.EnqueueRate = slices.Min(r.rates)
+	res.ClaimsPerEvent = float64(r.claims) / float64(len(r.latencies))
 	if r.unarrived > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d events had not arrived %v after the last enqueue of their phase: the relay fell behind; their latencies count as that wait, so the figures are lower bounds",
 			r.unarrived, arrivalWait))

@@ -32,12 +32,20 @@ var (
 
 // Names of the relay measurements' baselines.
 const (
-	// PlainLoop names the baseline of the relay's throughput: what a team
-	// writes by hand over a lean table (a primary key and the event, no
-	// order kept, no retry state): two workers repeating SELECT … ORDER BY
-	// id LIMIT 1000 FOR UPDATE SKIP LOCKED, a Sarama SyncProducer's
-	// SendMessages and DELETE of the rows sent.
-	PlainLoop = "plain-skip-locked-loop/workers=2"
+	// PlainLoop names the baseline of the relay's throughput without a
+	// history: what a team writes by hand over a lean table (a primary key
+	// and the event, no order kept, no retry state): two workers repeating
+	// SELECT … ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED, a Sarama
+	// SyncProducer's SendMessages and DELETE of the rows sent.
+	PlainLoop = "plain-skip-locked-loop/delete/workers=2"
+	// PlainLoopKeep names the baseline of the relay with its history: the
+	// same loop over a lean table that keeps what it sent, as a team that
+	// wants the events afterwards writes it: UPDATE … SET published_at,
+	// and a partial index over the rows not yet published for its SELECT.
+	PlainLoopKeep = "plain-skip-locked-loop/keep/workers=2"
+	// RelayDiscard names the relay that keeps no history
+	// (RelayConfig.DiscardPublished), beside PlainLoop.
+	RelayDiscard = "relay/discard-published"
 	// RelayDefaults names the relay with its default configuration: the
 	// baseline of the drain beside a long history, and of the scaling run.
 	RelayDefaults = "relay/defaults"
@@ -79,6 +87,9 @@ type RelayConfig struct {
 	// second table holds while it drains the first backlog, beside the
 	// same drain with an empty history. 0: no such drain. Defaults to 0.
 	History int
+	// Only names the throughput configurations to run beside the baseline
+	// (PlainLoop); empty: all of them.
+	Only []string
 	// Rounds is how many backlogs each throughput configuration drains and
 	// how many paced phases each latency configuration runs. Defaults to
 	// 1; use 5 for figures.
@@ -212,6 +223,9 @@ type LatencyResult struct {
 	Max float64 `json:"max_ms"`
 	// EnqueueRate is the slowest phase's enqueue rate, events per second.
 	EnqueueRate float64 `json:"enqueued_per_s"`
+	// ClaimsPerEvent is how many claims the relay made per event measured
+	// (for its workers together); 0 for DirectProduce.
+	ClaimsPerEvent float64 `json:"claims_per_event,omitempty"`
 	// Unarrived counts the events that had not arrived arrivalWait after
 	// their phase's last enqueue; their latency counts as that wait.
 	Unarrived int `json:"unarrived"`
@@ -238,7 +252,8 @@ func (r RelayReport) WriteText(w io.Writer) error {
 	if len(r.Latency) > 0 {
 		fmt.Fprintf(&b, "enqueue-to-arrival latency, one event per transaction, %v phases:\n", r.LatencyDuration)
 		for _, res := range r.Latency {
-			fmt.Fprintf(&b, "  %-36s p50 %7.1fms  p99 %7.1fms  max %7.1fms  %d phases, %.0f enqueued/s", res.Name, res.P50, res.P99, res.Max, res.Phases, res.EnqueueRate)
+			fmt.Fprintf(&b, "  %-20s %6d/s p50 %7.1fms  p99 %7.1fms  max %7.1fms  %d phases, %.0f enqueued/s, %.2f claims per event", res.Name, res.Rate,
+				res.P50, res.P99, res.Max, res.Phases, res.EnqueueRate, res.ClaimsPerEvent)
 			if res.Baseline != "" {
 				fmt.Fprintf(&b, "  p99 %5.2fx %s", res.P99Ratio, res.Baseline)
 			}
@@ -467,15 +482,18 @@ func (r RelayReport) writeMarkdown(b *strings.Builder) {
 ## Relay throughput
 
 Draining backlogs of %s events (%d-byte JSON, %s keys, %d partitions) from the outbox to
-Kafka: the relay, per-key order on, in several configurations, beside the baseline, the loop a
-team writes by hand over a lean table that keeps no order and no retry state (a primary key and
-the event): `+"`SELECT … ORDER BY id LIMIT %d FOR UPDATE SKIP LOCKED`"+`, a Sarama SyncProducer,
-then `+"`DELETE`"+` of the rows sent, on 2 workers. Each configuration has its own schema holding the
-same backlog; %s each, and a figure is the events over the median drain time.%s
+Kafka: the relay, per-key order on, in several configurations, beside the loop a team writes by
+hand over a lean table that keeps no order and no retry state (a primary key and the event):
+`+"`SELECT … ORDER BY id LIMIT %d FOR UPDATE SKIP LOCKED`"+`, a Sarama SyncProducer, then `+"`DELETE`"+`
+of the rows sent (`+"`%s`"+`), or, to keep them as the relay keeps its history,
+`+"`UPDATE … SET published_at`"+` with a partial index over the rows not yet published (`+"`%s`"+`). The relay with its
+history (the default) stands beside the loop that keeps, the relay with `+"`DiscardPublished`"+`
+beside the loop that deletes. Each configuration has its own schema holding the same backlog;
+%s each, and a figure is the events over the median drain time.%s
 
 | configuration | events/s | baseline | baseline events/s | ratio | target |
 | --- | ---: | --- | ---: | ---: | --- |
-`, listOf(r.Backlogs), payloadSize, thousands(keys), partitions, plainLimit, plural(r.Rounds, "drain"), history)
+`, listOf(r.Backlogs), payloadSize, thousands(keys), partitions, plainLimit, PlainLoop, PlainLoopKeep, plural(r.Rounds, "drain"), history)
 		writeRateTable(b, throughputRows(r.Throughput))
 	}
 	if len(r.Scale) > 0 {

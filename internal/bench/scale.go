@@ -83,7 +83,7 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 			if err := table.seed(ctx, cfg.ScaleEvents); err != nil {
 				return nil, err
 			}
-			took, err := drainWith(ctx, pools[:c.relays], table, pubs[:c.relays], c.workers, cfg.ScaleEvents, cfg.Logger, &claims[j])
+			took, err := drainWith(ctx, pools[:c.relays], table, pubs[:c.relays], relayConfig{workers: c.workers}, cfg.ScaleEvents, cfg.Logger, &claims[j])
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.name(), err)
 			}
