@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -177,7 +178,7 @@ func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, err
 		if err != nil {
 			return errors.Join(fmt.Errorf("%s: %w", c.name, err), svc.close())
 		}
-		if len(cfg.Only) > 0 && c.name != PlainLoop && !slices.Contains(cfg.Only, c.name) {
+		if len(cfg.Only) > 0 && !strings.HasPrefix(c.name, "plain-") && !slices.Contains(cfg.Only, c.name) {
 			return nil
 		}
 		c.spent, c.claims = map[int][]time.Duration{}, map[int]*atomic.Int64{}

@@ -21,9 +21,12 @@ type Report struct {
 	Command  string   `json:"command"`
 	Machine  Machine  `json:"machine"`
 	Services Services `json:"services"`
-	// Relay and Consume are nil when their harness did not run.
+	// Relay, Consume, Soak and Enqueue are nil when their harness did not
+	// run.
 	Relay   *RelayReport   `json:"relay,omitempty"`
 	Consume *ConsumeReport `json:"consume,omitempty"`
+	Soak    *SoakReport    `json:"soak,omitempty"`
+	Enqueue *EnqueueReport `json:"enqueue,omitempty"`
 }
 
 // Machine describes the machine and the build that measured.
@@ -53,7 +56,7 @@ type Services struct {
 	// Redis is the server's version; empty when no harness used it.
 	Redis string `json:"redis,omitempty"`
 	// Kafka says which broker: the in-process kfake one, or the
-	// addresses of a cluster.
+	// addresses of a cluster; empty when no harness used one.
 	Kafka string `json:"kafka"`
 }
 
@@ -144,7 +147,17 @@ func (r Report) WriteText(w io.Writer) error {
 		}
 	}
 	if r.Consume != nil {
-		return r.Consume.WriteText(w)
+		if err := r.Consume.WriteText(w); err != nil {
+			return err
+		}
+	}
+	if r.Soak != nil {
+		if err := r.Soak.WriteText(w); err != nil {
+			return err
+		}
+	}
+	if r.Enqueue != nil {
+		return r.Enqueue.WriteText(w)
 	}
 	return nil
 }
@@ -175,7 +188,10 @@ func (r Report) header() [][2]string {
 	if r.Services.Redis != "" {
 		lines = append(lines, [2]string{"Redis", r.Services.Redis})
 	}
-	return append(lines, [2]string{"Kafka", r.Services.Kafka})
+	if r.Services.Kafka != "" {
+		lines = append(lines, [2]string{"Kafka", r.Services.Kafka})
+	}
+	return lines
 }
 
 // WriteMarkdown writes the report as a Markdown document: the header, then
@@ -191,7 +207,8 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "- **%s:** %s\n", line[0], value)
 	}
-	fmt.Fprintf(&b, `
+	if r.Relay != nil || r.Consume != nil || r.Enqueue != nil {
+		fmt.Fprintf(&b, `
 Each figure stands beside a baseline measured in the same run, against the same services, and the
 ratio of the two is the figure to read. The services and the benchmark share the machine's %s,
 with whatever else runs on it (see the load average above), so absolute figures can move by 15 %%
@@ -199,6 +216,7 @@ or more from one run to the next on a busy machine: compare figures of one repor
 other, and runs with each other by their ratios. Configurations take turns, so that a machine
 whose speed drifts meets them all alike, and each figure is a median.
 `, plural(r.Machine.NumCPU, "core"))
+	}
 	if load, busy := r.Machine.busy(); busy {
 		fmt.Fprintf(&b, `
 **The machine was busy when this run started** (load average %.2f over the last minute, on
@@ -211,6 +229,12 @@ noisier than on a quiet machine, and the ratios hold better than the absolute fi
 	}
 	if r.Consume != nil {
 		r.Consume.writeMarkdown(&b)
+	}
+	if r.Soak != nil {
+		r.Soak.writeMarkdown(&b)
+	}
+	if r.Enqueue != nil {
+		r.Enqueue.writeMarkdown(&b)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
