@@ -101,8 +101,11 @@ func (o *Outbox) Enqueue(ctx context.Context, db DBTX, e Event) (Enqueued, error
 	return res[0], nil
 }
 
-// EnqueueBatch writes many events in one round trip (two when some are
-// duplicates), in slice order, with the semantics of Enqueue. The result has
+// EnqueueBatch writes many events in one statement (two when some are
+// duplicates), in slice order, with the semantics of Enqueue: a COPY for a
+// batch of 32 events or more without idempotency keys, through a handle
+// that can copy (pgx.Tx, *pgx.Conn, *pgxpool.Pool, *pgxpool.Conn); an
+// INSERT of arrays, in one round trip, otherwise. The result has
 // one entry per event. If any event is invalid, nothing is written and the
 // *EventError's Index names it. Two events of one batch that share a topic
 // and idempotency key are written once; the second reports the first's ID.
@@ -121,9 +124,14 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 	for i, id := range cols.id {
 		res[i] = Enqueued{ID: id.Bytes}
 	}
+	cp, canCopy := db.(copier)
 	switch {
 	case !cols.keyed && len(events) == 1:
 		_, err = db.Exec(ctx, o.store.insertOne, cols.row(0)...)
+		return res, o.insertErr(err)
+	case !cols.keyed && canCopy && len(events) >= copyMin:
+		rows := newCopyRows(cols)
+		_, err = cp.CopyFrom(ctx, pgx.Identifier{o.table.Schema, o.table.Name}, rows.names, rows)
 		return res, o.insertErr(err)
 	case !cols.keyed:
 		_, err = db.Exec(ctx, o.store.insertMany, cols.args()...)
@@ -252,6 +260,87 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 		c.notBefore[i] = pgtype.Timestamptz{Time: e.NotBefore, Valid: !e.NotBefore.IsZero()}
 	}
 	return c, nil
+}
+
+// copier is what a COPY needs from the database handle: pgx.Tx, *pgx.Conn,
+// *pgxpool.Pool and *pgxpool.Conn have it.
+type copier interface {
+	CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error)
+}
+
+// copyMin is the smallest batch EnqueueBatch writes with COPY rather than
+// one INSERT, when no event carries an idempotency key and the handle can
+// copy: COPY writes rows in bulk, several times cheaper per row for the
+// server, for a round trip or two more.
+const copyMin = 32
+
+// copyColumns are the queue's columns a COPY may write, in the order of
+// row.
+var copyColumns = []string{
+	"id", "topic", "partition_key", "event_type", "aggregate_type", "aggregate_id", "tenant_id",
+	"correlation_id", "causation_id", "idempotency_key", "payload", "content_type", "headers",
+	"max_retries", "not_before",
+}
+
+// copyRows is a batch as a pgx.CopyFromSource, row by row in slice order,
+// of the columns some event of the batch sets: a column left out costs the
+// COPY nothing, where a column of NULLs costs it about as much as one of
+// values.
+type copyRows struct {
+	cols  *columns
+	names []string
+	keep  []int // indexes into copyColumns and row
+	next  int
+	row   []any
+}
+
+func newCopyRows(cols *columns) *copyRows {
+	r := &copyRows{cols: cols, next: -1}
+	set := make([]bool, len(copyColumns))
+	for i := range cols.id {
+		for c, v := range cols.row(i) {
+			set[c] = set[c] || !isNull(v)
+		}
+	}
+	for c, name := range copyColumns {
+		if set[c] {
+			r.names, r.keep = append(r.names, name), append(r.keep, c)
+		}
+	}
+	r.row = make([]any, len(r.keep))
+	return r
+}
+
+func (r *copyRows) Next() bool { r.next++; return r.next < len(r.cols.id) }
+func (r *copyRows) Err() error { return nil }
+
+// Values is the row's values, empty texts and a zero MaxRetries as NULL
+// as the INSERT statements store them.
+func (r *copyRows) Values() ([]any, error) {
+	all := r.cols.row(r.next)
+	for i, c := range r.keep {
+		r.row[i] = all[c]
+		if isNull(all[c]) {
+			r.row[i] = nil
+		}
+	}
+	return r.row, nil
+}
+
+// isNull reports whether a value of row is stored as NULL: an empty text, a
+// zero MaxRetries, no headers, no NotBefore.
+func isNull(v any) bool {
+	switch v := v.(type) {
+	case nil:
+		return true
+	case string:
+		return v == ""
+	case int32:
+		return v == 0
+	case pgtype.Timestamptz:
+		return !v.Valid
+	}
+	return false
 }
 
 // row is event i's values, in the order of the columns' arrays.

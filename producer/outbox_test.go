@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -498,5 +499,71 @@ func TestNewOutboxRejectsInvalidConfig(t *testing.T) {
 	}
 	if _, err := producer.NewOutbox(producer.Config{Table: "Bad"}); !errors.Is(err, pgname.ErrInvalidName) {
 		t.Errorf("a bad table name does not match pgname.ErrInvalidName: %v", err)
+	}
+}
+
+// TestEnqueueBatchCopiesLargeBatches: a batch large enough goes in with COPY
+// through a handle that can copy, and stores exactly what the INSERT of a
+// handle that cannot stores, in slice order; in a transaction, rollback
+// removes it.
+func TestEnqueueBatchCopiesLargeBatches(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	ctx := context.Background()
+	batch := func(tag string) []producer.Event {
+		var events []producer.Event
+		for i := range 100 {
+			ev := orderCreated(fmt.Sprintf("o-%d", i%7))
+			ev.Topic, ev.Payload = "copy-"+tag, fmt.Appendf(nil, `{"n":%d}`, i)
+			if i%3 == 0 {
+				ev.Key, ev.AggregateType, ev.AggregateID, ev.TenantID = "", "Order", fmt.Sprint(i), "acme"
+				ev.Headers = map[string]string{"x-n": fmt.Sprint(i)}
+				ev.MaxRetries, ev.NotBefore = 2, time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+			}
+			events = append(events, ev)
+		}
+		return events
+	}
+	read := func(topic string) []string {
+		t.Helper()
+		rows, err := pg.Pool.Query(ctx, `SELECT concat_ws('|', partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
+			convert_from(payload, 'UTF8'), content_type, headers::text, max_retries, CASE WHEN next_attempt_at > now() THEN next_attempt_at END, status)
+			FROM courier_events WHERE topic = $1 ORDER BY seq`, topic)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if _, err := out.EnqueueBatch(ctx, &countingDB{DBTX: pg.Pool}, batch("insert")); err != nil {
+		t.Fatal(err)
+	}
+	copied, err := out.EnqueueBatch(ctx, pg.Pool, batch("copy"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inserted, got := read("copy-insert"), read("copy-copy")
+	if len(got) != 100 || !slices.Equal(got, inserted) {
+		t.Fatalf("COPY stored %d rows, unlike the INSERT's %d:\n%v\n%v", len(got), len(inserted), got[:min(3, len(got))], inserted[:min(3, len(inserted))])
+	}
+	if n := countRows(t, pg.Pool, "id = $1", copied[99].ID); n != 1 {
+		t.Fatalf("the last copied event's id %s is stored %d times", copied[99].ID, n)
+	}
+
+	tx, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := out.EnqueueBatch(ctx, tx, batch("rolled-back")); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := countRows(t, pg.Pool, "topic = 'copy-rolled-back'"); n != 0 {
+		t.Fatalf("%d copied events survived the rollback", n)
 	}
 }
