@@ -205,7 +205,7 @@ func TestUpIntoCustomSchemaAndTable(t *testing.T) {
 		"billing_events":           {"billing_events_pkey"},
 		"billing_events_waiting":   {"billing_events_waiting_pkey", "billing_events_waiting_key", "billing_events_waiting_due"},
 		"billing_events_dead":      {"billing_events_dead_pkey", "billing_events_dead_key"},
-		"billing_events_published": {"billing_events_published_id"},
+		"billing_events_published": {"billing_events_published_id", "billing_events_published_seq"},
 		"billing_events_keys":      {"billing_events_keys_pkey", "billing_events_keys_created"},
 	} {
 		indexes := indexNames(t, pg.Pool, schema, table)
