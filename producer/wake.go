@@ -12,6 +12,12 @@ import (
 // come: often enough that an event waits about a millisecond for it.
 const busyProbeInterval = time.Millisecond
 
+// busyWindow is how long the relay keeps probing every busyProbeInterval
+// after the last probe that found new events, before it backs off: events
+// that come up to a few tens a second apart wait for a probe no longer
+// than while they come faster.
+const busyWindow = 20 * time.Millisecond
+
 // maxTracked bounds the transactions the prober watches for their end.
 const maxTracked = 4096
 
@@ -33,6 +39,7 @@ func (r *Relay) watch(ctx context.Context) {
 		since    time.Time // the database time of the last probe
 		commits  commitWatch
 		gap      = busyProbeInterval
+		lastMove time.Time // when the last probe that found work was
 		failures int
 	)
 	for ctx.Err() == nil {
@@ -51,9 +58,10 @@ func (r *Relay) watch(ctx context.Context) {
 			if moved || p.due || ended {
 				r.Wake()
 			}
-			if moved || p.due {
-				gap = busyProbeInterval
-			} else {
+			switch {
+			case moved || p.due:
+				gap, lastMove = busyProbeInterval, time.Now()
+			case time.Since(lastMove) >= busyWindow:
 				gap = min(2*gap, r.cfg.ProbeInterval)
 			}
 			last, since = p, p.at
