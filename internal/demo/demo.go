@@ -644,7 +644,7 @@ func WriteSummary(w io.Writer, s Summary, databaseURL, redisURL string) error {
 	}
 	_, err := fmt.Fprintf(w, `
 finished in %.1fs. Inspect what it left:
-  psql %q -c "SELECT status, count(*) FROM %s.courier_outbox GROUP BY status"
+  psql %q -c "SELECT count(*) AS published, min(published_at), max(published_at) FROM %s.courier_outbox_published"
   redis-cli -u %q --scan --pattern '%sdedupe:*' | head
   courier dev --data-dir %s &      # serves the demo's topics on 127.0.0.1:9092
   kcat -b 127.0.0.1:9092 -t orders.dlq -C -e -f '%%k %%h\n'

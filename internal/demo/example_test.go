@@ -28,7 +28,7 @@ func ExampleWriteSummary() {
 	//     0  lost
 	//
 	// finished in 5.0s. Inspect what it left:
-	//   psql "postgres://postgres@127.0.0.1:5432/test" -c "SELECT status, count(*) FROM courier_demo.courier_outbox GROUP BY status"
+	//   psql "postgres://postgres@127.0.0.1:5432/test" -c "SELECT count(*) AS published, min(published_at), max(published_at) FROM courier_demo.courier_outbox_published"
 	//   redis-cli -u "redis://127.0.0.1:6379/0" --scan --pattern 'courier:demo:dedupe:*' | head
 	//   courier dev --data-dir .courier-demo/kafka &      # serves the demo's topics on 127.0.0.1:9092
 	//   kcat -b 127.0.0.1:9092 -t orders.dlq -C -e -f '%k %h\n'

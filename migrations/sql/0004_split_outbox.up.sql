@@ -227,12 +227,16 @@ WHERE idempotency_key IS NOT NULL;
 DELETE FROM courier_outbox_legacy WHERE status <> 'published';
 
 DO $$
-BEGIN
-    PERFORM setval('courier_outbox_seq', GREATEST(
+DECLARE
+    last bigint := GREATEST(
         (SELECT max(seq) FROM courier_outbox_legacy),
         (SELECT max(seq) FROM courier_outbox),
         (SELECT max(seq) FROM courier_outbox_waiting),
-        (SELECT max(seq) FROM courier_outbox_dead), 1));
+        (SELECT max(seq) FROM courier_outbox_dead));
+BEGIN
+    IF last IS NOT NULL THEN
+        PERFORM setval('courier_outbox_seq', last);
+    END IF;
     -- Nothing was ever published: the old table has no history to keep.
     IF NOT EXISTS (SELECT FROM courier_outbox_legacy) THEN
         DROP TABLE courier_outbox_legacy;
