@@ -7,7 +7,7 @@ export PATH := $(PATH):/usr/local/go/bin
 COURIER_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 export COURIER_TEST_DATABASE_URL
 
-.PHONY: help test services deps migrate vet bench demo
+.PHONY: help test services deps migrate vet bench soak demo
 
 ## help: list the targets
 help:
@@ -39,7 +39,12 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-## bench: run the relay and consumer benchmarks beside their baselines (several minutes) and write the report to BENCHMARKS.md
+## bench: run the relay, enqueue and consumer benchmarks beside their baselines (about half an hour) and write the report to BENCHMARKS.md
 bench: services
 	$(GO) run -buildvcs=true ./cmd/courier bench --rounds 5 --database-url "$(COURIER_TEST_DATABASE_URL)" > BENCHMARKS.md.tmp \
 		&& mv BENCHMARKS.md.tmp BENCHMARKS.md || { rm -f BENCHMARKS.md.tmp; exit 1; }
+
+## soak: run the outbox at 3,000 events/s for 30 minutes and write the queue's sizes over time to SOAK.md
+soak: services
+	$(GO) run -buildvcs=true ./cmd/courier bench soak --database-url "$(COURIER_TEST_DATABASE_URL)" > SOAK.md.tmp \
+		&& mv SOAK.md.tmp SOAK.md || { rm -f SOAK.md.tmp; exit 1; }

@@ -37,8 +37,8 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure courier beside a baseline, in one run on the same services",
-		Long: `Runs the relay and the consumer benchmarks (courier bench relay, courier bench
-consume) and prints one report: the date, the machine (runtime.NumCPU,
+		Long: `Runs the relay, enqueue and consumer benchmarks (courier bench relay, courier
+bench enqueue with its defaults, courier bench consume) and prints one report: the date, the machine (runtime.NumCPU,
 GOMAXPROCS, Go, the load average), the PostgreSQL, Redis and Kafka it ran
 against and the command that reproduces it, then tables in which every
 figure stands beside its baseline, measured in the same run, and the ratio
@@ -53,7 +53,8 @@ Progress goes to stderr, the report to stdout.`,
   courier bench --output json --database-url postgres://app@db:5432/bench --brokers kafka-1:9092`,
 		Args: cobra.NoArgs,
 	}
-	newBenchFlags(cmd, true, true, "markdown")
+	f := newBenchFlags(cmd, true, true, "markdown")
+	f.enqueue = true
 	cmd.AddCommand(newBenchRelayCmd(), newBenchConsumeCmd(), newBenchEnqueueCmd(), newBenchSoakCmd())
 	return cmd
 }
@@ -119,6 +120,7 @@ topics named courier.bench.*, and the group join is timed too.`,
 // benchFlags are the options of courier bench and its subcommands.
 type benchFlags struct {
 	relay, consume bool // which harnesses the command runs
+	enqueue        bool // the enqueue harness too, with its defaults (courier bench alone)
 	format         string
 	brokers        string
 	databaseURL    string
@@ -207,6 +209,17 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 			return fmt.Errorf("bench relay against PostgreSQL at %s and Kafka at %s: %w", redact(f.databaseURL), strings.Join(brokers, ","), err)
 		}
 		report.Relay, report.Services.PostgreSQL = &relay, relay.PostgreSQL
+	}
+	if f.enqueue {
+		cfg := bench.EnqueueConfig{DatabaseURL: f.databaseURL, Rounds: f.rounds, Progress: cmd.ErrOrStderr()}
+		if f.quick {
+			cfg.Clients, cfg.Duration, cfg.Rounds = []int{quickEnqueueClients}, quickEnqueueDuration, quickEnqueueRounds
+		}
+		enqueue, err := bench.Enqueue(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("bench enqueue against PostgreSQL at %s: %w", redact(f.databaseURL), err)
+		}
+		report.Enqueue = &enqueue
 	}
 	if f.consume {
 		cfg := f.consumeCfg
