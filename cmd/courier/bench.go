@@ -82,7 +82,7 @@ and topics named courier.bench.* on the broker. Without --brokers it starts an
 in-process Kafka-protocol broker (kfake).`,
 		Example: `  courier bench relay --quick
   courier bench relay --rounds 5 --output markdown
-  courier bench relay --events 50000 --history 10000000 --scale-delay -1ms --latency-rates 1000
+  courier bench relay --events 50000 --history 10000000 --only relay/defaults --scale-delay -1ms --latency-duration -1s
   courier bench relay --database-url postgres://app@db:5432/bench --brokers kafka-1:9092`,
 		Args: cobra.NoArgs,
 	}
@@ -159,7 +159,7 @@ func newBenchFlags(cmd *cobra.Command, relay, consume bool, defaultFormat string
 		f.count(fs, &f.relayCfg.ScaleEvents, "scale-events", bench.DefaultScaleEvents, quickEvents, "backlog of the scaling run")
 		fs.DurationVar(&f.relayCfg.ScaleDelay, "scale-delay", bench.DefaultScaleDelay, "delay the scaling run's proxy adds each way to PostgreSQL (negative: no scaling run)")
 		fs.IntSliceVar(&f.relayCfg.LatencyRates, "latency-rates", bench.DefaultLatencyRates, "events/s of the latency phases, one per transaction, comma-separated")
-		fs.DurationVar(&f.relayCfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "how long each latency phase enqueues")
+		fs.DurationVar(&f.relayCfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "how long each latency phase enqueues (negative: no latency phases)")
 	}
 	if consume {
 		fs.StringVar(&f.redisURL, "redis-url", envOr("COURIER_REDIS_URL", "redis://127.0.0.1:6379/0"),
@@ -287,8 +287,8 @@ func (f *benchFlags) validate(fs *pflag.FlagSet) error {
 			return usageError{fmt.Errorf("--history %d: use 0 or more", f.relayCfg.History)}
 		}
 	}
-	if f.relay && f.relayCfg.LatencyDuration <= 0 {
-		return usageError{fmt.Errorf("--latency-duration %v: use a positive duration, e.g. 5s", f.relayCfg.LatencyDuration)}
+	if f.relay && f.relayCfg.LatencyDuration == 0 {
+		return usageError{fmt.Errorf("--latency-duration 0: use a positive duration, e.g. 5s, or a negative one for no latency phases")}
 	}
 	if f.relay && f.databaseURL == "" {
 		return usageError{fmt.Errorf("--database-url is empty: name the PostgreSQL to make the relay's tables in, e.g. %s", defaultDatabaseURL)}
