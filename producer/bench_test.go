@@ -1,8 +1,8 @@
 package producer_test
 
 // Benchmarks of the relay, each beside a baseline measured in the same run on
-// the same PostgreSQL and the same broker (STYLE 13: figures, not asserted
-// wall-clock times), with internal/bench's harness, which `courier bench
+// the same PostgreSQL and the same broker (figures, not asserted wall-clock
+// times), with internal/bench's harness, which `courier bench
 // relay` runs too. They need PostgreSQL (COURIER_TEST_DATABASE_URL) and use
 // an in-process kfake broker unless COURIER_TEST_KAFKA_BROKERS names a
 // cluster. They never run in a plain `go test`; run them with

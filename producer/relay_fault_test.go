@@ -1,10 +1,10 @@
 package producer_test
 
-// Fault tests for the relay: a relay process killed with SIGKILL in the
-// middle of its batches, and a relay whose PostgreSQL backends are terminated
-// under it. Both check guarantees 2 (at-least-once: nothing lost, nothing
-// stuck, duplicates keep their ce_id) and 3 (per-key order) of DESIGN.md on
-// what actually arrives on Kafka.
+// Fault tests for the relay: relay processes killed with SIGKILL in the
+// middle of their batches, and a relay whose PostgreSQL backends are
+// terminated under it. They check the README's guarantees of at-least-once
+// delivery (nothing lost, nothing stuck, duplicates keep their ce_id) and of
+// per-key order on what actually arrives on Kafka.
 
 import (
 	"cmp"
