@@ -205,6 +205,10 @@ type ThroughputResult struct {
 	// ClaimsPerDrain is how many claim queries the relays made per drain;
 	// 0 for the plain loop.
 	ClaimsPerDrain float64 `json:"claims_per_drain,omitempty"`
+	// CPUBusy is the fraction of the machine's CPU time (every core,
+	// every process) busy while it drained, on average; 0 where it was not
+	// measured.
+	CPUBusy float64 `json:"cpu_busy,omitempty"`
 }
 
 // LatencyResult is one latency configuration's figures, over every phase.
@@ -282,6 +286,10 @@ func throughputRows(results []ThroughputResult) []rateRow {
 		}
 		if res.ClaimsPerDrain > 0 {
 			rows[i].note = strings.TrimSpace(rows[i].note + fmt.Sprintf(" %.1f claims per drain", res.ClaimsPerDrain))
+		}
+		if res.CPUBusy > 0 {
+			rows[i].note += fmt.Sprintf(" CPU %.0f%% busy", 100*res.CPUBusy)
+			rows[i].cell = strings.TrimSpace(rows[i].cell + fmt.Sprintf(" (CPU %.0f %% busy)", 100*res.CPUBusy))
 		}
 	}
 	return rows
@@ -506,7 +514,9 @@ Draining %s events with 1, 2 and 4 relays of one worker each (each relay its own
 pool and Kafka producer, as separate processes have), and with one relay of 2 and 4 workers,
 against a PostgreSQL reached through a proxy that holds every packet %v each way, as a database
 on another host would. A configuration of N workers in all should drain at least 0.8·N times as
-fast as one relay. %s each, medians.
+fast as one relay. %s each, medians; beside the target, how busy the machine's cores were
+during the drains (all processes: PostgreSQL, the broker, the relays), which bounds what more
+relays can add.
 
 | configuration | events/s | baseline | baseline events/s | ratio | target |
 | --- | ---: | --- | ---: | ---: | --- |

@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -73,6 +76,7 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 		return nil, err
 	}
 	spent := make([][]time.Duration, len(scaleCases))
+	busy := make([]float64, len(scaleCases))
 	claims := make([]atomic.Int64, len(scaleCases))
 	for round := range cfg.Rounds {
 		progress(cfg.Progress, "relay scaling: round %d of %d, %d configurations draining %d events through a proxy adding %v each way",
@@ -83,18 +87,19 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 			if err := table.seed(ctx, cfg.ScaleEvents); err != nil {
 				return nil, err
 			}
+			cpu := readCPUTimes()
 			took, err := drainWith(ctx, pools[:c.relays], table, pubs[:c.relays], relayConfig{workers: c.workers}, cfg.ScaleEvents, cfg.Logger, &claims[j])
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.name(), err)
 			}
-			spent[j] = append(spent[j], took)
+			spent[j], busy[j] = append(spent[j], took), busy[j]+cpu.busySince()/float64(cfg.Rounds)
 		}
 	}
 	base := MedianRate(cfg.ScaleEvents, spent[0])
 	results := make([]ThroughputResult, len(scaleCases))
 	for i, c := range scaleCases {
 		res := ThroughputResult{Name: c.name(), Events: cfg.ScaleEvents, Rate: MedianRate(cfg.ScaleEvents, spent[i]),
-			Baseline: scaleCases[0].name(), ClaimsPerDrain: float64(claims[i].Load()) / float64(cfg.Rounds)}
+			Baseline: scaleCases[0].name(), ClaimsPerDrain: float64(claims[i].Load()) / float64(cfg.Rounds), CPUBusy: busy[i]}
 		if n := c.relays * c.workers; n > 1 {
 			res.Target = 0.8 * float64(n)
 		}
@@ -202,4 +207,42 @@ func (p *delayProxy) Close() error {
 		err = nil
 	}
 	return err
+}
+
+// cpuTimes are the machine's CPU times, in clock ticks, from /proc/stat:
+// the busy ones and all of them; zero where /proc/stat cannot be read.
+type cpuTimes struct{ busy, total uint64 }
+
+func readCPUTimes() cpuTimes {
+	data, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return cpuTimes{}
+	}
+	line, _, _ := strings.Cut(string(data), "\n")
+	fields := strings.Fields(line)
+	if len(fields) < 5 || fields[0] != "cpu" {
+		return cpuTimes{}
+	}
+	var t cpuTimes
+	for i, f := range fields[1:] {
+		n, err := strconv.ParseUint(f, 10, 64)
+		if err != nil {
+			return cpuTimes{}
+		}
+		t.total += n
+		if i != 3 && i != 4 { // idle and iowait
+			t.busy += n
+		}
+	}
+	return t
+}
+
+// busySince is the fraction of the machine's CPU time busy since t, 0 when
+// unknown.
+func (t cpuTimes) busySince() float64 {
+	now := readCPUTimes()
+	if now.total <= t.total {
+		return 0
+	}
+	return float64(now.busy-t.busy) / float64(now.total-t.total)
 }
