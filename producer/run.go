@@ -125,7 +125,7 @@ func (r *Relay) maintain(ctx context.Context) {
 
 // vacuumInterval is how often the relay looks whether its queue needs a
 // vacuum (see store.vacuum).
-const vacuumInterval = 10 * time.Second
+const vacuumInterval = 2 * time.Second
 
 // vacuum vacuums the queue when PostgreSQL's autovacuum has not kept it
 // clean. A failure (the relay's role may not own the tables) is logged once

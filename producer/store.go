@@ -880,8 +880,9 @@ func (s *store) maintainErr(err error) error {
 // ---- vacuum ----
 
 // vacuumMinDead is how many dead rows a queue table must hold, and more
-// than its live ones, before the relay vacuums it itself.
-const vacuumMinDead = 10_000
+// than its live ones, before the relay vacuums it itself: a queue at
+// thousands of events a second stays within a few megabytes.
+const vacuumMinDead = 2_000
 
 // deadSQL reads the dead and live rows PostgreSQL counts in the queue and
 // in waiting.
