@@ -22,7 +22,7 @@ func TestBenchSoak(t *testing.T) {
 		"# courier benchmarks\n",
 		"- **Command:** `courier bench soak --database-url ",
 		"- **Kafka:** in-process kfake broker",
-		"| minute | enqueued/s | backlog | lag ms | queue table MB | queue indexes MB | queue live/dead tuples | autovacuums | waiting table MB | history MB |\n",
+		"| minute | enqueued/s | backlog | lag ms | queue table MB | queue indexes MB | queue live/dead tuples | vacuums | waiting table MB | history MB |\n",
 		"- Verdict: **",
 	} {
 		if !strings.Contains(out, want) {
