@@ -128,6 +128,12 @@ func (r *LatencyRun) start(ctx context.Context, rc *producer.RelayConfig) error 
 	} else if err := r.startRelay(ctx, *rc); err != nil {
 		return err
 	}
+	// Flush what the runs before this one wrote (gigabytes after the
+	// throughput runs), so that the checkpoint their writes call for does
+	// not fall in a phase. A role that may not checkpoint measures without.
+	if _, err := r.svc.admin.Exec(ctx, "CHECKPOINT"); err != nil {
+		progress(r.cfg.Progress, "relay latency %s: no checkpoint before the phases: %v", r.name, err)
+	}
 	warm := make([]uuid.UUID, warmUpEvents)
 	for i := range warm {
 		warm[i] = uuid.Must(uuid.NewV7())
