@@ -20,6 +20,12 @@ const maxSlots = 1024
 // shares unclaimed for at most about this long.
 const presenceRefresh = time.Second
 
+// presenceSettle is how soon a relay reads the held slots again after it
+// took its own or saw them change: relays that start together see each
+// other within milliseconds, not a second later, and the reads slow down,
+// doubling, to presenceRefresh while the slots stay as they are.
+const presenceSettle = 10 * time.Millisecond
+
 // presence divides the shares of a table among every worker of every relay
 // that runs against it, so that each claims its own part of the keys instead
 // of all of them trying for the same. Each worker holds a slot: a
@@ -109,6 +115,7 @@ func (p *presence) hold(ctx context.Context) error {
 	}
 	refresh := "SELECT objid::int4 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted " +
 		"AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND classid::bigint = " + key + " ORDER BY 1"
+	wait := presenceSettle
 	for {
 		rows, err := conn.Query(ctx, refresh)
 		if err != nil {
@@ -119,9 +126,14 @@ func (p *presence) hold(ctx context.Context) error {
 			return err
 		}
 		p.mu.Lock()
+		if slices.Equal(held, p.held) {
+			wait = min(2*wait, presenceRefresh)
+		} else {
+			wait = presenceSettle
+		}
 		p.conn, p.slots, p.held = conn, slots, held
 		p.mu.Unlock()
-		sleep(ctx, presenceRefresh, nil)
+		sleep(ctx, wait, nil)
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}

@@ -174,12 +174,17 @@ func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, err
 		return nil, err
 	}
 	run := &ThroughputRun{svc: svc}
+	// wanted reports whether the configuration name runs: the baselines
+	// always, the history drain and its baseline whenever History asks for
+	// them, and the others when Only names them or is empty.
+	historyName := fmt.Sprintf("%s/history=%s", RelayDefaults, thousands(float64(cfg.History)))
+	wanted := func(name string) bool {
+		return len(cfg.Only) == 0 || strings.HasPrefix(name, "plain-") || slices.Contains(cfg.Only, name) ||
+			cfg.History > 0 && (name == historyName || name == RelayDefaults)
+	}
 	add := func(c *drainCase, err error) error {
 		if err != nil {
 			return errors.Join(fmt.Errorf("%s: %w", c.name, err), svc.close())
-		}
-		if len(cfg.Only) > 0 && !strings.HasPrefix(c.name, "plain-") && !slices.Contains(cfg.Only, c.name) {
-			return nil
 		}
 		c.spent, c.claims = map[int][]time.Duration{}, map[int]*atomic.Int64{}
 		run.drains = append(run.drains, c)
@@ -206,13 +211,15 @@ func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, err
 		{name: "relay/workers=4", relays: 1, workers: 4, baseline: PlainLoopKeep},
 		{name: "relay/relays=2", relays: 2, workers: producer.DefaultWorkers, baseline: PlainLoopKeep},
 	} {
+		if !wanted(c.name) {
+			continue
+		}
 		if err := add(relayDrain(ctx, svc, c.name, c.relays, c.workers, c.discard, c.baseline, c.target)); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.History > 0 {
-		c, err := relayDrain(ctx, svc, fmt.Sprintf("%s/history=%s", RelayDefaults, thousands(float64(cfg.History))), 1, producer.DefaultWorkers,
-			false, RelayDefaults, 0.9)
+		c, err := relayDrain(ctx, svc, historyName, 1, producer.DefaultWorkers, false, RelayDefaults, 0.9)
 		if err == nil {
 			progress(cfg.Progress, "relay throughput: writing a history of %d published events", cfg.History)
 			err = c.table.keepHistory(ctx, cfg.History)

@@ -87,8 +87,9 @@ type RelayConfig struct {
 	// second table holds while it drains the first backlog, beside the
 	// same drain with an empty history. 0: no such drain. Defaults to 0.
 	History int
-	// Only names the throughput configurations to run beside the baseline
-	// (PlainLoop); empty: all of them.
+	// Only names the throughput configurations to run beside the baselines
+	// (the plain loops); empty: all of them. With History, the history
+	// drain and RelayDefaults run whatever Only names.
 	Only []string
 	// Rounds is how many backlogs each throughput configuration drains and
 	// how many paced phases each latency configuration runs. Defaults to

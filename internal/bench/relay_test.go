@@ -1,0 +1,47 @@
+package bench
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+
+	"github.com/courierkit/courier/internal/testkit"
+)
+
+// TestRelayHistoryDrainRunsWhateverOnlyNames: a run asked for a history
+// drain makes it, beside its baseline (the relay's defaults) and the plain
+// loops, even when Only names other configurations; Only leaves the rest
+// out, and every drain publishes its whole backlog.
+func TestRelayHistoryDrainRunsWhateverOnlyNames(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	report, err := Relay(ctx, RelayConfig{DatabaseURL: pg.URL, Brokers: cluster.ListenAddrs(), Backlogs: []int{300}, History: 1000,
+		Only: []string{RelayDiscard}, ScaleDelay: -1, LatencyDuration: -1, Name: testkit.UniqueName(t, 30)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, res := range report.Throughput {
+		names = append(names, res.Name)
+		if res.Rate <= 0 {
+			t.Errorf("%s: %v events/s, want its backlog drained", res.Name, res.Rate)
+		}
+	}
+	want := []string{PlainLoop + "/events=300", "plain-skip-locked-loop/delete/workers=1/events=300", PlainLoopKeep + "/events=300",
+		RelayDefaults + "/events=300", RelayDiscard + "/events=300", RelayDefaults + "/history=1,000/events=300"}
+	slices.Sort(names)
+	slices.Sort(want)
+	if !slices.Equal(names, want) {
+		t.Errorf("configurations %q, want %q", names, want)
+	}
+}
