@@ -72,21 +72,39 @@ SELECT lpad(to_hex($3::bigint + g), 32, '0')::uuid AS id, $1::text AS topic, k A
 FROM generate_series(1, $2::bigint) AS g, LATERAL (SELECT 'order-' || ((g * 7919) % 1000)) AS x(k)
 ORDER BY g`
 
-// seed empties the outbox (but a history kept across rounds), writes a
-// backlog of n events into its queue and ANALYZEs it.
+// seed empties the outbox (but a history kept across rounds) and fills
+// its queue with a backlog of n events.
 func (t *outboxTable) seed(ctx context.Context, n int) error {
+	if err := t.empty(ctx); err != nil {
+		return err
+	}
+	return t.fill(ctx, n)
+}
+
+// empty empties the outbox's tables, but a history kept across rounds.
+func (t *outboxTable) empty(ctx context.Context) error {
 	empty := "TRUNCATE courier_outbox, courier_outbox_waiting, courier_outbox_dead"
 	if t.history == 0 {
 		empty += ", courier_outbox_published"
 	}
-	_, err := t.pool.Exec(ctx, empty)
-	if err == nil {
-		_, err = t.pool.Exec(ctx, `INSERT INTO courier_outbox (id, topic, partition_key, event_type, payload, content_type)
-			SELECT * FROM (`+backlogRows+`) b`, t.topic, n, int64(t.history)+1)
+	if _, err := t.pool.Exec(ctx, empty); err != nil {
+		return fmt.Errorf("empty %s: %w", t.schema, err)
 	}
-	if err == nil {
-		_, err = t.pool.Exec(ctx, "ANALYZE courier_outbox")
-	}
+	return nil
+}
+
+// fill writes a backlog of n events into the queue and ANALYZEs it, in one
+// transaction that takes no lock a relay's would wait for: a relay that
+// runs meanwhile finds the whole backlog at once.
+func (t *outboxTable) fill(ctx context.Context, n int) error {
+	err := pgx.BeginFunc(ctx, t.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `INSERT INTO courier_outbox (id, topic, partition_key, event_type, payload, content_type)
+			SELECT * FROM (`+backlogRows+`) b`, t.topic, n, int64(t.history)+1); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "ANALYZE courier_outbox")
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("seed %s: %w", t.schema, err)
 	}
@@ -481,10 +499,7 @@ func plainBatch(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer,
 
 // relayDrain drains the backlog with relays relays of workers workers and
 // the default batch size, keeping the published events in the history
-// unless discard: one relay of one worker is driven by RunOnce in a loop
-// until a claim finds nothing; otherwise the relays run Run side by side,
-// like processes, and the drain ends when the last event is recorded as
-// published. Each relay has its own Sarama producer, connected beforehand,
+// unless discard (see drainWith). Each relay has its own Sarama producer, connected beforehand,
 // as the plain loop's are. target is the ratio to baseline the goal asks
 // for (0: none).
 func relayDrain(ctx context.Context, svc *relayServices, name string, relays, workers int, discard bool, baseline string, target float64) (*drainCase, error) {
@@ -493,7 +508,8 @@ func relayDrain(ctx context.Context, svc *relayServices, name string, relays, wo
 	if err != nil {
 		return c, err
 	}
-	c.table, c.seed = table, table.seed
+	// drainWith seeds the backlog once the relays run.
+	c.table, c.seed = table, func(context.Context, int) error { return nil }
 	pubs, err := warmPublishers(ctx, svc, table.topic, relays)
 	if err != nil {
 		return c, err
@@ -530,17 +546,29 @@ func warmPublishers(ctx context.Context, svc *relayServices, topic string, n int
 type relayConfig struct {
 	workers int
 	discard bool
+	started func() // when set, called as the clock starts
 }
 
-// drainWith drains the n events of table's backlog with one relay per
-// publisher, each of rc's workers and rc's history, relay i on pools[i mod len(pools)],
-// and returns how long it took; claims counts the claims the relays made.
+func (rc relayConfig) atStart() {
+	if rc.started != nil {
+		rc.started()
+	}
+}
+
+// drainWith seeds table with a backlog of n events and drains it with one
+// relay per publisher, each of rc's workers and rc's history, relay i on
+// pools[i mod len(pools)], and returns how long the drain took; claims
+// counts the claims the drain made. One relay of one worker is driven by
+// RunOnce in a loop from the seed until a claim finds nothing. Otherwise
+// the relays run, as a service's relays do, before the backlog exists:
+// they have connected, looked once and found nothing; the seed commits the
+// whole backlog at once, the relays are woken, and the clock runs from
+// that commit until the last event is recorded as published.
 func drainWith(ctx context.Context, pools []*pgxpool.Pool, table *outboxTable, pubs []producer.Publisher, rc relayConfig, n int,
 	logger *slog.Logger, claims *atomic.Int64,
 ) (time.Duration, error) {
 	workers := rc.workers
 	counter := &drainCounter{target: int64(n), done: make(chan struct{})}
-	defer func() { claims.Add(counter.claims.Load()) }()
 	rs := make([]*producer.Relay, len(pubs))
 	for i := range rs {
 		r, err := producer.NewRelay(pools[i%len(pools)], producer.RelayConfig{
@@ -551,9 +579,13 @@ func drainWith(ctx context.Context, pools []*pgxpool.Pool, table *outboxTable, p
 		}
 		rs[i] = r
 	}
-	start := time.Now()
-	var elapsed time.Duration
 	if len(rs) == 1 && workers == 1 {
+		if err := table.seed(ctx, n); err != nil {
+			return 0, err
+		}
+		defer func() { claims.Add(counter.claims.Load()) }()
+		rc.atStart()
+		start := time.Now()
 		for {
 			res, err := rs[0].RunOnce(ctx)
 			if err != nil {
@@ -563,35 +595,60 @@ func drainWith(ctx context.Context, pools []*pgxpool.Pool, table *outboxTable, p
 				break
 			}
 		}
-		elapsed = time.Since(start)
-	} else {
-		runCtx, cancel := context.WithCancel(ctx)
-		var wg sync.WaitGroup
-		failed := make(chan error, len(rs))
-		for _, r := range rs {
-			wg.Go(func() {
-				if err := r.Run(runCtx); err != nil {
-					failed <- err
-				}
-			})
-		}
-		defer func() { cancel(); wg.Wait() }()
-		// Published is reported once a batch's outcome is committed.
+		return time.Since(start), counter.check(ctx, table, n)
+	}
+	if err := table.empty(ctx); err != nil {
+		return 0, err
+	}
+	runCtx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	failed := make(chan error, len(rs))
+	for _, r := range rs {
+		wg.Go(func() {
+			if err := r.Run(runCtx); err != nil {
+				failed <- err
+			}
+		})
+	}
+	defer func() { cancel(); wg.Wait() }()
+	for counter.claims.Load() < int64(len(rs)*workers) { // each worker's first claim, of nothing
 		select {
-		case <-counter.done:
 		case err := <-failed:
 			return 0, fmt.Errorf("a relay stopped: %w", err)
 		case <-ctx.Done():
 			return 0, ctx.Err()
-		case <-time.After(deadline):
-			return 0, fmt.Errorf("the relays published %d of %d events in %v", counter.published.Load(), n, deadline)
+		case <-time.After(time.Millisecond):
 		}
-		elapsed = time.Since(start)
 	}
-	if got := counter.published.Load(); got != int64(n) {
-		return 0, fmt.Errorf("the relays published %d events, want %d", got, n)
+	if err := table.fill(ctx, n); err != nil {
+		return 0, err
 	}
-	return elapsed, table.drained(ctx)
+	rc.atStart()
+	start, warmClaims := time.Now(), counter.claims.Load()
+	defer func() { claims.Add(counter.claims.Load() - warmClaims) }()
+	for _, r := range rs {
+		r.Wake()
+	}
+	// Published is reported once a batch's outcome is committed.
+	select {
+	case <-counter.done:
+	case err := <-failed:
+		return 0, fmt.Errorf("a relay stopped: %w", err)
+	case <-ctx.Done():
+		return 0, ctx.Err()
+	case <-time.After(deadline):
+		return 0, fmt.Errorf("the relays published %d of %d events in %v", counter.published.Load(), n, deadline)
+	}
+	return time.Since(start), counter.check(ctx, table, n)
+}
+
+// check reports an error unless the drain published n events and left
+// table's queue empty.
+func (c *drainCounter) check(ctx context.Context, table *outboxTable, n int) error {
+	if got := c.published.Load(); got != int64(n) {
+		return fmt.Errorf("the relays published %d events, want %d", got, n)
+	}
+	return table.drained(ctx)
 }
 
 // drainCounter is a RelayMetrics that counts claims and publishes and

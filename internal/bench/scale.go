@@ -84,11 +84,10 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 		for i := range scaleCases {
 			j := (round + i) % len(scaleCases)
 			c := scaleCases[j]
-			if err := table.seed(ctx, cfg.ScaleEvents); err != nil {
-				return nil, err
-			}
-			cpu := readCPUTimes()
-			took, err := drainWith(ctx, pools[:c.relays], table, pubs[:c.relays], relayConfig{workers: c.workers}, cfg.ScaleEvents, cfg.Logger, &claims[j])
+			var cpu cpuTimes
+			started := func() { cpu = readCPUTimes() }
+			took, err := drainWith(ctx, pools[:c.relays], table, pubs[:c.relays], relayConfig{workers: c.workers, started: started},
+				cfg.ScaleEvents, cfg.Logger, &claims[j])
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.name(), err)
 			}
