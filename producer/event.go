@@ -138,13 +138,6 @@ func normalize(e Event, maxPayload int) (Event, error) {
 	if e.MaxRetries < 0 {
 		return fail("MaxRetries", fmt.Errorf("%w: got %d", ErrInvalidMaxRetries, e.MaxRetries))
 	}
-	if e.ID == uuid.Nil {
-		id, err := uuid.NewV7()
-		if err != nil {
-			return Event{}, fmt.Errorf("producer: assign event id: %w", err)
-		}
-		e.ID = id
-	}
 	return e, nil
 }
 
@@ -169,6 +162,9 @@ func validTopic(topic string) error {
 // jsonContentType reports whether a media type is JSON: application/json,
 // text/json, or a structured syntax suffix +json (RFC 6839).
 func jsonContentType(contentType string) (bool, error) {
+	if contentType == DefaultContentType { // most events: no need to parse it
+		return true, nil
+	}
 	mediaType, _, err := mime.ParseMediaType(contentType)
 	if err != nil {
 		return false, err

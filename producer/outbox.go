@@ -6,10 +6,13 @@
 package producer
 
 import (
+	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -231,7 +234,21 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 		idempotencyKey: make([]string, n), payload: make([][]byte, n), contentType: make([]string, n),
 		headers: make([][]byte, n), maxRetries: make([]int32, n), notBefore: make([]pgtype.Timestamptz, n),
 	}
+	trace := traceHeaders(ctx)
+	// The batch's ids come from one read of the system's randomness, not
+	// one each.
+	var random io.Reader = rand.Reader
+	if n > 1 {
+		random = bufio.NewReaderSize(rand.Reader, 16*n)
+	}
 	for i, raw := range events {
+		if raw.ID == uuid.Nil {
+			id, err := uuid.NewV7FromReader(random)
+			if err != nil {
+				return nil, fmt.Errorf("producer: assign event %d an id: %w", i, err)
+			}
+			raw.ID = id
+		}
 		e, err := normalize(raw, o.maxPayload)
 		if err != nil {
 			if evErr, ok := errors.AsType[*EventError](err); ok {
@@ -239,7 +256,7 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 			}
 			return nil, err
 		}
-		e.Headers = withTraceContext(ctx, e.Headers)
+		e.Headers = withTrace(e.Headers, trace)
 		var headers []byte
 		if len(e.Headers) > 0 {
 			if headers, err = json.Marshal(e.Headers); err != nil {
@@ -296,15 +313,9 @@ type copyRows struct {
 
 func newCopyRows(cols *columns) *copyRows {
 	r := &copyRows{cols: cols, next: -1}
-	set := make([]bool, len(copyColumns))
-	for i := range cols.id {
-		for c, v := range cols.row(i) {
-			set[c] = set[c] || !isNull(v)
-		}
-	}
-	for c, name := range copyColumns {
-		if set[c] {
-			r.names, r.keep = append(r.names, name), append(r.keep, c)
+	for col, name := range copyColumns {
+		if cols.anySet(col) {
+			r.names, r.keep = append(r.names, name), append(r.keep, col)
 		}
 	}
 	r.row = make([]any, len(r.keep))
@@ -317,43 +328,82 @@ func (r *copyRows) Err() error { return nil }
 // Values is the row's values, empty texts and a zero MaxRetries as NULL
 // as the INSERT statements store them.
 func (r *copyRows) Values() ([]any, error) {
-	all := r.cols.row(r.next)
-	for i, c := range r.keep {
-		r.row[i] = all[c]
-		if isNull(all[c]) {
-			r.row[i] = nil
-		}
+	for i, col := range r.keep {
+		r.row[i] = r.cols.value(col, r.next, true)
 	}
 	return r.row, nil
 }
 
-// isNull reports whether a value of row is stored as NULL: an empty text, a
-// zero MaxRetries, no headers, no NotBefore.
-func isNull(v any) bool {
-	switch v := v.(type) {
-	case nil:
-		return true
-	case string:
-		return v == ""
-	case int32:
-		return v == 0
-	case pgtype.Timestamptz:
-		return !v.Valid
-	}
-	return false
-}
-
 // row is event i's values, in the order of the columns' arrays.
 func (c *columns) row(i int) []any {
-	var headers any
-	if c.headers[i] != nil {
-		headers = string(c.headers[i]) // a jsonb parameter, as text
+	row := make([]any, len(copyColumns))
+	for col := range row {
+		row[col] = c.value(col, i, false)
 	}
-	return []any{
-		c.id[i], c.topic[i], c.partitionKey[i], c.eventType[i], c.aggregateType[i], c.aggregateID[i], c.tenantID[i],
-		c.correlationID[i], c.causationID[i], c.idempotencyKey[i], c.payload[i], c.contentType[i], headers,
-		c.maxRetries[i], c.notBefore[i],
+	return row
+}
+
+// value is column col (in copyColumns' order) of event i, as the INSERT
+// statements take it (their SQL turns an empty text and a zero max_retries
+// into NULL), or, for a COPY, with nil for each of those.
+func (c *columns) value(col, i int, forCopy bool) any {
+	text := func(s string) any {
+		if s == "" && forCopy {
+			return nil
+		}
+		return s
 	}
+	switch copyColumns[col] {
+	case "id":
+		return c.id[i]
+	case "topic":
+		return c.topic[i]
+	case "partition_key":
+		return text(c.partitionKey[i])
+	case "event_type":
+		return c.eventType[i]
+	case "aggregate_type":
+		return text(c.aggregateType[i])
+	case "aggregate_id":
+		return text(c.aggregateID[i])
+	case "tenant_id":
+		return text(c.tenantID[i])
+	case "correlation_id":
+		return text(c.correlationID[i])
+	case "causation_id":
+		return text(c.causationID[i])
+	case "idempotency_key":
+		return text(c.idempotencyKey[i])
+	case "payload":
+		return c.payload[i]
+	case "content_type":
+		return c.contentType[i]
+	case "headers":
+		if c.headers[i] == nil {
+			return nil
+		}
+		return string(c.headers[i]) // a jsonb parameter, as text
+	case "max_retries":
+		if c.maxRetries[i] == 0 && forCopy {
+			return nil
+		}
+		return c.maxRetries[i]
+	default: // not_before
+		if !c.notBefore[i].Valid && forCopy {
+			return nil
+		}
+		return c.notBefore[i]
+	}
+}
+
+// anySet reports whether some event of the batch sets column col.
+func (c *columns) anySet(col int) bool {
+	for i := range c.id {
+		if c.value(col, i, true) != nil {
+			return true
+		}
+	}
+	return false
 }
 
 func (c *columns) args() []any {

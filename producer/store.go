@@ -894,7 +894,10 @@ WHERE relid IN ('{queue}'::regclass, '{waiting}'::regclass)`
 // published event leaves one in the queue) outnumber the live ones and
 // vacuumMinDead: what autovacuum does, for a PostgreSQL where it is off or
 // lags behind, so that the queue stays as small as its backlog. A table
-// another vacuum holds is skipped. It returns the tables it vacuumed.
+// another vacuum holds is skipped. It leaves the table's empty tail in
+// place (TRUNCATE false): cutting it off would take a lock that makes every
+// enqueue wait, and the next seconds' events fill those pages again. It
+// returns the tables it vacuumed.
 func (s *store) vacuum(ctx context.Context, db DBTX) ([]string, error) {
 	rows, err := db.Query(ctx, s.names.render(deadSQL, false))
 	if err != nil {
@@ -913,7 +916,7 @@ func (s *store) vacuum(ctx context.Context, db DBTX) ([]string, error) {
 		return nil, s.maintainErr(err)
 	}
 	for i, table := range due {
-		if _, err := db.Exec(ctx, "VACUUM (SKIP_LOCKED) "+table); err != nil {
+		if _, err := db.Exec(ctx, "VACUUM (SKIP_LOCKED, TRUNCATE false) "+table); err != nil {
 			return due[:i], s.maintainErr(err)
 		}
 	}

@@ -18,20 +18,29 @@ const (
 
 var traceContext propagation.TraceContext
 
-// withTraceContext returns headers plus the W3C trace context of ctx, when
-// ctx carries a sampled or unsampled span and headers do not already name a
-// traceparent. The caller's map is never modified.
-func withTraceContext(ctx context.Context, headers map[string]string) map[string]string {
-	if _, set := headers[HeaderTraceParent]; set {
-		return headers
-	}
+// traceHeaders is the W3C trace context of ctx as headers, or nil when
+// ctx carries no span.
+func traceHeaders(ctx context.Context) map[string]string {
 	carrier := propagation.MapCarrier{}
 	traceContext.Inject(ctx, carrier)
 	if len(carrier) == 0 {
+		return nil
+	}
+	return carrier
+}
+
+// withTrace returns headers plus trace (from traceHeaders), unless trace is
+// empty or headers already name a traceparent. The caller's map is never
+// modified.
+func withTrace(headers, trace map[string]string) map[string]string {
+	if len(trace) == 0 {
 		return headers
 	}
-	out := make(map[string]string, len(headers)+len(carrier))
+	if _, set := headers[HeaderTraceParent]; set {
+		return headers
+	}
+	out := make(map[string]string, len(headers)+len(trace))
 	maps.Copy(out, headers)
-	maps.Copy(out, carrier)
+	maps.Copy(out, trace)
 	return out
 }
