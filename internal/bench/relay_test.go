@@ -17,15 +17,8 @@ import (
 // out, and every drain publishes its whole backlog.
 func TestRelayHistoryDrainRunsWhateverOnlyNames(t *testing.T) {
 	t.Parallel()
-	pg := testkit.Postgres(t)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	report, err := Relay(ctx, RelayConfig{DatabaseURL: pg.URL, Brokers: cluster.ListenAddrs(), Backlogs: []int{300}, History: 1000,
+	ctx, pg, brokers := services(t)
+	report, err := Relay(ctx, RelayConfig{DatabaseURL: pg.URL, Brokers: brokers, Backlogs: []int{300}, History: 1000,
 		Only: []string{RelayDiscard}, ScaleDelay: -1, LatencyDuration: -1, Name: testkit.UniqueName(t, 30)})
 	if err != nil {
 		t.Fatal(err)
@@ -44,4 +37,19 @@ func TestRelayHistoryDrainRunsWhateverOnlyNames(t *testing.T) {
 	if !slices.Equal(names, want) {
 		t.Errorf("configurations %q, want %q", names, want)
 	}
+}
+
+// services are what a harness test runs on: a context that ends with the
+// test (within 2 minutes), the test database and an in-process broker.
+func services(t *testing.T) (context.Context, *testkit.PG, []string) {
+	t.Helper()
+	pg := testkit.Postgres(t)
+	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cluster.Close)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	return ctx, pg, cluster.ListenAddrs()
 }

@@ -3,14 +3,12 @@ package bench
 import (
 	"bytes"
 	"cmp"
-	"context"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/courierkit/courier/internal/testkit"
 )
@@ -22,16 +20,9 @@ import (
 // samples, and the schema and topic gone afterwards.
 func TestSoakSamplesTheQueueAndCleansUp(t *testing.T) {
 	t.Parallel()
-	pg := testkit.Postgres(t)
-	cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cluster.Close)
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx, pg, brokers := services(t)
 	var progressOut bytes.Buffer
-	report, err := Soak(ctx, SoakConfig{DatabaseURL: pg.URL, Brokers: cluster.ListenAddrs(), Rate: 200, Duration: 6 * time.Second,
+	report, err := Soak(ctx, SoakConfig{DatabaseURL: pg.URL, Brokers: brokers, Rate: 200, Duration: 6 * time.Second,
 		Sample: time.Second, Settle: 2 * time.Second, Name: testkit.UniqueName(t, 30), Progress: &progressOut})
 	if err != nil {
 		t.Fatalf("Soak: %v\n%s", err, progressOut.String())
@@ -87,7 +78,7 @@ func TestSoakSamplesTheQueueAndCleansUp(t *testing.T) {
 	if report.Schema == "" || schemaLeft {
 		t.Errorf("schema %q is still there after the soak", report.Schema)
 	}
-	admin, err := sarama.NewClusterAdmin(cluster.ListenAddrs(), defaultSarama())
+	admin, err := sarama.NewClusterAdmin(brokers, defaultSarama())
 	if err != nil {
 		t.Fatal(err)
 	}
