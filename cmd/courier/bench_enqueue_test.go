@@ -14,21 +14,12 @@ import (
 func TestBenchEnqueueQuick(t *testing.T) {
 	t.Parallel()
 	pg := testkit.Postgres(t) // skips (or fails under CI) with a hint when PostgreSQL is down
-	code, out, errOut := courier(t, "bench", "enqueue", "--quick", "--database-url", pg.URL)
-	if code != exitOK {
-		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
-	}
-	for _, want := range []string{
-		"# courier benchmarks\n",
+	out, errOut := benchReport(t, []string{
 		"- **PostgreSQL:** ",
 		"- **Command:** `courier bench enqueue --database-url ",
 		"| clients | order only tps | + floor row tps | + courier enqueue tps | courier / floor | target |\n",
 		"| events/s | baseline | ratio | target |\n",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the report lacks %q:\n%s", want, out)
-		}
-	}
+	}, "bench", "enqueue", "--quick", "--database-url", pg.URL)
 	if strings.Contains(out, "**Kafka:**") {
 		t.Errorf("the header names Kafka, which the enqueue benchmark does not use:\n%s", out)
 	}

@@ -13,22 +13,12 @@ import (
 func TestBenchSoak(t *testing.T) {
 	t.Parallel()
 	pg := testkit.Postgres(t) // skips (or fails under CI) with a hint when PostgreSQL is down
-	code, out, errOut := courier(t, "bench", "soak", "--duration", "3s", "--sample", "1s", "--settle", "1s", "--rate", "100",
-		"--database-url", pg.URL)
-	if code != exitOK {
-		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
-	}
-	for _, want := range []string{
-		"# courier benchmarks\n",
+	out, errOut := benchReport(t, []string{
 		"- **Command:** `courier bench soak --database-url ",
 		"- **Kafka:** in-process kfake broker",
 		"| minute | enqueued/s | backlog | lag ms | queue table MB | queue indexes MB | queue live/dead tuples | vacuums | waiting table MB | history MB |\n",
 		"- Verdict: **",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the report lacks %q:\n%s", want, out)
-		}
-	}
+	}, "bench", "soak", "--duration", "3s", "--sample", "1s", "--settle", "1s", "--rate", "100", "--database-url", pg.URL)
 	rows := markdownTables(out)["Soak"]
 	if len(rows) != 4 || !strings.HasSuffix(rows[3][0], "(drained)") || rows[3][2] != "0" {
 		t.Errorf("soak rows %q: want one a second for 3s, then the drained one with no backlog\n%s", rows, out)

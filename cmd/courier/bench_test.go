@@ -62,24 +62,15 @@ func TestBenchConsumeRefusesBadCounts(t *testing.T) {
 func TestBenchReport(t *testing.T) {
 	t.Parallel()
 	pg := testkit.Postgres(t) // skips (or fails under CI) with a hint when PostgreSQL is down
-	code, out, errOut := courier(t, "bench", "--quick", "--events", "300", "--scale-events", "300", "--latency-duration", "200ms",
-		"--messages", "2000", "--slow-messages", "120", "--database-url", pg.URL, "--redis-url", testkit.RedisURL())
-	if code != exitOK {
-		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
-	}
-	for _, want := range []string{
-		"# courier benchmarks\n",
+	out, errOut := benchReport(t, []string{
 		fmt.Sprintf("- **Cores:** %d (runtime.NumCPU), GOMAXPROCS %d\n", runtime.NumCPU(), runtime.GOMAXPROCS(0)),
 		"- **Go:** " + runtime.Version() + "\n",
 		"- **PostgreSQL:** ",
 		"- **Redis:** ",
 		"- **Kafka:** in-process kfake broker",
 		"- **Command:** `courier bench --database-url ",
-	} {
-		if !strings.Contains(out, want) {
-			t.Errorf("the header lacks %q", want)
-		}
-	}
+	}, "bench", "--quick", "--events", "300", "--scale-events", "300", "--latency-duration", "200ms",
+		"--messages", "2000", "--slow-messages", "120", "--database-url", pg.URL, "--redis-url", testkit.RedisURL())
 	if !strings.Contains(out, " --quick ") {
 		t.Errorf("the command line lacks --quick")
 	}
@@ -117,6 +108,23 @@ func TestBenchReport(t *testing.T) {
 	if !strings.Contains(errOut, "relay throughput: round 1 of 1") || !strings.Contains(errOut, "consumer: round 1 of 1") {
 		t.Errorf("no progress on stderr:\n%s", errOut)
 	}
+}
+
+// benchReport runs courier with args, which must exit 0, and checks that
+// its stdout is a Markdown report holding each of want; it returns stdout
+// and stderr.
+func benchReport(t *testing.T, want []string, args ...string) (out, errOut string) {
+	t.Helper()
+	code, out, errOut := courier(t, args...)
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, w := range append([]string{"# courier benchmarks\n"}, want...) {
+		if !strings.Contains(out, w) {
+			t.Errorf("the report lacks %q:\n%s", w, out)
+		}
+	}
+	return out, errOut
 }
 
 // markdownTables returns the body rows of the first table under each "## "

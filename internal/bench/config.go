@@ -39,6 +39,18 @@ func randomName() string {
 	return "bench_" + strings.ReplaceAll(uuid.NewString()[:8], "-", "")
 }
 
+// applyName sets an empty run name to a random one and refuses one that
+// cannot start a schema name (see validName and maxNameLen).
+func applyName(name *string) error {
+	if *name == "" {
+		*name = randomName()
+	}
+	if len(*name) > maxNameLen || !validName.MatchString(*name) {
+		return fmt.Errorf("bench: Name %q: use lower-case letters, digits and underscores, at most %d bytes, not starting with a digit", *name, maxNameLen)
+	}
+	return nil
+}
+
 // count is a config field holding a count and the default that 0 stands for.
 type count struct {
 	field *int

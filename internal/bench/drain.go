@@ -178,8 +178,7 @@ type drainCase struct {
 	target   float64
 	backlogs []int // the backlogs it drains; all of the config's when nil
 	table    *outboxTable
-	seed     func(ctx context.Context, n int) error
-	drain    func(ctx context.Context, n int) (time.Duration, error) // drains the backlog, checks it is drained, returns how long it took
+	drain    func(ctx context.Context, n int) (time.Duration, error) // seeds a backlog of n, drains it, checks it is drained, returns how long the drain took
 	spent    map[int][]time.Duration                                 // draining, each round, by backlog
 	claims   map[int]*atomic.Int64                                   // claims made, for the relay, by backlog
 }
@@ -256,11 +255,8 @@ func (r *ThroughputRun) Round(ctx context.Context) error {
 	for _, n := range r.svc.cfg.Backlogs {
 		for i := range r.drains {
 			c := r.drains[(r.rounds+i)%len(r.drains)]
-			if c.backlogs != nil && !contains(c.backlogs, n) {
+			if c.backlogs != nil && !slices.Contains(c.backlogs, n) {
 				continue
-			}
-			if err := c.seed(ctx, n); err != nil {
-				return fmt.Errorf("%s: %w", c.name, err)
 			}
 			took, err := c.drain(ctx, n)
 			if err != nil {
@@ -271,15 +267,6 @@ func (r *ThroughputRun) Round(ctx context.Context) error {
 	}
 	r.rounds++
 	return nil
-}
-
-func contains(list []int, n int) bool {
-	for _, x := range list {
-		if x == n {
-			return true
-		}
-	}
-	return false
 }
 
 // Report is the figures of the rounds so far, by backlog, each
@@ -397,7 +384,7 @@ func plainDrain(ctx context.Context, svc *relayServices, workers int, keep bool)
 		}
 		producers[i] = sp
 	}
-	c.seed = func(ctx context.Context, n int) error {
+	seed := func(ctx context.Context, n int) error {
 		_, err := table.pool.Exec(ctx, "TRUNCATE lean_outbox")
 		if err == nil {
 			_, err = table.pool.Exec(ctx, `INSERT INTO lean_outbox (event_id, topic, partition_key, event_type, payload, content_type)
@@ -409,6 +396,9 @@ func plainDrain(ctx context.Context, svc *relayServices, workers int, keep bool)
 		return err
 	}
 	c.drain = func(ctx context.Context, n int) (time.Duration, error) {
+		if err := seed(ctx, n); err != nil {
+			return 0, err
+		}
 		start := time.Now()
 		var wg sync.WaitGroup
 		published := make([]int, workers)
@@ -508,8 +498,7 @@ func relayDrain(ctx context.Context, svc *relayServices, name string, relays, wo
 	if err != nil {
 		return c, err
 	}
-	// drainWith seeds the backlog once the relays run.
-	c.table, c.seed = table, func(context.Context, int) error { return nil }
+	c.table = table
 	pubs, err := warmPublishers(ctx, svc, table.topic, relays)
 	if err != nil {
 		return c, err

@@ -128,13 +128,7 @@ func (c *EnqueueConfig) setDefaults() error {
 	if err := applyCounts(count{&c.Rounds, DefaultEnqueueRounds}, count{&c.BatchEvents, DefaultBatchEvents}); err != nil {
 		return err
 	}
-	if c.Name == "" {
-		c.Name = randomName()
-	}
-	if len(c.Name) > maxNameLen || !validName.MatchString(c.Name) {
-		return fmt.Errorf("bench: Name %q: use lower-case letters, digits and underscores, at most %d bytes, not starting with a digit", c.Name, maxNameLen)
-	}
-	return nil
+	return applyName(&c.Name)
 }
 
 // EnqueueReport is the figures of one Enqueue run.

@@ -157,13 +157,7 @@ func (c *RelayConfig) setDefaults() error {
 	if c.Logger == nil {
 		c.Logger = defaultLogger()
 	}
-	if c.Name == "" {
-		c.Name = randomName()
-	}
-	if len(c.Name) > maxNameLen || !validName.MatchString(c.Name) {
-		return fmt.Errorf("bench: Name %q: use lower-case letters, digits and underscores, at most %d bytes, not starting with a digit", c.Name, maxNameLen)
-	}
-	return nil
+	return applyName(&c.Name)
 }
 
 // RelayReport is the figures of one Relay run.
