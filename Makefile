@@ -7,15 +7,20 @@ export PATH := $(PATH):/usr/local/go/bin
 COURIER_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 export COURIER_TEST_DATABASE_URL
 
-.PHONY: help test services deps migrate vet bench soak demo
+.PHONY: help test services deps migrate vet fuzz bench soak demo
 
 ## help: list the targets
 help:
 	@grep -E '^## ' Makefile | sed 's/^## //'
 
-## test: start services, fetch modules, migrate, vet, and run every test with -race
+## test: start services, fetch modules, migrate, vet, run every test with -race, then every fuzz target for a bounded time
 test: services deps migrate vet
 	$(GO) test -race -count=1 -timeout 15m ./...
+	@$(MAKE) --no-print-directory fuzz
+
+## fuzz: run each Go fuzz target for FUZZTIME (default 10s) beyond its committed corpus
+fuzz:
+	GO=$(GO) bash scripts/fuzz.sh
 
 ## demo: run the whole pipeline once on an embedded Kafka broker and count every event (seconds)
 demo: services
