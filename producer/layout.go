@@ -99,8 +99,8 @@ func (s *store) checkLayout(ctx context.Context, db DBTX) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if strings.HasPrefix(missing[0], "schema ") {
-		missing = missing[:1] // every table is missing with it
+	if strings.HasPrefix(missing[0], "schema ") || missing[0] == "table "+t.String() {
+		missing = missing[:1] // the whole outbox is missing with it
 	}
 	return &OutboxNotReadyError{Schema: t.Schema, Table: t.Name, Missing: strings.Join(missing, ", ")}
 }

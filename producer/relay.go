@@ -626,7 +626,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	// A refused event's dead letter is written after this send: when it
 	// goes to a topic or holds its key, the key waits for it.
 	hold := r.cfg.HoldKeyOnDeadLetter || r.cfg.PublishDeadLetters
-	errs := r.send(ctx, send, hold, func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) { return r.record(e) })
+	errs := r.sendRetriesApart(ctx, send, hold)
 	// The breaker hears only whether Kafka answered: a record acknowledged
 	// or refused by a broker says it did; one no broker answered says it
 	// did not (see failUnavailable).
@@ -710,6 +710,73 @@ func lastError(e *claimedEvent) string {
 		return *e.LastError
 	}
 	return "retries exhausted"
+}
+
+// isolatedKeys bounds how many keys of a batch sendRetriesApart sends in
+// calls of their own; the others go together.
+const isolatedKeys = 64
+
+// isolatedCalls bounds how many of those calls run at once.
+const isolatedCalls = 8
+
+// sendRetriesApart sends events as send does, except the keys whose first
+// event in the batch is a retry of a failed attempt (and each such event
+// without a key): each goes in a Publish call of its own. A broker refuses a
+// partition's record batch whole, so an event that keeps failing (a poison
+// event, one for a partition that refuses it) would otherwise take the
+// events of other keys sharing its partition down with it, on every retry,
+// until they were dead-lettered beside it. Apart, the poison fails alone
+// and the others, failed once with it, go through on their first retry.
+func (r *Relay) sendRetriesApart(ctx context.Context, events []*claimedEvent, hold bool) []error {
+	build := func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) { return r.record(e) }
+	group := map[topicKey]int{} // key → index in groups
+	var groups [][]int          // indexes into events, one call each
+	var rest []int
+	seen := map[topicKey]bool{}
+	for i, e := range events {
+		k, keyed := keyOf(e)
+		if !keyed {
+			k = topicKey{e.Topic, fmt.Sprintf("\x00%d", e.seq)} // a group of its own
+		}
+		g, grouped := group[k]
+		switch {
+		case grouped:
+			groups[g] = append(groups[g], i)
+		case !seen[k] && e.status == StatusFailed && len(groups) < isolatedKeys:
+			group[k] = len(groups)
+			groups = append(groups, []int{i})
+		default:
+			rest = append(rest, i)
+		}
+		seen[k] = true
+	}
+	if len(groups) == 0 {
+		return r.send(ctx, events, hold, build)
+	}
+	errs := make([]error, len(events))
+	sendPart := func(idx []int) {
+		part := make([]*claimedEvent, len(idx))
+		for j, i := range idx {
+			part[j] = events[i]
+		}
+		for j, err := range r.send(ctx, part, hold, build) {
+			errs[idx[j]] = err
+		}
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, isolatedCalls)
+	for _, idx := range append(groups, rest) {
+		if len(idx) == 0 {
+			continue
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			sendPart(idx)
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // send publishes records built for events in one call. A record refused for
