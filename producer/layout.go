@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -99,8 +100,13 @@ func (s *store) checkLayout(ctx context.Context, db DBTX) error {
 	if len(missing) == 0 {
 		return nil
 	}
-	if strings.HasPrefix(missing[0], "schema ") || missing[0] == "table "+t.String() {
+	switch {
+	case strings.HasPrefix(missing[0], "schema "), missing[0] == "table "+t.String():
 		missing = missing[:1] // the whole outbox is missing with it
+	case strings.HasPrefix(missing[0], "table "):
+		// An older layout: its tables say it, their columns would only
+		// add noise.
+		missing = slices.DeleteFunc(missing, func(m string) bool { return !strings.HasPrefix(m, "table ") })
 	}
 	return &OutboxNotReadyError{Schema: t.Schema, Table: t.Name, Missing: strings.Join(missing, ", ")}
 }
