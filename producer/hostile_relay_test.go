@@ -120,6 +120,13 @@ func TestHostileRelay(t *testing.T) {
 			},
 			want: "not authorized",
 		}},
+		{name: "topic too long for its dead-letter topic", isolation: isolation{
+			relay: func(c *producer.RelayConfig) { c.PublishDeadLetters = true },
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insertEvent("'"+strings.Repeat("b", 247)+"'", "'k-bad'", "'x'") // no such topic; .dlq makes 251
+			},
+			want: "dead-letter topic: topic name is not valid in Kafka: 251 characters",
+		}},
 		{name: "NUL byte in the key", isolation: isolation{
 			bad:  func(r *rig) (uuid.UUID, error) { return r.insertEvent("$2", `E'k\x00'`, "'x'") },
 			want: "0x00",
