@@ -311,7 +311,8 @@ func (p *batchPublisher) partition(ctx context.Context, client sarama.Client, re
 		}
 		size := m.ByteSize(2)
 		if size+recordBatchOverhead > limit {
-			fail(fmt.Errorf("a record of %d bytes is larger than Producer.MaxMessageBytes (%d): %w", size, limit, sarama.ErrMessageSizeTooLarge))
+			// Refused here, unsent: permanent, and no answer of Kafka's.
+			fail(permanentError{fmt.Errorf("a record of %d bytes is larger than Producer.MaxMessageBytes (%d): %w", size, limit, sarama.ErrMessageSizeTooLarge)})
 			continue
 		}
 		r := routes[m.Topic]
@@ -355,6 +356,9 @@ func (p *batchPublisher) route(ctx context.Context, client sarama.Client, topic 
 	r.partitions, r.err = client.Partitions(topic)
 	if r.err == nil && len(r.partitions) == 0 {
 		r.err = sarama.ErrLeaderNotAvailable
+	}
+	if r.err != nil {
+		r.err = fmt.Errorf("look up topic %q: %w", topic, r.err)
 	}
 	return r
 }

@@ -130,7 +130,12 @@ func (r *Relay) deadLetterRecord(e *claimedEvent, d DeadLetter) (*sarama.Produce
 	if err != nil {
 		return nil, err
 	}
-	msg := &sarama.ProducerMessage{Topic: dlq.Topic(e.Topic, r.cfg.DeadLetterSuffix), Value: sarama.ByteEncoder(rec.Value)}
+	topic := dlq.Topic(e.Topic, r.cfg.DeadLetterSuffix)
+	if err := validTopic(topic); err != nil {
+		// e.g. a topic of 249 characters: no retry makes room for the suffix.
+		return nil, permanentError{fmt.Errorf("dead-letter topic: %w", err)}
+	}
+	msg := &sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(rec.Value)}
 	if rec.Key != nil {
 		msg.Key = sarama.ByteEncoder(rec.Key)
 	}

@@ -50,10 +50,17 @@ func NewSaramaConfig() *sarama.Config {
 type failureClass int
 
 const (
-	// failRetriable: count an attempt and retry after a backoff.
+	// failRetriable: a broker answered and refused this event for now (no
+	// such topic yet, a partition without a leader or with too few in-sync
+	// replicas, any other retriable error code), or the publish failed in a
+	// way that does not say Kafka is unreachable. The refusal is the
+	// event's, its topic's or its partition's, not Kafka's: count an
+	// attempt, retry after a backoff, dead-letter after MaxRetries; the
+	// breaker does not hear of it, so other topics and keys go on.
 	failRetriable failureClass = iota
-	// failUnavailable: Kafka could not be reached; count no attempt, feed
-	// the breaker, try again soon.
+	// failUnavailable: no broker answered (connection refused or reset, a
+	// network error or timeout, no broker left to ask): count no attempt,
+	// feed the breaker, try again soon.
 	failUnavailable
 	// failPermanent: no retry can fix it; dead-letter at once.
 	failPermanent
@@ -76,7 +83,10 @@ type permanentError struct{ error }
 
 func (e permanentError) Unwrap() error { return e.error }
 
-// classify sorts a publish error.
+// classify sorts a publish error. Every error code a broker sent back
+// (a sarama.KError) is a broker's answer about one topic, partition or
+// record, so it is never failUnavailable: only errors that mean no broker
+// answered are.
 func classify(err error) failureClass {
 	var perm permanentError
 	if errors.As(err, &perm) {
@@ -89,10 +99,6 @@ func classify(err error) failureClass {
 			sarama.ErrTopicAuthorizationFailed, sarama.ErrClusterAuthorizationFailed,
 			sarama.ErrInvalidRecord, sarama.ErrPolicyViolation, sarama.ErrUnsupportedForMessageFormat:
 			return failPermanent
-		case sarama.ErrBrokerNotAvailable, sarama.ErrLeaderNotAvailable, sarama.ErrNotLeaderForPartition,
-			sarama.ErrRequestTimedOut, sarama.ErrNetworkException, sarama.ErrNotEnoughReplicas,
-			sarama.ErrNotEnoughReplicasAfterAppend, sarama.ErrKafkaStorageError, sarama.ErrNotController:
-			return failUnavailable
 		}
 		return failRetriable
 	}

@@ -29,10 +29,15 @@ const (
 	DefaultWorkers   = 2
 	// MaxWorkers bounds RelayConfig.Workers: the keys of a table are
 	// split into this many shares.
-	MaxWorkers              = shareCount
-	DefaultPollInterval     = time.Second
-	DefaultProbeInterval    = 100 * time.Millisecond
-	DefaultMaxRetries       = 6
+	MaxWorkers           = shareCount
+	DefaultPollInterval  = time.Second
+	DefaultProbeInterval = 100 * time.Millisecond
+	// DefaultMaxRetries with the default Backoff dead-letters an event that
+	// keeps failing after 10 attempts over about 2.5 minutes (1+2+4+8+16 s,
+	// then 30 s four times: 151 s of backoff), longer than a leader
+	// election or one broker's restart in a rolling restart takes, and
+	// longer than the Java producer's delivery.timeout.ms (2 minutes).
+	DefaultMaxRetries       = 10
 	DefaultBackoffBase      = time.Second
 	DefaultBackoffFactor    = 2.0
 	DefaultBackoffMax       = 30 * time.Second
@@ -61,7 +66,13 @@ type Backoff struct {
 }
 
 // Breaker configures the circuit breaker around Kafka. While it is open the
-// relay claims nothing and counts no attempts. Zero fields take defaults.
+// relay claims nothing and counts no attempts. It hears only of Kafka being
+// unreachable: a batch none of whose records any broker answered (a refused
+// connection, a network error or timeout, no broker left to ask). A broker
+// that answers with an error for a topic, a partition or a record (an
+// unknown topic, no leader, too few in-sync replicas, a record too large)
+// fails those events alone, which retry and dead-letter on their own, and
+// counts as Kafka reachable. Zero fields take defaults.
 type Breaker struct {
 	// ConsecutiveFailures of Kafka being unreachable open the breaker.
 	// Defaults to 5.
@@ -126,7 +137,12 @@ type RelayConfig struct {
 	PollOnly bool
 
 	// MaxRetries is how many failed attempts dead-letter an event that does
-	// not set Event.MaxRetries. Defaults to 6.
+	// not set Event.MaxRetries. An attempt fails when a broker refuses the
+	// event (no such topic, no leader for its partition, too few in-sync
+	// replicas, …); while no broker answers at all, attempts are not
+	// counted. With the default Backoff, 10 attempts span about 2.5 minutes
+	// (see DefaultMaxRetries); a lower value may dead-letter events during a
+	// rolling restart of the brokers. Defaults to 10.
 	MaxRetries int
 	// Backoff schedules the retries.
 	Backoff Backoff
@@ -262,6 +278,10 @@ var ErrInvalidRelayConfig = errors.New("producer: invalid relay config")
 // errUnavailable is what the breaker is told when Kafka was unreachable.
 var errUnavailable = errors.New("kafka unreachable")
 
+// errNotTried is what the breaker is told of a batch that sent nothing to
+// Kafka (every record failed to build): it counts neither way.
+var errNotTried = errors.New("nothing sent to kafka")
+
 // NewRelay validates cfg, applies its defaults and returns a Relay on pool.
 // Call Run to start it.
 func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
@@ -304,6 +324,7 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			return c.ConsecutiveFailures >= uint32(cfg.Breaker.ConsecutiveFailures)
 		},
+		IsExcluded:    func(err error) bool { return errors.Is(err, errNotTried) },
 		OnStateChange: r.breakerChanged,
 	})
 	return r, nil
@@ -605,13 +626,16 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	// A refused event's dead letter is written after this send: when it
 	// goes to a topic or holds its key, the key waits for it.
 	hold := r.cfg.HoldKeyOnDeadLetter || r.cfg.PublishDeadLetters
-	errs := r.send(ctx, send, hold, func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) { return r.record(e) })
-	succeeded, troubled := false, false
+	errs := r.sendRetriesApart(ctx, send, hold)
+	// The breaker hears only whether Kafka answered: a record acknowledged
+	// or refused by a broker says it did; one no broker answered says it
+	// did not (see failUnavailable).
+	answered, unreachable := false, false
 	now := r.cfg.Now()
 	var dead []deadCandidate
 	for i, e := range send {
 		if errs[i] == nil {
-			succeeded = true
+			answered = true
 			res.Published++
 			out.settlements = append(out.settlements, settlement{e: e, fate: fatePublished})
 			out.acks = append(out.acks, ack{topic: e.Topic, latency: now.Sub(e.CreatedAt)})
@@ -623,11 +647,14 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		stop(e)
 		class := classify(errs[i])
 		r.metrics.PublishFailed(e.Topic, class.String())
+		if class != failUnavailable && !errors.As(errs[i], new(permanentError)) {
+			answered = true
+		}
 		switch {
 		case class == failUnavailable:
 			// Kafka could not take it: no attempt is counted; the event
 			// waits a moment so that others get their turn.
-			troubled = true
+			unreachable = true
 			res.Deferred++
 			status := StatusPending // a new event waits; a waiting one keeps its status
 			if e.from == fromWaiting {
@@ -638,7 +665,6 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		case class == failPermanent || e.RetryCount+1 >= r.maxRetries(e):
 			dead = append(dead, deadCandidate{e: e, err: errs[i], attempted: true})
 		default:
-			troubled = true
 			res.Failed++
 			delay := r.backoff.Delay(e.RetryCount+1, rand.Float64)
 			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: StatusFailed, attempted: true,
@@ -646,10 +672,13 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			r.logFailure(ctx, slog.LevelWarn, "publish failed; will retry", e, errs[i], "retry_count", e.RetryCount+1, "retry_in", delay)
 		}
 	}
-	if troubled && !succeeded {
-		done(errUnavailable)
-	} else {
+	switch {
+	case answered:
 		done(nil)
+	case unreachable:
+		done(errUnavailable)
+	default:
+		done(errNotTried)
 	}
 	if len(dead) > 0 {
 		r.recordDead(ctx, dead, res, &out, stop)
@@ -681,6 +710,73 @@ func lastError(e *claimedEvent) string {
 		return *e.LastError
 	}
 	return "retries exhausted"
+}
+
+// isolatedKeys bounds how many keys of a batch sendRetriesApart sends in
+// calls of their own; the others go together.
+const isolatedKeys = 64
+
+// isolatedCalls bounds how many of those calls run at once.
+const isolatedCalls = 8
+
+// sendRetriesApart sends events as send does, except the keys whose first
+// event in the batch is a retry of a failed attempt (and each such event
+// without a key): each goes in a Publish call of its own. A broker refuses a
+// partition's record batch whole, so an event that keeps failing (a poison
+// event, one for a partition that refuses it) would otherwise take the
+// events of other keys sharing its partition down with it, on every retry,
+// until they were dead-lettered beside it. Apart, the poison fails alone
+// and the others, failed once with it, go through on their first retry.
+func (r *Relay) sendRetriesApart(ctx context.Context, events []*claimedEvent, hold bool) []error {
+	build := func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) { return r.record(e) }
+	group := map[topicKey]int{} // key → index in groups
+	var groups [][]int          // indexes into events, one call each
+	var rest []int
+	seen := map[topicKey]bool{}
+	for i, e := range events {
+		k, keyed := keyOf(e)
+		if !keyed {
+			k = topicKey{e.Topic, fmt.Sprintf("\x00%d", e.seq)} // a group of its own
+		}
+		g, grouped := group[k]
+		switch {
+		case grouped:
+			groups[g] = append(groups[g], i)
+		case !seen[k] && e.status == StatusFailed && len(groups) < isolatedKeys:
+			group[k] = len(groups)
+			groups = append(groups, []int{i})
+		default:
+			rest = append(rest, i)
+		}
+		seen[k] = true
+	}
+	if len(groups) == 0 {
+		return r.send(ctx, events, hold, build)
+	}
+	errs := make([]error, len(events))
+	sendPart := func(idx []int) {
+		part := make([]*claimedEvent, len(idx))
+		for j, i := range idx {
+			part[j] = events[i]
+		}
+		for j, err := range r.send(ctx, part, hold, build) {
+			errs[idx[j]] = err
+		}
+	}
+	var wg sync.WaitGroup
+	slots := make(chan struct{}, isolatedCalls)
+	for _, idx := range append(groups, rest) {
+		if len(idx) == 0 {
+			continue
+		}
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			sendPart(idx)
+		})
+	}
+	wg.Wait()
+	return errs
 }
 
 // send publishes records built for events in one call. A record refused for
@@ -737,14 +833,20 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal 
 }
 
 func (r *Relay) record(e *claimedEvent) (*sarama.ProducerMessage, error) {
+	if e.invalid != nil {
+		return nil, e.invalid
+	}
 	if r.cfg.Structured {
 		return e.structuredRecord(r.cfg.Source)
 	}
 	return e.binaryRecord(r.cfg.Source), nil
 }
 
+// maxRetries is the event's own MaxRetries, or the relay's: a row whose
+// max_retries is not positive (Enqueue writes none such) takes the relay's,
+// rather than being given up on untried.
 func (r *Relay) maxRetries(e *claimedEvent) int {
-	if e.MaxRetries != nil {
+	if e.MaxRetries != nil && *e.MaxRetries > 0 {
 		return *e.MaxRetries
 	}
 	return r.cfg.MaxRetries

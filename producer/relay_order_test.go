@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -99,10 +100,19 @@ func TestThreeRelaysKeepKeyOrderUnderProduceFaults(t *testing.T) {
 	topic := k.Topic(t, 6)
 	total := enqueueKeyed(t, pg, out, topic, 500, 40)
 
+	// Broker refusals (retriable: counted attempts) and dropped connections
+	// (Kafka unreachable: deferrals that count none).
 	for _, code := range []*kerr.Error{kerr.NotLeaderForPartition, kerr.UnknownServerError} {
 		k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: code, Count: -1,
 			When: func(kmsg.Request) bool { return rand.IntN(14) == 0 }})
 	}
+	k.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		if rand.IntN(14) != 0 {
+			return nil, nil, false
+		}
+		k.Cluster.KeepControl()
+		return nil, errors.New("connection dropped"), true // closes the connection
+	})
 	metrics := &recordedMetrics{}
 	for range 3 {
 		saramaCfg := producer.NewSaramaConfig()

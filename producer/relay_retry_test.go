@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,7 +80,7 @@ func TestBackoffScheduleAndDeadLetter(t *testing.T) {
 	var mu sync.Mutex
 	var letters []producer.DeadLetter
 	relay := newRelay(t, pg, nil, producer.RelayConfig{
-		Publisher: pub, Now: clock.Now, PublishDeadLetters: true,
+		Publisher: pub, Now: clock.Now, PublishDeadLetters: true, MaxRetries: 6,
 		OnDeadLetter: func(_ context.Context, d producer.DeadLetter) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -291,14 +292,14 @@ func TestPoisonEventIsDeadLetteredAtOnce(t *testing.T) {
 	}
 }
 
-// TestUnreachableKafkaCountsNoAttempt: errors that mean Kafka could not take
-// the record — no broker, Sarama's own breaker, too few in-sync replicas, a
-// publish cut short — defer the event without counting an attempt.
+// TestUnreachableKafkaCountsNoAttempt: errors that mean no broker answered —
+// no broker, Sarama's own breaker, a refused connection, a publish cut short
+// — defer the event without counting an attempt.
 func TestUnreachableKafkaCountsNoAttempt(t *testing.T) {
 	t.Parallel()
 	pg, out := setup(t)
 	clock := newFakeClock()
-	for _, cause := range []error{sarama.ErrOutOfBrokers, breaker.ErrBreakerOpen, sarama.ErrNotEnoughReplicas, context.DeadlineExceeded} {
+	for _, cause := range []error{sarama.ErrOutOfBrokers, breaker.ErrBreakerOpen, syscall.ECONNREFUSED, context.DeadlineExceeded} {
 		pub := &fakePublisher{}
 		pub.setFail(func(*sarama.ProducerMessage) error { return cause })
 		relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now,
@@ -331,7 +332,7 @@ func TestUnreachableKafkaCountsNoAttempt(t *testing.T) {
 
 // TestUnavailablePartitionDoesNotStarveOthers: a topic whose records Kafka
 // keeps refusing for now (too few in-sync replicas) does not hold the
-// claims of other topics.
+// claims of other topics, and does not open the breaker.
 func TestUnavailablePartitionDoesNotStarveOthers(t *testing.T) {
 	t.Parallel()
 	pg, out := setup(t)
@@ -355,6 +356,12 @@ func TestUnavailablePartitionDoesNotStarveOthers(t *testing.T) {
 	}
 	if got := pub.ackedIDs("orders"); !slices.Equal(got, []string{orders[0].String(), orders[1].String()}) {
 		t.Fatalf("orders published %v, want both while the stuck topic waits", got)
+	}
+	if n := countRows(t, pg.Pool, "topic = 'stuck' AND status = 'failed' AND retry_count = 1"); n != 4 {
+		t.Fatalf("%d stuck events failed with one attempt counted, want 4: a broker's refusal is the event's failure", n)
+	}
+	if relay.Breaker() != producer.BreakerClosed {
+		t.Fatalf("breaker %v after a broker's refusals, want closed", relay.Breaker())
 	}
 }
 

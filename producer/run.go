@@ -7,13 +7,20 @@ import (
 )
 
 // Run publishes events until ctx ends, then lets the batch in flight finish
-// within ShutdownTimeout and returns nil. It wakes when the outbox's
+// within ShutdownTimeout and returns nil. It first checks the outbox's
+// tables, and returns at once an error matching ErrOutboxNotReady (an
+// *OutboxNotReadyError naming what is missing and the migrate command that
+// creates it) when the schema, a table or a column is missing. It wakes when the outbox's
 // sequence shows new events (see ProbeInterval), polls every PollInterval
 // besides, pauses while the breaker is open, survives PostgreSQL and Kafka
 // outages by retrying, keeps the history's day partitions made ahead, and
 // drops published events older than Retention, and vacuums its queue when
 // autovacuum has not. Errors it recovers from are logged, not returned.
 func (r *Relay) Run(ctx context.Context) error {
+	if err := r.ready(ctx); err != nil {
+		r.closePublisher()
+		return err
+	}
 	var wg sync.WaitGroup
 	wg.Go(func() { r.watch(ctx) })
 	if !r.cfg.PollOnly {
@@ -30,12 +37,17 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	workers.Wait()
 	wg.Wait()
+	r.closePublisher()
+	return nil
+}
+
+// closePublisher closes the Kafka producer the relay made.
+func (r *Relay) closePublisher() {
 	if r.ownsPub {
 		if err := r.publisher.Close(); err != nil {
 			r.log.Warn("closing the Kafka producer", "error", err)
 		}
 	}
-	return nil
 }
 
 // loop runs the batches of worker index until ctx ends.

@@ -328,19 +328,26 @@ type claimedEvent struct {
 	RetryCount    int
 	LastError     *string
 	FirstFailedAt *time.Time
+	// invalid says why the row cannot be published as it stands: written
+	// around Enqueue's checks (a topic Kafka refuses, headers that are not
+	// an object of strings, …). Its attempt fails for good.
+	invalid error
 }
 
 // scanQueued and scanWaiting scan claimed rows by hand (a claim is the
 // relay's hot path, and reflection would cost more than the query) and
-// decode the headers only when there are some.
+// decode the headers only when there are some. A row that cannot be
+// published as it stands scans all the same, marked invalid (see check):
+// it must fail alone, not fail the claim of every key of its share.
 func scanQueued(row pgx.CollectableRow) (claimedEvent, error) {
 	e := claimedEvent{from: fromQueue}
 	var headers []byte
+	var created pgtype.Timestamptz
 	err := row.Scan(&e.tid, &e.seq, &e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
 		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxRetries,
-		&e.CreatedAt, &e.scheduled, &e.blocked)
+		&created, &e.scheduled, &e.blocked)
 	if err == nil {
-		err = decodeHeaders(headers, &e.Headers)
+		e.check(headers, created)
 	}
 	return e, err
 }
@@ -348,21 +355,61 @@ func scanQueued(row pgx.CollectableRow) (claimedEvent, error) {
 func scanWaiting(row pgx.CollectableRow) (claimedEvent, error) {
 	e := claimedEvent{from: fromWaiting}
 	var headers []byte
+	var created, firstFailed pgtype.Timestamptz
 	err := row.Scan(&e.seq, &e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
 		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxRetries,
-		&e.CreatedAt, &e.status, &e.RetryCount, &e.LastError, &e.FirstFailedAt)
+		&created, &e.status, &e.RetryCount, &e.LastError, &firstFailed)
 	if err == nil {
-		err = decodeHeaders(headers, &e.Headers)
+		if firstFailed.Valid && firstFailed.InfinityModifier == pgtype.Finite {
+			e.FirstFailedAt = &firstFailed.Time
+		}
+		e.check(headers, created)
 	}
 	return e, err
 }
 
-func decodeHeaders(raw []byte, into *map[string]string) error {
-	if len(raw) == 0 || string(raw) == "{}" {
-		return nil
+// check decodes the row's headers and created_at into e and marks e
+// invalid when the row holds what Enqueue would have refused, or what
+// cannot be published: a topic name Kafka refuses, an empty type, headers
+// that are not a JSON object of strings or whose names are reserved, a
+// created_at at infinity.
+func (e *claimedEvent) check(headers []byte, created pgtype.Timestamptz) {
+	fail := func(field string, err error) {
+		e.invalid = permanentError{fmt.Errorf("%w: %s: %w (fix the row or purge the event)", ErrInvalidRow, field, err)}
 	}
-	return json.Unmarshal(raw, into)
+	e.CreatedAt = created.Time
+	if err := validTopic(e.Topic); err != nil {
+		fail("topic", err)
+		return
+	}
+	if e.Type == "" {
+		fail("event_type", ErrMissingType)
+		return
+	}
+	if created.InfinityModifier != pgtype.Finite {
+		fail("created_at", fmt.Errorf("%s is not a time", created.InfinityModifier))
+		return
+	}
+	if len(headers) == 0 || string(headers) == "{}" {
+		return
+	}
+	if err := json.Unmarshal(headers, &e.Headers); err != nil {
+		fail("headers", fmt.Errorf("%w: want a JSON object of strings, got %.100s: %w", ErrInvalidHeader, headers, err))
+		return
+	}
+	for name, value := range e.Headers {
+		if err := validHeader(name, value); err != nil {
+			fail(fmt.Sprintf("headers[%q]", name), err)
+			return
+		}
+	}
 }
+
+// ErrInvalidRow is matched by the error of an event whose outbox row the
+// relay cannot publish as it stands, because it was written around
+// Enqueue's checks: the event is dead-lettered at once with that error
+// (in DeadLetter.Error and last_error), which names the column.
+var ErrInvalidRow = errors.New("producer: the outbox row holds an event Enqueue would refuse")
 
 // claim is one batch's transaction on its own connection: BEGIN goes out
 // with the claim and COMMIT with the settle, so a batch costs PostgreSQL two
@@ -662,17 +709,6 @@ func (s *store) backlogNow(ctx context.Context, db DBTX, now pgtype.Timestamptz)
 		return 0, 0, fmt.Errorf("producer: measure the backlog of %s: %w", s.names.table, err)
 	}
 	return n, max(time.Duration(seconds*float64(time.Second)), 0), nil
-}
-
-// undefinedObject wraps err with the migrate command that creates a
-// missing table.
-func (s *store) undefinedObject(err error) error {
-	if !pgname.UndefinedTable(err) {
-		return err
-	}
-	t := s.names.table
-	return fmt.Errorf("%w (create or upgrade the outbox tables with migrations.Migrator.Up or `courier migrate up --schema %s --table %s`)",
-		err, t.Schema, t.Name)
 }
 
 // pgError is the PostgreSQL error in err, if any.

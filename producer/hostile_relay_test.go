@@ -1,0 +1,235 @@
+package producer_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/migrations"
+	"github.com/courierkit/courier/producer"
+)
+
+// hostileRelayCase is bad data reaching the relay: a row written straight
+// into the outbox with SQL, around Enqueue's checks; a broker refusing one
+// event; or an outbox that is not there.
+type hostileRelayCase struct {
+	name string
+	// isolation: the bad event, and what must become of it while healthy
+	// events flow beside it (see runIsolation).
+	isolation
+	// notReady, instead, prepares an outbox Run must refuse to start on and
+	// returns its schema and table; want is what the error names missing.
+	notReady func(t *testing.T, pg *testkit.PG) (schema, table string)
+}
+
+// TestHostileRelay feeds the relay bad data. Each bad event is isolated:
+// dead-lettered with an error naming the problem, refused by PostgreSQL, or
+// (a bad max_retries) published with the relay's default; meanwhile healthy
+// events of other keys, enqueued before, beside and after it, are all
+// published within isolationBound; the breaker stays closed; every event is
+// counted; nothing panics. An outbox that is not there stops Run at once
+// with an error naming what is missing and the migrate command.
+func TestHostileRelay(t *testing.T) {
+	t.Parallel()
+	topic250 := strings.Repeat("a", 250)
+	for _, c := range []hostileRelayCase{
+		{name: "topic that does not exist", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertEvent("$2 || '.nope'", "'k-bad'", "'x'") },
+			want: "does not exist", retries: 5,
+		}},
+		{name: "topic Kafka refuses: bad topic!", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertEvent("'bad topic!'", "'k-bad'", "'x'") },
+			want: `topic: topic name is not valid in Kafka: "bad topic!"`,
+		}},
+		{name: "empty topic", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertEvent("''", "'k-bad'", "'x'") },
+			want: "topic: topic is empty",
+		}},
+		{name: "topic ..", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertEvent("'..'", "'k-bad'", "'x'") },
+			want: `".." is not allowed`,
+		}},
+		{name: "topic of 250 characters", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertEvent("'"+topic250+"'", "'k-bad'", "'x'") },
+			want: "250 characters, Kafka allows at most 249",
+		}},
+		{name: "payload over the broker's message.max.bytes", isolation: isolation{
+			kafka: []kfake.Opt{kfake.BrokerConfigs(map[string]string{"message.max.bytes": "100000"})},
+			relay: func(c *producer.RelayConfig) { c.Sarama.Producer.MaxMessageBytes = 4 << 20 }, // the broker judges
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insertEvent("$2", "'k-bad'", "convert_to(repeat('x', 200000), 'UTF8')")
+			},
+			want: "Message was too large",
+		}},
+		{name: "payload over Producer.MaxMessageBytes", isolation: isolation{
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insertEvent("$2", "'k-bad'", "convert_to(repeat('x', 2000000), 'UTF8')")
+			},
+			want: "larger than Producer.MaxMessageBytes",
+		}},
+		{name: "headers not an object of strings", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertHeaders(`{"x": 1}`) },
+			want: "headers: header is not valid: want a JSON object of strings",
+		}},
+		{name: "headers a JSON array", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertHeaders(`["a", "b"]`) },
+			want: `got ["a", "b"]`,
+		}},
+		{name: "header named ce_id, forging the event id", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertHeaders(`{"ce_id": "forged"}`) },
+			want: `headers["ce_id"]: header name is reserved`,
+		}},
+		{name: "header with an empty name", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertHeaders(`{"": "v"}`) },
+			want: `headers[""]: header is not valid: the name is empty`,
+		}},
+		{name: "empty event type", isolation: isolation{
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insert("topic, partition_key, event_type, payload, content_type", "$2, 'k-bad', '', '{}', 'application/json'")
+			},
+			want: "event_type: event type is empty",
+		}},
+		{name: "created_at at infinity", isolation: isolation{
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insert("topic, partition_key, event_type, payload, content_type, created_at",
+					"$2, 'k-bad', 'Bad', '{}', 'application/json', 'infinity'")
+			},
+			want: "created_at: infinity is not a time",
+		}},
+		{name: "key whose partition refuses it: NOT_ENOUGH_REPLICAS", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.failing(kerr.NotEnoughReplicas) },
+			want: "NOT_ENOUGH_REPLICAS", retries: 5,
+		}},
+		{name: "key whose partition refuses it: CORRUPT_MESSAGE", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.failing(kerr.CorruptMessage) },
+			want: "CRC", retries: 5,
+		}},
+		{name: "topic the relay may not write: TOPIC_AUTHORIZATION_FAILED", isolation: isolation{
+			bad: func(r *rig) (uuid.UUID, error) {
+				denied := r.topic + ".denied"
+				r.k.CreateTopic(r.t, denied, 1)
+				r.k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: denied, Err: kerr.TopicAuthorizationFailed, Count: -1})
+				return r.insertEvent("'"+denied+"'", "'k-bad'", "'x'")
+			},
+			want: "not authorized",
+		}},
+		{name: "topic too long for its dead-letter topic", isolation: isolation{
+			relay: func(c *producer.RelayConfig) { c.PublishDeadLetters = true },
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insertEvent("'"+strings.Repeat("b", 247)+"'", "'k-bad'", "'x'") // no such topic; .dlq makes 251
+			},
+			want: "dead-letter topic: topic name is not valid in Kafka: 251 characters",
+		}},
+		{name: "NUL byte in the key", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertEvent("$2", `E'k\x00'`, "'x'") },
+			want: "0x00",
+		}},
+		{name: "non-UTF-8 bytes in the type", isolation: isolation{
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insert("topic, partition_key, event_type, payload, content_type", `$2, 'k-bad', E'\xff\xfe', '{}', 'application/json'`)
+			},
+			want: "invalid byte sequence",
+		}},
+		{name: "NUL escape in a header value", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertHeaders(`{"h": "a\u0000b"}`) },
+			want: "unsupported Unicode escape sequence",
+		}},
+		{name: "negative max_retries", isolation: isolation{
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insert("topic, partition_key, event_type, payload, content_type, max_retries", "$2, 'k-bad', 'Bad', '{}', 'application/json', -3")
+			},
+			status: producer.StatusPublished, // the relay's MaxRetries applies, not "given up on untried"
+		}},
+		{name: "schema that does not exist", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
+			return pg.FreshSchema(t), "courier_outbox"
+		}, isolation: isolation{want: "(missing: schema "}},
+		{name: "outbox table that does not exist", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
+			return pg.Schema, "orders_outbox"
+		}, isolation: isolation{want: "orders_outbox does not exist (missing: table "}},
+		{name: "outbox of an older courier", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
+			m := migrateOutbox(t, pg)
+			if _, err := m.Down(context.Background(), pg.Pool, 1); err != nil {
+				t.Fatal(err)
+			}
+			return pg.Schema, "courier_outbox"
+		}, isolation: isolation{want: "is not at the layout this courier needs (missing: table "}},
+		{name: "outbox table missing a column", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
+			migrateOutbox(t, pg)
+			if _, err := pg.Pool.Exec(context.Background(), "ALTER TABLE courier_outbox_waiting DROP COLUMN first_failed_at"); err != nil {
+				t.Fatal(err)
+			}
+			return pg.Schema, "courier_outbox"
+		}, isolation: isolation{want: "courier_outbox_waiting.first_failed_at"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			if c.notReady != nil {
+				runNotReady(t, c)
+				return
+			}
+			runIsolation(t, c.isolation)
+		})
+	}
+}
+
+// insertHeaders writes an event of the healthy topic whose headers column
+// is the JSON text headers.
+func (r *rig) insertHeaders(headers string) (uuid.UUID, error) {
+	return r.insert("topic, partition_key, event_type, payload, content_type, headers",
+		"$2, 'k-bad', 'Bad', '{}', 'application/json', '"+headers+"'::jsonb")
+}
+
+// failing enqueues an event of the healthy topic that its partition's
+// broker answers with code whenever it is in the record batch.
+func (r *rig) failing(code *kerr.Error) (uuid.UUID, error) {
+	const key = "k-bad"
+	id := enqueue(r.t, r.pg, r.out, producer.Event{Topic: r.topic, Key: key, Type: "Bad", Payload: []byte(`{}`)})
+	r.failEvent(id, key, code)
+	return id, nil
+}
+
+// migrateOutbox applies the outbox migrations (without testkit's view, so
+// that a column can be dropped) and returns the migrator.
+func migrateOutbox(t *testing.T, pg *testkit.PG) *migrations.Migrator {
+	t.Helper()
+	m, err := migrations.New(migrations.Config{Schema: pg.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(context.Background(), pg.Pool); err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+// runNotReady checks that Run, on the outbox c.notReady prepares, returns
+// at once an *OutboxNotReadyError naming what is missing and the command
+// that creates it.
+func runNotReady(t *testing.T, c hostileRelayCase) {
+	t.Helper()
+	pg := testkit.Postgres(t)
+	schema, table := c.notReady(t, pg)
+	relay, err := producer.NewRelay(pg.Pool, producer.RelayConfig{Schema: schema, Table: table,
+		Brokers: []string{"127.0.0.1:1"}, Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = runToError(t, relay)
+	var notReady *producer.OutboxNotReadyError
+	if !errors.As(err, &notReady) || !errors.Is(err, producer.ErrOutboxNotReady) || notReady.Schema != schema || notReady.Table != table {
+		t.Fatalf("Run = %v, want an *OutboxNotReadyError for %s.%s", err, schema, table)
+	}
+	for _, want := range []string{c.want, "courier migrate up --schema " + schema + " --table " + table} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("Run's error does not say %q:\n%v", want, err)
+		}
+	}
+	t.Logf("Run refused to start: %v", err)
+}

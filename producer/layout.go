@@ -1,0 +1,144 @@
+package producer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ErrOutboxNotReady is matched (errors.Is) by the error Run returns at start
+// when the outbox's schema, one of its tables or one of their columns is
+// missing, and by the errors of the claims, enqueues and admin queries that
+// meet such an outbox. Its *OutboxNotReadyError says what is missing.
+var ErrOutboxNotReady = errors.New("producer: the outbox tables are missing or older than this courier")
+
+// OutboxNotReadyError says what of an outbox's objects is missing: the
+// schema, a table (the outbox of an older courier lacks <table>_waiting and
+// the others), or a column. Create or upgrade the tables with `courier
+// migrate up --schema <schema> --table <table>` or migrations.Migrator.Up.
+type OutboxNotReadyError struct {
+	// Schema and Table name the outbox.
+	Schema, Table string
+	// Missing is what is missing: "schema <s>", "table <s>.<t>" or
+	// "column <s>.<t>.<c>", several joined by ", ".
+	Missing string
+	// Err is PostgreSQL's error, when the absence came up as one.
+	Err error
+}
+
+func (e *OutboxNotReadyError) Error() string {
+	what := "is not at the layout this courier needs"
+	switch {
+	case strings.HasPrefix(e.Missing, "schema "):
+		what = "does not exist"
+	case e.Missing == "table "+e.Schema+"."+e.Table:
+		what = "does not exist"
+	}
+	msg := fmt.Sprintf("producer: the outbox table %s.%s %s (missing: %s): create or upgrade it with "+
+		"`courier migrate up --schema %s --table %s`, or in Go with migrations.New(migrations.Config{Schema: %q, Table: %q}) and its Up; "+
+		"or fix the relay's Schema and Table",
+		e.Schema, e.Table, what, e.Missing, e.Schema, e.Table, e.Schema, e.Table)
+	if e.Err != nil {
+		msg += ": " + e.Err.Error()
+	}
+	return msg
+}
+
+// Unwrap returns PostgreSQL's error, if any.
+func (e *OutboxNotReadyError) Unwrap() error { return e.Err }
+
+// Is matches ErrOutboxNotReady.
+func (e *OutboxNotReadyError) Is(target error) bool { return target == ErrOutboxNotReady }
+
+// layoutColumns are the columns the relay, the enqueue and the admin read
+// or write, by table suffix ("" is the queue itself): the current layout.
+var layoutColumns = []struct {
+	suffix  string
+	columns string
+}{
+	{"", "seq, " + eventColumns + ", not_before, created_at"},
+	{"waiting", "seq, " + eventColumns + ", created_at, status, retry_count, last_error, last_attempt_at, first_failed_at, next_attempt_at"},
+	{"dead", "seq, " + eventColumns + ", created_at, retry_count, last_error, last_attempt_at, first_failed_at, dead_lettered_at"},
+	{"published", "seq, " + eventColumns + ", created_at, retry_count, last_error, first_failed_at, published_at"},
+	{"keys", "topic, idempotency_key, event_id, created_at"},
+	{"seq", "last_value, is_called"},
+}
+
+// layoutSQL lists what of the layout is missing: the schema ($1), the
+// relations ($2), the columns ($3 of the relation $4).
+const layoutSQL = `
+SELECT (SELECT CASE WHEN to_regnamespace($1) IS NULL THEN ARRAY['schema ' || $1] ELSE '{}' END)
+    || ARRAY(SELECT 'table ' || r FROM unnest($2::text[]) WITH ORDINALITY AS r(r, i) WHERE to_regclass(r) IS NULL ORDER BY i)
+    || ARRAY(SELECT 'column ' || c.r || '.' || c.c FROM unnest($4::text[], $3::text[]) WITH ORDINALITY AS c(r, c, i)
+        WHERE to_regclass(c.r) IS NOT NULL AND NOT EXISTS (
+            SELECT FROM pg_attribute a WHERE a.attrelid = to_regclass(c.r) AND a.attname = c.c AND NOT a.attisdropped)
+        ORDER BY i)`
+
+// checkLayout returns an *OutboxNotReadyError when the outbox's schema,
+// tables or columns are missing, and PostgreSQL's error when it could not
+// look.
+func (s *store) checkLayout(ctx context.Context, db DBTX) error {
+	t := s.names.table
+	var relations, columnRels, columns []string
+	for _, l := range layoutColumns {
+		rel := t.String()
+		if l.suffix != "" {
+			rel = t.Derived(l.suffix)
+		}
+		relations = append(relations, rel)
+		for c := range strings.SplitSeq(l.columns, ",") {
+			columnRels, columns = append(columnRels, rel), append(columns, strings.TrimSpace(c))
+		}
+	}
+	var missing []string
+	if err := db.QueryRow(ctx, layoutSQL, t.Schema, relations, columns, columnRels).Scan(&missing); err != nil {
+		return fmt.Errorf("producer: look up the outbox tables %s: %w", t, err)
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	switch {
+	case strings.HasPrefix(missing[0], "schema "), missing[0] == "table "+t.String():
+		missing = missing[:1] // the whole outbox is missing with it
+	case strings.HasPrefix(missing[0], "table "):
+		// An older layout: its tables say it, their columns would only
+		// add noise.
+		missing = slices.DeleteFunc(missing, func(m string) bool { return !strings.HasPrefix(m, "table ") })
+	}
+	return &OutboxNotReadyError{Schema: t.Schema, Table: t.Name, Missing: strings.Join(missing, ", ")}
+}
+
+// undefinedObject turns PostgreSQL's error for a missing table (42P01) or
+// column (42703) into an *OutboxNotReadyError, which names the migrate
+// command that creates it; other errors are returned as they are.
+func (s *store) undefinedObject(err error) error {
+	pgErr, ok := pgError(err)
+	if !ok || (pgErr.Code != "42P01" && pgErr.Code != "42703") {
+		return err
+	}
+	what := strings.TrimSuffix(pgErr.Message, " does not exist")
+	what = strings.NewReplacer("relation ", "table ", `"`, "").Replace(what)
+	return &OutboxNotReadyError{Schema: s.names.table.Schema, Table: s.names.table.Name, Missing: what, Err: err}
+}
+
+// ready checks the outbox's layout before Run starts: an outbox that is
+// not ready is returned; failing to look (PostgreSQL down) is logged and
+// retried until ctx ends, as the batches would.
+func (r *Relay) ready(ctx context.Context) error {
+	delay := time.Duration(0)
+	for {
+		err := r.store.checkLayout(ctx, r.pool)
+		if err == nil || errors.Is(err, ErrOutboxNotReady) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		delay = min(max(2*delay, 100*time.Millisecond), 5*time.Second)
+		r.log.Error("checking the outbox tables failed; retrying", "error", err, "retry_in", delay)
+		sleep(ctx, delay, nil)
+	}
+}
