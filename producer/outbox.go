@@ -129,28 +129,65 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 	}
 	cp, canCopy := db.(copier)
 	switch {
-	case !cols.keyed && len(events) == 1:
+	case !cols.claims() && len(events) == 1:
 		_, err = db.Exec(ctx, o.store.insertOne, cols.row(0)...)
 		return res, o.insertErr(err)
-	case !cols.keyed && canCopy && len(events) >= copyMin:
+	case !cols.claims() && canCopy && len(events) >= copyMin:
 		rows := newCopyRows(cols)
 		_, err = cp.CopyFrom(ctx, pgx.Identifier{o.table.Schema, o.table.Name}, rows.names, rows)
 		return res, o.insertErr(err)
-	case !cols.keyed:
+	case !cols.claims():
 		_, err = db.Exec(ctx, o.store.insertMany, cols.args()...)
 		return res, o.insertErr(err)
 	}
-	rows, err := db.Query(ctx, o.store.insertKeyed, cols.args()...)
+	return o.insertClaimed(ctx, db, cols, res)
+}
+
+// insertClaimed writes a batch that claims idempotency keys or ids of the
+// caller's own in the keys table, in one statement (insertClaimedSQL). An
+// id claimed before makes it write no event: it then deletes the claims
+// it made, so that the caller's transaction goes on as if nothing had
+// been tried, and returns an *EventError for ErrDuplicateID. Events whose
+// idempotency keys were taken are looked up (resolveDuplicates).
+func (o *Outbox) insertClaimed(ctx context.Context, db DBTX, cols *columns, res []Enqueued) ([]Enqueued, error) {
+	rows, err := db.Query(ctx, o.store.insertKeyed, append(cols.args(), cols.ownIDs)...)
 	if err != nil {
 		return nil, o.insertErr(err)
 	}
-	inserted, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	type claimRow struct {
+		Kind string
+		ID   uuid.UUID
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[claimRow])
 	if err != nil {
 		return nil, o.insertErr(err)
 	}
-	written := make(map[uuid.UUID]bool, len(inserted))
-	for _, id := range inserted {
-		written[id] = true
+	written := make(map[uuid.UUID]bool, len(out))
+	keyClaims, idClaims := map[uuid.UUID]bool{}, map[uuid.UUID]bool{}
+	for _, r := range out {
+		switch r.Kind {
+		case "queue":
+			written[r.ID] = true
+		case "key":
+			keyClaims[r.ID] = true
+		default:
+			idClaims[r.ID] = true
+		}
+	}
+	// An own id to claim is one of an event whose idempotency key, if it
+	// has one, was claimed.
+	for i, id := range cols.id {
+		if j, own := cols.ownAt[id.Bytes]; !own || j != i {
+			continue
+		}
+		if (cols.idempotencyKey[i] == "" || keyClaims[id.Bytes]) && !idClaims[id.Bytes] {
+			if err := o.unclaim(ctx, db, cols, keyClaims, idClaims); err != nil {
+				return nil, err
+			}
+			return nil, &EventError{Index: i, Field: "ID", Err: fmt.Errorf(
+				"%w: an event with id %s was enqueued before (or is being enqueued by a transaction still open); nothing of the batch was written. "+
+					"If this enqueue retries that one, it is done; otherwise give the event a new id, or leave ID zero", ErrDuplicateID, id.Bytes)}
+		}
 	}
 	var dupes []int
 	for i, id := range cols.id {
@@ -164,6 +201,28 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 		}
 	}
 	return res, nil
+}
+
+// unclaim deletes the keys and ids a refused batch claimed: rows this
+// transaction wrote a moment ago.
+func (o *Outbox) unclaim(ctx context.Context, db DBTX, cols *columns, keyClaims, idClaims map[uuid.UUID]bool) error {
+	var topics, keys []string
+	var ids []pgtype.UUID
+	for i, id := range cols.id {
+		if keyClaims[id.Bytes] {
+			topics, keys, ids = append(topics, cols.topic[i]), append(keys, cols.idempotencyKey[i]), append(ids, id)
+		}
+		if idClaims[id.Bytes] {
+			topics, keys, ids = append(topics, ""), append(keys, uuid.UUID(id.Bytes).String()), append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := db.Exec(ctx, o.store.unclaim, topics, keys, ids); err != nil {
+		return fmt.Errorf("producer: release the claims of a refused batch in %s: %w", o.table, err)
+	}
+	return nil
 }
 
 // insertErr wraps an insert failure; a missing table gets the fix.
@@ -223,7 +282,15 @@ type columns struct {
 	maxRetries                                 []int32
 	notBefore                                  []pgtype.Timestamptz
 	keyed                                      bool // some event has an idempotency key
+	// ownIDs are the ids the caller chose (Enqueue assigned the others),
+	// and ownAt their events' indexes.
+	ownIDs []pgtype.UUID
+	ownAt  map[uuid.UUID]int
 }
+
+// claims reports whether the batch claims rows in the keys table: for
+// idempotency keys, or for ids of the caller's own.
+func (c *columns) claims() bool { return c.keyed || len(c.ownIDs) > 0 }
 
 func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) {
 	n := len(events)
@@ -248,6 +315,15 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 				return nil, fmt.Errorf("producer: assign event %d an id: %w", i, err)
 			}
 			raw.ID = id
+		} else {
+			if c.ownAt == nil {
+				c.ownAt = map[uuid.UUID]int{}
+			}
+			if first, seen := c.ownAt[raw.ID]; seen {
+				return nil, &EventError{Index: i, Field: "ID", Err: fmt.Errorf("%w: %s is event %d's id too; give each event its own id, or leave ID zero", ErrDuplicateID, raw.ID, first)}
+			}
+			c.ownAt[raw.ID] = i
+			c.ownIDs = append(c.ownIDs, pgtype.UUID{Bytes: raw.ID, Valid: true})
 		}
 		e, err := normalize(raw, o.maxPayload)
 		if err != nil {
@@ -273,7 +349,7 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 		c.correlationID[i], c.causationID[i], c.idempotencyKey[i] = e.CorrelationID, e.CausationID, e.IdempotencyKey
 		c.payload[i], c.contentType[i], c.headers[i] = payload, e.ContentType, headers
 		c.keyed = c.keyed || e.IdempotencyKey != ""
-		c.maxRetries[i] = int32(min(e.MaxRetries, 1<<31-1))
+		c.maxRetries[i] = int32(e.MaxRetries) // normalize bounds it
 		c.notBefore[i] = pgtype.Timestamptz{Time: e.NotBefore, Valid: !e.NotBefore.IsZero()}
 	}
 	return c, nil
