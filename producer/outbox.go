@@ -92,10 +92,21 @@ func NewOutbox(cfg Config) (*Outbox, error) {
 // with the event and published as the traceparent (and tracestate) header,
 // unless Headers already has a traceparent.
 //
-// An invalid event returns an *EventError and writes nothing. An event whose
-// Topic and IdempotencyKey were enqueued before writes nothing and reports
-// the earlier event's ID, also when the earlier one is enqueued by a
-// concurrent transaction (Enqueue then waits for that transaction to end).
+// An invalid event returns an *EventError and writes nothing; every field
+// is checked in Go before any SQL is sent, so the caller's transaction
+// stays usable. An event whose Topic and IdempotencyKey were enqueued
+// before writes nothing and reports the earlier event's ID, also when the
+// earlier one is enqueued by a concurrent transaction (Enqueue then waits
+// for that transaction to end).
+//
+// An ID of the caller's own is remembered (in the keys table, for as long
+// as idempotency keys are, see RelayConfig.Retention) and an event with an
+// ID remembered already is refused with an *EventError for ErrDuplicateID,
+// Field "ID", which leaves the caller's transaction usable: nothing is
+// written. Use it to make a retried enqueue safe, or use IdempotencyKey,
+// which reports the earlier event instead. An ID left zero is assigned
+// (UUIDv7) and costs no look-up: only IDs of the caller's own are checked,
+// against one another.
 func (o *Outbox) Enqueue(ctx context.Context, db DBTX, e Event) (Enqueued, error) {
 	res, err := o.EnqueueBatch(ctx, db, []Event{e})
 	if err != nil {
@@ -106,12 +117,15 @@ func (o *Outbox) Enqueue(ctx context.Context, db DBTX, e Event) (Enqueued, error
 
 // EnqueueBatch writes many events in one statement (two when some are
 // duplicates), in slice order, with the semantics of Enqueue: a COPY for a
-// batch of 32 events or more without idempotency keys, through a handle
-// that can copy (pgx.Tx, *pgx.Conn, *pgxpool.Pool, *pgxpool.Conn); an
-// INSERT of arrays, in one round trip, otherwise. The result has
-// one entry per event. If any event is invalid, nothing is written and the
-// *EventError's Index names it. Two events of one batch that share a topic
-// and idempotency key are written once; the second reports the first's ID.
+// batch of 32 events or more without idempotency keys or IDs of the
+// caller's own, through a handle that can copy (pgx.Tx, *pgx.Conn,
+// *pgxpool.Pool, *pgxpool.Conn); an INSERT of arrays, in one round trip,
+// otherwise. The result has one entry per event. If any event is invalid,
+// nothing is written and the *EventError's Index names it; so too when two
+// events share an ID, or when an ID was enqueued before (ErrDuplicateID).
+// Two events of one batch that share a topic and idempotency key are
+// written once; the second reports the first's ID. An empty batch sends
+// nothing and returns an empty result.
 func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]Enqueued, error) {
 	if db == nil {
 		return nil, errors.New("producer: Enqueue needs a database handle (a pgx.Tx, *pgx.Conn or *pgxpool.Pool); got nil")

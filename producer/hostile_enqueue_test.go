@@ -1,0 +1,295 @@
+package producer_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
+)
+
+// hostileEvent is one bad event of TestHostileEnqueue: what is wrong with
+// it, the error and field it must be refused with, and a word the message
+// must hold besides the field.
+type hostileEvent struct {
+	name   string
+	change func(*producer.Event)
+	want   error
+	field  string
+	says   string
+}
+
+// hostileEvents are events a careless or hostile caller can build, each of
+// which PostgreSQL or Kafka would refuse (and PostgreSQL by aborting the
+// caller's transaction), or courier's consumers would misread.
+func hostileEvents() []hostileEvent {
+	header := func(name, value string) func(*producer.Event) {
+		return func(e *producer.Event) { e.Headers = map[string]string{"x-ok": "1", name: value} }
+	}
+	long := strings.Repeat("k", producer.MaxKeyBytes+1)
+	return []hostileEvent{
+		{"NUL in a quoted content type parameter", func(e *producer.Event) { e.ContentType = "application/json; charset=\"utf\x00-8\"" },
+			producer.ErrInvalidText, "ContentType", `\x00`},
+		{"content type not UTF-8", func(e *producer.Event) { e.ContentType = "text/plain; name=\xff\xfe" },
+			producer.ErrInvalidText, "ContentType", `\xff`},
+		{"content type over 2048 bytes", func(e *producer.Event) { e.ContentType = "text/plain; x=" + strings.Repeat("a", 2048) },
+			producer.ErrTooLong, "ContentType", "2062 bytes"},
+		{"NotBefore past PostgreSQL's end (294277 AD)", func(e *producer.Event) { e.NotBefore = time.Date(294277, 1, 1, 0, 0, 0, 0, time.UTC) },
+			producer.ErrInvalidTime, "NotBefore", "294277"},
+		{"NotBefore before PostgreSQL's start (4714 BC)", func(e *producer.Event) { e.NotBefore = time.Date(-4713, 11, 23, 0, 0, 0, 0, time.UTC) },
+			producer.ErrInvalidTime, "NotBefore", "-4713"},
+		{"NotBefore past microseconds in int64", func(e *producer.Event) { e.NotBefore = time.Date(300_000_000, 1, 1, 0, 0, 0, 0, time.UTC) },
+			producer.ErrInvalidTime, "NotBefore", "years 1 and 9999"},
+		{"NotBefore in the year 10000", func(e *producer.Event) {
+			e.NotBefore = time.Date(10000, 1, 1, 2, 0, 0, 0, time.FixedZone("east", 3600))
+		},
+			producer.ErrInvalidTime, "NotBefore", "9999"},
+		{"replay_count header", header("replay_count", "0"), producer.ErrReservedHeader, "Headers[replay_count]", "replay"},
+		{"Replay_Count header in another case", header("Replay_Count", "1"), producer.ErrReservedHeader, "Headers[Replay_Count]", "replay"},
+		{"dlq_replay_count header", header("dlq_replay_count", "1"), producer.ErrReservedHeader, "Headers[dlq_replay_count]", `"dlq_"`},
+		{"forged retry_original_topic header", header("retry_original_topic", "payments"), producer.ErrReservedHeader, "Headers[retry_original_topic]", `"retry_"`},
+		{"ce_source header", header("ce_source", "me"), producer.ErrReservedHeader, "Headers[ce_source]", `"ce_"`},
+		{"NUL in a header name", header("x-a\x00b", "v"), producer.ErrInvalidText, `Headers["x-a\x00b"]`, "name"},
+		{"NUL in a header value (jsonb refuses \\u0000)", header("x-note", "a\x00b"), producer.ErrInvalidText, "Headers[x-note]", "value"},
+		{"header name not UTF-8", header("x-\xc3\x28", "v"), producer.ErrInvalidText, `Headers["x-\xc3("]`, "name"},
+		{"header name over 2048 bytes", header(strings.Repeat("h", 2049), "v"), producer.ErrTooLong, `Headers["hhhh`, "2049 bytes"},
+		{"headers over the record limit", header("x-big", strings.Repeat("v", producer.DefaultMaxPayloadBytes)), producer.ErrRecordTooLarge, "Headers", "MaxPayloadBytes"},
+		{"NUL in the topic", func(e *producer.Event) { e.Topic = "orders\x00" }, producer.ErrInvalidTopic, "Topic", `\x00`},
+		{"topic not UTF-8", func(e *producer.Event) { e.Topic = "orders\xff" }, producer.ErrInvalidTopic, "Topic", `\xff`},
+		{"topic Kafka refuses", func(e *producer.Event) { e.Topic = "bad topic!" }, producer.ErrInvalidTopic, "Topic", "ASCII letters"},
+		{"topic of 250 characters", func(e *producer.Event) { e.Topic = strings.Repeat("t", 250) }, producer.ErrInvalidTopic, "Topic", "249"},
+		{"empty topic", func(e *producer.Event) { e.Topic = "" }, producer.ErrEmptyTopic, "Topic", "empty"},
+		{"empty type", func(e *producer.Event) { e.Type = "" }, producer.ErrMissingType, "Type", "OrderCreated"},
+		{"NUL in the type", func(e *producer.Event) { e.Type = "Order\x00Created" }, producer.ErrInvalidText, "Type", `\x00`},
+		{"type not UTF-8", func(e *producer.Event) { e.Type = "Order\xe2\x82" }, producer.ErrInvalidText, "Type", `\xe2`},
+		{"NUL in the key", func(e *producer.Event) { e.Key = "\x00" }, producer.ErrInvalidText, "Key", `\x00`},
+		{"key over 2048 bytes (the waiting index's limit)", func(e *producer.Event) { e.Key = long }, producer.ErrTooLong, "Key", "2049 bytes"},
+		{"NUL in the idempotency key", func(e *producer.Event) { e.IdempotencyKey = "k\x00" }, producer.ErrInvalidText, "IdempotencyKey", `\x00`},
+		{"idempotency key over 2048 bytes (the keys index's limit)", func(e *producer.Event) { e.IdempotencyKey = long }, producer.ErrTooLong, "IdempotencyKey", "2049 bytes"},
+		{"NUL in the aggregate type", func(e *producer.Event) { e.AggregateType = "Order\x00" }, producer.ErrInvalidText, "AggregateType", `\x00`},
+		{"aggregate id not UTF-8", func(e *producer.Event) { e.AggregateID = "\xed\xa0\x80" }, producer.ErrInvalidText, "AggregateID", `\xed`},
+		{"tenant id over 2048 bytes", func(e *producer.Event) { e.TenantID = strings.Repeat("t", 4096) }, producer.ErrTooLong, "TenantID", "4096 bytes"},
+		{"NUL in the correlation id", func(e *producer.Event) { e.CorrelationID = "\x00corr" }, producer.ErrInvalidText, "CorrelationID", `\x00`},
+		{"causation id not UTF-8", func(e *producer.Event) { e.CausationID = "\x80" }, producer.ErrInvalidText, "CausationID", `\x80`},
+		{"negative max retries", func(e *producer.Event) { e.MaxRetries = -1 }, producer.ErrInvalidMaxRetries, "MaxRetries", "-1"},
+		{"max retries past int4", func(e *producer.Event) { e.MaxRetries = 1 << 40 }, producer.ErrInvalidMaxRetries, "MaxRetries", "2147483647"},
+		{"payload over 1 MiB", func(e *producer.Event) {
+			e.ContentType = "application/octet-stream"
+			e.Payload = make([]byte, producer.DefaultMaxPayloadBytes+1)
+		}, producer.ErrPayloadTooLarge, "Payload", "1048577 bytes"},
+		{"payload not JSON", func(e *producer.Event) { e.Payload = []byte("{\x00}") }, producer.ErrInvalidJSON, "Payload", "application/json"},
+	}
+}
+
+// hostileRun is one way to enqueue an event: alone, or at an index of a
+// batch of good events (a small one goes as an INSERT, a large one as a
+// COPY).
+type hostileRun struct {
+	name  string
+	size  int // 0: Enqueue
+	index int
+}
+
+var hostileRuns = []hostileRun{{"Enqueue", 0, 0}, {"EnqueueBatch/small", 3, 1}, {"EnqueueBatch/copy", 64, 40}}
+
+// enqueueIn runs r with bad in tx and returns the error, the good events
+// being orders of the given prefix.
+func (r hostileRun) enqueueIn(ctx context.Context, out *producer.Outbox, tx pgx.Tx, prefix string, bad producer.Event) error {
+	if r.size == 0 {
+		_, err := out.Enqueue(ctx, tx, bad)
+		return err
+	}
+	events := make([]producer.Event, r.size)
+	for i := range events {
+		events[i] = orderCreated(fmt.Sprintf("%s-%d", prefix, i))
+	}
+	events[r.index] = bad
+	_, err := out.EnqueueBatch(ctx, tx, events)
+	return err
+}
+
+// TestHostileEnqueue enqueues each hostile event alone and in a batch, in
+// a transaction that wrote a business row first, and checks that it is
+// refused with an *EventError naming the field (and the event's index),
+// that nothing of it is written, and that the transaction is still usable:
+// another business row and a good event go in after it and commit.
+func TestHostileEnqueue(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, hc := range hostileEvents() {
+		for _, run := range hostileRuns {
+			t.Run(hc.name+"/"+run.name, func(t *testing.T) {
+				prefix := testkit.UniqueName(t, 20)
+				bad := orderCreated(prefix + "-bad")
+				hc.change(&bad)
+				tx, err := pg.Pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer func() { _ = tx.Rollback(ctx) }()
+				if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", prefix+"-before"); err != nil {
+					t.Fatal(err)
+				}
+				before := countRows(t, tx, "true")
+				err = run.enqueueIn(ctx, out, tx, prefix, bad)
+				assertEventError(t, err, hc.want, run.index, hc.field, hc.says)
+				if n := countRows(t, tx, "true") - before; n != 0 {
+					t.Fatalf("%d events written by the refused enqueue, want none", n)
+				}
+				assertStillUsable(ctx, t, pg, out, tx, prefix)
+			})
+		}
+	}
+}
+
+// assertEventError checks that err is an *EventError for event index and
+// field, matches want, and says so in its message, with says in it too.
+func assertEventError(t *testing.T, err, want error, index int, field, says string) {
+	t.Helper()
+	evErr, ok := errors.AsType[*producer.EventError](err)
+	if !ok {
+		t.Fatalf("error %v (%T): want an *producer.EventError", err, err)
+	}
+	if !errors.Is(err, want) || evErr.Index != index || !strings.HasPrefix(evErr.Field, field) {
+		t.Fatalf("error %v: want %v for event %d, field %s; got event %d, field %s", err, want, index, field, evErr.Index, evErr.Field)
+	}
+	msg := err.Error()
+	for _, part := range []string{fmt.Sprintf("event %d", index), evErr.Field, want.Error(), says} {
+		if !strings.Contains(msg, part) {
+			t.Fatalf("message %q does not say %q", msg, part)
+		}
+	}
+}
+
+// assertStillUsable writes another business row and a good event in tx,
+// commits, and checks that both rows of the business and the good event,
+// and nothing else, were committed.
+func assertStillUsable(ctx context.Context, t *testing.T, pg *testkit.PG, out *producer.Outbox, tx pgx.Tx, prefix string) {
+	t.Helper()
+	if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", prefix+"-after"); err != nil {
+		t.Fatalf("the transaction is not usable after the refusal: %v", err)
+	}
+	good, err := out.Enqueue(ctx, tx, orderCreated(prefix+"-good"))
+	if err != nil {
+		t.Fatalf("a good event after the refusal: %v", err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit after the refusal: %v", err)
+	}
+	var orders int
+	if err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM orders WHERE id LIKE $1", prefix+"-%").Scan(&orders); err != nil {
+		t.Fatal(err)
+	}
+	if orders != 2 {
+		t.Fatalf("%d business rows committed, want 2", orders)
+	}
+	if n := countRows(t, pg.Pool, "partition_key LIKE $1", prefix+"-%"); n != 1 {
+		t.Fatalf("%d events of the transaction committed, want the good one alone", n)
+	}
+	if n := countRows(t, pg.Pool, "id = $1", good.ID); n != 1 {
+		t.Fatalf("the good event %s is not in the outbox", good.ID)
+	}
+}
+
+// TestReservedHeadersMatchTheirContracts keeps Enqueue's reserved names in
+// step with the packages that give them meaning.
+func TestReservedHeadersMatchTheirContracts(t *testing.T) {
+	out, err := producer.NewOutbox(producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{dlq.ReplayCountHeader, dlq.HeaderReplayCount, dlq.HeaderOriginalTopic, "retry_attempt", "ce_id", "content-type"} {
+		ev := orderCreated("o-1")
+		ev.Headers = map[string]string{name: "1"}
+		// Validation comes before any SQL: a nil-free handle that fails
+		// every statement proves none was sent.
+		_, err := out.Enqueue(context.Background(), failingDB{}, ev)
+		if !errors.Is(err, producer.ErrReservedHeader) {
+			t.Errorf("header %s: Enqueue = %v, want ErrReservedHeader", name, err)
+		}
+	}
+}
+
+// TestEnqueueEmptyBatchSendsNothing: an empty batch is no error, sends no
+// statement and returns no result.
+func TestEnqueueEmptyBatchSendsNothing(t *testing.T) {
+	out, err := producer.NewOutbox(producer.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, events := range [][]producer.Event{nil, {}} {
+		res, err := out.EnqueueBatch(context.Background(), failingDB{}, events)
+		if err != nil || len(res) != 0 {
+			t.Fatalf("EnqueueBatch(%#v) = %v, %v; want nothing, no error and no statement", events, res, err)
+		}
+	}
+}
+
+// TestEnqueueRefusesAnIDTwiceInABatch: two events of a batch with one id
+// are refused before any SQL, naming the second.
+func TestEnqueueRefusesAnIDTwiceInABatch(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range hostileRuns[1:] {
+		t.Run(run.name, func(t *testing.T) {
+			prefix := testkit.UniqueName(t, 20)
+			events := make([]producer.Event, run.size)
+			for i := range events {
+				events[i] = orderCreated(fmt.Sprintf("%s-%d", prefix, i))
+				events[i].ID = uuid.New()
+			}
+			events[run.index].ID = events[0].ID
+			tx, err := pg.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", prefix+"-before"); err != nil {
+				t.Fatal(err)
+			}
+			before := countRows(t, tx, "true")
+			_, err = out.EnqueueBatch(ctx, tx, events)
+			assertEventError(t, err, producer.ErrDuplicateID, run.index, "ID", "event 0's id too")
+			if n := countRows(t, tx, "true") - before; n != 0 {
+				t.Fatalf("%d events written, want none", n)
+			}
+			assertStillUsable(ctx, t, pg, out, tx, prefix)
+			if _, err := out.EnqueueBatch(ctx, failingDB{}, events); !errors.Is(err, producer.ErrDuplicateID) {
+				t.Fatalf("EnqueueBatch sent SQL before it refused the batch: %v", err)
+			}
+		})
+	}
+}
+
+// failingDB fails every statement: an enqueue through it that returns an
+// *EventError refused the event before any SQL.
+type failingDB struct{ producer.DBTX }
+
+var errNoSQL = errors.New("failingDB: no statement expected")
+
+func (failingDB) Exec(context.Context, string, ...any) (pgconn.CommandTag, error) {
+	return pgconn.CommandTag{}, errNoSQL
+}
+func (failingDB) Query(context.Context, string, ...any) (pgx.Rows, error) { return nil, errNoSQL }
+func (failingDB) QueryRow(context.Context, string, ...any) pgx.Row        { return failedRow{} }
+
+type failedRow struct{}
+
+func (failedRow) Scan(...any) error { return errNoSQL }
