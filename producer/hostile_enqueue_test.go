@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -149,7 +150,7 @@ func TestHostileEnqueue(t *testing.T) {
 				if n := countRows(t, tx, "true") - before; n != 0 {
 					t.Fatalf("%d events written by the refused enqueue, want none", n)
 				}
-				assertStillUsable(ctx, t, pg, out, tx, prefix)
+				assertStillUsable(ctx, t, pg, out, tx, prefix, 0)
 			})
 		}
 	}
@@ -175,9 +176,9 @@ func assertEventError(t *testing.T, err, want error, index int, field, says stri
 }
 
 // assertStillUsable writes another business row and a good event in tx,
-// commits, and checks that both rows of the business and the good event,
-// and nothing else, were committed.
-func assertStillUsable(ctx context.Context, t *testing.T, pg *testkit.PG, out *producer.Outbox, tx pgx.Tx, prefix string) {
+// commits, and checks that both rows of the business and the good event
+// were committed, and others events of the prefix besides.
+func assertStillUsable(ctx context.Context, t *testing.T, pg *testkit.PG, out *producer.Outbox, tx pgx.Tx, prefix string, others int) {
 	t.Helper()
 	if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", prefix+"-after"); err != nil {
 		t.Fatalf("the transaction is not usable after the refusal: %v", err)
@@ -196,8 +197,8 @@ func assertStillUsable(ctx context.Context, t *testing.T, pg *testkit.PG, out *p
 	if orders != 2 {
 		t.Fatalf("%d business rows committed, want 2", orders)
 	}
-	if n := countRows(t, pg.Pool, "partition_key LIKE $1", prefix+"-%"); n != 1 {
-		t.Fatalf("%d events of the transaction committed, want the good one alone", n)
+	if n := countRows(t, pg.Pool, "partition_key LIKE $1", prefix+"-%"); n != others+1 {
+		t.Fatalf("%d events of the transaction committed, want %d and the good one", n, others)
 	}
 	if n := countRows(t, pg.Pool, "id = $1", good.ID); n != 1 {
 		t.Fatalf("the good event %s is not in the outbox", good.ID)
@@ -270,7 +271,7 @@ func TestEnqueueRefusesAnIDTwiceInABatch(t *testing.T) {
 			if n := countRows(t, tx, "true") - before; n != 0 {
 				t.Fatalf("%d events written, want none", n)
 			}
-			assertStillUsable(ctx, t, pg, out, tx, prefix)
+			assertStillUsable(ctx, t, pg, out, tx, prefix, 0)
 			if _, err := out.EnqueueBatch(ctx, failingDB{}, events); !errors.Is(err, producer.ErrDuplicateID) {
 				t.Fatalf("EnqueueBatch sent SQL before it refused the batch: %v", err)
 			}
@@ -293,3 +294,198 @@ func (failingDB) QueryRow(context.Context, string, ...any) pgx.Row        { retu
 type failedRow struct{}
 
 func (failedRow) Scan(...any) error { return errNoSQL }
+
+// TestEnqueueRefusesAnIDEnqueuedBefore: an event whose id of its own was
+// enqueued and committed before, wherever that event is now (moved on by
+// the relay, or deleted), is refused with ErrDuplicateID through Enqueue,
+// an INSERT batch and a batch the size of a COPY; nothing of the batch is
+// written, its other keys and ids stay free, and the caller's transaction
+// commits its other work.
+func TestEnqueueRefusesAnIDEnqueuedBefore(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	taken := orderCreated("o-taken")
+	taken.ID = uuid.New()
+	if _, err := out.Enqueue(ctx, pg.Pool, taken); err != nil {
+		t.Fatal(err)
+	}
+	// The relay deletes published events from the queue: the id stays
+	// taken.
+	if _, err := pg.Pool.Exec(ctx, "DELETE FROM courier_outbox WHERE id = $1", taken.ID); err != nil {
+		t.Fatal(err)
+	}
+	for _, run := range hostileRuns {
+		t.Run(run.name, func(t *testing.T) {
+			prefix := testkit.UniqueName(t, 20)
+			events := make([]producer.Event, max(run.size, 1))
+			for i := range events {
+				events[i] = orderCreated(fmt.Sprintf("%s-%d", prefix, i))
+				events[i].ID = uuid.New()
+				if i%2 == 0 {
+					events[i].IdempotencyKey = events[i].Key
+				}
+			}
+			again := events[run.index]
+			again.ID = taken.ID
+			events[run.index] = again
+			tx, err := pg.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", prefix+"-before"); err != nil {
+				t.Fatal(err)
+			}
+			before := countRows(t, tx, "true")
+			if run.size == 0 {
+				_, err = out.Enqueue(ctx, tx, events[0])
+			} else {
+				_, err = out.EnqueueBatch(ctx, tx, events)
+			}
+			assertEventError(t, err, producer.ErrDuplicateID, run.index, "ID", taken.ID.String())
+			if n := countRows(t, tx, "true") - before; n != 0 {
+				t.Fatalf("%d events written, want none", n)
+			}
+			// Nothing of the refused batch holds a key or an id: the
+			// same events but the taken one go in, as new events.
+			rest := append(events[:run.index:run.index], events[run.index+1:]...)
+			res, err := out.EnqueueBatch(ctx, tx, rest)
+			if err != nil {
+				t.Fatalf("the rest of the refused batch: %v", err)
+			}
+			for i, r := range res {
+				if r.Duplicate || r.ID != rest[i].ID {
+					t.Fatalf("event %d of the rest: %+v, want a new event with id %s", i, r, rest[i].ID)
+				}
+			}
+			assertStillUsable(ctx, t, pg, out, tx, prefix, len(rest))
+			if n := countRows(t, pg.Pool, "id = $1", taken.ID); n != 0 {
+				t.Fatalf("%d events with the taken id, want none", n)
+			}
+		})
+	}
+}
+
+// TestOwnIDOfADuplicateKeyStaysFree: an event whose idempotency key was
+// taken is not written, and its id of its own is not taken either.
+func TestOwnIDOfADuplicateKeyStaysFree(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	ctx := context.Background()
+	first := orderCreated("o-1")
+	first.IdempotencyKey = "create-o-1"
+	held, err := out.Enqueue(ctx, pg.Pool, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	retry := first
+	retry.ID = uuid.New()
+	res, err := out.Enqueue(ctx, pg.Pool, retry)
+	if err != nil || !res.Duplicate || res.ID != held.ID {
+		t.Fatalf("Enqueue of a taken key = %+v, %v; want the duplicate of %s", res, err, held.ID)
+	}
+	other := orderCreated("o-2")
+	other.ID = retry.ID
+	if res, err := out.Enqueue(ctx, pg.Pool, other); err != nil || res.ID != retry.ID || res.Duplicate {
+		t.Fatalf("Enqueue with the id of an event never written = %+v, %v; want it written", res, err)
+	}
+}
+
+// TestOwnIDUnderConcurrentTransactions: transactions that enqueue events
+// with the same id of their own at once write one of them; each other one
+// waits for the writer, gets ErrDuplicateID when it commits, and still
+// commits its own business row. When the writer rolls back, the id is
+// free again and a waiter writes its event.
+func TestOwnIDUnderConcurrentTransactions(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	ctx := context.Background()
+	if _, err := pg.Pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	const n = 8
+	pool := pg.NewPool(t, n+1)
+	for _, holderCommits := range []bool{true, false} {
+		t.Run(fmt.Sprintf("holder commits=%v", holderCommits), func(t *testing.T) {
+			id := uuid.New()
+			prefix := testkit.UniqueName(t, 20)
+			holder, err := pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = holder.Rollback(ctx) }()
+			ev := orderCreated(prefix + "-holder")
+			ev.ID = id
+			if _, err := out.Enqueue(ctx, holder, ev); err != nil {
+				t.Fatal(err)
+			}
+			var wg sync.WaitGroup
+			errs := make([]error, n)
+			written := make([]bool, n)
+			for i := range n {
+				wg.Go(func() {
+					tx, err := pool.Begin(ctx)
+					if err != nil {
+						errs[i] = err
+						return
+					}
+					defer func() { _ = tx.Rollback(ctx) }()
+					if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", fmt.Sprintf("%s-%d", prefix, i)); err != nil {
+						errs[i] = err
+						return
+					}
+					ev := orderCreated(fmt.Sprintf("%s-%d", prefix, i))
+					ev.ID = id
+					_, err = out.Enqueue(ctx, tx, ev)
+					written[i] = err == nil
+					if err != nil && !errors.Is(err, producer.ErrDuplicateID) {
+						errs[i] = fmt.Errorf("waiter %d: %w, want nil or ErrDuplicateID", i, err)
+						return
+					}
+					errs[i] = tx.Commit(ctx)
+				})
+			}
+			testkit.WaitFor(t, time.Minute, "every waiter blocked on the holder's id", func() bool {
+				var waiting int
+				err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+					WHERE wait_event_type = 'Lock' AND query LIKE '%courier_outbox_keys%'`).Scan(&waiting)
+				return err == nil && waiting == n
+			})
+			if holderCommits {
+				err = holder.Commit(ctx)
+			} else {
+				err = holder.Rollback(ctx)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			wg.Wait()
+			if err := errors.Join(errs...); err != nil {
+				t.Fatal(err)
+			}
+			writers := 0
+			for _, w := range written {
+				if w {
+					writers++
+				}
+			}
+			if want := map[bool]int{true: 0, false: 1}[holderCommits]; writers != want {
+				t.Fatalf("%d waiters wrote the event, want %d", writers, want)
+			}
+			if c := countRows(t, pg.Pool, "id = $1", id); c != 1 {
+				t.Fatalf("%d events with the id, want 1", c)
+			}
+			var orders int
+			if err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM orders WHERE id LIKE $1", prefix+"-%").Scan(&orders); err != nil {
+				t.Fatal(err)
+			}
+			if orders != n {
+				t.Fatalf("%d business rows of the waiters committed, want %d", orders, n)
+			}
+		})
+	}
+}

@@ -200,7 +200,7 @@ func (o *Outbox) insertClaimed(ctx context.Context, db DBTX, cols *columns, res 
 			}
 			return nil, &EventError{Index: i, Field: "ID", Err: fmt.Errorf(
 				"%w: an event with id %s was enqueued before (or is being enqueued by a transaction still open); nothing of the batch was written. "+
-					"If this enqueue retries that one, it is done; otherwise give the event a new id, or leave ID zero", ErrDuplicateID, id.Bytes)}
+					"If this enqueue retries that one, it is done; otherwise give the event a new id, or leave ID zero", ErrDuplicateID, uuid.UUID(id.Bytes))}
 		}
 	}
 	var dupes []int
