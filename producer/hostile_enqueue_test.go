@@ -298,7 +298,9 @@ func (failedRow) Scan(...any) error { return errNoSQL }
 // TestEnqueueRefusesAnIDEnqueuedBefore: an event whose id of its own was
 // enqueued and committed before, wherever that event is now (moved on by
 // the relay, or deleted), is refused with ErrDuplicateID through Enqueue,
-// an INSERT batch and a batch the size of a COPY; nothing of the batch is
+// an INSERT batch and a batch the size of a COPY, with idempotency keys
+// (claimed as the events are written) or without (the ids claimed before
+// a COPY); nothing of the batch is
 // written, its other keys and ids stay free, and the caller's transaction
 // commits its other work.
 func TestEnqueueRefusesAnIDEnqueuedBefore(t *testing.T) {
@@ -318,55 +320,57 @@ func TestEnqueueRefusesAnIDEnqueuedBefore(t *testing.T) {
 	if _, err := pg.Pool.Exec(ctx, "DELETE FROM courier_outbox WHERE id = $1", taken.ID); err != nil {
 		t.Fatal(err)
 	}
-	for _, run := range hostileRuns {
-		t.Run(run.name, func(t *testing.T) {
-			prefix := testkit.UniqueName(t, 20)
-			events := make([]producer.Event, max(run.size, 1))
-			for i := range events {
-				events[i] = orderCreated(fmt.Sprintf("%s-%d", prefix, i))
-				events[i].ID = uuid.New()
-				if i%2 == 0 {
-					events[i].IdempotencyKey = events[i].Key
+	for _, withKeys := range []bool{false, true} {
+		for _, run := range hostileRuns {
+			t.Run(fmt.Sprintf("%s/with keys=%v", run.name, withKeys), func(t *testing.T) {
+				prefix := testkit.UniqueName(t, 20)
+				events := make([]producer.Event, max(run.size, 1))
+				for i := range events {
+					events[i] = orderCreated(fmt.Sprintf("%s-%d", prefix, i))
+					events[i].ID = uuid.New()
+					if withKeys && i%2 == 0 {
+						events[i].IdempotencyKey = events[i].Key
+					}
 				}
-			}
-			again := events[run.index]
-			again.ID = taken.ID
-			events[run.index] = again
-			tx, err := pg.Pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback(ctx) }()
-			if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", prefix+"-before"); err != nil {
-				t.Fatal(err)
-			}
-			before := countRows(t, tx, "true")
-			if run.size == 0 {
-				_, err = out.Enqueue(ctx, tx, events[0])
-			} else {
-				_, err = out.EnqueueBatch(ctx, tx, events)
-			}
-			assertEventError(t, err, producer.ErrDuplicateID, run.index, "ID", taken.ID.String())
-			if n := countRows(t, tx, "true") - before; n != 0 {
-				t.Fatalf("%d events written, want none", n)
-			}
-			// Nothing of the refused batch holds a key or an id: the
-			// same events but the taken one go in, as new events.
-			rest := append(events[:run.index:run.index], events[run.index+1:]...)
-			res, err := out.EnqueueBatch(ctx, tx, rest)
-			if err != nil {
-				t.Fatalf("the rest of the refused batch: %v", err)
-			}
-			for i, r := range res {
-				if r.Duplicate || r.ID != rest[i].ID {
-					t.Fatalf("event %d of the rest: %+v, want a new event with id %s", i, r, rest[i].ID)
+				again := events[run.index]
+				again.ID = taken.ID
+				events[run.index] = again
+				tx, err := pg.Pool.Begin(ctx)
+				if err != nil {
+					t.Fatal(err)
 				}
-			}
-			assertStillUsable(ctx, t, pg, out, tx, prefix, len(rest))
-			if n := countRows(t, pg.Pool, "id = $1", taken.ID); n != 0 {
-				t.Fatalf("%d events with the taken id, want none", n)
-			}
-		})
+				defer func() { _ = tx.Rollback(ctx) }()
+				if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", prefix+"-before"); err != nil {
+					t.Fatal(err)
+				}
+				before := countRows(t, tx, "true")
+				if run.size == 0 {
+					_, err = out.Enqueue(ctx, tx, events[0])
+				} else {
+					_, err = out.EnqueueBatch(ctx, tx, events)
+				}
+				assertEventError(t, err, producer.ErrDuplicateID, run.index, "ID", taken.ID.String())
+				if n := countRows(t, tx, "true") - before; n != 0 {
+					t.Fatalf("%d events written, want none", n)
+				}
+				// Nothing of the refused batch holds a key or an id: the
+				// same events but the taken one go in, as new events.
+				rest := append(events[:run.index:run.index], events[run.index+1:]...)
+				res, err := out.EnqueueBatch(ctx, tx, rest)
+				if err != nil {
+					t.Fatalf("the rest of the refused batch: %v", err)
+				}
+				for i, r := range res {
+					if r.Duplicate || r.ID != rest[i].ID {
+						t.Fatalf("event %d of the rest: %+v, want a new event with id %s", i, r, rest[i].ID)
+					}
+				}
+				assertStillUsable(ctx, t, pg, out, tx, prefix, len(rest))
+				if n := countRows(t, pg.Pool, "id = $1", taken.ID); n != 0 {
+					t.Fatalf("%d events with the taken id, want none", n)
+				}
+			})
+		}
 	}
 }
 

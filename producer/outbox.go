@@ -117,10 +117,10 @@ func (o *Outbox) Enqueue(ctx context.Context, db DBTX, e Event) (Enqueued, error
 
 // EnqueueBatch writes many events in one statement (two when some are
 // duplicates), in slice order, with the semantics of Enqueue: a COPY for a
-// batch of 32 events or more without idempotency keys or IDs of the
-// caller's own, through a handle that can copy (pgx.Tx, *pgx.Conn,
-// *pgxpool.Pool, *pgxpool.Conn); an INSERT of arrays, in one round trip,
-// otherwise. The result has one entry per event. If any event is invalid,
+// batch of 32 events or more without idempotency keys, through a handle
+// that can copy (pgx.Tx, *pgx.Conn, *pgxpool.Pool, *pgxpool.Conn), after
+// a statement that claims their IDs if some are the caller's own; an
+// INSERT of arrays, in one round trip, otherwise. The result has one entry per event. If any event is invalid,
 // nothing is written and the *EventError's Index names it; so too when two
 // events share an ID, or when an ID was enqueued before (ErrDuplicateID).
 // Two events of one batch that share a topic and idempotency key are
@@ -153,16 +153,50 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 	case !cols.claims():
 		_, err = db.Exec(ctx, o.store.insertMany, cols.args()...)
 		return res, o.insertErr(err)
+	case !cols.keyed && canCopy && len(events) >= copyMin:
+		// Ids of the caller's own but no keys: claim the ids, then COPY,
+		// which costs the server less than the INSERT that claims as it
+		// goes, for a round trip more.
+		if err := o.claimIDs(ctx, db, cols); err != nil {
+			return nil, err
+		}
+		rows := newCopyRows(cols)
+		_, err = cp.CopyFrom(ctx, pgx.Identifier{o.table.Schema, o.table.Name}, rows.names, rows)
+		return res, o.insertErr(err)
 	}
 	return o.insertClaimed(ctx, db, cols, res)
 }
 
+// claimIDs claims the ids of the caller's own of a batch without
+// idempotency keys (claimIDsSQL); when one was taken, it releases the
+// others and returns the *EventError for ErrDuplicateID.
+func (o *Outbox) claimIDs(ctx context.Context, db DBTX, cols *columns) error {
+	rows, err := db.Query(ctx, o.store.claimIDs, cols.ownIDs)
+	if err != nil {
+		return o.insertErr(err)
+	}
+	claimed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return o.insertErr(err)
+	}
+	if len(claimed) == len(cols.ownIDs) {
+		return nil
+	}
+	idClaims := make(map[uuid.UUID]bool, len(claimed))
+	for _, id := range claimed {
+		idClaims[id] = true
+	}
+	return o.refuseTakenID(ctx, db, cols, cols.takenID(nil, idClaims), nil, idClaims)
+}
+
 // insertClaimed writes a batch that claims idempotency keys or ids of the
-// caller's own in the keys table, in one statement (insertClaimedSQL). An
+// caller's own in the keys table, in one statement (insertKeyedSQL). An
 // id claimed before makes it write no event: it then deletes the claims
-// it made, so that the caller's transaction goes on as if nothing had
-// been tried, and returns an *EventError for ErrDuplicateID. Events whose
-// idempotency keys were taken are looked up (resolveDuplicates).
+// it made, in a second statement, so that the caller's transaction goes
+// on as if nothing had been tried, and returns an *EventError for
+// ErrDuplicateID. (Through a handle outside a transaction, the claims are
+// visible to others between the two statements.) Events whose idempotency
+// keys were taken are looked up (resolveDuplicates).
 func (o *Outbox) insertClaimed(ctx context.Context, db DBTX, cols *columns, res []Enqueued) ([]Enqueued, error) {
 	rows, err := db.Query(ctx, o.store.insertKeyed, append(cols.args(), cols.ownIDs)...)
 	if err != nil {
@@ -188,20 +222,8 @@ func (o *Outbox) insertClaimed(ctx context.Context, db DBTX, cols *columns, res 
 			idClaims[r.ID] = true
 		}
 	}
-	// An own id to claim is one of an event whose idempotency key, if it
-	// has one, was claimed.
-	for i, id := range cols.id {
-		if j, own := cols.ownAt[id.Bytes]; !own || j != i {
-			continue
-		}
-		if (cols.idempotencyKey[i] == "" || keyClaims[id.Bytes]) && !idClaims[id.Bytes] {
-			if err := o.unclaim(ctx, db, cols, keyClaims, idClaims); err != nil {
-				return nil, err
-			}
-			return nil, &EventError{Index: i, Field: "ID", Err: fmt.Errorf(
-				"%w: an event with id %s was enqueued before (or is being enqueued by a transaction still open); nothing of the batch was written. "+
-					"If this enqueue retries that one, it is done; otherwise give the event a new id, or leave ID zero", ErrDuplicateID, uuid.UUID(id.Bytes))}
-		}
+	if i := cols.takenID(keyClaims, idClaims); i >= 0 {
+		return nil, o.refuseTakenID(ctx, db, cols, i, keyClaims, idClaims)
 	}
 	var dupes []int
 	for i, id := range cols.id {
@@ -215,6 +237,33 @@ func (o *Outbox) insertClaimed(ctx context.Context, db DBTX, cols *columns, res 
 		}
 	}
 	return res, nil
+}
+
+// takenID is the index of the first event whose id of the caller's own
+// is taken: an event with such an id whose key, if it has one, is in
+// keyClaims (its id was to be claimed), and whose id is not in idClaims.
+// It is -1 when there is none.
+func (c *columns) takenID(keyClaims, idClaims map[uuid.UUID]bool) int {
+	for i, id := range c.id {
+		if j, own := c.ownAt[id.Bytes]; own && j == i && (c.idempotencyKey[i] == "" || keyClaims[id.Bytes]) && !idClaims[id.Bytes] {
+			return i
+		}
+	}
+	return -1
+}
+
+// refuseTakenID releases the claims a batch made (unclaim) and returns the
+// *EventError for event i, whose id of the caller's own was taken.
+func (o *Outbox) refuseTakenID(ctx context.Context, db DBTX, cols *columns, i int, keyClaims, idClaims map[uuid.UUID]bool) error {
+	if err := o.unclaim(ctx, db, cols, keyClaims, idClaims); err != nil {
+		return err
+	}
+	if i < 0 { // a claim was refused, yet every id to claim is claimed
+		return fmt.Errorf("producer: enqueue into %s: an id of the batch was taken, and none is missing from the claims", o.table)
+	}
+	return &EventError{Index: i, Field: "ID", Err: fmt.Errorf(
+		"%w: an event with id %s was enqueued before (or is being enqueued by a transaction still open); nothing of the batch was written. "+
+			"If this enqueue retries that one, it is done; otherwise give the event a new id, or leave ID zero", ErrDuplicateID, uuid.UUID(cols.id[i].Bytes))}
 }
 
 // unclaim deletes the keys and ids a refused batch claimed: rows this
