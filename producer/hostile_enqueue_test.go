@@ -125,35 +125,54 @@ func (r hostileRun) enqueueIn(ctx context.Context, out *producer.Outbox, tx pgx.
 // another business row and a good event go in after it and commit.
 func TestHostileEnqueue(t *testing.T) {
 	t.Parallel()
-	pg, out := setup(t)
+	pg, out := setupOrders(t)
 	ctx := context.Background()
-	if _, err := pg.Pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
 	for _, hc := range hostileEvents() {
 		for _, run := range hostileRuns {
 			t.Run(hc.name+"/"+run.name, func(t *testing.T) {
 				prefix := testkit.UniqueName(t, 20)
 				bad := orderCreated(prefix + "-bad")
 				hc.change(&bad)
-				tx, err := pg.Pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() { _ = tx.Rollback(ctx) }()
-				if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", prefix+"-before"); err != nil {
-					t.Fatal(err)
-				}
-				before := countRows(t, tx, "true")
-				err = run.enqueueIn(ctx, out, tx, prefix, bad)
+				tx, err := refusedIn(ctx, t, pg, prefix, func(tx pgx.Tx) error { return run.enqueueIn(ctx, out, tx, prefix, bad) })
 				assertEventError(t, err, hc.want, run.index, hc.field, hc.says)
-				if n := countRows(t, tx, "true") - before; n != 0 {
-					t.Fatalf("%d events written by the refused enqueue, want none", n)
-				}
 				assertStillUsable(ctx, t, pg, out, tx, prefix, 0)
 			})
 		}
 	}
+}
+
+// setupOrders is setup with a business table, orders, beside the outbox.
+func setupOrders(t *testing.T) (*testkit.PG, *producer.Outbox) {
+	t.Helper()
+	pg, out := setup(t)
+	if _, err := pg.Pool.Exec(context.Background(), "CREATE TABLE orders (id text PRIMARY KEY)"); err != nil {
+		t.Fatal(err)
+	}
+	return pg, out
+}
+
+// refusedIn begins a transaction that writes the business row
+// <prefix>-before, runs enqueue in it, checks that enqueue wrote no event,
+// and returns the transaction (rolled back at the end of the test unless
+// committed) and enqueue's error.
+func refusedIn(ctx context.Context, t *testing.T, pg *testkit.PG, prefix string, enqueue func(pgx.Tx) error) (pgx.Tx, error) {
+	t.Helper()
+	tx, err := pg.Pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", prefix+"-before"); err != nil {
+		t.Fatal(err)
+	}
+	before := countRows(t, tx, "true")
+	err = enqueue(tx)
+	if evErr, ok := errors.AsType[*producer.EventError](err); ok {
+		if n := countRows(t, tx, "true") - before; n != 0 {
+			t.Fatalf("%d events written by the refused enqueue (%v), want none", n, evErr)
+		}
+	}
+	return tx, err
 }
 
 // assertEventError checks that err is an *EventError for event index and
@@ -243,11 +262,8 @@ func TestEnqueueEmptyBatchSendsNothing(t *testing.T) {
 // are refused before any SQL, naming the second.
 func TestEnqueueRefusesAnIDTwiceInABatch(t *testing.T) {
 	t.Parallel()
-	pg, out := setup(t)
+	pg, out := setupOrders(t)
 	ctx := context.Background()
-	if _, err := pg.Pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
 	for _, run := range hostileRuns[1:] {
 		t.Run(run.name, func(t *testing.T) {
 			prefix := testkit.UniqueName(t, 20)
@@ -257,20 +273,11 @@ func TestEnqueueRefusesAnIDTwiceInABatch(t *testing.T) {
 				events[i].ID = uuid.New()
 			}
 			events[run.index].ID = events[0].ID
-			tx, err := pg.Pool.Begin(ctx)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer func() { _ = tx.Rollback(ctx) }()
-			if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", prefix+"-before"); err != nil {
-				t.Fatal(err)
-			}
-			before := countRows(t, tx, "true")
-			_, err = out.EnqueueBatch(ctx, tx, events)
+			tx, err := refusedIn(ctx, t, pg, prefix, func(tx pgx.Tx) error {
+				_, err := out.EnqueueBatch(ctx, tx, events)
+				return err
+			})
 			assertEventError(t, err, producer.ErrDuplicateID, run.index, "ID", "event 0's id too")
-			if n := countRows(t, tx, "true") - before; n != 0 {
-				t.Fatalf("%d events written, want none", n)
-			}
 			assertStillUsable(ctx, t, pg, out, tx, prefix, 0)
 			if _, err := out.EnqueueBatch(ctx, failingDB{}, events); !errors.Is(err, producer.ErrDuplicateID) {
 				t.Fatalf("EnqueueBatch sent SQL before it refused the batch: %v", err)
@@ -305,11 +312,8 @@ func (failedRow) Scan(...any) error { return errNoSQL }
 // commits its other work.
 func TestEnqueueRefusesAnIDEnqueuedBefore(t *testing.T) {
 	t.Parallel()
-	pg, out := setup(t)
+	pg, out := setupOrders(t)
 	ctx := context.Background()
-	if _, err := pg.Pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
 	taken := orderCreated("o-taken")
 	taken.ID = uuid.New()
 	if _, err := out.Enqueue(ctx, pg.Pool, taken); err != nil {
@@ -335,24 +339,15 @@ func TestEnqueueRefusesAnIDEnqueuedBefore(t *testing.T) {
 				again := events[run.index]
 				again.ID = taken.ID
 				events[run.index] = again
-				tx, err := pg.Pool.Begin(ctx)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer func() { _ = tx.Rollback(ctx) }()
-				if _, err := tx.Exec(ctx, "INSERT INTO orders VALUES ($1)", prefix+"-before"); err != nil {
-					t.Fatal(err)
-				}
-				before := countRows(t, tx, "true")
-				if run.size == 0 {
-					_, err = out.Enqueue(ctx, tx, events[0])
-				} else {
-					_, err = out.EnqueueBatch(ctx, tx, events)
-				}
+				tx, err := refusedIn(ctx, t, pg, prefix, func(tx pgx.Tx) error {
+					if run.size == 0 {
+						_, err := out.Enqueue(ctx, tx, events[0])
+						return err
+					}
+					_, err := out.EnqueueBatch(ctx, tx, events)
+					return err
+				})
 				assertEventError(t, err, producer.ErrDuplicateID, run.index, "ID", taken.ID.String())
-				if n := countRows(t, tx, "true") - before; n != 0 {
-					t.Fatalf("%d events written, want none", n)
-				}
 				// Nothing of the refused batch holds a key or an id: the
 				// same events but the taken one go in, as new events.
 				rest := append(events[:run.index:run.index], events[run.index+1:]...)
@@ -406,11 +401,8 @@ func TestOwnIDOfADuplicateKeyStaysFree(t *testing.T) {
 // free again and a waiter writes its event.
 func TestOwnIDUnderConcurrentTransactions(t *testing.T) {
 	t.Parallel()
-	pg, out := setup(t)
+	pg, out := setupOrders(t)
 	ctx := context.Background()
-	if _, err := pg.Pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY)"); err != nil {
-		t.Fatal(err)
-	}
 	const n = 8
 	pool := pg.NewPool(t, n+1)
 	for _, holderCommits := range []bool{true, false} {
