@@ -4,9 +4,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"mime"
+	"strconv"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -20,12 +23,15 @@ const DefaultContentType = "application/json"
 // required.
 type Event struct {
 	// ID is the event id, published as ce_id. Leave it zero to have Enqueue
-	// assign a UUIDv7, which also sorts by creation time.
+	// assign a UUIDv7, which also sorts by creation time. An id of your own
+	// must be unique: Enqueue refuses one that an earlier event of your own
+	// used (within Retention) with ErrDuplicateID.
 	ID uuid.UUID
 	// Topic is the Kafka topic. Required; Kafka's naming rules apply.
 	Topic string
 	// Key is the Kafka record key, which picks the partition. Events of one
-	// (Topic, Key) are published in enqueue order. Empty means no key.
+	// (Topic, Key) are published in enqueue order. Empty means no key. At
+	// most 2048 bytes (MaxKeyBytes) of UTF-8 text.
 	Key string
 	// Type is the event type, published as ce_type, e.g. "OrderCreated".
 	// Required.
@@ -37,7 +43,9 @@ type Event struct {
 	// "application/json" (DefaultContentType).
 	ContentType string
 	// Headers are extra record headers. Names starting with ce_, retry_ or
-	// dlq_, and content-type, are reserved for courier's wire contract.
+	// dlq_, content-type and replay_count (in any case) are reserved for
+	// courier's wire contract. Names and values are UTF-8 text without NUL;
+	// a name is at most 2048 bytes (MaxAttributeBytes).
 	Headers map[string]string
 	// AggregateType and AggregateID name the entity the event is about,
 	// published as ce_aggregatetype and ce_aggregateid.
@@ -49,12 +57,14 @@ type Event struct {
 	CorrelationID, CausationID string
 	// IdempotencyKey makes the enqueue idempotent per topic: a second event
 	// with the same Topic and IdempotencyKey is not written, and Enqueue
-	// reports the first one's ID. Empty means no idempotency.
+	// reports the first one's ID. Empty means no idempotency. At most 2048
+	// bytes (MaxKeyBytes).
 	IdempotencyKey string
 	// MaxRetries caps the relay's publish retries for this event before it is
-	// dead-lettered. Zero uses the relay's default. Must not be negative.
+	// dead-lettered. Zero uses the relay's default. From 0 to 2147483647.
 	MaxRetries int
 	// NotBefore delays publishing until this time. Zero means at once.
+	// Between the years 1 and 9999 (UTC).
 	NotBefore time.Time
 }
 
@@ -70,7 +80,33 @@ var (
 	ErrReservedHeader     = errors.New("header name is reserved by courier")
 	ErrInvalidHeader      = errors.New("header is not valid")
 	ErrInvalidText        = errors.New("text must be valid UTF-8 without NUL bytes")
-	ErrInvalidMaxRetries  = errors.New("max retries must not be negative")
+	ErrInvalidMaxRetries  = errors.New("max retries is out of range")
+	ErrTooLong            = errors.New("text is longer than courier allows")
+	ErrRecordTooLarge     = errors.New("record (key, payload and headers) is larger than the configured maximum")
+	ErrInvalidTime        = errors.New("time is out of range")
+	// ErrDuplicateID is an event id used twice: by two events of a batch,
+	// or by an event of your own enqueued before (within Retention, by a
+	// committed or a concurrent transaction). If the earlier enqueue is
+	// one this one retries, it is done already.
+	ErrDuplicateID = errors.New("event id is already used")
+)
+
+// Limits of an event's text fields, in bytes.
+const (
+	// MaxKeyBytes bounds Key and IdempotencyKey, which PostgreSQL indexes
+	// (a B-tree entry holds at most about 2,700 bytes).
+	MaxKeyBytes = 2048
+	// MaxAttributeBytes bounds Type, ContentType, AggregateType,
+	// AggregateID, TenantID, CorrelationID, CausationID and header names:
+	// each is a Kafka header, and ids and names that long are mistakes.
+	MaxAttributeBytes = 2048
+)
+
+// Bounds of Event.NotBefore: the years 1 to 9999 UTC, which RFC 3339 and
+// JSON can write (PostgreSQL's timestamptz holds more).
+var (
+	minNotBefore = time.Date(1, time.January, 1, 0, 0, 0, 0, time.UTC)
+	maxNotBefore = time.Date(10000, time.January, 1, 0, 0, 0, 0, time.UTC)
 )
 
 // EventError is the error for an event that failed validation. Nothing of a
@@ -94,10 +130,14 @@ func (e *EventError) Unwrap() error { return e.Err }
 const maxTopicLen = 249
 
 // reservedHeaderPrefixes belong to the CloudEvents binding, the retry-topic
-// and the dead-letter contracts of courier.
+// and the dead-letter contracts of courier (internal/ceheader,
+// retrytopics/headers.go, dlq/headers.go); content-type and replay_count
+// are reserved too (validHeader).
 var reservedHeaderPrefixes = []string{"ce_", "retry_", "dlq_"}
 
 // normalize validates e, fills its defaults and returns the copy to write.
+// It checks everything PostgreSQL would refuse (so that a bad event never
+// aborts the caller's transaction) and what Kafka would.
 func normalize(e Event, maxPayload int) (Event, error) {
 	fail := func(field string, err error) (Event, error) { return Event{}, &EventError{Field: field, Err: err} }
 
@@ -105,16 +145,21 @@ func normalize(e Event, maxPayload int) (Event, error) {
 		return fail("Topic", err)
 	}
 	if e.Type == "" {
-		return fail("Type", ErrMissingType)
+		return fail("Type", fmt.Errorf("%w: name what happened, e.g. OrderCreated", ErrMissingType))
 	}
-	texts := []struct{ field, value string }{
-		{"Key", e.Key}, {"Type", e.Type}, {"AggregateType", e.AggregateType}, {"AggregateID", e.AggregateID},
-		{"TenantID", e.TenantID}, {"CorrelationID", e.CorrelationID}, {"CausationID", e.CausationID},
-		{"IdempotencyKey", e.IdempotencyKey},
+	texts := []struct {
+		field, value string
+		limit        int
+	}{
+		{"Key", e.Key, MaxKeyBytes}, {"Type", e.Type, MaxAttributeBytes},
+		{"AggregateType", e.AggregateType, MaxAttributeBytes}, {"AggregateID", e.AggregateID, MaxAttributeBytes},
+		{"TenantID", e.TenantID, MaxAttributeBytes}, {"CorrelationID", e.CorrelationID, MaxAttributeBytes},
+		{"CausationID", e.CausationID, MaxAttributeBytes}, {"IdempotencyKey", e.IdempotencyKey, MaxKeyBytes},
+		{"ContentType", e.ContentType, MaxAttributeBytes},
 	}
 	for _, f := range texts {
-		if !validText(f.value) {
-			return fail(f.field, fmt.Errorf("%w: %q", ErrInvalidText, f.value))
+		if err := checkText(f.value, f.limit); err != nil {
+			return fail(f.field, err)
 		}
 	}
 	if len(e.Payload) > maxPayload {
@@ -125,20 +170,64 @@ func normalize(e Event, maxPayload int) (Event, error) {
 	}
 	isJSON, err := jsonContentType(e.ContentType)
 	if err != nil {
-		return fail("ContentType", fmt.Errorf("%w: %q: %v", ErrInvalidContentType, e.ContentType, err))
+		return fail("ContentType", fmt.Errorf("%w: %s: %v", ErrInvalidContentType, quoteText(e.ContentType), err))
 	}
 	if isJSON && !json.Valid(e.Payload) {
 		return fail("Payload", fmt.Errorf("%w (%s, %d bytes)", ErrInvalidJSON, e.ContentType, len(e.Payload)))
 	}
+	headerBytes := 0
 	for name, value := range e.Headers {
 		if err := validHeader(name, value); err != nil {
-			return fail("Headers["+name+"]", err)
+			return fail("Headers["+quoteField(name)+"]", err)
 		}
+		headerBytes += len(name) + len(value)
 	}
-	if e.MaxRetries < 0 {
-		return fail("MaxRetries", fmt.Errorf("%w: got %d", ErrInvalidMaxRetries, e.MaxRetries))
+	if size := len(e.Key) + len(e.Payload) + headerBytes; size > maxPayload {
+		field := "Key"
+		if headerBytes > 0 {
+			field = "Headers"
+		}
+		return fail(field, fmt.Errorf("%w: %d bytes (key %d, payload %d, headers %d), limit %d (Config.MaxPayloadBytes)",
+			ErrRecordTooLarge, size, len(e.Key), len(e.Payload), headerBytes, maxPayload))
+	}
+	if e.MaxRetries < 0 || e.MaxRetries > math.MaxInt32 {
+		return fail("MaxRetries", fmt.Errorf("%w: got %d; use 0 for the relay's default, or 1 to %d", ErrInvalidMaxRetries, e.MaxRetries, math.MaxInt32))
+	}
+	if !e.NotBefore.IsZero() && (e.NotBefore.Before(minNotBefore) || !e.NotBefore.Before(maxNotBefore)) {
+		return fail("NotBefore", fmt.Errorf("%w: %s; use a time between the years 1 and 9999, or the zero time for at once",
+			ErrInvalidTime, e.NotBefore.UTC().Format("2006-01-02T15:04:05Z07:00 (year 2006)")))
 	}
 	return e, nil
+}
+
+// checkText refuses what a PostgreSQL text column cannot hold (NUL, and
+// bytes that are not UTF-8) and text over limit bytes.
+func checkText(s string, limit int) error {
+	switch {
+	case !validText(s):
+		return fmt.Errorf("%w: %s", ErrInvalidText, quoteText(s))
+	case len(s) > limit:
+		return fmt.Errorf("%w: %d bytes, at most %d", ErrTooLong, len(s), limit)
+	}
+	return nil
+}
+
+// quoteText quotes s for an error message, escaped, and cut after 64
+// bytes.
+func quoteText(s string) string {
+	if len(s) > 64 {
+		return strconv.Quote(s[:64]) + fmt.Sprintf("... (%d bytes)", len(s))
+	}
+	return strconv.Quote(s)
+}
+
+// quoteField is a header name as EventError.Field holds it: as given when
+// it is printable text of at most 64 bytes, else quoted and cut.
+func quoteField(name string) string {
+	if len(name) <= 64 && utf8.ValidString(name) && !strings.ContainsFunc(name, func(r rune) bool { return !unicode.IsPrint(r) }) {
+		return name
+	}
+	return quoteText(name)
 }
 
 // validTopic applies Kafka's topic naming rules.
@@ -182,12 +271,22 @@ func validHeader(name, value string) error {
 	switch {
 	case lower == "content-type":
 		return fmt.Errorf("%w: set Event.ContentType instead", ErrReservedHeader)
+	case lower == replayCountHeader:
+		return fmt.Errorf("%w: %s counts the replays of a dead letter (dlq.Replay sets it); name yours otherwise", ErrReservedHeader, replayCountHeader)
 	case name == "":
 		return fmt.Errorf("%w: the name is empty", ErrInvalidHeader)
-	case !validText(name) || !validText(value):
-		return fmt.Errorf("%w: %w", ErrInvalidHeader, ErrInvalidText)
+	case !validText(name):
+		return fmt.Errorf("%w: name: %w: %s", ErrInvalidHeader, ErrInvalidText, quoteText(name))
+	case len(name) > MaxAttributeBytes:
+		return fmt.Errorf("%w: name: %w: %d bytes, at most %d", ErrInvalidHeader, ErrTooLong, len(name), MaxAttributeBytes)
+	case !validText(value):
+		return fmt.Errorf("%w: value: %w: %s", ErrInvalidHeader, ErrInvalidText, quoteText(value))
 	}
 	return nil
 }
+
+// replayCountHeader is dlq.ReplayCountHeader: a record that carries it is
+// taken for a replayed dead letter.
+const replayCountHeader = "replay_count"
 
 func validText(s string) bool { return utf8.ValidString(s) && !strings.ContainsRune(s, 0) }

@@ -92,10 +92,21 @@ func NewOutbox(cfg Config) (*Outbox, error) {
 // with the event and published as the traceparent (and tracestate) header,
 // unless Headers already has a traceparent.
 //
-// An invalid event returns an *EventError and writes nothing. An event whose
-// Topic and IdempotencyKey were enqueued before writes nothing and reports
-// the earlier event's ID, also when the earlier one is enqueued by a
-// concurrent transaction (Enqueue then waits for that transaction to end).
+// An invalid event returns an *EventError and writes nothing; every field
+// is checked in Go before any SQL is sent, so the caller's transaction
+// stays usable. An event whose Topic and IdempotencyKey were enqueued
+// before writes nothing and reports the earlier event's ID, also when the
+// earlier one is enqueued by a concurrent transaction (Enqueue then waits
+// for that transaction to end).
+//
+// An ID of the caller's own is remembered (in the keys table, for as long
+// as idempotency keys are, see RelayConfig.Retention) and an event with an
+// ID remembered already is refused with an *EventError for ErrDuplicateID,
+// Field "ID", which leaves the caller's transaction usable: nothing is
+// written. Use it to make a retried enqueue safe, or use IdempotencyKey,
+// which reports the earlier event instead. An ID left zero is assigned
+// (UUIDv7) and costs no look-up: only IDs of the caller's own are checked,
+// against one another.
 func (o *Outbox) Enqueue(ctx context.Context, db DBTX, e Event) (Enqueued, error) {
 	res, err := o.EnqueueBatch(ctx, db, []Event{e})
 	if err != nil {
@@ -107,11 +118,14 @@ func (o *Outbox) Enqueue(ctx context.Context, db DBTX, e Event) (Enqueued, error
 // EnqueueBatch writes many events in one statement (two when some are
 // duplicates), in slice order, with the semantics of Enqueue: a COPY for a
 // batch of 32 events or more without idempotency keys, through a handle
-// that can copy (pgx.Tx, *pgx.Conn, *pgxpool.Pool, *pgxpool.Conn); an
-// INSERT of arrays, in one round trip, otherwise. The result has
-// one entry per event. If any event is invalid, nothing is written and the
-// *EventError's Index names it. Two events of one batch that share a topic
-// and idempotency key are written once; the second reports the first's ID.
+// that can copy (pgx.Tx, *pgx.Conn, *pgxpool.Pool, *pgxpool.Conn), after
+// a statement that claims their IDs if some are the caller's own; an
+// INSERT of arrays, in one round trip, otherwise. The result has one entry per event. If any event is invalid,
+// nothing is written and the *EventError's Index names it; so too when two
+// events share an ID, or when an ID was enqueued before (ErrDuplicateID).
+// Two events of one batch that share a topic and idempotency key are
+// written once; the second reports the first's ID. An empty batch sends
+// nothing and returns an empty result.
 func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]Enqueued, error) {
 	if db == nil {
 		return nil, errors.New("producer: Enqueue needs a database handle (a pgx.Tx, *pgx.Conn or *pgxpool.Pool); got nil")
@@ -129,28 +143,87 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 	}
 	cp, canCopy := db.(copier)
 	switch {
-	case !cols.keyed && len(events) == 1:
+	case !cols.claims() && len(events) == 1:
 		_, err = db.Exec(ctx, o.store.insertOne, cols.row(0)...)
 		return res, o.insertErr(err)
-	case !cols.keyed && canCopy && len(events) >= copyMin:
+	case !cols.claims() && canCopy && len(events) >= copyMin:
 		rows := newCopyRows(cols)
 		_, err = cp.CopyFrom(ctx, pgx.Identifier{o.table.Schema, o.table.Name}, rows.names, rows)
 		return res, o.insertErr(err)
-	case !cols.keyed:
+	case !cols.claims():
 		_, err = db.Exec(ctx, o.store.insertMany, cols.args()...)
 		return res, o.insertErr(err)
+	case !cols.keyed && canCopy && len(events) >= copyMin:
+		// Ids of the caller's own but no keys: claim the ids, then COPY,
+		// which costs the server less than the INSERT that claims as it
+		// goes, for a round trip more.
+		if err := o.claimIDs(ctx, db, cols); err != nil {
+			return nil, err
+		}
+		rows := newCopyRows(cols)
+		_, err = cp.CopyFrom(ctx, pgx.Identifier{o.table.Schema, o.table.Name}, rows.names, rows)
+		return res, o.insertErr(err)
 	}
-	rows, err := db.Query(ctx, o.store.insertKeyed, cols.args()...)
+	return o.insertClaimed(ctx, db, cols, res)
+}
+
+// claimIDs claims the ids of the caller's own of a batch without
+// idempotency keys (claimIDsSQL); when one was taken, it releases the
+// others and returns the *EventError for ErrDuplicateID.
+func (o *Outbox) claimIDs(ctx context.Context, db DBTX, cols *columns) error {
+	rows, err := db.Query(ctx, o.store.claimIDs, cols.ownIDs)
+	if err != nil {
+		return o.insertErr(err)
+	}
+	claimed, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	if err != nil {
+		return o.insertErr(err)
+	}
+	if len(claimed) == len(cols.ownIDs) {
+		return nil
+	}
+	idClaims := make(map[uuid.UUID]bool, len(claimed))
+	for _, id := range claimed {
+		idClaims[id] = true
+	}
+	return o.refuseTakenID(ctx, db, cols, cols.takenID(nil, idClaims), nil, idClaims)
+}
+
+// insertClaimed writes a batch that claims idempotency keys or ids of the
+// caller's own in the keys table, in one statement (insertKeyedSQL). An
+// id claimed before makes it write no event: it then deletes the claims
+// it made, in a second statement, so that the caller's transaction goes
+// on as if nothing had been tried, and returns an *EventError for
+// ErrDuplicateID. (Through a handle outside a transaction, the claims are
+// visible to others between the two statements.) Events whose idempotency
+// keys were taken are looked up (resolveDuplicates).
+func (o *Outbox) insertClaimed(ctx context.Context, db DBTX, cols *columns, res []Enqueued) ([]Enqueued, error) {
+	rows, err := db.Query(ctx, o.store.insertKeyed, append(cols.args(), cols.ownIDs)...)
 	if err != nil {
 		return nil, o.insertErr(err)
 	}
-	inserted, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+	type claimRow struct {
+		Kind string
+		ID   uuid.UUID
+	}
+	out, err := pgx.CollectRows(rows, pgx.RowToStructByPos[claimRow])
 	if err != nil {
 		return nil, o.insertErr(err)
 	}
-	written := make(map[uuid.UUID]bool, len(inserted))
-	for _, id := range inserted {
-		written[id] = true
+	written := make(map[uuid.UUID]bool, len(out))
+	keyClaims, idClaims := map[uuid.UUID]bool{}, map[uuid.UUID]bool{}
+	for _, r := range out {
+		switch r.Kind {
+		case "queue":
+			written[r.ID] = true
+		case "key":
+			keyClaims[r.ID] = true
+		default:
+			idClaims[r.ID] = true
+		}
+	}
+	if i := cols.takenID(keyClaims, idClaims); i >= 0 {
+		return nil, o.refuseTakenID(ctx, db, cols, i, keyClaims, idClaims)
 	}
 	var dupes []int
 	for i, id := range cols.id {
@@ -164,6 +237,55 @@ func (o *Outbox) EnqueueBatch(ctx context.Context, db DBTX, events []Event) ([]E
 		}
 	}
 	return res, nil
+}
+
+// takenID is the index of the first event whose id of the caller's own
+// is taken: an event with such an id whose key, if it has one, is in
+// keyClaims (its id was to be claimed), and whose id is not in idClaims.
+// It is -1 when there is none.
+func (c *columns) takenID(keyClaims, idClaims map[uuid.UUID]bool) int {
+	for i, id := range c.id {
+		if j, own := c.ownAt[id.Bytes]; own && j == i && (c.idempotencyKey[i] == "" || keyClaims[id.Bytes]) && !idClaims[id.Bytes] {
+			return i
+		}
+	}
+	return -1
+}
+
+// refuseTakenID releases the claims a batch made (unclaim) and returns the
+// *EventError for event i, whose id of the caller's own was taken.
+func (o *Outbox) refuseTakenID(ctx context.Context, db DBTX, cols *columns, i int, keyClaims, idClaims map[uuid.UUID]bool) error {
+	if err := o.unclaim(ctx, db, cols, keyClaims, idClaims); err != nil {
+		return err
+	}
+	if i < 0 { // a claim was refused, yet every id to claim is claimed
+		return fmt.Errorf("producer: enqueue into %s: an id of the batch was taken, and none is missing from the claims", o.table)
+	}
+	return &EventError{Index: i, Field: "ID", Err: fmt.Errorf(
+		"%w: an event with id %s was enqueued before (or is being enqueued by a transaction still open); nothing of the batch was written. "+
+			"If this enqueue retries that one, it is done; otherwise give the event a new id, or leave ID zero", ErrDuplicateID, uuid.UUID(cols.id[i].Bytes))}
+}
+
+// unclaim deletes the keys and ids a refused batch claimed: rows this
+// transaction wrote a moment ago.
+func (o *Outbox) unclaim(ctx context.Context, db DBTX, cols *columns, keyClaims, idClaims map[uuid.UUID]bool) error {
+	var topics, keys []string
+	var ids []pgtype.UUID
+	for i, id := range cols.id {
+		if keyClaims[id.Bytes] {
+			topics, keys, ids = append(topics, cols.topic[i]), append(keys, cols.idempotencyKey[i]), append(ids, id)
+		}
+		if idClaims[id.Bytes] {
+			topics, keys, ids = append(topics, ""), append(keys, uuid.UUID(id.Bytes).String()), append(ids, id)
+		}
+	}
+	if len(ids) == 0 {
+		return nil
+	}
+	if _, err := db.Exec(ctx, o.store.unclaim, topics, keys, ids); err != nil {
+		return fmt.Errorf("producer: release the claims of a refused batch in %s: %w", o.table, err)
+	}
+	return nil
 }
 
 // insertErr wraps an insert failure; a missing table gets the fix.
@@ -223,7 +345,15 @@ type columns struct {
 	maxRetries                                 []int32
 	notBefore                                  []pgtype.Timestamptz
 	keyed                                      bool // some event has an idempotency key
+	// ownIDs are the ids the caller chose (Enqueue assigned the others),
+	// and ownAt their events' indexes.
+	ownIDs []pgtype.UUID
+	ownAt  map[uuid.UUID]int
 }
+
+// claims reports whether the batch claims rows in the keys table: for
+// idempotency keys, or for ids of the caller's own.
+func (c *columns) claims() bool { return c.keyed || len(c.ownIDs) > 0 }
 
 func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) {
 	n := len(events)
@@ -248,6 +378,15 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 				return nil, fmt.Errorf("producer: assign event %d an id: %w", i, err)
 			}
 			raw.ID = id
+		} else {
+			if c.ownAt == nil {
+				c.ownAt = map[uuid.UUID]int{}
+			}
+			if first, seen := c.ownAt[raw.ID]; seen {
+				return nil, &EventError{Index: i, Field: "ID", Err: fmt.Errorf("%w: %s is event %d's id too; give each event its own id, or leave ID zero", ErrDuplicateID, raw.ID, first)}
+			}
+			c.ownAt[raw.ID] = i
+			c.ownIDs = append(c.ownIDs, pgtype.UUID{Bytes: raw.ID, Valid: true})
 		}
 		e, err := normalize(raw, o.maxPayload)
 		if err != nil {
@@ -273,7 +412,7 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 		c.correlationID[i], c.causationID[i], c.idempotencyKey[i] = e.CorrelationID, e.CausationID, e.IdempotencyKey
 		c.payload[i], c.contentType[i], c.headers[i] = payload, e.ContentType, headers
 		c.keyed = c.keyed || e.IdempotencyKey != ""
-		c.maxRetries[i] = int32(min(e.MaxRetries, 1<<31-1))
+		c.maxRetries[i] = int32(e.MaxRetries) // normalize bounds it
 		c.notBefore[i] = pgtype.Timestamptz{Time: e.NotBefore, Valid: !e.NotBefore.IsZero()}
 	}
 	return c, nil

@@ -36,7 +36,7 @@ type store struct {
 	hold    bool // HoldKeyOnDeadLetter: a dead letter holds the later events of its key
 	discard bool // DiscardPublished: a published event is deleted, not kept
 
-	insertOne, insertMany, insertKeyed, lookupKeys string
+	insertOne, insertMany, insertKeyed, claimIDs, unclaim, lookupKeys string
 
 	lockShares, claimQueue, claimWaiting string
 
@@ -97,6 +97,8 @@ func newStore(table pgname.Table, holdOnDeadLetter, discardPublished bool) *stor
 		insertOne:      r(insertOneSQL),
 		insertMany:     r(insertManySQL),
 		insertKeyed:    r(insertKeyedSQL),
+		claimIDs:       r(claimIDsSQL),
+		unclaim:        r(unclaimSQL),
 		lookupKeys:     r(lookupKeysSQL),
 		lockShares:     fmt.Sprintf(lockSharesSQL, shareLockKey(table)),
 		claimQueue:     r(claimQueueSQL),
@@ -164,23 +166,57 @@ FROM ` + enqueueArrays + `
 ORDER BY e.ord`
 
 // insertKeyedSQL writes a batch some of whose events carry an idempotency
-// key: each key is claimed in {keys} first, and an event whose (topic, key)
-// is taken is not written. A key another transaction holds and has not
-// committed makes the insert wait for it, as a unique index would. RETURNING
-// names the events written.
+// key or an id of the caller's own ($16, the array of those ids): each key
+// is claimed in {keys} first, and an event whose (topic, key) is taken is
+// not written; then the own id of each event still to write is claimed
+// in {keys} too, under the empty topic (which no event has), and if one
+// was taken, no event is written. A key or id another transaction holds
+// and has not committed makes the insert wait for it, as a unique index
+// would; claims are taken in the order of their keys, so two batches that
+// share some never wait for each other both ways. It returns a row per
+// claim made and event written: ('key', the event's id) for a key, ('id',
+// id) for an id, and ('queue', id) for an event. An ordinary event (its id
+// assigned by Enqueue, unique by construction, and no key) claims nothing
+// and never comes here.
 const insertKeyedSQL = `
 WITH e AS (SELECT * FROM ` + enqueueArrays + `),
 k AS (
     INSERT INTO {keys} (topic, idempotency_key, event_id)
-    SELECT e.topic, e.idempotency_key, e.id FROM e WHERE e.idempotency_key <> '' ORDER BY e.ord
+    SELECT e.topic, e.idempotency_key, e.id FROM e WHERE e.idempotency_key <> '' ORDER BY e.topic, e.idempotency_key, e.ord
     ON CONFLICT DO NOTHING
-    RETURNING event_id)
-INSERT INTO {queue} (` + eventColumns + `, not_before)
-SELECT ` + enqueueValues + `
-FROM e
-WHERE e.idempotency_key = '' OR e.id IN (SELECT event_id FROM k)
-ORDER BY e.ord
-RETURNING id`
+    RETURNING event_id),
+w AS (SELECT * FROM e WHERE e.idempotency_key = '' OR e.id IN (SELECT event_id FROM k)),
+i AS (
+    INSERT INTO {keys} (topic, idempotency_key, event_id)
+    SELECT '', w.id::text, w.id FROM w WHERE w.id = ANY($16::uuid[]) ORDER BY w.id
+    ON CONFLICT DO NOTHING
+    RETURNING event_id),
+q AS (
+    INSERT INTO {queue} (` + eventColumns + `, not_before)
+    SELECT ` + enqueueValues + `
+    FROM w AS e
+    WHERE (SELECT count(*) FROM i) = (SELECT count(*) FROM w WHERE w.id = ANY($16::uuid[]))
+    ORDER BY e.ord
+    RETURNING id)
+SELECT 'queue', id FROM q
+UNION ALL SELECT 'key', event_id FROM k
+UNION ALL SELECT 'id', event_id FROM i`
+
+// claimIDsSQL claims ids of the caller's own ($1) in {keys}, as
+// insertKeyedSQL does, for a batch without idempotency keys that is then
+// copied. It returns the ids claimed.
+const claimIDsSQL = `
+INSERT INTO {keys} (topic, idempotency_key, event_id)
+SELECT '', d.id::text, d.id FROM unnest($1::uuid[]) AS d(id) ORDER BY d.id
+ON CONFLICT DO NOTHING
+RETURNING event_id`
+
+// unclaimSQL deletes the claims ($1 topics, $2 keys, $3 event ids) of a
+// batch insertKeyedSQL refused for an id taken.
+const unclaimSQL = `
+DELETE FROM {keys} k
+USING unnest($1::text[], $2::text[], $3::uuid[]) AS d(topic, idempotency_key, event_id)
+WHERE k.topic = d.topic AND k.idempotency_key = d.idempotency_key AND k.event_id = d.event_id`
 
 // lookupKeysSQL finds the events that hold the idempotency keys of
 // duplicates.

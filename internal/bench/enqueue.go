@@ -653,14 +653,15 @@ func ratioOf(x, base float64) float64 {
 // ---- the statement Enqueue sends ----
 
 // enqueueStatement is the statement Outbox.Enqueue sends for an event of
-// enqueueTopic with payload and a key, its arguments written in as SQL
-// literals, but for the event's id, made by gen_random_uuid() so that rows
-// differ as Enqueue's do, and its key, the pgbench variable :cid.
+// enqueueTopic with payload and a key, its id left to Enqueue (the common
+// path: an id of the caller's own is claimed too), its arguments written
+// in as SQL literals, but for the event's id, made by gen_random_uuid() so
+// that rows differ as Enqueue's do, and its key, the pgbench variable :cid.
 func enqueueStatement(out *producer.Outbox, payload []byte) (string, error) {
 	const key = "courier-bench-key"
-	id := uuid.New()
 	rec := &recorder{}
-	if _, err := out.Enqueue(context.Background(), rec, producer.Event{ID: id, Topic: enqueueTopic, Key: key, Type: enqueueType, Payload: payload}); err != nil {
+	res, err := out.Enqueue(context.Background(), rec, producer.Event{Topic: enqueueTopic, Key: key, Type: enqueueType, Payload: payload})
+	if err != nil {
 		return "", fmt.Errorf("record the enqueue's statement: %w", err)
 	}
 	if len(rec.statements) != 1 {
@@ -670,7 +671,7 @@ func enqueueStatement(out *producer.Outbox, payload []byte) (string, error) {
 	for i, arg := range rec.statements[0].args {
 		var err error
 		switch arg {
-		case pgtype.UUID{Bytes: id, Valid: true}:
+		case pgtype.UUID{Bytes: res.ID, Valid: true}:
 			literals[i] = "gen_random_uuid()"
 		case key:
 			literals[i] = ":cid"
