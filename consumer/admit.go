@@ -2,10 +2,12 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/retrytopics"
@@ -180,6 +182,16 @@ func (p *partition) claimAll(batch []taken) bool {
 	if !ok {
 		return false
 	}
+	if c.refused != nil && len(of) > 1 {
+		// One id of the batch or more is refused: ask for each alone.
+		for _, d := range of {
+			if c, ok = p.claimIDs([]string{d.id}); !ok {
+				return false
+			}
+			d.setClaim(c, 0)
+		}
+		return true
+	}
 	for i, d := range of {
 		d.setClaim(c, i)
 	}
@@ -192,10 +204,19 @@ type claimed struct {
 	owner      string        // the claims' owner
 	failedOpen bool          // the store failed and Dedupe.FailOpen is set
 	at         time.Duration // on the partition's clock
+	// refused is the store's error for an id it cannot take (matching
+	// dedupe.ErrInvalidID): the message's own failure, not an outage.
+	// statuses is nil then.
+	refused error
 }
 
 // setClaim records what claim c said of the message, the ith of its batch.
 func (d *delivery) setClaim(c claimed, i int) {
+	if c.refused != nil {
+		d.refused = fmt.Errorf("the dedupe store refuses the message's id %q: %w", short(d.id), c.refused)
+		d.claim, d.claimed = dedupe.Claimed, false
+		return
+	}
 	d.claim = c.statuses[i]
 	d.claimed = !c.failedOpen && d.claim == dedupe.Claimed
 	d.owner, d.claimedAt = c.owner, c.at
@@ -221,6 +242,11 @@ func (p *partition) claimIDs(ids []string) (c claimed, ok bool) {
 			}
 			return err
 		})
+		if errors.Is(err, dedupe.ErrInvalidID) {
+			// The store is up and refuses an id: no reason to wait.
+			c.refused, c.statuses = err, nil
+			return nil
+		}
 		if err != nil && d.FailOpen {
 			d.Metrics.FailedOpen(len(ids))
 			p.log.Warn("dedupe store failed; handling the messages without deduplication (Dedupe.FailOpen)", "error", err, "messages", len(ids))
@@ -341,6 +367,10 @@ func (d *delivery) admit(ctx context.Context) (f fate, done bool) {
 		}
 		d.setClaim(c, 0)
 	}
+	if d.refused != nil {
+		d.log().Error("dedupe store refuses the message's id; dead-lettering it unhandled", "error", d.refused)
+		return d.move(ctx, d.deadLetterRoute(Permanent(d.refused))), true
+	}
 	if d.claim == dedupe.Processed {
 		p.c.cfg.Dedupe.Metrics.Hits(1)
 		p.c.metrics.Message(d.m.Topic, OutcomeDeduplicated)
@@ -361,4 +391,18 @@ func (d *delivery) deferRoute() route {
 	t := d.p.topology
 	tier, _ := t.Holding(time.Until(time.UnixMilli(d.firstDue)))
 	return route{tier: &tier, info: d.retryInfo(d.m.RetryRound, tier, nil)}
+}
+
+// short cuts a value quoted in an error or a log to at most 128 bytes, on
+// a UTF-8 boundary.
+func short(s string) string {
+	const limit = 128
+	if len(s) <= limit {
+		return s
+	}
+	i := limit
+	for i > 0 && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i] + "…"
 }

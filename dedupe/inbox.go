@@ -148,8 +148,15 @@ func NewInbox(db DB, cfg InboxConfig) (*Inbox, error) {
 // first is true. So two deliveries of one message handled at once never
 // both take effect. Under REPEATABLE READ or SERIALIZABLE isolation the
 // waiting transaction fails with a serialization error instead; retry it.
+//
+// The id is stored as StoredID makes it (hashed when PostgreSQL's text
+// could not hold it); an empty id is refused with an error matching
+// ErrInvalidID.
 func (i *Inbox) Record(ctx context.Context, tx Querier, id string) (first bool, err error) {
-	err = tx.QueryRow(ctx, i.recordSQL, i.scope, id).Scan(&first)
+	if err := checkIDs(id); err != nil {
+		return false, err
+	}
+	err = tx.QueryRow(ctx, i.recordSQL, i.scope, StoredID(id)).Scan(&first)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -161,12 +168,18 @@ func (i *Inbox) Record(ctx context.Context, tx Querier, id string) (first bool, 
 
 // Claim reports each id recorded within the window as Processed and every
 // other one as Claimed, in one query; the second of two equal ids in ids
-// is Busy. lease is ignored: the inbox has no leases.
+// is Busy. lease is ignored: the inbox has no leases. Ids are looked up as
+// StoredID makes them; an empty id fails the call with an error matching
+// ErrInvalidID.
 func (i *Inbox) Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]Status, error) {
 	statuses := make([]Status, len(ids))
 	if len(ids) == 0 {
 		return statuses, nil
 	}
+	if err := checkIDs(ids...); err != nil {
+		return nil, err
+	}
+	ids = storedIDs(ids)
 	rows, err := i.db.Query(ctx, i.claimSQL, i.scope, ids)
 	if err != nil {
 		return nil, i.fail("look up ids in", err)

@@ -107,14 +107,17 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*Redis, error) {
 	}, nil
 }
 
-// Key returns the Redis key of id, e.g. "courier:dedupe:payouts:evt-1".
-func (r *Redis) Key(id string) string { return r.keyPrefix + id }
+// Key returns the Redis key of id, e.g. "courier:dedupe:payouts:evt-1":
+// the prefix and the id as StoredID makes it.
+func (r *Redis) Key(id string) string { return r.keyPrefix + StoredID(id) }
 
 // Claim sets each id's key to "claim:<owner>" for lease, where no key is
 // (SET NX PX, pipelined). For the ids whose key is taken it reads the key
 // in a second round trip: "done:…" is Processed, a claim (owner's own too)
 // is Busy, and a key that expired in between is claimed again. When Claim
-// fails, it releases the claims it took before it returns the error.
+// fails, it releases the claims it took before it returns the error. Ids
+// are keyed by StoredID (hashed when long or not UTF-8); an empty id fails
+// the call with an error matching ErrInvalidID.
 func (r *Redis) Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]Status, error) {
 	px, err := leaseMillis(lease)
 	if err != nil {
@@ -123,6 +126,9 @@ func (r *Redis) Claim(ctx context.Context, owner string, ids []string, lease tim
 	statuses := make([]Status, len(ids)) // Claimed unless found otherwise
 	if len(ids) == 0 {
 		return statuses, nil
+	}
+	if err := checkIDs(ids...); err != nil {
+		return nil, err
 	}
 	keys := r.keys(ids)
 	value := any(claimValuePrefix + owner)
@@ -346,8 +352,10 @@ func perKey[C redis.Cmder](ctx context.Context, pipe redis.Pipeliner, n int, key
 	return cmds
 }
 
-// keys returns the key of each id, all of them in one string.
+// keys returns the key of each id (of its StoredID), all of them in one
+// string.
 func (r *Redis) keys(ids []string) []string {
+	ids = storedIDs(ids)
 	size := 0
 	for _, id := range ids {
 		size += len(r.keyPrefix) + len(id)
