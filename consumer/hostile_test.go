@@ -1,0 +1,195 @@
+package consumer_test
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/retrytopics"
+)
+
+// hostileRetry is a record on a retry topic with hostile retry headers:
+// edit changes the headers of a well-formed record of the main topic.
+type hostileRetry struct {
+	name string
+	edit func(info *retrytopics.Info, h []sarama.RecordHeader) []sarama.RecordHeader
+	// header is the header the dead letter's error must name; "" for a
+	// record that must be handled, not dead-lettered.
+	header string
+	// timestamp, when set, is the record's own timestamp.
+	timestamp time.Time
+}
+
+// set replaces the value of the header name, or adds it.
+func set(name, value string) func(*retrytopics.Info, []sarama.RecordHeader) []sarama.RecordHeader {
+	return func(_ *retrytopics.Info, hs []sarama.RecordHeader) []sarama.RecordHeader {
+		for i := range hs {
+			if string(hs[i].Key) == name {
+				hs[i].Value = []byte(value)
+				return hs
+			}
+		}
+		return append(hs, sarama.RecordHeader{Key: []byte(name), Value: []byte(value)})
+	}
+}
+
+// drop removes the header name.
+func drop(name string) func(*retrytopics.Info, []sarama.RecordHeader) []sarama.RecordHeader {
+	return func(_ *retrytopics.Info, hs []sarama.RecordHeader) []sarama.RecordHeader {
+		out := hs[:0]
+		for _, h := range hs {
+			if string(h.Key) != name {
+				out = append(out, h)
+			}
+		}
+		return out
+	}
+}
+
+// repeat adds a second header name with value.
+func repeat(name, value string) func(*retrytopics.Info, []sarama.RecordHeader) []sarama.RecordHeader {
+	return func(_ *retrytopics.Info, hs []sarama.RecordHeader) []sarama.RecordHeader {
+		return append(hs, sarama.RecordHeader{Key: []byte(name), Value: []byte(value)})
+	}
+}
+
+// TestHostileConsumer: records on a retry topic whose retry headers are
+// forged, out of range, repeated, huge or not UTF-8. Each bad record goes
+// to the main topic's dead-letter topic (whatever topic its headers name)
+// as a permanent failure whose error names the header; the well-formed
+// record after it on the same partition, and records of the main topic,
+// are handled; handled + dead-lettered = produced; within a deadline. A
+// forged due time far ahead waits at most the tier's delay.
+func TestHostileConsumer(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	other := f.topic + "-other"
+	f.k.CreateTopic(t, other, 1)
+	f.k.CreateTopic(t, dlq.Topic(other, dlq.DefaultSuffix), 1)
+	var seen calls
+	cfg := f.recording(t, &seen)
+	const tier = 200 * time.Millisecond
+	f.withRetry(t, &cfg, tier)
+	retryTopic := f.topic + ".retry.200ms"
+	farFuture := strconv.FormatInt(time.Now().Add(10*365*24*time.Hour).UnixMilli(), 10)
+
+	cases := []hostileRetry{
+		{name: "negative original offset", edit: set(retrytopics.HeaderOriginalOffset, "-1"), header: retrytopics.HeaderOriginalOffset},
+		{name: "offset not a number", edit: set(retrytopics.HeaderOriginalOffset, "seventeen"), header: retrytopics.HeaderOriginalOffset},
+		{name: "offset beyond int64", edit: set(retrytopics.HeaderOriginalOffset, "92233720368547758070"), header: retrytopics.HeaderOriginalOffset},
+		{name: "negative original partition", edit: set(retrytopics.HeaderOriginalPartition, "-7"), header: retrytopics.HeaderOriginalPartition},
+		{name: "partition beyond int32", edit: set(retrytopics.HeaderOriginalPartition, "4294967296"), header: retrytopics.HeaderOriginalPartition},
+		{name: "original topic invalid", edit: set(retrytopics.HeaderOriginalTopic, "bad topic!"), header: retrytopics.HeaderOriginalTopic},
+		{name: "original topic names another topic", edit: set(retrytopics.HeaderOriginalTopic, other), header: retrytopics.HeaderOriginalTopic},
+		{name: "original topic ..", edit: set(retrytopics.HeaderOriginalTopic, ".."), header: retrytopics.HeaderOriginalTopic},
+		{name: "original topic of 100 KiB", edit: set(retrytopics.HeaderOriginalTopic, strings.Repeat("t", 100<<10)), header: retrytopics.HeaderOriginalTopic},
+		{name: "original topic not utf-8", edit: set(retrytopics.HeaderOriginalTopic, "\xff\xfe"), header: retrytopics.HeaderOriginalTopic},
+		{name: "negative round", edit: set(retrytopics.HeaderAttempt, "-1"), header: retrytopics.HeaderAttempt},
+		{name: "round above the tiers", edit: set(retrytopics.HeaderAttempt, "7"), header: retrytopics.HeaderAttempt},
+		{name: "round beyond int", edit: set(retrytopics.HeaderAttempt, "100000000000000000000"), header: retrytopics.HeaderAttempt},
+		{name: "negative failed attempts", edit: set(retrytopics.HeaderFailedAttempts, "-3"), header: retrytopics.HeaderFailedAttempts},
+		{name: "failed attempts huge", edit: set(retrytopics.HeaderFailedAttempts, "9223372036854775807"), header: retrytopics.HeaderFailedAttempts},
+		{name: "not before not a number", edit: set(retrytopics.HeaderNotBefore, "soon"), header: retrytopics.HeaderNotBefore},
+		{name: "not before negative", edit: set(retrytopics.HeaderNotBefore, "-1"), header: retrytopics.HeaderNotBefore},
+		{name: "not before after the year 9999", edit: set(retrytopics.HeaderNotBefore, "9223372036854775807"), header: retrytopics.HeaderNotBefore},
+		{name: "first failed at after the year 9999", edit: set(retrytopics.HeaderFirstFailedAt, "300000000000000"), header: retrytopics.HeaderFirstFailedAt},
+		{name: "original timestamp negative", edit: set(retrytopics.HeaderOriginalTimestamp, "-99999999999999"), header: retrytopics.HeaderOriginalTimestamp},
+		{name: "retry attempt twice", edit: repeat(retrytopics.HeaderAttempt, "1"), header: retrytopics.HeaderAttempt},
+		{name: "original topic twice", edit: repeat(retrytopics.HeaderOriginalTopic, other), header: retrytopics.HeaderOriginalTopic},
+		{name: "consumer group not utf-8", edit: set(retrytopics.HeaderConsumerGroup, "g\xff"), header: retrytopics.HeaderConsumerGroup},
+		{name: "consumer group with control characters", edit: set(retrytopics.HeaderConsumerGroup, "g\x1b]0;pwned\x07"), header: retrytopics.HeaderConsumerGroup},
+		{name: "missing not before", edit: drop(retrytopics.HeaderNotBefore), header: retrytopics.HeaderNotBefore},
+		{name: "missing original topic", edit: drop(retrytopics.HeaderOriginalTopic), header: retrytopics.HeaderOriginalTopic},
+		{name: "no retry headers at all", edit: func(_ *retrytopics.Info, hs []sarama.RecordHeader) []sarama.RecordHeader {
+			return hs[:1]
+		}, header: "retry_attempt"},
+		// Well-formed but hostile: handled, within the tier's delay.
+		{name: "not before ten years ahead", edit: set(retrytopics.HeaderNotBefore, farFuture)},
+		{name: "record timestamp and not before ten years ahead", edit: set(retrytopics.HeaderNotBefore, farFuture),
+			timestamp: time.Now().Add(10 * 365 * 24 * time.Hour)},
+		{name: "last error of 900 KiB not utf-8", edit: set(retrytopics.HeaderLastError, strings.Repeat("\xff\xfe", 450<<10))},
+	}
+
+	var records []*sarama.ProducerMessage
+	for _, tc := range cases {
+		info := retrytopics.Info{Round: 1, FailedAttempts: 1, OriginalTopic: f.topic, OriginalPartition: 0, OriginalOffset: 3,
+			NotBefore: time.Now(), ConsumerGroup: f.group}
+		bad := retryRecord("bad/"+tc.name, info)
+		bad.Headers = tc.edit(&info, bad.Headers)
+		bad.Timestamp = tc.timestamp
+		good := retryRecord("good/"+tc.name, retrytopics.Info{Round: 1, FailedAttempts: 1, OriginalTopic: f.topic, NotBefore: time.Now(), ConsumerGroup: f.group})
+		records = append(records, bad, good)
+	}
+	f.produce(t, retryTopic, records...)
+	f.produce(t, f.topic, record("main-key", "main/1"), record("other-key", "main/2"))
+
+	dead := 0
+	for _, tc := range cases {
+		if tc.header != "" {
+			dead++
+		}
+	}
+	handledWant := len(records) - dead + 2
+	start := time.Now()
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 60*time.Second, "every record handled or dead-lettered", func() bool {
+		return len(seen.all()) >= handledWant && len(f.readAll(t, f.dlq)) >= dead
+	})
+	took := time.Since(start)
+	stop()
+
+	letters := map[string]dlq.Envelope{}
+	for _, env := range f.deadLetters(t) {
+		o, err := env.Original()
+		if err != nil {
+			t.Fatal(err)
+		}
+		letters[string(o.Value)] = env
+	}
+	handled := map[string]int{}
+	for _, c := range seen.all() {
+		handled[c.value]++
+	}
+	if got, want := len(seen.all())+len(letters), len(records)+2; got != want || len(letters) != dead {
+		t.Errorf("%d handled + %d dead-lettered = %d, want %d produced (%d dead letters)", len(seen.all()), len(letters), got, want, dead)
+	}
+	if n := len(f.readAll(t, dlq.Topic(other, dlq.DefaultSuffix))); n != 0 {
+		t.Errorf("%d records in %s; a record of %s's retry topic belongs to %s whatever its headers claim", n, dlq.Topic(other, dlq.DefaultSuffix), f.topic, f.topic)
+	}
+	if handled["main/1"] != 1 || handled["main/2"] != 1 {
+		t.Errorf("main topic records handled %d and %d times, want once each", handled["main/1"], handled["main/2"])
+	}
+	// Two records wait at most the tier's delay each, not ten years.
+	if took > 45*time.Second {
+		t.Errorf("took %v", took)
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if handled["good/"+tc.name] != 1 {
+				t.Errorf("the well-formed record after it handled %d times, want once", handled["good/"+tc.name])
+			}
+			env, lettered := letters["bad/"+tc.name]
+			if tc.header == "" {
+				if lettered || handled["bad/"+tc.name] != 1 {
+					t.Errorf("dead-lettered %v, handled %d times; want handled once", lettered, handled["bad/"+tc.name])
+				}
+				return
+			}
+			if !lettered {
+				t.Fatalf("not dead-lettered (handled %d times)", handled["bad/"+tc.name])
+			}
+			if env.ErrorKind != dlq.KindPermanent || env.OriginalTopic != f.topic || !strings.Contains(env.Error, tc.header) {
+				t.Errorf("dead letter kind %s, original topic %s, error %q; want permanent, %s, naming %s",
+					env.ErrorKind, env.OriginalTopic, env.Error, f.topic, tc.header)
+			}
+			if len(env.Error) > 2048 {
+				t.Errorf("error of %d bytes quotes too much of the header", len(env.Error))
+			}
+		})
+	}
+}
