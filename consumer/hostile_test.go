@@ -1,15 +1,21 @@
 package consumer_test
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/jackc/pgx/v5"
 
+	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/migrations"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -192,4 +198,126 @@ func TestHostileConsumer(t *testing.T) {
 			}
 		})
 	}
+}
+
+// idRecord is a main-topic record with the ce_id id and the value value.
+func idRecord(id, value string) *sarama.ProducerMessage {
+	return &sarama.ProducerMessage{Key: sarama.StringEncoder("k-" + value), Value: sarama.StringEncoder(value),
+		Headers: []sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte(id)}}}
+}
+
+// hostileIDs are ce_id values a store cannot hold as they are.
+var hostileIDs = []struct{ name, id string }{
+	{"nul byte", "evt\x00nul"},
+	{"invalid utf-8", "evt\xff\xfe"},
+	{"64 KiB", strings.Repeat("i", 64<<10)},
+	{"control characters", "evt\x1b[2J\r"},
+}
+
+// refusingStore is a dedupe store that refuses the ids starting with
+// "refuse", as a store refuses a value it cannot hold.
+type refusingStore struct{ dedupe.Store }
+
+func (s refusingStore) Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]dedupe.Status, error) {
+	for _, id := range ids {
+		if strings.HasPrefix(id, "refuse") {
+			return nil, fmt.Errorf("%w: the store cannot hold %q", dedupe.ErrInvalidID, id)
+		}
+	}
+	return s.Store.Claim(ctx, owner, ids, lease)
+}
+
+// TestHostileConsumerIDs: messages whose ce_id a store cannot hold as it
+// is (NUL, invalid UTF-8, 64 KiB) are deduplicated like any other with
+// the PostgreSQL inbox and with Redis, instead of stopping the partition
+// ("is the store up?"); a second copy is skipped. An id a store refuses is
+// that message's permanent failure: dead-lettered, naming the id, while
+// the messages around it are handled.
+func TestHostileConsumerIDs(t *testing.T) {
+	t.Parallel()
+	for _, store := range []string{"inbox", "redis"} {
+		t.Run(store, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, 1)
+			var handled counter
+			var cfg consumer.Config
+			switch store {
+			case "inbox":
+				db := testkit.Postgres(t)
+				migrator, err := migrations.NewInbox(migrations.Config{Schema: db.Schema})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if _, err := migrator.Up(context.Background(), db.Pool); err != nil {
+					t.Fatal(err)
+				}
+				inbox, err := dedupe.NewInbox(db.Pool, dedupe.InboxConfig{Schema: db.Schema, Scope: f.group})
+				if err != nil {
+					t.Fatal(err)
+				}
+				cfg = f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+					return pgx.BeginFunc(ctx, db.Pool, func(tx pgx.Tx) error {
+						first, err := inbox.Record(ctx, tx, m.ID)
+						if err == nil && first {
+							handled.add(string(m.Value))
+						}
+						return err
+					})
+				}))
+				cfg.Dedupe = consumer.DedupeConfig{Store: inbox, BusyWait: 20 * time.Millisecond}
+			case "redis":
+				r := testkit.NewRedis(t)
+				cfg = f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+					handled.add(string(m.Value))
+					return nil
+				}))
+				cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, r.Client, r.Prefix), BusyWait: 20 * time.Millisecond}
+			}
+			var records []*sarama.ProducerMessage
+			for _, tc := range hostileIDs {
+				records = append(records, idRecord(tc.id, tc.name), idRecord("fine-"+tc.name, "after "+tc.name))
+			}
+			for _, tc := range hostileIDs {
+				records = append(records, idRecord(tc.id, "copy of "+tc.name))
+			}
+			f.produce(t, f.topic, records...)
+			stop := run(t, newConsumer(t, cfg))
+			testkit.WaitFor(t, 30*time.Second, "every offset committed", func() bool { return f.committed(t, 0) == int64(len(records)) })
+			stop()
+			if n := len(f.readAll(t, f.dlq)); n != 0 {
+				t.Errorf("%d dead letters, want none", n)
+			}
+			for _, tc := range hostileIDs {
+				t.Run(tc.name, func(t *testing.T) {
+					if handled.get(tc.name) != 1 || handled.get("after "+tc.name) != 1 {
+						t.Errorf("handled %d times, the message after it %d times; want once each", handled.get(tc.name), handled.get("after "+tc.name))
+					}
+					if n := handled.get("copy of " + tc.name); n != 0 {
+						t.Errorf("its copy (same ce_id) handled %d times, want skipped", n)
+					}
+				})
+			}
+		})
+	}
+	t.Run("store refuses an id", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, 1)
+		r := testkit.NewRedis(t)
+		var handled counter
+		cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+			handled.add(string(m.Value))
+			return nil
+		}))
+		cfg.Dedupe = consumer.DedupeConfig{Store: refusingStore{f.redisDedupe(t, r.Client, r.Prefix)}}
+		f.produce(t, f.topic, idRecord("ok-1", "v1"), idRecord("refuse-me", "v2"), idRecord("ok-3", "v3"))
+		f.consumeAll(t, cfg, 3)
+		letters := f.deadLetters(t)
+		if handled.get("v1") != 1 || handled.get("v3") != 1 || handled.get("v2") != 0 || len(letters) != 1 {
+			t.Fatalf("handled v1 %d, v2 %d, v3 %d times, %d dead letters; want 1, 0, 1 and 1",
+				handled.get("v1"), handled.get("v2"), handled.get("v3"), len(letters))
+		}
+		if env := letters[0]; env.ErrorKind != dlq.KindPermanent || !strings.Contains(env.Error, `refuses the message's id "refuse-me"`) {
+			t.Errorf("dead letter %s: %q, want permanent naming the refused id", env.ErrorKind, env.Error)
+		}
+	})
 }
