@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 	"time"
+	"unicode"
 	"unicode/utf8"
 )
 
@@ -19,19 +20,43 @@ const DefaultWindow = 24 * time.Hour
 // interval that is not positive (Inbox.RunCleanup).
 var ErrInvalidArgument = errors.New("dedupe: invalid argument")
 
-// validScope refuses an empty Scope.
+// Bounds of the configs.
+const (
+	// MaxScopeBytes bounds Scope (and RedisConfig.Prefix).
+	MaxScopeBytes = 255
+	// MaxWindow bounds Window: ten years.
+	MaxWindow = 10 * 365 * 24 * time.Hour
+)
+
+// validScope refuses an empty Scope, and one a store could not hold: not
+// UTF-8, with a NUL or control character, or longer than MaxScopeBytes.
 func validScope(scope string) error {
 	if scope == "" {
 		return fmt.Errorf("%w: Scope is empty; set Scope, usually the consumer group", ErrInvalidConfig)
 	}
+	return validName("Scope", scope)
+}
+
+// validName refuses a name of a config that is not UTF-8, holds a control
+// character or is longer than MaxScopeBytes.
+func validName(field, s string) error {
+	switch {
+	case len(s) > MaxScopeBytes:
+		return fmt.Errorf("%w: %s has %d bytes; use at most %d", ErrInvalidConfig, field, len(s), MaxScopeBytes)
+	case !utf8.ValidString(s) || strings.ContainsFunc(s, unicode.IsControl):
+		return fmt.Errorf("%w: %s %q is not valid UTF-8 or holds a control character; use a plain name, e.g. the consumer group", ErrInvalidConfig, field, s)
+	}
 	return nil
 }
 
-// windowOrDefault refuses a negative window and turns 0 into DefaultWindow.
+// windowOrDefault refuses a negative window and one above MaxWindow, and
+// turns 0 into DefaultWindow.
 func windowOrDefault(w time.Duration) (time.Duration, error) {
 	switch {
 	case w < 0:
 		return 0, fmt.Errorf("%w: Window is %v; use a positive duration, or 0 for the default of %v", ErrInvalidConfig, w, DefaultWindow)
+	case w > MaxWindow:
+		return 0, fmt.Errorf("%w: Window is %v; use at most %v (ten years), or 0 for the default of %v", ErrInvalidConfig, w, MaxWindow, DefaultWindow)
 	case w == 0:
 		return DefaultWindow, nil
 	}

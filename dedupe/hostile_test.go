@@ -137,3 +137,42 @@ func short(s string) string {
 	}
 	return s
 }
+
+// TestHostileDedupeConfig: configs the stores would take and then fail on
+// at every call (a scope PostgreSQL's text cannot hold) or that make no
+// sense; each is refused by the constructor, naming the field.
+func TestHostileDedupeConfig(t *testing.T) {
+	t.Parallel()
+	pool := newInbox(t, dedupe.InboxConfig{}).pg.Pool
+	client := newRedisStore(t, dedupe.RedisConfig{}).client
+	for _, tc := range []struct {
+		name  string
+		inbox *dedupe.InboxConfig
+		redis *dedupe.RedisConfig
+		field string
+	}{
+		{"inbox scope with nul", &dedupe.InboxConfig{Scope: "pay\x00outs"}, nil, "Scope"},
+		{"inbox scope not utf-8", &dedupe.InboxConfig{Scope: "pay\xffouts"}, nil, "Scope"},
+		{"inbox scope of 256 bytes", &dedupe.InboxConfig{Scope: strings.Repeat("s", 256)}, nil, "Scope"},
+		{"inbox window above ten years", &dedupe.InboxConfig{Scope: "p", Window: dedupe.MaxWindow + time.Hour}, nil, "Window"},
+		{"inbox cleanup batch huge", &dedupe.InboxConfig{Scope: "p", CleanupBatch: 1 << 50}, nil, "CleanupBatch"},
+		{"inbox table name with a quote", &dedupe.InboxConfig{Scope: "p", Table: `in"box`}, nil, "in\\\"box"},
+		{"redis scope with a colon", nil, &dedupe.RedisConfig{Scope: "a:b"}, "Scope"},
+		{"redis scope with an escape", nil, &dedupe.RedisConfig{Scope: "a\x1b[2J"}, "Scope"},
+		{"redis prefix not utf-8", nil, &dedupe.RedisConfig{Scope: "p", Prefix: "\xff:"}, "Prefix"},
+		{"redis window below 1ms", nil, &dedupe.RedisConfig{Scope: "p", Window: time.Microsecond}, "Window"},
+		{"redis window negative", nil, &dedupe.RedisConfig{Scope: "p", Window: -time.Hour}, "Window"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			if tc.inbox != nil {
+				_, err = dedupe.NewInbox(pool, *tc.inbox)
+			} else {
+				_, err = dedupe.NewRedis(client, *tc.redis)
+			}
+			if !errors.Is(err, dedupe.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("New = %v, want ErrInvalidConfig naming %s", err, tc.field)
+			}
+		})
+	}
+}

@@ -33,19 +33,22 @@ type RedisConfig struct {
 	// Scope is what is deduplicated, usually the consumer group: stores of
 	// different scopes never see each other's ids. It must not contain
 	// ':', which separates it from the id in a key (scope "a:b" with id "c"
-	// and scope "a" with id "b:c" would share a key). Required.
+	// and scope "a" with id "b:c" would share a key), and must be valid
+	// UTF-8 without control characters, at most 255 bytes (MaxScopeBytes).
+	// Required.
 	Scope string
 	// Prefix starts every key, so that courier's keys are easy to find and
 	// to tell from the application's. On Redis Cluster it should not hold a
-	// hash tag ({…}), which would put every id on one node. Defaults to
-	// "courier:dedupe:" (DefaultPrefix).
+	// hash tag ({…}), which would put every id on one node. At most 255
+	// bytes of UTF-8. Defaults to "courier:dedupe:" (DefaultPrefix).
 	Prefix string
 	// Window is how long a processed id is remembered: a message delivered
 	// again within it is skipped, one delivered later is processed again.
 	// A longer window covers later redeliveries (a consumer group reset to
 	// an old offset, a dead letter replayed twice) and costs memory:
 	// one key of about 136 bytes (for a UUID id, `redis-cli MEMORY USAGE`)
-	// per id processed within the window. At least 1ms. Defaults to 24h (DefaultWindow).
+	// per id processed within the window. From 1ms to ten years
+	// (MaxWindow). Defaults to 24h (DefaultWindow).
 	Window time.Duration
 }
 
@@ -92,6 +95,9 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*Redis, error) {
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
+	}
+	if err := validName("Prefix", cfg.Prefix); err != nil {
+		return nil, err
 	}
 	window, err := windowOrDefault(cfg.Window)
 	if err != nil {

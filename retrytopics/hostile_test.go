@@ -8,6 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/IBM/sarama"
+	"github.com/redis/go-redis/v9"
 
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -137,6 +138,26 @@ func TestHostileRetryTopics(t *testing.T) {
 			_, err := retrytopics.New(tc.topic, tc.cfg)
 			if !errors.Is(err, retrytopics.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
 				t.Errorf("New(%q) = %v, want ErrInvalidConfig naming %s", tc.topic, err, tc.field)
+			}
+		})
+	}
+
+	client := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}) // never contacted
+	t.Cleanup(func() { client.Close() })
+	for _, tc := range []struct {
+		name  string
+		cfg   retrytopics.RedisKeyOrderConfig
+		field string
+	}{
+		{"TTL of a year", retrytopics.RedisKeyOrderConfig{Scope: "payouts", TTL: 365 * 24 * time.Hour}, "TTL"},
+		{"scope with an escape", retrytopics.RedisKeyOrderConfig{Scope: "pay\x1b[2Jouts"}, "Scope"},
+		{"prefix not utf-8", retrytopics.RedisKeyOrderConfig{Scope: "payouts", Prefix: "\xff:"}, "Prefix"},
+	} {
+		t.Run("key order/"+tc.name, func(t *testing.T) {
+			t.Parallel()
+			_, err := retrytopics.NewRedisKeyOrder(client, tc.cfg)
+			if !errors.Is(err, retrytopics.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("NewRedisKeyOrder = %v, want ErrInvalidConfig naming %s", err, tc.field)
 			}
 		})
 	}
