@@ -2,9 +2,13 @@ package consumer_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"math"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -14,6 +18,7 @@ import (
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/backoff"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/migrations"
 	"github.com/courierkit/courier/retrytopics"
@@ -320,4 +325,141 @@ func TestHostileConsumerIDs(t *testing.T) {
 			t.Errorf("dead letter %s: %q, want permanent naming the refused id", env.ErrorKind, env.Error)
 		}
 	})
+}
+
+// TestHostileConsumerConfig goes through every field of Config (and the
+// names derived from Topics): each value out of range is refused by New
+// with an error matching ErrInvalidConfig that names the field, so that
+// nothing New accepts can panic, hang or block a partition later.
+func TestHostileConsumerConfig(t *testing.T) {
+	t.Parallel()
+	valid := func() consumer.Config {
+		return consumer.Config{
+			Brokers: []string{"localhost:9092"},
+			Group:   "payouts",
+			Topics:  []string{"payouts"},
+			Handler: consumer.HandlerFunc(func(context.Context, *consumer.Message) error { return nil }),
+		}
+	}
+	breaker := func(failures int) *consumer.Breaker {
+		b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: failures})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	nan, inf := math.NaN(), math.Inf(1)
+	long := strings.Repeat("t", 250)
+	for _, tc := range []struct {
+		name   string
+		mutate func(*consumer.Config)
+		field  string
+	}{
+		{"broker empty", func(c *consumer.Config) { c.Brokers = []string{""} }, "Brokers[0]"},
+		{"broker without port", func(c *consumer.Config) { c.Brokers = []string{"localhost:9092", "kafka-2"} }, "Brokers[1]"},
+		{"broker port 0", func(c *consumer.Config) { c.Brokers = []string{"kafka:0"} }, "Brokers[0]"},
+		{"broker port 99999", func(c *consumer.Config) { c.Brokers = []string{"kafka:99999"} }, "Brokers[0]"},
+		{"broker with a space", func(c *consumer.Config) { c.Brokers = []string{"kaf ka:9092"} }, "Brokers[0]"},
+		{"group with nul", func(c *consumer.Config) { c.Group = "pay\x00outs" }, "Group"},
+		{"group not utf-8", func(c *consumer.Config) { c.Group = "pay\xffouts" }, "Group"},
+		{"group of 256 bytes", func(c *consumer.Config) { c.Group = strings.Repeat("g", 256) }, "Group"},
+		{"topic bad topic!", func(c *consumer.Config) { c.Topics = []string{"bad topic!"} }, "Topics[0]"},
+		{"topic orders/eu", func(c *consumer.Config) { c.Topics = []string{"payouts", "orders/eu"} }, "Topics[1]"},
+		{"topic ..", func(c *consumer.Config) { c.Topics = []string{".."} }, "Topics[0]"},
+		{"topic .", func(c *consumer.Config) { c.Topics = []string{"."} }, "Topics[0]"},
+		{"topic empty", func(c *consumer.Config) { c.Topics = []string{""} }, "Topics[0]"},
+		{"topic of 250 characters", func(c *consumer.Config) { c.Topics = []string{long} }, "Topics[0]"},
+		{"topic listed twice", func(c *consumer.Config) { c.Topics = []string{"payouts", "payouts"} }, "Topics[1]"},
+		{"dead-letter topic over 249", func(c *consumer.Config) { c.Topics = []string{long[:246]} }, "DeadLetterSuffix"},
+		{"retry topic over 249", func(c *consumer.Config) {
+			c.Topics = []string{long[:242]}
+			c.Retry.Delays = []time.Duration{time.Second}
+		}, "retry topic"},
+		{"dead-letter suffix makes a name over 249", func(c *consumer.Config) { c.DeadLetterSuffix = "." + long[:248] }, "DeadLetterSuffix"},
+		{"max attempts huge", func(c *consumer.Config) { c.MaxAttempts = 1 << 40 }, "MaxAttempts"},
+		{"backoff base huge", func(c *consumer.Config) { c.Backoff.Base = 1000 * time.Hour }, "Backoff.Base"},
+		{"backoff max huge", func(c *consumer.Config) { c.Backoff.Max = math.MaxInt64 }, "Backoff.Max"},
+		{"backoff factor NaN", func(c *consumer.Config) { c.Backoff.Factor = nan }, "Backoff.Factor"},
+		{"backoff factor +Inf", func(c *consumer.Config) { c.Backoff.Factor = inf }, "Backoff.Factor"},
+		{"backoff factor -Inf", func(c *consumer.Config) { c.Backoff.Factor = -inf }, "Backoff.Factor"},
+		{"backoff factor 1e6", func(c *consumer.Config) { c.Backoff.Factor = 1e6 }, "Backoff.Factor"},
+		{"backoff jitter NaN", func(c *consumer.Config) { c.Backoff.Jitter = nan }, "Backoff.Jitter"},
+		{"backoff jitter +Inf", func(c *consumer.Config) { c.Backoff.Jitter = inf }, "Backoff.Jitter"},
+		{"backoff jitter negative", func(c *consumer.Config) { c.Backoff.Jitter = -0.5 }, "Backoff.Jitter"},
+		{"attempt timeout huge", func(c *consumer.Config) { c.AttemptTimeout = math.MaxInt64 }, "AttemptTimeout"},
+		{"breaker wait huge", func(c *consumer.Config) { c.BreakerWait = 365 * 24 * time.Hour }, "BreakerWait"},
+		{"breaker nil", func(c *consumer.Config) { c.Breakers = []*consumer.Breaker{nil} }, "Breakers[0]"},
+		{"breaker needing more attempts", func(c *consumer.Config) { c.Breakers = []*consumer.Breaker{breaker(10)} }, "ConsecutiveFailures"},
+		{"breaker beyond attempts of tiers", func(c *consumer.Config) {
+			c.MaxAttempts, c.Retry.Delays = 2, []time.Duration{time.Second}
+			c.Breakers = []*consumer.Breaker{breaker(5)}
+		}, "raise MaxAttempts to 3"},
+		{"workers huge", func(c *consumer.Config) { c.Workers = 1 << 40 }, "Workers"},
+		{"dead letters in flight huge", func(c *consumer.Config) { c.MaxDeadLettersInFlight = 1 << 50 }, "MaxDeadLettersInFlight"},
+		{"retry delay of 30 days", func(c *consumer.Config) { c.Retry.Delays = []time.Duration{30 * 24 * time.Hour} }, "Delays[0]"},
+		{"retry delay negative", func(c *consumer.Config) { c.Retry.Delays = []time.Duration{-time.Second} }, "Delays[0]"},
+		{"retry delay below 1ms", func(c *consumer.Config) { c.Retry.Delays = []time.Duration{time.Microsecond} }, "Delays[0]"},
+		{"retry tiers 101", func(c *consumer.Config) { c.Retry.Delays = slices.Repeat([]time.Duration{time.Second}, 101) }, "Delays"},
+		{"retry suffix with a slash", func(c *consumer.Config) {
+			c.Retry = retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "/retry"}
+		}, "Suffix"},
+		{"dedupe batch 1<<50", func(c *consumer.Config) { c.Dedupe.Batch = 1 << 50 }, "Dedupe.Batch"},
+		{"dedupe batch 1<<50 with a store", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Batch: 1 << 50} }, "Dedupe.Batch"},
+		{"dedupe lease huge", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Lease: math.MaxInt64} }, "Dedupe.Lease"},
+		{"dedupe lease negative", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Lease: -time.Minute} }, "Dedupe.Lease"},
+		{"dedupe busy wait huge", func(c *consumer.Config) {
+			c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, BusyWait: 1000 * time.Hour}
+		}, "Dedupe.BusyWait"},
+		{"shutdown timeout huge", func(c *consumer.Config) { c.ShutdownTimeout = math.MaxInt64 }, "ShutdownTimeout"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := valid()
+			tc.mutate(&cfg)
+			var c *consumer.Consumer
+			var err error
+			func() {
+				defer func() {
+					if v := recover(); v != nil {
+						t.Fatalf("New panicked: %v", v)
+					}
+				}()
+				c, err = consumer.New(cfg)
+			}()
+			if !errors.Is(err, consumer.ErrInvalidConfig) || c != nil {
+				t.Fatalf("New = %v, want ErrInvalidConfig", err)
+			}
+			if !strings.Contains(err.Error(), tc.field) {
+				t.Errorf("error %q does not name %s", err, tc.field)
+			}
+		})
+	}
+}
+
+// TestConfigAtItsBoundsRuns: a consumer with every count at its bound
+// (Workers, Dedupe.Batch, MaxDeadLettersInFlight, MaxAttempts) and every
+// wait at its longest, as New accepts it, is assigned a partition and
+// handles its messages without a panic.
+func TestConfigAtItsBoundsRuns(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	r := testkit.NewRedis(t)
+	var handled atomic.Int32
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		handled.Add(1)
+		return nil
+	}))
+	cfg.Workers = consumer.MaxWorkers
+	cfg.MaxAttempts = consumer.MaxMaxAttempts
+	cfg.MaxDeadLettersInFlight = consumer.MaxMaxDeadLettersInFlight
+	cfg.Backoff = consumer.Backoff{Base: consumer.MaxBackoff, Max: consumer.MaxBackoff, Factor: backoff.MaxFactor, Jitter: 1}
+	cfg.BreakerWait = consumer.MaxBackoff
+	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, r.Client, r.Prefix), Batch: consumer.MaxDedupeBatch,
+		Lease: consumer.MaxTimeout, BusyWait: consumer.MaxBackoff}
+	cfg.AttemptTimeout = consumer.MaxTimeout - consumer.MaxBackoff - time.Hour
+	f.produce(t, f.topic, record("a", "1"), record("b", "2"), record("c", "3"))
+	f.consumeAll(t, cfg, 3)
+	if n := handled.Load(); n != 3 {
+		t.Errorf("handled %d, want 3", n)
+	}
 }
