@@ -14,6 +14,7 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5"
+	"github.com/sony/gobreaker/v2"
 
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
@@ -461,5 +462,60 @@ func TestConfigAtItsBoundsRuns(t *testing.T) {
 	f.consumeAll(t, cfg, 3)
 	if n := handled.Load(); n != 3 {
 		t.Errorf("handled %d, want 3", n)
+	}
+}
+
+// TestDefaultsOpenTheBreakerBeforeDeadLettering: with the default consumer
+// config and the default breaker, a downstream outage (every call fails
+// with a retryable error) opens the breaker before any message runs out
+// of attempts: nothing is dead-lettered, before or after, and the
+// messages wait. New refuses the old mismatch (3 attempts, 5 failures)
+// when the breaker is listed.
+func TestDefaultsOpenTheBreakerBeforeDeadLettering(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var calls, letters atomic.Int32
+	cfg := consumer.Config{
+		Brokers: f.k.Brokers,
+		Sarama:  f.saramaConfig(),
+		Group:   f.group,
+		Topics:  []string{f.topic},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+			return breaker.Do(ctx, func(context.Context) error {
+				calls.Add(1)
+				return errors.New("psp 503: the downstream is down")
+			})
+		}),
+		Breakers:     []*consumer.Breaker{breaker},
+		OnDeadLetter: func(context.Context, consumer.DeadLetter) { letters.Add(1) },
+		Logger:       testkit.Logger(t),
+	}
+	old := cfg
+	old.MaxAttempts = 3
+	if _, err := consumer.New(old); !errors.Is(err, consumer.ErrInvalidConfig) || !strings.Contains(err.Error(), "raise MaxAttempts to 5") {
+		t.Errorf("New(3 attempts, a breaker of 5 failures) = %v, want it refused", err)
+	}
+	var msgs []*sarama.ProducerMessage
+	for i := range 8 {
+		msgs = append(msgs, record("k"+strconv.Itoa(i), "v"+strconv.Itoa(i)))
+	}
+	f.produce(t, f.topic, msgs...)
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 30*time.Second, "the breaker to open", func() bool { return breaker.State() == gobreaker.StateOpen })
+	if n := letters.Load(); n != 0 {
+		t.Errorf("%d messages dead-lettered before the breaker opened", n)
+	}
+	// Open for 30s: the messages wait, the downstream is not called. Stop
+	// drains the dead-letter writes that may have started.
+	stop()
+	if n := letters.Load(); n != 0 || len(f.readAll(t, f.dlq)) != 0 {
+		t.Errorf("%d messages dead-lettered (%d records in %s); want none", n, len(f.readAll(t, f.dlq)), f.dlq)
+	}
+	if n := calls.Load(); n != consumer.DefaultBreakerFailures {
+		t.Errorf("the downstream was called %d times, want the %d failures that open the breaker", n, consumer.DefaultBreakerFailures)
 	}
 }
