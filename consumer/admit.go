@@ -7,9 +7,9 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"time"
-	"unicode/utf8"
 
 	"github.com/courierkit/courier/dedupe"
+	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -213,7 +213,7 @@ type claimed struct {
 // setClaim records what claim c said of the message, the ith of its batch.
 func (d *delivery) setClaim(c claimed, i int) {
 	if c.refused != nil {
-		d.refused = fmt.Errorf("the dedupe store refuses the message's id %q: %w", short(d.id), c.refused)
+		d.refused = fmt.Errorf("the dedupe store refuses the message's id %q: %w", dlq.TruncateHeader(d.id), c.refused)
 		d.claim, d.claimed = dedupe.Claimed, false
 		return
 	}
@@ -391,18 +391,4 @@ func (d *delivery) deferRoute() route {
 	t := d.p.topology
 	tier, _ := t.Holding(time.Until(time.UnixMilli(d.firstDue)))
 	return route{tier: &tier, info: d.retryInfo(d.m.RetryRound, tier, nil)}
-}
-
-// short cuts a value quoted in an error or a log to at most 128 bytes, on
-// a UTF-8 boundary.
-func short(s string) string {
-	const limit = 128
-	if len(s) <= limit {
-		return s
-	}
-	i := limit
-	for i > 0 && !utf8.RuneStart(s[i]) {
-		i--
-	}
-	return s[:i] + "…"
 }

@@ -301,12 +301,12 @@ func (c *Config) setDefaults() error {
 	if c.Client == nil {
 		for i, b := range c.Brokers {
 			if err := validBroker(b); err != nil {
-				return fmt.Errorf("%w: Brokers[%d] %q %w", ErrInvalidConfig, i, short(b), err)
+				return fmt.Errorf("%w: Brokers[%d] %q %w", ErrInvalidConfig, i, dlq.TruncateHeader(b), err)
 			}
 		}
 	}
 	if err := retrytopics.ValidGroup(c.Group); err != nil {
-		return fmt.Errorf("%w: Group %q %w; use a plain name, e.g. \"payouts\"", ErrInvalidConfig, short(c.Group), err)
+		return fmt.Errorf("%w: Group %q %w; use a plain name, e.g. \"payouts\"", ErrInvalidConfig, dlq.TruncateHeader(c.Group), err)
 	}
 	for i, t := range c.Topics {
 		if t == "" {

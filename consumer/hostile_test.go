@@ -21,7 +21,6 @@ import (
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/backoff"
 	"github.com/courierkit/courier/internal/testkit"
-	"github.com/courierkit/courier/migrations"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -249,14 +248,7 @@ func TestHostileConsumerIDs(t *testing.T) {
 			var cfg consumer.Config
 			switch store {
 			case "inbox":
-				db := testkit.Postgres(t)
-				migrator, err := migrations.NewInbox(migrations.Config{Schema: db.Schema})
-				if err != nil {
-					t.Fatal(err)
-				}
-				if _, err := migrator.Up(context.Background(), db.Pool); err != nil {
-					t.Fatal(err)
-				}
+				db := inboxDB(t)
 				inbox, err := dedupe.NewInbox(db.Pool, dedupe.InboxConfig{Schema: db.Schema, Scope: f.group})
 				if err != nil {
 					t.Fatal(err)
@@ -334,14 +326,7 @@ func TestHostileConsumerIDs(t *testing.T) {
 // nothing New accepts can panic, hang or block a partition later.
 func TestHostileConsumerConfig(t *testing.T) {
 	t.Parallel()
-	valid := func() consumer.Config {
-		return consumer.Config{
-			Brokers: []string{"localhost:9092"},
-			Group:   "payouts",
-			Topics:  []string{"payouts"},
-			Handler: consumer.HandlerFunc(func(context.Context, *consumer.Message) error { return nil }),
-		}
-	}
+	valid := minimalConfig
 	breaker := func(failures int) *consumer.Breaker {
 		b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: failures})
 		if err != nil {
@@ -446,10 +431,7 @@ func TestConfigAtItsBoundsRuns(t *testing.T) {
 	f := newFixture(t, 1)
 	r := testkit.NewRedis(t)
 	var handled atomic.Int32
-	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		handled.Add(1)
-		return nil
-	}))
+	cfg := f.config(t, counting(&handled))
 	cfg.Workers = consumer.MaxWorkers
 	cfg.MaxAttempts = consumer.MaxMaxAttempts
 	cfg.MaxDeadLettersInFlight = consumer.MaxMaxDeadLettersInFlight
