@@ -501,3 +501,68 @@ func TestDefaultsOpenTheBreakerBeforeDeadLettering(t *testing.T) {
 		t.Errorf("the downstream was called %d times, want the %d failures that open the breaker", n, consumer.DefaultBreakerFailures)
 	}
 }
+
+// TestHostileConsumerHeaders: main-topic records whose ce_ and replay
+// headers are repeated, huge, not UTF-8 or out of range, and that the
+// handler fails for good. Each is dead-lettered (the envelope keeps every
+// header; a replay_count out of range counts as 0), the record after it
+// is handled, and handled + dead-lettered = produced.
+func TestHostileConsumerHeaders(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	var handled counter
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		if strings.HasPrefix(string(m.Value), "fail/") {
+			return consumer.Permanent(errors.New("the payload is refused"))
+		}
+		handled.add(string(m.Value))
+		return nil
+	}))
+	h := func(name, value string) sarama.RecordHeader {
+		return sarama.RecordHeader{Key: []byte(name), Value: []byte(value)}
+	}
+	cases := []struct {
+		name    string
+		headers []sarama.RecordHeader
+	}{
+		{"ce_id twice", []sarama.RecordHeader{h("ce_id", "a"), h("ce_id", "b")}},
+		{"correlation id 200 KiB not utf-8", []sarama.RecordHeader{h("ce_id", "c"), h("ce_correlationid", strings.Repeat("\xff", 200<<10))}},
+		{"replay_count negative", []sarama.RecordHeader{h("ce_id", "d"), h(dlq.ReplayCountHeader, "-5")}},
+		{"replay_count beyond int64", []sarama.RecordHeader{h("ce_id", "e"), h(dlq.ReplayCountHeader, "99999999999999999999")}},
+		{"header name not utf-8 with a 300 KiB value", []sarama.RecordHeader{h("ce_id", "f"), h("\xff\x00name", strings.Repeat("v", 300<<10))}},
+		{"ce_time not a time", []sarama.RecordHeader{h("ce_id", "g"), h("ce_time", "yesterday\x00")}},
+	}
+	var records []*sarama.ProducerMessage
+	for _, tc := range cases {
+		records = append(records,
+			&sarama.ProducerMessage{Key: sarama.StringEncoder("k"), Value: sarama.StringEncoder("fail/" + tc.name), Headers: tc.headers},
+			record("k", "after "+tc.name))
+	}
+	f.produce(t, f.topic, records...)
+	f.consumeAll(t, cfg, int64(len(records)))
+	letters := map[string]dlq.Envelope{}
+	for _, env := range f.deadLetters(t) {
+		o, err := env.Original()
+		if err != nil {
+			t.Fatal(err)
+		}
+		letters[string(o.Value)] = env
+	}
+	if handled.len()+len(letters) != len(records) {
+		t.Errorf("%d handled + %d dead-lettered, want %d produced", handled.len(), len(letters), len(records))
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			env, ok := letters["fail/"+tc.name]
+			if !ok || env.ErrorKind != dlq.KindPermanent || env.ReplayCount != 0 {
+				t.Errorf("dead letter %v: kind %s, replay count %d; want a permanent one, replay count 0", ok, env.ErrorKind, env.ReplayCount)
+			}
+			if o, err := env.Original(); err != nil || len(o.Headers) != len(tc.headers) {
+				t.Errorf("dead letter keeps %d headers (%v), want all %d", len(o.Headers), err, len(tc.headers))
+			}
+			if handled.get("after "+tc.name) != 1 {
+				t.Errorf("the record after it handled %d times, want once", handled.get("after "+tc.name))
+			}
+		})
+	}
+}
