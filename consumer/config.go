@@ -57,6 +57,9 @@ const (
 	// MaxTimeout bounds AttemptTimeout, ShutdownTimeout, Dedupe.Lease and
 	// Dedupe.BusyWait.
 	MaxTimeout = 24 * time.Hour
+	// MaxSaramaChannelBuffer bounds Sarama.ChannelBufferSize, which Sarama
+	// does not bound, and which sizes channels it makes per partition.
+	MaxSaramaChannelBuffer = 1 << 20
 	// MaxGroupBytes bounds Group (see retrytopics.ValidGroup).
 	MaxGroupBytes = retrytopics.MaxGroupBytes
 )
@@ -373,6 +376,9 @@ func (c *Config) setDefaults() error {
 		if err := c.Sarama.Validate(); err != nil {
 			return fmt.Errorf("%w: Sarama: %w", ErrInvalidConfig, err)
 		}
+	}
+	if n := c.saramaConfig().ChannelBufferSize; n > MaxSaramaChannelBuffer {
+		return fmt.Errorf("%w: Sarama.ChannelBufferSize is %d; use at most %d (Sarama makes channels of that size per partition)", ErrInvalidConfig, n, MaxSaramaChannelBuffer)
 	}
 	if cooperative(c.saramaConfig()) {
 		return fmt.Errorf("%w: Sarama's group strategies rebalance cooperatively, which the consumer does not support "+

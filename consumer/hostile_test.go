@@ -397,6 +397,10 @@ func TestHostileConsumerConfig(t *testing.T) {
 			c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, BusyWait: 1000 * time.Hour}
 		}, "Dedupe.BusyWait"},
 		{"shutdown timeout huge", func(c *consumer.Config) { c.ShutdownTimeout = math.MaxInt64 }, "ShutdownTimeout"},
+		{"sarama channel buffer 1<<50", func(c *consumer.Config) {
+			c.Sarama = consumer.NewSaramaConfig()
+			c.Sarama.ChannelBufferSize = 1 << 50
+		}, "Sarama.ChannelBufferSize"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
