@@ -93,8 +93,9 @@ type Config struct {
 	Brokers []string
 	// Sarama configures the Kafka client (TLS, SASL, version, …); the
 	// consumer sets the fields it relies on (see NewSaramaConfig) on a
-	// copy, so one config may serve several consumers. Defaults to
-	// NewSaramaConfig().
+	// copy, so one config may serve several consumers. Its
+	// ChannelBufferSize is at most 1<<20 (MaxSaramaChannelBuffer). Defaults
+	// to NewSaramaConfig().
 	Sarama *sarama.Config
 	// Client replaces the client built from Brokers and Sarama, e.g. to
 	// share one. Its config must have Producer.Return.Successes and
