@@ -2,12 +2,14 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
 	"time"
 
 	"github.com/courierkit/courier/dedupe"
+	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -180,6 +182,16 @@ func (p *partition) claimAll(batch []taken) bool {
 	if !ok {
 		return false
 	}
+	if c.refused != nil && len(of) > 1 {
+		// One id of the batch or more is refused: ask for each alone.
+		for _, d := range of {
+			if c, ok = p.claimIDs([]string{d.id}); !ok {
+				return false
+			}
+			d.setClaim(c, 0)
+		}
+		return true
+	}
 	for i, d := range of {
 		d.setClaim(c, i)
 	}
@@ -192,10 +204,19 @@ type claimed struct {
 	owner      string        // the claims' owner
 	failedOpen bool          // the store failed and Dedupe.FailOpen is set
 	at         time.Duration // on the partition's clock
+	// refused is the store's error for an id it cannot take (matching
+	// dedupe.ErrInvalidID): the message's own failure, not an outage.
+	// statuses is nil then.
+	refused error
 }
 
 // setClaim records what claim c said of the message, the ith of its batch.
 func (d *delivery) setClaim(c claimed, i int) {
+	if c.refused != nil {
+		d.refused = fmt.Errorf("the dedupe store refuses the message's id %q: %w", dlq.TruncateHeader(d.id), c.refused)
+		d.claim, d.claimed = dedupe.Claimed, false
+		return
+	}
 	d.claim = c.statuses[i]
 	d.claimed = !c.failedOpen && d.claim == dedupe.Claimed
 	d.owner, d.claimedAt = c.owner, c.at
@@ -221,6 +242,11 @@ func (p *partition) claimIDs(ids []string) (c claimed, ok bool) {
 			}
 			return err
 		})
+		if errors.Is(err, dedupe.ErrInvalidID) {
+			// The store is up and refuses an id: no reason to wait.
+			c.refused, c.statuses = err, nil
+			return nil
+		}
 		if err != nil && d.FailOpen {
 			d.Metrics.FailedOpen(len(ids))
 			p.log.Warn("dedupe store failed; handling the messages without deduplication (Dedupe.FailOpen)", "error", err, "messages", len(ids))
@@ -340,6 +366,10 @@ func (d *delivery) admit(ctx context.Context) (f fate, done bool) {
 			return fateAbandoned, true
 		}
 		d.setClaim(c, 0)
+	}
+	if d.refused != nil {
+		d.log().Error("dedupe store refuses the message's id; dead-lettering it unhandled", "error", d.refused)
+		return d.move(ctx, d.deadLetterRoute(Permanent(d.refused))), true
 	}
 	if d.claim == dedupe.Processed {
 		p.c.cfg.Dedupe.Metrics.Hits(1)

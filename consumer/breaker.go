@@ -16,6 +16,8 @@ const (
 	DefaultBreakerFailures = 5
 	DefaultBreakerOpenFor  = 30 * time.Second
 	DefaultBreakerProbes   = 1
+	// MaxBreakerCount bounds ConsecutiveFailures and HalfOpenProbes.
+	MaxBreakerCount = 10_000
 )
 
 // halfOpenRecheck is how long a caller that a half-open breaker turned away
@@ -55,14 +57,16 @@ type BreakerConfig struct {
 	// Name names the breaker in errors, logs and metrics, e.g. "psp".
 	// Required.
 	Name string
-	// ConsecutiveFailures open the breaker. Defaults to 5.
+	// ConsecutiveFailures open the breaker, at most 10,000
+	// (MaxBreakerCount). Keep it at most the consumer's MaxAttempts (list
+	// the breaker in Config.Breakers to have New check it). Defaults to 5.
 	ConsecutiveFailures int
 	// OpenFor is how long the breaker stays open before it lets probes
-	// through (half-open). Defaults to 30s.
+	// through (half-open), at most 24h (MaxTimeout). Defaults to 30s.
 	OpenFor time.Duration
 	// HalfOpenProbes is how many calls a half-open breaker lets through;
 	// all must succeed to close it, one failure opens it again. Defaults
-	// to 1.
+	// to 1; at most 10,000 (MaxBreakerCount).
 	HalfOpenProbes int
 	// IsFailure reports whether a call's error counts as a failure of the
 	// downstream. Defaults to every error except Permanent ones (the
@@ -82,9 +86,10 @@ type BreakerConfig struct {
 // calls through. Share one Breaker among all the handlers calling the same
 // downstream. Its methods are safe for concurrent use.
 //
-// Give the consumer more attempts (Config.MaxAttempts) than
-// ConsecutiveFailures, or a message meeting an outage from the start runs
-// out of attempts and is dead-lettered before the breaker opens.
+// Give the consumer at least ConsecutiveFailures attempts
+// (Config.MaxAttempts), or a message meeting an outage from the start runs
+// out of attempts and is dead-lettered before the breaker opens; list the
+// breaker in Config.Breakers to have New refuse a config that breaks this.
 type Breaker struct {
 	cb       *gobreaker.CircuitBreaker[struct{}]
 	name     string
@@ -99,12 +104,12 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	if cfg.Name == "" {
 		return nil, fmt.Errorf("%w: BreakerConfig.Name is empty; name the downstream the breaker guards, e.g. \"psp\"", ErrInvalidConfig)
 	}
-	if err := setDefaults(field[time.Duration]{"BreakerConfig.OpenFor", &cfg.OpenFor, DefaultBreakerOpenFor}); err != nil {
+	if err := setDefaults(field[time.Duration]{"BreakerConfig.OpenFor", &cfg.OpenFor, DefaultBreakerOpenFor, MaxTimeout}); err != nil {
 		return nil, err
 	}
 	if err := setDefaults(
-		field[int]{"BreakerConfig.ConsecutiveFailures", &cfg.ConsecutiveFailures, DefaultBreakerFailures},
-		field[int]{"BreakerConfig.HalfOpenProbes", &cfg.HalfOpenProbes, DefaultBreakerProbes},
+		field[int]{"BreakerConfig.ConsecutiveFailures", &cfg.ConsecutiveFailures, DefaultBreakerFailures, MaxBreakerCount},
+		field[int]{"BreakerConfig.HalfOpenProbes", &cfg.HalfOpenProbes, DefaultBreakerProbes, MaxBreakerCount},
 	); err != nil {
 		return nil, err
 	}

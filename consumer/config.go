@@ -2,21 +2,30 @@ package consumer
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
 
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/backoff"
+	"github.com/courierkit/courier/internal/topicname"
 	"github.com/courierkit/courier/retrytopics"
 )
 
 // Consumer defaults.
 const (
-	DefaultMaxAttempts      = 3
+	// DefaultMaxAttempts equals DefaultBreakerFailures, so that with both
+	// defaults an outage opens a Breaker before a message runs out of
+	// attempts (see Config.Breakers).
+	DefaultMaxAttempts      = 5
 	DefaultBackoffBase      = 200 * time.Millisecond
 	DefaultBackoffFactor    = 2.0
 	DefaultBackoffMax       = 10 * time.Second
@@ -34,15 +43,38 @@ const (
 	DefaultDedupeBatch    = 256
 )
 
+// Bounds of the Config fields: New refuses a value above them, which could
+// only be a mistake (or exhaust memory: the bounds on counts size
+// channels and batches).
+const (
+	MaxMaxAttempts            = 1000
+	MaxWorkers                = 1024
+	MaxMaxDeadLettersInFlight = 10_000
+	MaxDedupeBatch            = 10_000
+	// MaxBackoff bounds Backoff.Base, Backoff.Max and BreakerWait: a longer
+	// wait holds a partition.
+	MaxBackoff = time.Hour
+	// MaxTimeout bounds AttemptTimeout, ShutdownTimeout, Dedupe.Lease and
+	// Dedupe.BusyWait.
+	MaxTimeout = 24 * time.Hour
+	// MaxSaramaChannelBuffer bounds Sarama.ChannelBufferSize, which Sarama
+	// does not bound, and which sizes channels it makes per partition.
+	MaxSaramaChannelBuffer = 1 << 20
+	// MaxGroupBytes bounds Group (see retrytopics.ValidGroup).
+	MaxGroupBytes = retrytopics.MaxGroupBytes
+)
+
 // Backoff schedules retries: failed attempt n waits Base·Factor^(n-1),
 // spread by ±Jitter, capped at Max. The same schedule spaces the retries of
 // a dead-letter write that failed. Zero fields take their defaults.
 type Backoff struct {
-	// Base is the wait after the first failed attempt. Defaults to 200ms.
+	// Base is the wait after the first failed attempt, at most 1h
+	// (MaxBackoff). Defaults to 200ms.
 	Base time.Duration
-	// Factor multiplies each wait. Defaults to 2.
+	// Factor multiplies each wait: a finite number from 1 to 100. Defaults
+	// to 2.
 	Factor float64
-	// Max caps every wait. Defaults to 10s.
+	// Max caps every wait: from Base to 1h (MaxBackoff). Defaults to 10s.
 	Max time.Duration
 	// Jitter spreads each wait uniformly over ±Jitter of itself, between
 	// 0 and 1, so that messages failing together do not retry together.
@@ -56,13 +88,14 @@ const NoJitter = -1.0
 // Config configures a Consumer. Brokers (or Client), Group, Topics and
 // Handler are required.
 type Config struct {
-	// Brokers are the Kafka bootstrap addresses. Required unless Client is
-	// set.
+	// Brokers are the Kafka bootstrap addresses, each host:port. Required
+	// unless Client is set.
 	Brokers []string
 	// Sarama configures the Kafka client (TLS, SASL, version, …); the
 	// consumer sets the fields it relies on (see NewSaramaConfig) on a
-	// copy, so one config may serve several consumers. Defaults to
-	// NewSaramaConfig().
+	// copy, so one config may serve several consumers. Its
+	// ChannelBufferSize is at most 1<<20 (MaxSaramaChannelBuffer). Defaults
+	// to NewSaramaConfig().
 	Sarama *sarama.Config
 	// Client replaces the client built from Brokers and Sarama, e.g. to
 	// share one. Its config must have Producer.Return.Successes and
@@ -70,21 +103,35 @@ type Config struct {
 	// it.
 	Client sarama.Client
 
-	// Group is the consumer group id. Required.
+	// Group is the consumer group id: valid UTF-8 without control
+	// characters, at most 255 bytes (MaxGroupBytes). Required.
 	Group string
-	// Topics are the topics to consume. Required.
+	// Topics are the topics to consume, each a valid Kafka topic name
+	// (ASCII letters, digits, '.', '_', '-'; not "." or ".."), listed once,
+	// whose dead-letter topic (and retry topics) names are valid too, so at
+	// most 249 characters. Required.
 	Topics []string
 	// Handler handles each message. Required.
 	Handler Handler
 
 	// MaxAttempts is how many times a message is tried before it is
-	// dead-lettered. Defaults to 3.
+	// dead-lettered (or moves to its next retry tier), from 1 to 1000
+	// (MaxMaxAttempts). Defaults to 5.
+	//
+	// A handler calling a downstream through a Breaker needs at least its
+	// ConsecutiveFailures attempts per message (counting the retry tiers:
+	// MaxAttempts × (1 + len(Retry.Delays))): then, when the downstream is
+	// down, the breaker opens before the first message runs out of
+	// attempts, and the messages wait for it instead of being
+	// dead-lettered. List such breakers in Breakers and New refuses a
+	// MaxAttempts that defeats them; the defaults (5 and
+	// DefaultBreakerFailures, 5) agree.
 	MaxAttempts int
 	// Backoff spaces the attempts.
 	Backoff Backoff
 	// AttemptTimeout bounds one attempt: its context ends then (with
 	// ErrAttemptTimeout as its context.Cause), and the attempt fails with
-	// ErrAttemptTimeout. Defaults to 30s.
+	// ErrAttemptTimeout. At most 24h (MaxTimeout). Defaults to 30s.
 	AttemptTimeout time.Duration
 	// Retryable reports whether a failed attempt is worth another one; an
 	// error it refuses is dead-lettered at once with error kind
@@ -94,16 +141,23 @@ type Config struct {
 	// BreakerWait is how long a partition pauses when the handler returns
 	// an open-breaker error that does not say when the breaker half-opens
 	// (gobreaker.ErrOpenState or gobreaker.ErrTooManyRequests of a breaker
-	// of your own; a *BreakerOpenError says). Defaults to 1s.
+	// of your own; a *BreakerOpenError says). At most 1h (MaxBackoff).
+	// Defaults to 1s.
 	BreakerWait time.Duration
+	// Breakers are the breakers the handler calls its downstreams
+	// through, for New to check MaxAttempts against (see MaxAttempts):
+	// New refuses a Breaker whose ConsecutiveFailures exceed MaxAttempts ×
+	// (1 + len(Retry.Delays)). Listing them changes nothing else.
+	// Defaults to none.
+	Breakers []*Breaker
 
 	// Workers is how many messages of one partition are handled at once.
 	// Messages of one key always go to the same worker, so they never
 	// overlap or reorder; keyless messages are spread by offset. Offsets
 	// are committed up to the lowest unfinished message. A slow message
 	// holds up the few queued behind it on its worker, and the whole
-	// partition once that queue is full. Defaults to 1: one message at a
-	// time, in offset order.
+	// partition once that queue is full. At most 1024 (MaxWorkers).
+	// Defaults to 1: one message at a time, in offset order.
 	Workers int
 
 	// DeadLetterSuffix names the dead-letter topic: <topic><suffix>.
@@ -124,7 +178,8 @@ type Config struct {
 	// waits for a write to end; while a write is failing (and being
 	// retried), it takes no new message. Writes in flight can reach the
 	// dead-letter topic out of offset order. 1 writes one at a time, still
-	// beside the handling. Defaults to 64.
+	// beside the handling. At most 10,000 (MaxMaxDeadLettersInFlight).
+	// Defaults to 64.
 	MaxDeadLettersInFlight int
 
 	// Retry sends a message whose attempts ran out to retry topics
@@ -149,8 +204,8 @@ type Config struct {
 
 	// ShutdownTimeout is how long handlers and dead-letter writes in flight
 	// may run on after the session ends (Run's context ended, or a
-	// rebalance); then their context ends. Retry waits stop at once.
-	// Defaults to 10s.
+	// rebalance); then their context ends. Retry waits stop at once. At
+	// most 24h (MaxTimeout). Defaults to 10s.
 	ShutdownTimeout time.Duration
 
 	// Logger receives the consumer's logs. Defaults to slog.Default().
@@ -179,13 +234,15 @@ type DedupeConfig struct {
 	// Lease is how long a claim lasts before another consumer may take
 	// the message: after a crash, a redelivered message waits this long.
 	// The consumer extends the claim while the message is being handled.
-	// Must exceed AttemptTimeout plus Backoff.Max. Defaults to 2m.
+	// Must exceed AttemptTimeout plus Backoff.Max, at most 24h
+	// (MaxTimeout). Defaults to 2m.
 	Lease time.Duration
 	// BusyWait is how long a partition pauses before it asks again about
-	// a message claimed elsewhere. Defaults to 250ms.
+	// a message claimed elsewhere. At most 1h (MaxBackoff). Defaults to
+	// 250ms.
 	BusyWait time.Duration
-	// Batch is the most messages claimed in one round trip. Defaults to
-	// 256.
+	// Batch is the most messages claimed in one round trip, at most
+	// 10,000 (MaxDedupeBatch). Defaults to 256.
 	Batch int
 	// FailOpen makes the consumer handle messages without deduplication
 	// while Store fails, counting them in Metrics.FailedOpen. Defaults to
@@ -232,7 +289,8 @@ func requireSarama(cfg *sarama.Config) {
 	cfg.Producer.Return.Errors = true
 }
 
-// setDefaults applies the defaults and validates c.
+// setDefaults applies the defaults and validates c: every field, and the
+// names derived from Topics.
 func (c *Config) setDefaults() error {
 	switch {
 	case c.Client == nil && len(c.Brokers) == 0:
@@ -244,43 +302,58 @@ func (c *Config) setDefaults() error {
 	case c.Handler == nil:
 		return fmt.Errorf("%w: Handler is nil; set it, e.g. consumer.HandlerFunc(handle)", ErrInvalidConfig)
 	}
+	if c.Client == nil {
+		for i, b := range c.Brokers {
+			if err := validBroker(b); err != nil {
+				return fmt.Errorf("%w: Brokers[%d] %q %w", ErrInvalidConfig, i, dlq.TruncateHeader(b), err)
+			}
+		}
+	}
+	if err := retrytopics.ValidGroup(c.Group); err != nil {
+		return fmt.Errorf("%w: Group %q %w; use a plain name, e.g. \"payouts\"", ErrInvalidConfig, dlq.TruncateHeader(c.Group), err)
+	}
 	for i, t := range c.Topics {
 		if t == "" {
 			return fmt.Errorf("%w: Topics[%d] is empty; remove it or name a topic", ErrInvalidConfig, i)
 		}
+		if err := topicname.Validate(t); err != nil {
+			return fmt.Errorf("%w: Topics[%d]: topic %w", ErrInvalidConfig, i, err)
+		}
+		if slices.Contains(c.Topics[:i], t) {
+			return fmt.Errorf("%w: Topics[%d] %s is listed twice; list each topic once", ErrInvalidConfig, i, t)
+		}
 	}
 	if err := setDefaults(
-		field[time.Duration]{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase},
-		field[time.Duration]{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax},
-		field[time.Duration]{"AttemptTimeout", &c.AttemptTimeout, DefaultAttemptTimeout},
-		field[time.Duration]{"BreakerWait", &c.BreakerWait, DefaultBreakerWait},
-		field[time.Duration]{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout},
+		field[time.Duration]{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase, MaxBackoff},
+		field[time.Duration]{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax, MaxBackoff},
+		field[time.Duration]{"AttemptTimeout", &c.AttemptTimeout, DefaultAttemptTimeout, MaxTimeout},
+		field[time.Duration]{"BreakerWait", &c.BreakerWait, DefaultBreakerWait, MaxBackoff},
+		field[time.Duration]{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, MaxTimeout},
 	); err != nil {
 		return err
 	}
 	if err := setDefaults(
-		field[int]{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts},
-		field[int]{"Workers", &c.Workers, DefaultWorkers},
-		field[int]{"MaxDeadLettersInFlight", &c.MaxDeadLettersInFlight, DefaultMaxDeadLettersInFlight},
+		field[int]{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts, MaxMaxAttempts},
+		field[int]{"Workers", &c.Workers, DefaultWorkers, MaxWorkers},
+		field[int]{"MaxDeadLettersInFlight", &c.MaxDeadLettersInFlight, DefaultMaxDeadLettersInFlight, MaxMaxDeadLettersInFlight},
 	); err != nil {
 		return err
 	}
-	switch {
-	case c.Backoff.Factor == 0:
+	if c.Backoff.Factor == 0 {
 		c.Backoff.Factor = DefaultBackoffFactor
-	case c.Backoff.Factor < 1:
-		return fmt.Errorf("%w: Backoff.Factor is %v; use 1 or more (2 doubles each wait)", ErrInvalidConfig, c.Backoff.Factor)
 	}
-	switch {
-	case c.Backoff.Jitter == 0:
+	switch c.Backoff.Jitter {
+	case 0:
 		c.Backoff.Jitter = DefaultBackoffJitter
-	case c.Backoff.Jitter == NoJitter:
+	case NoJitter:
 		c.Backoff.Jitter = 0
-	case c.Backoff.Jitter < 0 || c.Backoff.Jitter > 1:
-		return fmt.Errorf("%w: Backoff.Jitter is %v; use a fraction from 0 to 1, or NoJitter", ErrInvalidConfig, c.Backoff.Jitter)
 	}
-	if c.Backoff.Max < c.Backoff.Base {
-		return fmt.Errorf("%w: Backoff.Max (%v) is below Backoff.Base (%v); raise Backoff.Max", ErrInvalidConfig, c.Backoff.Max, c.Backoff.Base)
+	if err := backoff.Policy(c.Backoff).Validate(); err != nil {
+		hint := ""
+		if strings.HasPrefix(err.Error(), "Jitter") {
+			hint = ", or NoJitter for none"
+		}
+		return fmt.Errorf("%w: Backoff.%w%s", ErrInvalidConfig, err, hint)
 	}
 	if c.DeadLetterSuffix == "" {
 		c.DeadLetterSuffix = DefaultDeadLetterSuffix
@@ -305,6 +378,9 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("%w: Sarama: %w", ErrInvalidConfig, err)
 		}
 	}
+	if n := c.saramaConfig().ChannelBufferSize; n > MaxSaramaChannelBuffer {
+		return fmt.Errorf("%w: Sarama.ChannelBufferSize is %d; use at most %d (Sarama makes channels of that size per partition)", ErrInvalidConfig, n, MaxSaramaChannelBuffer)
+	}
 	if cooperative(c.saramaConfig()) {
 		return fmt.Errorf("%w: Sarama's group strategies rebalance cooperatively, which the consumer does not support "+
 			"(a revoked partition's retries and breaker waits would not stop); use an eager strategy such as sarama.NewBalanceStrategySticky()", ErrInvalidConfig)
@@ -324,23 +400,38 @@ func (c *Config) setDefaults() error {
 	return nil
 }
 
-// field is a config field that 0 sets to its default.
+// field is a config field that 0 sets to its default, with its bound.
 type field[T int | time.Duration] struct {
-	name  string
-	value *T
-	def   T
+	name     string
+	value    *T
+	def, max T
 }
 
 // setDefaults sets each zero field to its default and refuses negative
-// ones.
+// ones and those above their bound.
 func setDefaults[T int | time.Duration](fields ...field[T]) error {
 	for _, f := range fields {
 		if *f.value < 0 {
 			return fmt.Errorf("%w: %s is %v; use a positive value, or 0 for the default of %v", ErrInvalidConfig, f.name, *f.value, f.def)
 		}
+		if *f.value > f.max {
+			return fmt.Errorf("%w: %s is %v; use at most %v, or 0 for the default of %v", ErrInvalidConfig, f.name, *f.value, f.max, f.def)
+		}
 		if *f.value == 0 {
 			*f.value = f.def
 		}
+	}
+	return nil
+}
+
+// validBroker says what is wrong with a bootstrap address, if anything.
+func validBroker(b string) error {
+	host, port, err := net.SplitHostPort(b)
+	if err != nil || host == "" || strings.ContainsFunc(host, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
+		return errors.New("is not a host:port address; write it as \"kafka-1:9092\"")
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return errors.New("has no valid port (1-65535); write it as \"kafka-1:9092\"")
 	}
 	return nil
 }
@@ -380,6 +471,30 @@ func (c *Config) setRetryDefaults() error {
 	if c.KeyOrder != nil && len(c.Retry.Delays) == 0 {
 		return fmt.Errorf("%w: KeyOrder is set but Retry.Delays is empty; KeyOrder keeps keys in order across retry topics, so configure some", ErrInvalidConfig)
 	}
+	for _, t := range c.Topics {
+		// Also without retry tiers: the dead-letter topic's name.
+		if _, err := retrytopics.New(t, c.Retry); err != nil {
+			return fmt.Errorf("%w: Topics %s with Retry: %w", ErrInvalidConfig, t, err)
+		}
+	}
+	return c.checkBreakers()
+}
+
+// checkBreakers refuses a Breaker that an outage would not open before a
+// message runs out of attempts.
+func (c *Config) checkBreakers() error {
+	attempts := c.MaxAttempts * (1 + len(c.Retry.Delays))
+	for i, b := range c.Breakers {
+		switch {
+		case b == nil:
+			return fmt.Errorf("%w: Breakers[%d] is nil; list the breakers built with NewBreaker", ErrInvalidConfig, i)
+		case b.cfg.ConsecutiveFailures > attempts:
+			return fmt.Errorf("%w: MaxAttempts %d (× %d with the retry tiers) is below the %d ConsecutiveFailures of Breakers[%d] %q: "+
+				"in an outage messages would be dead-lettered before the breaker opens; raise MaxAttempts to %d, or lower its ConsecutiveFailures",
+				ErrInvalidConfig, c.MaxAttempts, 1+len(c.Retry.Delays), b.cfg.ConsecutiveFailures, i, b.name,
+				(b.cfg.ConsecutiveFailures+len(c.Retry.Delays))/(1+len(c.Retry.Delays)))
+		}
+	}
 	return nil
 }
 
@@ -416,15 +531,15 @@ func (c *Config) retryTopologies() (map[string]*retrytopics.Topology, []string, 
 func (c *Config) setDedupeDefaults() error {
 	d := &c.Dedupe
 	// Batch also sizes the batches of KeyOrder without a Store.
-	if err := setDefaults(field[int]{"Dedupe.Batch", &d.Batch, DefaultDedupeBatch}); err != nil {
+	if err := setDefaults(field[int]{"Dedupe.Batch", &d.Batch, DefaultDedupeBatch, MaxDedupeBatch}); err != nil {
 		return err
 	}
 	if d.Store == nil {
 		return nil
 	}
 	if err := setDefaults(
-		field[time.Duration]{"Dedupe.Lease", &d.Lease, DefaultDedupeLease},
-		field[time.Duration]{"Dedupe.BusyWait", &d.BusyWait, DefaultDedupeBusyWait},
+		field[time.Duration]{"Dedupe.Lease", &d.Lease, DefaultDedupeLease, MaxTimeout},
+		field[time.Duration]{"Dedupe.BusyWait", &d.BusyWait, DefaultDedupeBusyWait, MaxBackoff},
 	); err != nil {
 		return err
 	}

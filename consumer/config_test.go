@@ -20,16 +20,19 @@ type (
 	nopKeyOrder struct{ retrytopics.KeyOrder }
 )
 
+// minimalConfig is a valid config with only the required fields set.
+func minimalConfig() consumer.Config {
+	return consumer.Config{
+		Brokers: []string{"localhost:9092"},
+		Group:   "payouts",
+		Topics:  []string{"payouts"},
+		Handler: consumer.HandlerFunc(func(context.Context, *consumer.Message) error { return nil }),
+	}
+}
+
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
-	valid := func() consumer.Config {
-		return consumer.Config{
-			Brokers: []string{"localhost:9092"},
-			Group:   "payouts",
-			Topics:  []string{"payouts"},
-			Handler: consumer.HandlerFunc(func(context.Context, *consumer.Message) error { return nil }),
-		}
-	}
+	valid := minimalConfig
 	if _, err := consumer.New(valid()); err != nil {
 		t.Fatalf("New(valid) = %v", err)
 	}

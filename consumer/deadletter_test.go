@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -151,7 +152,7 @@ func TestAlwaysFailingHandlerDeadLetters(t *testing.T) {
 	if key, _ := awkward().Key.Encode(); !bytes.Equal(rec.Key, key) {
 		t.Errorf("dead letter key %q, want the original %q", rec.Key, key)
 	}
-	if env.Error != "psp timeout after 30s" || env.ErrorKind != dlq.KindRetriesExhausted || env.RetryCount != 3 ||
+	if env.Error != "psp timeout after 30s" || env.ErrorKind != dlq.KindRetriesExhausted || env.RetryCount != consumer.DefaultMaxAttempts ||
 		env.ConsumerGroup != f.group || env.CorrelationID != "tx_xyz" {
 		t.Errorf("envelope error %q kind %s retries %d group %q correlation %q", env.Error, env.ErrorKind, env.RetryCount, env.ConsumerGroup, env.CorrelationID)
 	}
@@ -164,7 +165,7 @@ func TestAlwaysFailingHandlerDeadLetters(t *testing.T) {
 	}
 	for name, want := range map[string]string{
 		dlq.HeaderOriginalTopic: f.topic, dlq.HeaderOriginalPartition: "0", dlq.HeaderOriginalOffset: "0",
-		dlq.HeaderRetryCount: "3", dlq.HeaderConsumerGroup: f.group, dlq.HeaderError: "psp timeout after 30s",
+		dlq.HeaderRetryCount: strconv.Itoa(consumer.DefaultMaxAttempts), dlq.HeaderConsumerGroup: f.group, dlq.HeaderError: "psp timeout after 30s",
 		dlq.HeaderFormat: dlq.FormatEnvelope,
 	} {
 		if headers[name] != want {

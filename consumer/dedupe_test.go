@@ -210,10 +210,7 @@ func TestDedupeFailOpen(t *testing.T) {
 	defer down.Close()
 	var metrics dedupeMetrics
 	var handled atomic.Int32
-	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		handled.Add(1)
-		return nil
-	}))
+	cfg := f.config(t, counting(&handled))
 	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, down, "courier:test:"), FailOpen: true, Metrics: &metrics, Lease: 10 * time.Second}
 	f.produce(t, f.topic, record("k", "1"), record("k", "2"), record("k", "3"))
 	f.consumeAll(t, cfg, 3)
@@ -225,14 +222,7 @@ func TestDedupeFailOpen(t *testing.T) {
 func TestInboxGivesEffectivelyOnceResults(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1)
-	db := testkit.Postgres(t)
-	migrator, err := migrations.NewInbox(migrations.Config{Schema: db.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrator.Up(context.Background(), db.Pool); err != nil {
-		t.Fatal(err)
-	}
+	db := inboxDB(t)
 	if _, err := db.Pool.Exec(context.Background(), "CREATE TABLE "+db.Schema+".payouts (event_id text, amount int)"); err != nil {
 		t.Fatal(err)
 	}
@@ -346,10 +336,7 @@ func TestDedupeClaimWhoseReplyWasLost(t *testing.T) {
 	f := newFixture(t, 1)
 	r := testkit.NewRedis(t)
 	var handled atomic.Int32
-	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		handled.Add(1)
-		return nil
-	}))
+	cfg := f.config(t, counting(&handled))
 	const lease = time.Minute
 	cfg.Dedupe = consumer.DedupeConfig{Store: &lostReply{Store: f.redisDedupe(t, r.Client, r.Prefix)}, Lease: lease}
 	f.produce(t, f.topic, record("k", "1"), record("k", "2"))
@@ -439,4 +426,18 @@ func TestDedupeWithKeyedWorkers(t *testing.T) {
 			t.Errorf("event-%d handled %d times, want 1", i, n)
 		}
 	}
+}
+
+// inboxDB is the test's own PostgreSQL schema with the inbox table.
+func inboxDB(t *testing.T) *testkit.PG {
+	t.Helper()
+	db := testkit.Postgres(t)
+	migrator, err := migrations.NewInbox(migrations.Config{Schema: db.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrator.Up(context.Background(), db.Pool); err != nil {
+		t.Fatal(err)
+	}
+	return db
 }

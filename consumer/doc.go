@@ -38,7 +38,7 @@
 // duplicate); only then is its offset marked
 // (guarantee 4 of DESIGN.md). Until then:
 //
-//   - A failed attempt is retried, up to MaxAttempts (3) attempts, with
+//   - A failed attempt is retried, up to MaxAttempts (5) attempts, with
 //     failsafe-go: exponential Backoff with jitter and a cap, each attempt
 //     bounded by AttemptTimeout. RetryAfter picks the next delay; the
 //     waits are timers that end with the session, so they never hold up a

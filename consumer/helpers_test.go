@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -304,4 +305,12 @@ func (r *recorder) firstState(name string, s gobreaker.State) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.states[name][s]
+}
+
+// counting is a handler that counts its calls in n and succeeds.
+func counting(n *atomic.Int32) consumer.Handler {
+	return consumer.HandlerFunc(func(context.Context, *consumer.Message) error {
+		n.Add(1)
+		return nil
+	})
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -55,6 +56,7 @@ type tracking struct {
 	// claim is what Dedupe said of the message when it was taken.
 	claim   dedupe.Status
 	claimed bool   // the consumer holds its claim: Done or Release owed
+	refused error  // the store refuses the id: dead-lettered unhandled
 	owner   string // the claim's owner
 	// firstDue is when the first parked message of its key is due (unix
 	// ms, 0: unknown), and claimedAt when the claim was taken or extended
@@ -150,9 +152,35 @@ func (d *delivery) readRetry() {
 			"only the consumer writes to retry topics", d.m.Topic)
 		return
 	}
+	if err := d.checkRetry(info); err != nil && (info.ConsumerGroup == "" || info.ConsumerGroup == d.p.c.cfg.Group) {
+		d.corrupt = fmt.Errorf("record on retry topic %s: %w", d.m.Topic, err)
+		return
+	}
+	// A forged or skewed retry_not_before must not park the partition:
+	// no record waits longer than its tier's delay from now.
+	if limit := time.Now().Add(d.p.tierDelay); info.NotBefore.After(limit) {
+		info.NotBefore = limit
+	}
 	d.retry = &info
 	d.firstFailed = info.FirstFailedAt
 	d.m.OriginalTopic, d.m.RetryRound = info.OriginalTopic, info.Round
+}
+
+// checkRetry checks the retry headers against the retry topic the record
+// was read from: a record of <t>.retry.* belongs to <t>, whatever its
+// headers claim, and its round is one of <t>'s tiers (or 0, for a record
+// that followed its key there).
+func (d *delivery) checkRetry(info retrytopics.Info) error {
+	t := d.p.topology
+	if info.OriginalTopic != t.Topic {
+		return &retrytopics.HeaderError{Header: retrytopics.HeaderOriginalTopic, Value: info.OriginalTopic,
+			Reason: "names another topic than " + t.Topic + ", whose retry topic the record was read from"}
+	}
+	if info.Round > len(t.Tiers) {
+		return &retrytopics.HeaderError{Header: retrytopics.HeaderAttempt, Value: strconv.Itoa(info.Round),
+			Reason: fmt.Sprintf("is above the %d retry tiers of %s", len(t.Tiers), t.Topic)}
+	}
+	return nil
 }
 
 // foreign reports whether the record is another consumer group's, in a
@@ -367,6 +395,9 @@ func (p *partition) call(ctx context.Context, m *Message) (err error) {
 func (c *Consumer) retryable(err error) bool {
 	if _, perm := errors.AsType[*PermanentError](err); perm {
 		return false
+	}
+	if errors.Is(err, dedupe.ErrInvalidID) {
+		return false // the store refuses the message's id: no retry helps
 	}
 	if c.cfg.Retryable == nil {
 		return true

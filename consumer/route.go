@@ -278,7 +278,14 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 	}
 	env, err := dlq.New(origin, failure)
 	if err != nil {
-		return err
+		// A value read from Kafka the envelope cannot hold must not stop
+		// the partition: write what is certain, and say what was left out.
+		origin.Partition, origin.Offset, origin.Timestamp = dlq.NoPartition, dlq.NoOffset, time.Time{}
+		failure.FirstFailedAt = time.Time{}
+		failure.Error = fmt.Sprintf("%s (dead letter without its original place: %v)", failure.Error, err)
+		if env, err = dlq.New(origin, failure); err != nil {
+			return err
+		}
 	}
 	w, err := d.p.dlq.Publish(d.p.workCtx, env)
 	if err != nil {

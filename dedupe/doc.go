@@ -51,6 +51,18 @@
 // last writes: messages delivered again within the window after that are
 // processed again. Where that matters, turn on AOF, or use the inbox.
 //
+// # Ids a store cannot hold
+//
+// Any message id is deduplicated, whatever its bytes: an id that is not
+// valid UTF-8, holds a NUL byte (which PostgreSQL's text refuses), is
+// longer than MaxIDBytes (256; an index entry or a key that large wastes
+// space) or starts with "sha256:" is kept as "sha256:" and the hex SHA-256
+// of its bytes (StoredID), in both stores; every other id is kept as it
+// is. So no id makes a store fail, and the consumer never takes such an id
+// for an outage. An empty id is refused (ErrInvalidID): the consumer uses
+// the message's topic, partition and offset instead, and dead-letters a
+// message whose id a store refuses as a permanent failure.
+//
 // # The window
 //
 // The window (RedisConfig.Window, InboxConfig.Window; 24h by default) is

@@ -22,6 +22,8 @@ const (
 	// DefaultCleanupBatch is how many rows one statement of Cleanup deletes
 	// at the most.
 	DefaultCleanupBatch = 10_000
+	// MaxCleanupBatch bounds InboxConfig.CleanupBatch.
+	MaxCleanupBatch = 1_000_000
 )
 
 // InboxConfig configures an Inbox. Scope is required.
@@ -35,15 +37,16 @@ type InboxConfig struct {
 	Table string
 	// Scope is what is deduplicated, usually the consumer group: inboxes of
 	// different scopes share the table but never see each other's ids.
-	// Required.
+	// Valid UTF-8 without control characters, at most 255 bytes
+	// (MaxScopeBytes). Required.
 	Scope string
 	// Window is how long a processed id is remembered: an id recorded
-	// longer ago counts as new again, and Cleanup deletes it. Defaults to
-	// 24h (DefaultWindow).
+	// longer ago counts as new again, and Cleanup deletes it. At most ten
+	// years (MaxWindow). Defaults to 24h (DefaultWindow).
 	Window time.Duration
 	// CleanupBatch is how many rows one DELETE of Cleanup removes at the
-	// most, so that no statement holds its locks for long. Defaults to
-	// 10,000 (DefaultCleanupBatch).
+	// most, so that no statement holds its locks for long; at most
+	// 1,000,000 (MaxCleanupBatch). Defaults to 10,000 (DefaultCleanupBatch).
 	CleanupBatch int
 	// Logger receives RunCleanup's failures and deletions. Defaults to
 	// slog.Default().
@@ -112,6 +115,8 @@ func NewInbox(db DB, cfg InboxConfig) (*Inbox, error) {
 	switch {
 	case cfg.CleanupBatch < 0:
 		return nil, fmt.Errorf("%w: CleanupBatch is %d; use a positive number of rows, or 0 for the default of %d", ErrInvalidConfig, cfg.CleanupBatch, DefaultCleanupBatch)
+	case cfg.CleanupBatch > MaxCleanupBatch:
+		return nil, fmt.Errorf("%w: CleanupBatch is %d; use at most %d rows, or 0 for the default of %d", ErrInvalidConfig, cfg.CleanupBatch, MaxCleanupBatch, DefaultCleanupBatch)
 	case cfg.CleanupBatch == 0:
 		cfg.CleanupBatch = DefaultCleanupBatch
 	}
@@ -148,8 +153,15 @@ func NewInbox(db DB, cfg InboxConfig) (*Inbox, error) {
 // first is true. So two deliveries of one message handled at once never
 // both take effect. Under REPEATABLE READ or SERIALIZABLE isolation the
 // waiting transaction fails with a serialization error instead; retry it.
+//
+// The id is stored as StoredID makes it (hashed when PostgreSQL's text
+// could not hold it); an empty id is refused with an error matching
+// ErrInvalidID.
 func (i *Inbox) Record(ctx context.Context, tx Querier, id string) (first bool, err error) {
-	err = tx.QueryRow(ctx, i.recordSQL, i.scope, id).Scan(&first)
+	if err := checkIDs(id); err != nil {
+		return false, err
+	}
+	err = tx.QueryRow(ctx, i.recordSQL, i.scope, StoredID(id)).Scan(&first)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
@@ -161,12 +173,18 @@ func (i *Inbox) Record(ctx context.Context, tx Querier, id string) (first bool, 
 
 // Claim reports each id recorded within the window as Processed and every
 // other one as Claimed, in one query; the second of two equal ids in ids
-// is Busy. lease is ignored: the inbox has no leases.
+// is Busy. lease is ignored: the inbox has no leases. Ids are looked up as
+// StoredID makes them; an empty id fails the call with an error matching
+// ErrInvalidID.
 func (i *Inbox) Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]Status, error) {
 	statuses := make([]Status, len(ids))
 	if len(ids) == 0 {
 		return statuses, nil
 	}
+	if err := checkIDs(ids...); err != nil {
+		return nil, err
+	}
+	ids = storedIDs(ids)
 	rows, err := i.db.Query(ctx, i.claimSQL, i.scope, ids)
 	if err != nil {
 		return nil, i.fail("look up ids in", err)

@@ -33,19 +33,22 @@ type RedisConfig struct {
 	// Scope is what is deduplicated, usually the consumer group: stores of
 	// different scopes never see each other's ids. It must not contain
 	// ':', which separates it from the id in a key (scope "a:b" with id "c"
-	// and scope "a" with id "b:c" would share a key). Required.
+	// and scope "a" with id "b:c" would share a key), and must be valid
+	// UTF-8 without control characters, at most 255 bytes (MaxScopeBytes).
+	// Required.
 	Scope string
 	// Prefix starts every key, so that courier's keys are easy to find and
 	// to tell from the application's. On Redis Cluster it should not hold a
-	// hash tag ({…}), which would put every id on one node. Defaults to
-	// "courier:dedupe:" (DefaultPrefix).
+	// hash tag ({…}), which would put every id on one node. At most 255
+	// bytes of UTF-8. Defaults to "courier:dedupe:" (DefaultPrefix).
 	Prefix string
 	// Window is how long a processed id is remembered: a message delivered
 	// again within it is skipped, one delivered later is processed again.
 	// A longer window covers later redeliveries (a consumer group reset to
 	// an old offset, a dead letter replayed twice) and costs memory:
 	// one key of about 136 bytes (for a UUID id, `redis-cli MEMORY USAGE`)
-	// per id processed within the window. At least 1ms. Defaults to 24h (DefaultWindow).
+	// per id processed within the window. From 1ms to ten years
+	// (MaxWindow). Defaults to 24h (DefaultWindow).
 	Window time.Duration
 }
 
@@ -93,6 +96,9 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*Redis, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultPrefix
 	}
+	if err := validName("Prefix", cfg.Prefix); err != nil {
+		return nil, err
+	}
 	window, err := windowOrDefault(cfg.Window)
 	if err != nil {
 		return nil, err
@@ -107,14 +113,17 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*Redis, error) {
 	}, nil
 }
 
-// Key returns the Redis key of id, e.g. "courier:dedupe:payouts:evt-1".
-func (r *Redis) Key(id string) string { return r.keyPrefix + id }
+// Key returns the Redis key of id, e.g. "courier:dedupe:payouts:evt-1":
+// the prefix and the id as StoredID makes it.
+func (r *Redis) Key(id string) string { return r.keyPrefix + StoredID(id) }
 
 // Claim sets each id's key to "claim:<owner>" for lease, where no key is
 // (SET NX PX, pipelined). For the ids whose key is taken it reads the key
 // in a second round trip: "done:…" is Processed, a claim (owner's own too)
 // is Busy, and a key that expired in between is claimed again. When Claim
-// fails, it releases the claims it took before it returns the error.
+// fails, it releases the claims it took before it returns the error. Ids
+// are keyed by StoredID (hashed when long or not UTF-8); an empty id fails
+// the call with an error matching ErrInvalidID.
 func (r *Redis) Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]Status, error) {
 	px, err := leaseMillis(lease)
 	if err != nil {
@@ -123,6 +132,9 @@ func (r *Redis) Claim(ctx context.Context, owner string, ids []string, lease tim
 	statuses := make([]Status, len(ids)) // Claimed unless found otherwise
 	if len(ids) == 0 {
 		return statuses, nil
+	}
+	if err := checkIDs(ids...); err != nil {
+		return nil, err
 	}
 	keys := r.keys(ids)
 	value := any(claimValuePrefix + owner)
@@ -346,8 +358,10 @@ func perKey[C redis.Cmder](ctx context.Context, pipe redis.Pipeliner, n int, key
 	return cmds
 }
 
-// keys returns the key of each id, all of them in one string.
+// keys returns the key of each id (of its StoredID), all of them in one
+// string.
 func (r *Redis) keys(ids []string) []string {
+	ids = storedIDs(ids)
 	size := 0
 	for _, id := range ids {
 		size += len(r.keyPrefix) + len(id)

@@ -3,12 +3,17 @@ package retrytopics
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strconv"
+	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/IBM/sarama"
 
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/topicname"
 )
 
 // The headers a record in a retry tier carries besides the original ones.
@@ -107,13 +112,32 @@ func IsHeader(name []byte) bool {
 	return false
 }
 
+// Bounds of the retry headers: Parse refuses a value outside them.
+const (
+	// MaxCount bounds retry_attempt and retry_failed_attempts.
+	MaxCount = 1_000_000
+	// MaxGroupBytes bounds retry_consumer_group.
+	MaxGroupBytes = 255
+	// maxMillis is 9999-12-31T23:59:59.999Z, the last instant RFC 3339
+	// (and the dead-letter envelope) can write.
+	maxMillis = 253402300799999
+)
+
 // Parse reads the retry headers of a record. It returns false when the
 // record has none (it never went through a retry tier), and an error
-// matching ErrMalformedHeaders (a *HeaderError) when one of them is
-// malformed or a required one is missing: retry_attempt,
-// retry_original_topic, retry_original_partition, retry_original_offset
-// and retry_not_before are required. Of headers named alike, the last one
-// counts.
+// matching ErrMalformedHeaders (a *HeaderError naming the header) when one
+// of them is malformed, out of range, repeated, or a required one is
+// missing: retry_attempt, retry_original_topic, retry_original_partition,
+// retry_original_offset and retry_not_before are required.
+//
+// Every value is input from Kafka, so it is checked: counts are whole
+// numbers from 0 to MaxCount, the partition and offset 0 or more, the
+// topic a valid Kafka topic name, times unix milliseconds from 1970 to the
+// year 9999, the consumer group valid UTF-8 without control characters of
+// at most MaxGroupBytes. retry_last_error is free text: invalid UTF-8 in it
+// is replaced by U+FFFD and it is cut to dlq.MaxHeaderValueBytes. The
+// consumer checks the rest against the topic the record was read from
+// (the original topic and the round).
 func Parse(headers []*sarama.RecordHeader) (Info, bool, error) {
 	var (
 		info  Info
@@ -126,38 +150,14 @@ func Parse(headers []*sarama.RecordHeader) (Info, bool, error) {
 		}
 		found = true
 		name, value := string(h.Key), string(h.Value)
-		var err error
-		switch name {
-		case HeaderAttempt:
-			info.Round, err = parseCount(value)
-		case HeaderFailedAttempts:
-			info.FailedAttempts, err = parseCount(value)
-		case HeaderOriginalTopic:
-			info.OriginalTopic = value
-			if value == "" {
-				err = errors.New("is empty")
-			}
-		case HeaderOriginalPartition:
-			var p int64
-			p, err = strconv.ParseInt(value, 10, 32)
-			info.OriginalPartition = int32(p)
-		case HeaderOriginalOffset:
-			info.OriginalOffset, err = strconv.ParseInt(value, 10, 64)
-		case HeaderOriginalTimestamp:
-			info.OriginalTimestamp, err = parseTime(value)
-		case HeaderNotBefore:
-			info.NotBefore, err = parseTime(value)
-		case HeaderFirstFailedAt:
-			info.FirstFailedAt, err = parseTime(value)
-		case HeaderLastError:
-			info.LastError = value
-		case HeaderConsumerGroup:
-			info.ConsumerGroup = value
-		}
-		if err != nil {
-			return Info{}, true, &HeaderError{Header: name, Value: short(value), Reason: reason(name, err)}
+		if seen[name] {
+			return Info{}, true, &HeaderError{Header: name, Value: short(value),
+				Reason: "appears more than once; the consumer writes each retry header once"}
 		}
 		seen[name] = true
+		if err := info.set(name, value); err != nil {
+			return Info{}, true, &HeaderError{Header: name, Value: short(value), Reason: err.Error()}
+		}
 	}
 	if !found {
 		return Info{}, false, nil
@@ -171,42 +171,95 @@ func Parse(headers []*sarama.RecordHeader) (Info, bool, error) {
 	return info, true, nil
 }
 
-func parseCount(s string) (int, error) {
-	n, err := strconv.Atoi(s)
-	if err == nil && n < 0 {
-		err = errors.New("is negative")
+// set parses the value of the retry header name into info, and says what
+// is wrong with it.
+func (info *Info) set(name, value string) error {
+	var err error
+	switch name {
+	case HeaderAttempt:
+		info.Round, err = parseCount(value)
+	case HeaderFailedAttempts:
+		info.FailedAttempts, err = parseCount(value)
+	case HeaderOriginalTopic:
+		if err := topicname.Validate(value); err != nil {
+			return fmt.Errorf("is not a Kafka topic: %w", err)
+		}
+		info.OriginalTopic = value
+	case HeaderOriginalPartition:
+		var p int64
+		p, err = parseWhole(value, math.MaxInt32, "a partition")
+		info.OriginalPartition = int32(p)
+	case HeaderOriginalOffset:
+		info.OriginalOffset, err = parseWhole(value, math.MaxInt64, "an offset")
+	case HeaderOriginalTimestamp:
+		info.OriginalTimestamp, err = parseTime(value)
+	case HeaderNotBefore:
+		info.NotBefore, err = parseTime(value)
+	case HeaderFirstFailedAt:
+		info.FirstFailedAt, err = parseTime(value)
+	case HeaderLastError:
+		info.LastError = dlq.TruncateHeader(strings.ToValidUTF8(value, "\uFFFD"))
+	case HeaderConsumerGroup:
+		err = ValidGroup(value)
+		info.ConsumerGroup = value
 	}
-	return n, err
+	return err
+}
+
+// ValidGroup says what is wrong with a consumer group id, as a retry
+// header carries it, if anything: it has at most MaxGroupBytes, is valid
+// UTF-8 and holds no control character. Its errors read after the name.
+func ValidGroup(s string) error {
+	switch {
+	case len(s) > MaxGroupBytes:
+		return fmt.Errorf("has %d bytes; a consumer group id has at most %d", len(s), MaxGroupBytes)
+	case !utf8.ValidString(s):
+		return errors.New("is not valid UTF-8")
+	case strings.IndexFunc(s, unicode.IsControl) >= 0:
+		return errors.New("holds a control character")
+	}
+	return nil
+}
+
+func parseCount(s string) (int, error) {
+	n, err := parseWhole(s, MaxCount, "a count")
+	return int(n), err
+}
+
+// parseWhole parses a whole number from 0 to limit, written in decimal
+// without sign or padding.
+func parseWhole(s string, limit int64, what string) (int64, error) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	switch {
+	case err != nil || s != strconv.FormatInt(n, 10):
+		return 0, fmt.Errorf("is not %s: a whole number in decimal from 0 to %d", what, limit)
+	case n < 0 || n > limit:
+		return 0, fmt.Errorf("is out of range for %s: use 0 to %d", what, limit)
+	}
+	return n, nil
 }
 
 func parseTime(s string) (time.Time, error) {
-	ms, err := strconv.ParseInt(s, 10, 64)
+	ms, err := parseWhole(s, maxMillis, "a time")
 	if err != nil {
-		return time.Time{}, err
+		return time.Time{}, fmt.Errorf("is not a time in unix milliseconds from 1970 to the year 9999 (%w)", err)
 	}
 	return time.UnixMilli(ms), nil
 }
 
-// reason says what a parse error means for the header.
-func reason(name string, err error) string {
-	switch name {
-	case HeaderOriginalTimestamp, HeaderNotBefore, HeaderFirstFailedAt:
-		return "is not a time in unix milliseconds"
-	case HeaderAttempt, HeaderFailedAttempts:
-		return "is not a count (0 or more)"
-	case HeaderOriginalPartition, HeaderOriginalOffset:
-		return "is not a whole number"
-	}
-	return err.Error()
-}
-
-// short cuts a header value quoted in an error.
+// short cuts a header value quoted in an error, on a UTF-8 boundary, with
+// invalid UTF-8 replaced.
 func short(s string) string {
 	const limit = 64
-	if len(s) <= limit {
-		return s
+	cut := strings.ToValidUTF8(s, "\uFFFD")
+	if len(cut) <= limit {
+		return cut
 	}
-	return s[:limit] + "…"
+	i := limit
+	for i > 0 && !utf8.RuneStart(cut[i]) {
+		i--
+	}
+	return cut[:i] + "…"
 }
 
 // Headers returns the headers of a record moving to a retry tier: the

@@ -18,12 +18,16 @@ const (
 	// DefaultKeyOrderTTL is how long a key's parked messages are kept
 	// after the last change.
 	DefaultKeyOrderTTL = 24 * time.Hour
+	// MaxKeyOrderTTL bounds RedisKeyOrderConfig.TTL.
+	MaxKeyOrderTTL = 30 * 24 * time.Hour
 )
 
 // RedisKeyOrderConfig configures NewRedisKeyOrder. Scope is required.
 type RedisKeyOrderConfig struct {
 	// Scope tells apart the consumers whose keys are tracked: use the
-	// consumer group. Required; it may not contain '{' or '}'.
+	// consumer group. Required; it may not contain '{' or '}', and is, as
+	// the group, valid UTF-8 without control characters, at most 255 bytes
+	// (ValidGroup).
 	Scope string
 	// Prefix starts every Redis key. Defaults to "courier:keyorder:".
 	Prefix string
@@ -32,7 +36,8 @@ type RedisKeyOrderConfig struct {
 	// that never settles (its consumer group was deleted, say) stops
 	// holding its key back after it, however many later messages keep
 	// following it. Make it longer than a message can wait in one tier,
-	// consumer downtime included. Defaults to 24h.
+	// consumer downtime included. From 1ms to 30 days (MaxKeyOrderTTL).
+	// Defaults to 24h.
 	TTL time.Duration
 }
 
@@ -66,8 +71,14 @@ func NewRedisKeyOrder(client redis.UniversalClient, cfg RedisKeyOrderConfig) (*R
 		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.Scope or Prefix contains '{' or '}', which Redis Cluster reads as a hash tag; remove them", ErrInvalidConfig)
 	case cfg.TTL < 0:
 		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.TTL is %v; use a positive value, or 0 for the default of %v", ErrInvalidConfig, cfg.TTL, DefaultKeyOrderTTL)
-	case cfg.TTL > 0 && cfg.TTL < time.Millisecond:
-		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.TTL is %v; use at least 1ms", ErrInvalidConfig, cfg.TTL)
+	case cfg.TTL > 0 && cfg.TTL < time.Millisecond, cfg.TTL > MaxKeyOrderTTL:
+		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.TTL is %v; use 1ms to %v, or 0 for the default of %v", ErrInvalidConfig, cfg.TTL, MaxKeyOrderTTL, DefaultKeyOrderTTL)
+	}
+	if err := ValidGroup(cfg.Scope); err != nil {
+		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.Scope %q %w", ErrInvalidConfig, short(cfg.Scope), err)
+	}
+	if err := ValidGroup(cfg.Prefix); err != nil {
+		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.Prefix %q %w", ErrInvalidConfig, short(cfg.Prefix), err)
 	}
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultKeyOrderPrefix

@@ -15,6 +15,15 @@ import (
 // 5s → "orders.retry.5s".
 const DefaultSuffix = ".retry"
 
+// Bounds of Config.Delays.
+const (
+	// MaxTiers is the most tiers a topology has.
+	MaxTiers = 100
+	// MaxDelay is the longest delay of a tier: a record waits in its tier
+	// topic that long at the most, holding up the records behind it.
+	MaxDelay = 7 * 24 * time.Hour
+)
+
 // ErrInvalidConfig is matched by every error New returns for a bad config.
 var ErrInvalidConfig = errors.New("retrytopics: invalid config")
 
@@ -25,8 +34,11 @@ type Config struct {
 	// passes through them, e.g. 5s, 1m, 10m: after its first failure a
 	// message waits 5s in <topic>.retry.5s, then 1m in <topic>.retry.1m,
 	// and so on; after the last tier it goes to the dead-letter topic.
-	// Each delay is a whole number of milliseconds, at least 1ms. Tiers
-	// with equal delays share one topic. Defaults to none.
+	// Each delay is a whole number of milliseconds from 1ms to 7 days
+	// (MaxDelay), at most 100 tiers (MaxTiers). Tiers with equal delays
+	// share one topic. Every topic name derived (retry and dead-letter
+	// topics) must be a valid Kafka topic name of at most 249 characters.
+	// Defaults to none.
 	Delays []time.Duration
 	// Suffix makes a tier's topic: <topic><Suffix>.<delay>. Defaults to
 	// ".retry".
@@ -75,9 +87,13 @@ func New(topic string, cfg Config) (Topology, error) {
 	if err := topicname.Validate(t.DeadLetter); err != nil {
 		return Topology{}, fmt.Errorf("%w: DeadLetterSuffix %q: the dead-letter topic %w", ErrInvalidConfig, cfg.DeadLetterSuffix, err)
 	}
+	if len(cfg.Delays) > MaxTiers {
+		return Topology{}, fmt.Errorf("%w: Delays has %d tiers; use at most %d", ErrInvalidConfig, len(cfg.Delays), MaxTiers)
+	}
 	for i, d := range cfg.Delays {
-		if d < time.Millisecond || d%time.Millisecond != 0 {
-			return Topology{}, fmt.Errorf("%w: Delays[%d] is %v; use a whole number of milliseconds, at least 1ms (e.g. 5*time.Second)", ErrInvalidConfig, i, d)
+		if d < time.Millisecond || d%time.Millisecond != 0 || d > MaxDelay {
+			return Topology{}, fmt.Errorf("%w: Delays[%d] is %v; use a whole number of milliseconds from 1ms to %v (e.g. 5*time.Second)",
+				ErrInvalidConfig, i, d, MaxDelay)
 		}
 		tier := Tier{Round: i + 1, Topic: TopicName(topic, cfg.Suffix, d), Delay: d}
 		if err := topicname.Validate(tier.Topic); err != nil {

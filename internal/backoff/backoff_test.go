@@ -1,6 +1,8 @@
 package backoff_test
 
 import (
+	"math"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,5 +32,52 @@ func TestJitterStaysWithinItsBand(t *testing.T) {
 	}
 	if lo, hi := p.Delay(3, func() float64 { return 0 }), p.Delay(3, func() float64 { return 0.999 }); lo >= hi {
 		t.Errorf("jitter does not spread: %v and %v", lo, hi)
+	}
+}
+
+func TestValidateNamesTheField(t *testing.T) {
+	valid := backoff.Policy{Base: time.Second, Factor: 2, Max: time.Minute, Jitter: 0.2}
+	if err := valid.Validate(); err != nil {
+		t.Fatalf("valid policy: %v", err)
+	}
+	for _, tc := range []struct {
+		name  string
+		edit  func(*backoff.Policy)
+		field string
+	}{
+		{"zero base", func(p *backoff.Policy) { p.Base = 0 }, "Base"},
+		{"negative base", func(p *backoff.Policy) { p.Base = -time.Second }, "Base"},
+		{"max below base", func(p *backoff.Policy) { p.Max = time.Millisecond }, "Max"},
+		{"NaN factor", func(p *backoff.Policy) { p.Factor = math.NaN() }, "Factor"},
+		{"infinite factor", func(p *backoff.Policy) { p.Factor = math.Inf(1) }, "Factor"},
+		{"factor below 1", func(p *backoff.Policy) { p.Factor = 0.5 }, "Factor"},
+		{"huge factor", func(p *backoff.Policy) { p.Factor = 1e9 }, "Factor"},
+		{"NaN jitter", func(p *backoff.Policy) { p.Jitter = math.NaN() }, "Jitter"},
+		{"infinite jitter", func(p *backoff.Policy) { p.Jitter = math.Inf(1) }, "Jitter"},
+		{"negative jitter", func(p *backoff.Policy) { p.Jitter = -0.1 }, "Jitter"},
+	} {
+		p := valid
+		tc.edit(&p)
+		if err := p.Validate(); err == nil || !strings.HasPrefix(err.Error(), tc.field+" ") {
+			t.Errorf("%s: Validate() = %v, want an error naming %s", tc.name, err, tc.field)
+		}
+	}
+}
+
+// TestDelayStaysWithinZeroAndMax: whatever a policy holds, a delay is never
+// negative nor above Max.
+func TestDelayStaysWithinZeroAndMax(t *testing.T) {
+	for _, p := range []backoff.Policy{
+		{Base: time.Second, Factor: math.NaN(), Max: time.Minute},
+		{Base: time.Second, Factor: math.Inf(1), Max: time.Minute},
+		{Base: time.Second, Factor: 2, Max: time.Minute, Jitter: 5},
+		{Base: time.Second, Factor: 2, Max: time.Minute, Jitter: math.Inf(1)},
+		{Base: time.Second, Factor: -3, Max: time.Minute},
+	} {
+		for attempt := range 5 {
+			if d := p.Delay(attempt+1, func() float64 { return 0 }); d < 0 || d > p.Max {
+				t.Errorf("%+v attempt %d: %v, want within 0 and %v", p, attempt+1, d, p.Max)
+			}
+		}
 	}
 }
