@@ -57,6 +57,7 @@ type replayReportJSON struct {
 	NotSelected     int     `json:"not_selected"`
 	Refused         int     `json:"refused"`
 	Corrupt         int     `json:"corrupt"`
+	Skipped         int     `json:"skipped"`
 	StoppedAtMax    bool    `json:"stopped_at_max"`
 	Seconds         float64 `json:"seconds"`
 	Error           string  `json:"error,omitempty"`
@@ -79,6 +80,10 @@ loses nothing and, run again, writes at most its last batch a second time.
 Records the filters leave out stay for a later run; records already replayed
 by the group are never replayed again. Records replayed --max-replays times
 already are reported and stay; corrupt records are reported once and passed.
+Records whose target topic does not exist, is the dead-letter topic itself
+(a loop) or is a retry topic are reported as skipped and stay; the run goes
+on with the others, and exits 1 at the end when any was skipped (also with
+--dry-run), so a script notices. Refused and corrupt records alone exit 0.
 Run one replay per group at a time: a run that finds the group's position
 moved under it by another run stops (exit 1).
 
@@ -155,7 +160,7 @@ func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig) error {
 	}
 	j := replayReportJSON{
 		Topic: cfg.Topic, Group: cfg.Group, DryRun: report.DryRun, Total: report.Total, Read: report.Read, Moved: report.Moved,
-		AlreadyReplayed: report.AlreadyReplayed, NotSelected: report.NotSelected, Refused: report.Refused, Corrupt: report.Corrupt,
+		AlreadyReplayed: report.AlreadyReplayed, NotSelected: report.NotSelected, Refused: report.Refused, Corrupt: report.Corrupt, Skipped: report.Skipped,
 		StoppedAtMax: report.StoppedAtMax, Seconds: report.Elapsed.Seconds(),
 	}
 	if err != nil {
@@ -170,6 +175,14 @@ func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig) error {
 			return fmt.Errorf("interrupted after moving %d record(s); their position is committed, so the same command goes on from there", report.Moved)
 		}
 		return replayError(o, cfg.Topic, err)
+	}
+	if report.Skipped > 0 {
+		verb := "were"
+		if report.DryRun {
+			verb = "would be"
+		}
+		return fmt.Errorf("%d record(s) of %s %s skipped (target topic missing, the dead-letter topic itself, or a retry topic; see the skipped lines): "+
+			"they stay; create the topic or replay them with --to, then run the same command again", report.Skipped, cfg.Topic, verb)
 	}
 	return nil
 }
@@ -219,6 +232,7 @@ func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) e
 		{"left out by filters", r.NotSelected, "they stay for a later run"},
 		{"refused", r.Refused, fmt.Sprintf("replayed %d times already; fix the cause, then raise --max-replays", cfg.MaxReplays)},
 		{"corrupt", r.Corrupt, "not readable dead letters: reported once, then passed"},
+		{"skipped", r.Skipped, "their target topic is missing or would loop: they stay (exit 1)"},
 	}
 	for _, row := range rows {
 		if row.n > 0 && row.note != "" {
@@ -257,8 +271,8 @@ func (p *progress) update(r dlq.ReplayReport) {
 	} else if r.Total <= r.Read {
 		eta = "0s"
 	}
-	counts := fmt.Sprintf("%d/%d read, %d moved, %d already replayed, %d left out, %d refused, %d corrupt, ETA %s",
-		r.Read, r.Total, r.Moved, r.AlreadyReplayed, r.NotSelected, r.Refused, r.Corrupt, eta)
+	counts := fmt.Sprintf("%d/%d read, %d moved, %d already replayed, %d left out, %d refused, %d corrupt, %d skipped, ETA %s",
+		r.Read, r.Total, r.Moved, r.AlreadyReplayed, r.NotSelected, r.Refused, r.Corrupt, r.Skipped, eta)
 	if !p.tty {
 		if time.Since(p.last) >= plainEvery {
 			p.last = time.Now()
