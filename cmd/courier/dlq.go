@@ -214,7 +214,7 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 func printDLQStats(w io.Writer, s dlqStats) error {
-	fmt.Fprintf(w, "%s: %d dead letter(s)", s.Topic, s.Total)
+	fmt.Fprintf(w, "%s: %d dead letter(s)", termText(s.Topic), s.Total)
 	if s.Corrupt > 0 {
 		fmt.Fprintf(w, ", %d of them corrupt (see `courier dlq list`)", s.Corrupt)
 	}
@@ -225,7 +225,7 @@ func printDLQStats(w io.Writer, s dlqStats) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "COUNT\tORIGINAL TOPIC\tKIND\tFIRST FAILED\tLAST FAILED\tERROR")
 	for _, g := range s.Groups {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.Count, cell(&g.OriginalTopic, 60), g.ErrorKind,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.Count, cell(&g.OriginalTopic, 60), cell(&g.ErrorKind, 40),
 			g.FirstFailedAt.UTC().Format(time.RFC3339), g.LastFailedAt.UTC().Format(time.RFC3339), cell(&g.Error, 100))
 	}
 	return tw.Flush()
@@ -240,6 +240,7 @@ type dlqEntryJSON struct {
 	Corrupt       string        `json:"corrupt,omitempty"`
 	OriginalTopic string        `json:"original_topic,omitempty"`
 	Key           *string       `json:"key,omitempty"`
+	KeyBase64     *string       `json:"key_base64,omitempty"`
 	ErrorKind     string        `json:"error_kind,omitempty"`
 	Error         string        `json:"error,omitempty"`
 	RetryCount    int           `json:"retry_count"`
@@ -258,7 +259,7 @@ func newDLQEntryJSON(e dlq.Entry, full bool) dlqEntryJSON {
 	}
 	env := e.Envelope
 	failedAt := env.FailedAt.UTC()
-	j.OriginalTopic, j.Key, j.ErrorKind, j.Error = env.OriginalTopic, keyText(env), string(env.ErrorKind), env.Error
+	j.OriginalTopic, j.Key, j.KeyBase64, j.ErrorKind, j.Error = env.OriginalTopic, env.OriginalKey, env.OriginalKeyBase64, string(env.ErrorKind), env.Error
 	j.RetryCount, j.ReplayCount, j.FailedAt, j.ConsumerGroup = env.RetryCount, env.ReplayCount, &failedAt, env.ConsumerGroup
 	if full {
 		j.Envelope = &env
@@ -295,8 +296,12 @@ type originalJSON struct {
 	Headers     []headerJSON `json:"headers"`
 }
 
+// headerJSON is one original header: key or key_base64 (when the name is
+// not UTF-8), and value or value_base64 (when the value is not UTF-8;
+// both null for a null value).
 type headerJSON struct {
-	Key         string  `json:"key"`
+	Key         *string `json:"key"`
+	KeyBase64   *string `json:"key_base64,omitempty"`
 	Value       *string `json:"value"`
 	ValueBase64 *string `json:"value_base64,omitempty"`
 }
@@ -320,7 +325,8 @@ func newOriginalJSON(o dlq.Original) *originalJSON {
 	j.Key, j.KeyBase64 = textOrBase64(o.Key)
 	j.Value, j.ValueBase64 = textOrBase64(o.Value)
 	for _, h := range o.Headers {
-		hj := headerJSON{Key: string(h.Key)}
+		var hj headerJSON
+		hj.Key, hj.KeyBase64 = textOrBase64(append([]byte{}, h.Key...)) // a nil name is the empty one
 		hj.Value, hj.ValueBase64 = textOrBase64(h.Value)
 		j.Headers = append(j.Headers, hj)
 	}
@@ -369,7 +375,7 @@ func newDLQListCmd(o *dlqOptions) *cobra.Command {
 
 func printDLQEntries(w io.Writer, topic string, entries []dlq.Entry, more int) error {
 	if len(entries) == 0 {
-		_, err := fmt.Fprintf(w, "no dead letters in %s match\n", topic)
+		_, err := fmt.Fprintf(w, "no dead letters in %s match\n", termText(topic))
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -381,7 +387,7 @@ func printDLQEntries(w io.Writer, topic string, entries []dlq.Entry, more int) e
 		}
 		env := e.Envelope
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s[%d]@%d\t%s\t%s\t%d\t%d\t%s\n", e.Partition, e.Offset, env.FailedAt.UTC().Format(time.RFC3339),
-			cell(&env.OriginalTopic, 60), env.OriginalPartition, env.OriginalOffset, cell(keyText(env), 40), env.ErrorKind, env.RetryCount, env.ReplayCount,
+			cell(&env.OriginalTopic, 60), env.OriginalPartition, env.OriginalOffset, cell(keyText(env), 40), cell(ptr(string(env.ErrorKind)), 40), env.RetryCount, env.ReplayCount,
 			cell(ptr(errorSummary(env.Error)), 100))
 	}
 	if err := tw.Flush(); err != nil {
@@ -427,9 +433,9 @@ func newDLQShowCmd(o *dlqOptions) *cobra.Command {
 }
 
 func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
-	fmt.Fprintf(w, "%s partition %d offset %d, written %s\n", topic, e.Partition, e.Offset, e.Timestamp.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "%s partition %d offset %d, written %s\n", termText(topic), e.Partition, e.Offset, e.Timestamp.UTC().Format(time.RFC3339Nano))
 	if e.Err != nil {
-		_, err := fmt.Fprintf(w, "corrupt: %v\nreplay skips it; it stays in the topic\n", e.Err)
+		_, err := fmt.Fprintf(w, "corrupt: %s\nreplay skips it; it stays in the topic\n", termLines(e.Err.Error(), "  "))
 		return err
 	}
 	env := e.Envelope
@@ -443,7 +449,7 @@ func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
 		fmt.Fprintf(tw, ", at %s", env.OriginalTimestamp.UTC().Format(time.RFC3339Nano))
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintf(tw, "error\t%s after %d failed attempt(s)\n", env.ErrorKind, env.RetryCount)
+	fmt.Fprintf(tw, "error\t%s after %d failed attempt(s)\n", cell(ptr(string(env.ErrorKind)), math.MaxInt), env.RetryCount)
 	fmt.Fprintf(tw, "failed at\t%s (first failure %s)\n", env.FailedAt.UTC().Format(time.RFC3339Nano), env.FirstFailedAt.UTC().Format(time.RFC3339Nano))
 	for _, row := range [][2]string{{"consumer group", env.ConsumerGroup}, {"correlation id", env.CorrelationID}} {
 		if row[1] != "" {
@@ -454,7 +460,7 @@ func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "error text:\n  %s\n", strings.ReplaceAll(cell(&env.Error, math.MaxInt), "\\n", "\n  "))
+	fmt.Fprintf(w, "error text:\n  %s\n", termLines(env.Error, "  "))
 	fmt.Fprintf(w, "key: %s\n", bytesForPeople(o.Key))
 	fmt.Fprintf(w, "headers (%d):\n", len(o.Headers))
 	for _, h := range o.Headers {
@@ -471,8 +477,8 @@ func bytesForPeople(b []byte) string {
 	if b == nil {
 		return "(null)"
 	}
-	if text, printable := payloadText(b); printable {
-		return text
+	if printable(b, false) && !strings.HasPrefix(string(b), "base64:") {
+		return string(b)
 	}
 	return "base64:" + base64.StdEncoding.EncodeToString(b)
 }
@@ -481,7 +487,7 @@ func bytesForPeople(b []byte) string {
 // else as bytesForPeople does.
 func valueForPeople(b []byte) string {
 	var pretty bytes.Buffer
-	if _, printable := payloadText(b); printable && json.Indent(&pretty, b, "  ", "  ") == nil {
+	if printable(b, true) && json.Indent(&pretty, b, "  ", "  ") == nil {
 		return "  " + pretty.String()
 	}
 	return "  " + bytesForPeople(b)

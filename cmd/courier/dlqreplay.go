@@ -23,6 +23,7 @@ type replayRecordJSON struct {
 	Offset        int64            `json:"offset"`
 	OriginalTopic string           `json:"original_topic,omitempty"`
 	Key           *string          `json:"key,omitempty"`
+	KeyBase64     *string          `json:"key_base64,omitempty"`
 	Error         string           `json:"error,omitempty"`
 	To            string           `json:"to,omitempty"`
 	ToPartition   *int32           `json:"to_partition,omitempty"`
@@ -34,7 +35,7 @@ func newReplayRecordJSON(r dlq.ReplayedRecord) replayRecordJSON {
 	j := replayRecordJSON{Action: r.Action, Partition: r.Entry.Partition, Offset: r.Entry.Offset, Reason: r.Reason}
 	if r.Entry.Err == nil {
 		env := r.Entry.Envelope
-		j.OriginalTopic, j.Key, j.Error = env.OriginalTopic, keyText(env), env.Error
+		j.OriginalTopic, j.Key, j.KeyBase64, j.Error = env.OriginalTopic, env.OriginalKey, env.OriginalKeyBase64, env.Error
 	}
 	if r.To != "" {
 		j.To, j.ToPartition = r.To, &r.ToPartition
@@ -197,19 +198,19 @@ func replayError(o *dlqOptions, topic string, err error) error {
 
 // replayLine is the line printed for a record replay acted on.
 func replayLine(topic string, r dlq.ReplayedRecord) string {
-	place := fmt.Sprintf("%s %d@%d", topic, r.Entry.Partition, r.Entry.Offset)
+	place := fmt.Sprintf("%s %d@%d", termText(topic), r.Entry.Partition, r.Entry.Offset)
 	if r.Entry.Err != nil {
 		return fmt.Sprintf("%-10s  %s: %s", r.Action, place, cell(&r.Reason, 200))
 	}
 	env := r.Entry.Envelope
-	what := fmt.Sprintf("key %s, %s: %s", cell(keyText(env), 40), env.ErrorKind, cell(ptr(errorSummary(env.Error)), 80))
+	what := fmt.Sprintf("key %s, %s: %s", cell(keyText(env), 40), cell(ptr(string(env.ErrorKind)), 40), cell(ptr(errorSummary(env.Error)), 80))
 	switch r.Action {
 	case dlq.ActionMoved:
 		return fmt.Sprintf("%-10s  %s → %s %d@%d  %s", r.Action, place, r.To, r.ToPartition, r.ToOffset, what)
 	case dlq.ActionWouldMove:
 		return fmt.Sprintf("%-10s  %s → %s %d  %s", r.Action, place, r.To, r.ToPartition, what)
 	}
-	return fmt.Sprintf("%-10s  %s  %s; %s", r.Action, place, what, r.Reason)
+	return fmt.Sprintf("%-10s  %s  %s; %s", r.Action, place, what, termText(r.Reason))
 }
 
 func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) error {

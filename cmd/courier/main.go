@@ -21,6 +21,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/courierkit/courier/internal/redact"
 )
 
 // Exit codes.
@@ -49,11 +51,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "courier:", err)
+	// Errors quote what Kafka and PostgreSQL sent (and may hold the
+	// connection strings given): escaped and with every secret masked.
+	fmt.Fprintln(stderr, "courier:", termLines(redactSecrets(err.Error(), secretsOf(cmd)), ""))
 	if _, ok := errors.AsType[usageError](err); ok || isCobraUsageError(err) {
 		fmt.Fprintln(stderr, "run `courier --help` for usage")
 		return exitUsage
@@ -83,6 +87,38 @@ func isCobraUsageError(err error) bool {
 	}
 	return false
 }
+
+// secretEnv are the environment variables that may hold a secret courier
+// is given.
+var secretEnv = []string{"COURIER_DATABASE_URL", "DATABASE_URL", "PGPASSWORD", "PGSSLPASSWORD", envSASLPassword}
+
+// secretsOf returns the secrets cmd was given, in its flags or the
+// environment: those of every connection string (redact.Secrets) and the
+// passwords themselves.
+func secretsOf(cmd *cobra.Command) []string {
+	var out []string
+	for _, name := range secretEnv {
+		if v := os.Getenv(name); v != "" {
+			out = append(out, v)
+			out = append(out, redact.Secrets(v)...)
+		}
+	}
+	if cmd == nil {
+		return out
+	}
+	for _, name := range []string{"database-url", "redis-url", "sasl-password"} {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Value.String() != "" {
+			if name == "sasl-password" {
+				out = append(out, f.Value.String())
+			}
+			out = append(out, redact.Secrets(f.Value.String())...)
+		}
+	}
+	return out
+}
+
+// redactSecrets masks every secret of secrets in s.
+func redactSecrets(s string, secrets []string) string { return redact.String(s, secrets) }
 
 // envOr returns the environment variable's value, or def when it is unset.
 func envOr(name, def string) string {

@@ -19,10 +19,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/courierkit/courier/internal/pgname"
+	"github.com/courierkit/courier/internal/redact"
 	"github.com/courierkit/courier/producer"
 )
 
@@ -103,9 +105,11 @@ func requireOutboxTable(ctx context.Context, db producer.DBTX, table pgname.Tabl
 // named appName in pg_stat_activity unless the URL names one. Its errors never
 // print the password, wherever the URL or key=value string holds it.
 func (f *dbFlags) pool(ctx context.Context, minConns int32, appName string) (*pgxpool.Pool, error) {
+	secrets := redact.Secrets(f.url)
 	cfg, err := pgxpool.ParseConfig(f.url)
-	if err != nil { // pgx's error masks the password of URLs and key=value strings alike
-		return nil, usageError{fmt.Errorf("--database-url: %w (want postgres://user@host:port/database)", err)}
+	if err != nil { // pgx's error may echo the string, and its masking is best effort
+		return nil, usageError{fmt.Errorf("--database-url %s: %s (want postgres://user@host:port/database or key=value pairs)",
+			redact.ConnString(f.url), redact.String(parseReason(err), secrets))}
 	}
 	cfg.MaxConns = max(cfg.MaxConns, minConns)
 	if cfg.ConnConfig.ConnectTimeout == 0 {
@@ -121,9 +125,23 @@ func (f *dbFlags) pool(ctx context.Context, minConns int32, appName string) (*pg
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w (is it running, and is --database-url right?)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %s (is it running, and is --database-url right? connecting gives up after %v)",
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, redact.String(err.Error(), secrets), cfg.ConnConfig.ConnectTimeout)
 	}
 	return pool, nil
+}
+
+// parseReason is why pgx could not parse a connection string, without the
+// string it quotes: the reason alone.
+func parseReason(err error) string {
+	if pe, ok := errors.AsType[*pgconn.ParseConfigError](err); ok {
+		prefix := (&pgconn.ParseConfigError{ConnString: pe.ConnString}).Error() // "cannot parse `…`: "
+		if reason, ok := strings.CutPrefix(pe.Error(), prefix); ok {
+			return reason
+		}
+		return "cannot parse it"
+	}
+	return err.Error()
 }
 
 // newOutboxCmd is `courier outbox` and its subcommands.
@@ -439,16 +457,13 @@ func utc(t *time.Time) *time.Time {
 	return &u
 }
 
-// cell renders a value for a text table: "-" for none, control characters
-// escaped, at most maxLen runes.
+// cell renders a value for a text table: "-" for none, escaped by
+// termText, at most maxLen runes.
 func cell(s *string, maxLen int) string {
 	if s == nil || *s == "" {
 		return "-"
 	}
-	v := *s
-	if strings.ContainsFunc(v, unicode.IsControl) {
-		v = strings.Trim(strconv.Quote(v), `"`)
-	}
+	v := termText(*s)
 	if utf8.RuneCountInString(v) > maxLen {
 		v = string([]rune(v)[:maxLen-1]) + "…"
 	}
@@ -590,7 +605,7 @@ func printEvent(w io.Writer, r producer.Record) error {
 	for _, f := range []struct{ name, value string }{
 		{"id", r.ID.String()},
 		{"seq", strconv.FormatInt(r.Seq, 10)},
-		{"status", r.Status},
+		{"status", cell(&r.Status, unlimited)},
 		{"topic", cell(&r.Topic, unlimited)},
 		{"key", cell(r.Key, unlimited)},
 		{"type", cell(&r.Type, unlimited)},
@@ -619,8 +634,8 @@ func printEvent(w io.Writer, r producer.Record) error {
 		value := r.Headers[name]
 		fmt.Fprintf(w, "  %s: %s\n", cell(&name, unlimited), cell(&value, unlimited))
 	}
-	if text, ok := payloadText(r.Payload); ok {
-		_, err := fmt.Fprintf(w, "payload (%s, %d bytes):\n%s\n", cell(&r.ContentType, unlimited), len(r.Payload), text)
+	if printable(r.Payload, true) {
+		_, err := fmt.Fprintf(w, "payload (%s, %d bytes):\n%s\n", cell(&r.ContentType, unlimited), len(r.Payload), r.Payload)
 		return err
 	}
 	_, err := fmt.Fprintf(w, "payload (%s, %d bytes, base64):\n%s\n", cell(&r.ContentType, unlimited), len(r.Payload),
