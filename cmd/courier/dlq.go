@@ -28,8 +28,9 @@ type dlqOptions struct {
 	out   outputFlag
 }
 
-// connect validates the shared options and opens a Kafka client.
-func (o *dlqOptions) connect() (sarama.Client, error) {
+// connect validates the shared options and opens a Kafka client, giving
+// up when ctx ends (SIGINT, SIGTERM) as well as after --kafka-timeout.
+func (o *dlqOptions) connect(ctx context.Context) (sarama.Client, error) {
 	if err := o.out.validate(); err != nil {
 		return nil, err
 	}
@@ -37,11 +38,7 @@ func (o *dlqOptions) connect() (sarama.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := sarama.NewClient(brokers, cfg)
-	if err != nil {
-		return nil, o.kafka.unreachable(err)
-	}
-	return client, nil
+	return o.kafka.dialKafka(ctx, brokers, cfg)
 }
 
 // dlqError explains the errors of reading a dead-letter topic.
@@ -121,7 +118,7 @@ func (o *dlqOptions) scan(ctx context.Context, topic string, ff *dlqFilterFlags,
 	if err != nil {
 		return err
 	}
-	client, err := o.connect()
+	client, err := o.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -413,7 +410,7 @@ func newDLQShowCmd(o *dlqOptions) *cobra.Command {
 			if offset < 0 || partition < 0 {
 				return usageError{fmt.Errorf("--partition %d --offset %d: name the record's place, e.g. from `courier dlq list`", partition, offset)}
 			}
-			client, err := o.connect()
+			client, err := o.connect(cmd.Context())
 			if err != nil {
 				return err
 			}

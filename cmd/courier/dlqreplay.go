@@ -117,6 +117,13 @@ plain lines otherwise).`,
 			if err != nil {
 				return err
 			}
+			boundReads(sc, o.kafka.timeout)
+			// Unreachable brokers fail here, within the bound of --kafka-timeout.
+			probe, err := o.kafka.dialKafka(cmd.Context(), brokers, sc)
+			if err != nil {
+				return err
+			}
+			_ = probe.Close()
 			run := cfg
 			run.Brokers, run.Sarama, run.Topic, run.Filter = brokers, sc, args[0], filter
 			return runReplay(cmd, o, run)
