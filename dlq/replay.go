@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
 	"regexp"
 	"strconv"
 	"time"
@@ -41,6 +42,9 @@ const (
 	DefaultReplayGroup = "courier-replay"
 	DefaultMaxReplays  = 3
 	DefaultReplayBatch = 100
+	// MaxReplayBatch caps ReplayConfig.BatchSize: a batch is held in
+	// memory and written at once.
+	MaxReplayBatch = 10000
 )
 
 // ErrInvalidReplayConfig is matched by the error of Replay for a config it
@@ -184,12 +188,14 @@ func (c *ReplayConfig) withDefaults() (ReplayConfig, error) {
 		return bad("Brokers is empty; name at least one Kafka broker")
 	case cfg.Topic == "":
 		return bad("Topic is empty; name the dead-letter topic, e.g. orders.dlq")
+	case math.IsNaN(cfg.Rate) || math.IsInf(cfg.Rate, 0):
+		return bad("Rate is %v; use 0 (no cap) or a finite number of records per second", cfg.Rate)
 	case cfg.Rate < 0:
 		return bad("Rate is %v; use 0 (no cap) or a positive number of records per second", cfg.Rate)
 	case cfg.Max < 0:
 		return bad("Max is %d; use 0 (no cap) or a positive count", cfg.Max)
-	case cfg.BatchSize < 0:
-		return bad("BatchSize is %d; use a positive count", cfg.BatchSize)
+	case cfg.BatchSize < 0 || cfg.BatchSize > MaxReplayBatch:
+		return bad("BatchSize is %d; use 1 to %d", cfg.BatchSize, MaxReplayBatch)
 	case cfg.To == cfg.Topic:
 		return bad("To is the dead-letter topic itself; a replay would feed it back into itself")
 	}

@@ -99,6 +99,11 @@ func (f *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
 	if err != nil {
 		return dlq.Filter{}, err
 	}
+	for _, p := range f.partitions {
+		if p < 0 {
+			return dlq.Filter{}, usageError{fmt.Errorf("--partition %d: partitions are numbered from 0", p)}
+		}
+	}
 	switch {
 	case f.fromOffset < 0 || f.untilOffset < 0:
 		return dlq.Filter{}, usageError{fmt.Errorf("--from-offset %d / --until-offset %d: offsets start at 0", f.fromOffset, f.untilOffset)}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -101,12 +102,14 @@ plain lines otherwise).`,
 				return err
 			}
 			switch {
+			case math.IsNaN(cfg.Rate) || math.IsInf(cfg.Rate, 0):
+				return usageError{fmt.Errorf("--rate %v: use 0 (no limit) or a finite number of records per second", cfg.Rate)}
 			case cfg.Rate < 0:
 				return usageError{fmt.Errorf("--rate %v: use 0 (no limit) or records per second", cfg.Rate)}
 			case cfg.Max < 0:
 				return usageError{fmt.Errorf("--max %d: use 0 (no limit) or a count", cfg.Max)}
-			case cfg.BatchSize < 1:
-				return usageError{fmt.Errorf("--batch-size %d: use 1 or more", cfg.BatchSize)}
+			case cfg.BatchSize < 1 || cfg.BatchSize > dlq.MaxReplayBatch:
+				return usageError{fmt.Errorf("--batch-size %d: use 1 to %d", cfg.BatchSize, dlq.MaxReplayBatch)}
 			case cfg.MaxReplays < 1:
 				return usageError{fmt.Errorf("--max-replays %d: use 1 or more", cfg.MaxReplays)}
 			}
@@ -138,7 +141,7 @@ plain lines otherwise).`,
 	f.Float64Var(&cfg.Rate, "rate", 0, "at most this many records per second (0: no limit)")
 	f.IntVar(&cfg.Max, "max", 0, "stop after moving this many records (0: no limit)")
 	f.IntVar(&cfg.MaxReplays, "max-replays", dlq.DefaultMaxReplays, "refuse records replayed this many times already, to stop loops")
-	f.IntVar(&cfg.BatchSize, "batch-size", dlq.DefaultReplayBatch, "records written before the position is committed")
+	f.IntVar(&cfg.BatchSize, "batch-size", dlq.DefaultReplayBatch, fmt.Sprintf("records written before the position is committed (1 to %d)", dlq.MaxReplayBatch))
 	return cmd
 }
 

@@ -478,6 +478,9 @@ func timeCell(t *time.Time) string {
 	return t.UTC().Format(time.RFC3339)
 }
 
+// maxListLimit caps outbox list's --limit: a page is held in memory.
+const maxListLimit = 10000
+
 // listJSON is what list prints with --output json. NextAfter is the
 // --after of the next page, null on the last page.
 type listJSON struct {
@@ -503,8 +506,11 @@ headers.`,
   courier outbox list --status pending,failed --key order-42 --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 {
-				return usageError{fmt.Errorf("--limit %d: list at least 1 event", limit)}
+			if limit < 1 || limit > maxListLimit {
+				return usageError{fmt.Errorf("--limit %d: list 1 to %d events (page on with --after)", limit, maxListLimit)}
+			}
+			if after < 0 {
+				return usageError{fmt.Errorf("--after %d: use the SEQ of an event (0 or more)", after)}
 			}
 			f, err := filters.filter(time.Now())
 			if err != nil {
@@ -781,27 +787,58 @@ func confirm(r io.Reader, w io.Writer, prompt string) (bool, error) {
 // newOutboxCleanupCmd is `courier outbox cleanup`.
 func newOutboxCleanupCmd(o *outboxOptions) *cobra.Command {
 	var retention time.Duration
+	var yes bool
 	cmd := &cobra.Command{
 		Use:   "cleanup",
 		Short: "Delete published events older than --retention, now",
 		Long: `Deletes the events published more than --retention ago, in batches, as
 every relay does each --cleanup-interval. Dead-lettered, pending and failed
-events are never touched. --retention 0 deletes every published event.`,
+events are never touched.
+
+--retention means what it means to courier relay: 0 keeps published events
+forever, so cleanup with --retention 0 deletes nothing (to delete every
+published event, use ` + "`courier outbox purge --status published --all`" + `).
+
+On a terminal it asks you to type yes; --yes skips the question, and
+without a terminal (a script, a pipe) --yes is required.`,
 		Example: `  courier outbox cleanup
-  courier outbox cleanup --retention 24h --schema shop --output json`,
+  courier outbox cleanup --retention 24h --schema shop --yes --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyEnv(cmd.Flags()); err != nil {
 				return err
 			}
 			if retention < 0 {
-				return usageError{fmt.Errorf("--retention %v: use 0 or more (how long published events stay)", retention)}
+				return usageError{fmt.Errorf("--retention %v: use a positive duration such as 168h, or 0 to keep published events forever", retention)}
+			}
+			if err := o.out.validate(); err != nil {
+				return err
+			}
+			if retention == 0 {
+				v := map[string]any{"deleted": 0, "retention_seconds": 0, "kept_forever": true}
+				return o.out.emit(cmd.OutOrStdout(), v, func(w io.Writer) error {
+					_, err := fmt.Fprintln(w, "--retention 0 keeps published events forever (as for courier relay): nothing deleted")
+					return err
+				})
+			}
+			if !yes && !isTerminal(cmd.InOrStdin()) {
+				return usageError{errors.New("cleanup deletes published events for good and stdin is not a terminal to confirm on: pass --yes")}
 			}
 			outbox, err := o.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer outbox.Close()
+			if !yes {
+				prompt := fmt.Sprintf("Delete the events of %s published more than %v ago, for good? Type yes to continue: ", outbox.table, retention)
+				ok, err := confirm(cmd.InOrStdin(), cmd.ErrOrStderr(), prompt)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return errors.New("not confirmed; nothing was deleted")
+				}
+			}
 			n, err := outbox.Cleanup(cmd.Context(), retention)
 			if err != nil {
 				return err
@@ -813,7 +850,9 @@ events are never touched. --retention 0 deletes every published event.`,
 			})
 		},
 	}
-	cmd.Flags().DurationVar(&retention, "retention", producer.DefaultRetention, "delete events published longer ago than this")
+	cmd.Flags().DurationVar(&retention, "retention", producer.DefaultRetention,
+		"delete events published longer ago than this; 0 keeps them forever, as for courier relay (deletes nothing)")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
 	bindEnv(cmd.Flags(), "retention")
 	return cmd
 }
