@@ -49,6 +49,11 @@ func Secrets(conn string) []string {
 		if len(v) >= 1 && (v[0] == '\'' || v[0] == '"') {
 			inner := strings.TrimSuffix(v[1:], v[:1])
 			add(inner)
+			// A parser that splits on spaces (as pgx's masking does for an
+			// unterminated quote) quotes the words alone.
+			for _, word := range strings.Fields(inner) {
+				add(word)
+			}
 		}
 	}
 	// Userinfo: between the scheme (or the start) and an '@', after the
