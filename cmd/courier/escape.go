@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
 	"strconv"
 	"strings"
 	"unicode/utf16"
@@ -121,4 +122,15 @@ func escapeJSONText(b []byte) []byte {
 		b = b[size:]
 	}
 	return out.Bytes()
+}
+
+// jsonTextWriter passes each write, one JSON document or more (a slog
+// JSON record), through escapeJSONText.
+type jsonTextWriter struct{ w io.Writer }
+
+func (j jsonTextWriter) Write(p []byte) (int, error) {
+	if _, err := j.w.Write(escapeJSONText(p)); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }

@@ -553,7 +553,7 @@ func printEvents(w io.Writer, records []producer.Record, next *int64) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tID\tSTATUS\tTOPIC\tKEY\tTYPE\tRETRIES\tLAST ATTEMPT\tLAST ERROR")
 	for _, r := range records {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Seq, r.ID, r.Status, cell(&r.Topic, 40), cell(r.Key, 24),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Seq, r.ID, cell(&r.Status, 16), cell(&r.Topic, 40), cell(r.Key, 24),
 			cell(&r.Type, 24), r.RetryCount, timeCell(r.LastAttemptAt), cell(r.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {

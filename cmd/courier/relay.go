@@ -105,7 +105,10 @@ func (f *relayFlags) logHandler(w io.Writer) (slog.Handler, error) {
 	case "text":
 		return slog.NewTextHandler(w, opts), nil
 	case "json":
-		return slog.NewJSONHandler(w, opts), nil
+		// slog escapes the C0 controls; the writer escapes DEL, C1 and
+		// the other runes a terminal may act on (errors quote brokers and
+		// databases).
+		return slog.NewJSONHandler(jsonTextWriter{w}, opts), nil
 	}
 	return nil, usageError{fmt.Errorf("--log-format %q: use text or json", f.logFormat)}
 }
