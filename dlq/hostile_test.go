@@ -41,24 +41,28 @@ func envelopeRecord(change func(m map[string]any)) hostileRecord {
 // entries are appended, so a name may repeat).
 func rawRecord(change func(headers []dlq.Header) []dlq.Header) hostileRecord {
 	return func(t *testing.T, topic, dlqTopic string) *sarama.ProducerMessage {
-		env, err := dlq.New(dlq.Original{Topic: topic, Partition: 0, Offset: 7, Key: []byte("raw"), Value: []byte("raw value")},
-			dlq.Failure{Error: "boom", Kind: dlq.KindPermanent})
-		if err != nil {
-			t.Fatal(err)
-		}
-		rec, err := env.RawRecord()
-		if err != nil {
-			t.Fatal(err)
-		}
-		headers := change(rec.Headers)
-		msg := &sarama.ProducerMessage{Topic: dlqTopic, Key: sarama.ByteEncoder(rec.Key), Value: sarama.ByteEncoder(rec.Value)}
-		for _, h := range headers {
-			if h.Value != nil || h.Key != nil {
-				msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
-			}
-		}
-		return msg
+		rec := deadLetterRecord(t, dlq.Original{Topic: topic, Partition: 0, Offset: 7, Key: []byte("raw"), Value: []byte("raw value")}, true)
+		rec.Headers = change(rec.Headers)
+		return rec.Message(dlqTopic)
 	}
+}
+
+// deadLetterRecord is the dead-letter record (raw mode if raw) of o,
+// failed with "boom".
+func deadLetterRecord(t *testing.T, o dlq.Original, raw bool) dlq.Record {
+	t.Helper()
+	env, err := dlq.New(o, dlq.Failure{Error: "boom", Kind: dlq.KindPermanent})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := env.Record()
+	if raw {
+		rec, err = env.RawRecord()
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rec
 }
 
 // setHeader replaces the value of the context header name (nil: drop it).
@@ -141,20 +145,8 @@ func TestHostileDLQ(t *testing.T) {
 			dlqTopic := dlq.Topic(topic, "")
 			k.CreateTopic(t, dlqTopic, 1)
 			good := func(key string) {
-				env, err := dlq.New(dlq.Original{Topic: topic, Partition: 1, Offset: 3, Key: []byte(key), Value: []byte(`{"k":"` + key + `"}`)},
-					dlq.Failure{Error: "boom", Kind: dlq.KindRetriesExhausted})
-				if err != nil {
-					t.Fatal(err)
-				}
-				rec, err := env.Record()
-				if err != nil {
-					t.Fatal(err)
-				}
-				msg := &sarama.ProducerMessage{Topic: dlqTopic, Key: sarama.ByteEncoder(rec.Key), Value: sarama.ByteEncoder(rec.Value)}
-				for _, h := range rec.Headers {
-					msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
-				}
-				if _, _, err := producer.SendMessage(msg); err != nil {
+				rec := deadLetterRecord(t, dlq.Original{Topic: topic, Partition: 1, Offset: 3, Key: []byte(key), Value: []byte(`{"k":"` + key + `"}`)}, false)
+				if _, _, err := producer.SendMessage(rec.Message(dlqTopic)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -217,16 +209,8 @@ func TestHostileDLQSkippedRecordStaysForALaterRun(t *testing.T) {
 	f := newReplayFixture(t, 1)
 	f.failed(t, "a", "boom")
 	missing := f.topic + ".later"
-	env, err := dlq.New(dlq.Original{Topic: missing, Partition: 0, Offset: 1, Key: []byte("b"), Value: []byte(`{}`)},
-		dlq.Failure{Error: "boom", Kind: dlq.KindRetriesExhausted})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := env.Record()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, err := f.producer.SendMessage(&sarama.ProducerMessage{Topic: f.dlqTopic, Key: sarama.ByteEncoder(rec.Key), Value: sarama.ByteEncoder(rec.Value)}); err != nil {
+	rec := deadLetterRecord(t, dlq.Original{Topic: missing, Partition: 0, Offset: 1, Key: []byte("b"), Value: []byte(`{}`)}, false)
+	if _, _, err := f.producer.SendMessage(rec.Message(f.dlqTopic)); err != nil {
 		t.Fatal(err)
 	}
 	report, _ := f.mustReplay(t, dlq.ReplayConfig{})

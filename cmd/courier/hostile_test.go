@@ -92,29 +92,24 @@ func hostileDeadLetter(t *testing.T, f *dlqFixture) []byte {
 	t.Helper()
 	evil := "\x1b]0;pwned\x07\x1b[2J\r\x7f\u009b31m\u202e\x00"
 	key := []byte("k\xff" + evil)
-	env, err := dlq.New(dlq.Original{Topic: f.topic, Partition: 0, Offset: 1, Key: key, Value: []byte("v\r" + evil + "\xfe"),
+	sendDeadLetter(t, f, dlq.Original{Topic: f.topic, Partition: 0, Offset: 1, Key: key, Value: []byte("v\r" + evil + "\xfe"),
 		Headers: []dlq.Header{{Key: []byte("h\xfe" + evil), Value: []byte(evil + "\xff")}, {Key: []byte("plain"), Value: []byte("x\ty")}}},
 		dlq.Failure{Error: "bad" + evil + "\nsecond line" + evil, Kind: dlq.ErrorKind("perm" + evil), ConsumerGroup: "g" + evil, CorrelationID: "c" + evil})
-	if err != nil {
-		t.Fatal(err)
-	}
-	rec, err := env.Record()
-	if err != nil {
-		t.Fatal(err)
-	}
-	msg := &sarama.ProducerMessage{Topic: f.dlqName, Key: sarama.ByteEncoder(rec.Key), Value: sarama.ByteEncoder(rec.Value)}
-	for _, h := range rec.Headers {
-		msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
-	}
-	f.send(t, msg)
 	return key
 }
 
 // goodDeadLetter writes the dead letter of a record of target with key.
 func goodDeadLetter(t *testing.T, f *dlqFixture, target, key string) {
 	t.Helper()
-	env, err := dlq.New(dlq.Original{Topic: target, Partition: 0, Offset: 1, Key: []byte(key), Value: []byte(`{}`)},
+	sendDeadLetter(t, f, dlq.Original{Topic: target, Partition: 0, Offset: 1, Key: []byte(key), Value: []byte(`{}`)},
 		dlq.Failure{Error: "boom", Kind: dlq.KindRetriesExhausted})
+}
+
+// sendDeadLetter writes the envelope-mode dead letter of o to the
+// fixture's dead-letter topic, whatever its original topic.
+func sendDeadLetter(t *testing.T, f *dlqFixture, o dlq.Original, failure dlq.Failure) {
+	t.Helper()
+	env, err := dlq.New(o, failure)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +117,7 @@ func goodDeadLetter(t *testing.T, f *dlqFixture, target, key string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.send(t, &sarama.ProducerMessage{Topic: f.dlqName, Key: sarama.ByteEncoder(rec.Key), Value: sarama.ByteEncoder(rec.Value)})
+	f.send(t, rec.Message(f.dlqName))
 }
 
 // TestHostileCLI runs the command line as a careless or hostile operator
