@@ -60,7 +60,15 @@ to their original topics.
 
 stats, list and show only read: they join no consumer group and commit
 nothing. replay keeps its position as the offsets of a consumer group
-(--group), committed after each batch the original topic acknowledged.`,
+(--group), committed after each batch the original topic acknowledged.
+
+Text output escapes what a record could send to the terminal (control
+characters, escape sequences, bidi overrides) as in a Go string literal,
+and shows bytes that are not printable UTF-8 as base64:…. With --output
+json, a key, header name or header value that is not UTF-8 comes as
+key_base64 / value_base64 (the text field null), with the exact bytes.
+Brokers that refuse or never answer fail the command within about twice
+--kafka-timeout.`,
 		Example: `  export COURIER_BROKERS=kafka-1:9092
   courier dlq stats payouts.dlq
   courier dlq list payouts.dlq --error timeout --since 24h

@@ -8,6 +8,20 @@
 // Every command takes its flags also from COURIER_* environment variables,
 // prints JSON with --output json, and exits 0 on success, 1 on failure and 2
 // on a usage error.
+//
+// What it prints from Kafka or PostgreSQL never reaches the terminal raw:
+// text output escapes control characters, DEL, C1 and other non-printable
+// runes, and a backslash, as the inside of a Go string literal (text
+// without them is printed as is), and JSON output escapes the same runes
+// as \uXXXX. Bytes that are not UTF-8 are shown in base64 (the
+// *_base64 fields of JSON). No password given in a connection string
+// (URL userinfo, password= or sslpassword= with or without spaces and
+// quotes, a query parameter), in COURIER_DATABASE_URL, PGPASSWORD or
+// --sasl-password / COURIER_SASL_PASSWORD is ever printed. Against Kafka
+// brokers that refuse or never answer a command fails within about twice
+// --kafka-timeout (default 10s); against PostgreSQL within the URL's
+// connect_timeout (default 10s); the message names Kafka or PostgreSQL and
+// the address.
 package main
 
 import (

@@ -22,7 +22,7 @@ type dbFlags struct {
 
 func (f *dbFlags) register(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&f.url, "database-url", envOr("COURIER_DATABASE_URL", ""),
-		"PostgreSQL URL, e.g. postgres://user@host:5432/db (env COURIER_DATABASE_URL; empty: the libpq PG* variables)")
+		"PostgreSQL URL or key=value string, e.g. postgres://user@host:5432/db (env COURIER_DATABASE_URL; empty: the libpq PG* variables); connecting gives up after its connect_timeout, 10s by default")
 	cmd.PersistentFlags().StringVar(&f.schema, "schema", envOr("COURIER_SCHEMA", "public"), "schema of the outbox table (env COURIER_SCHEMA)")
 	cmd.PersistentFlags().StringVar(&f.table, "table", envOr("COURIER_TABLE", "courier_outbox"), "outbox table name (env COURIER_TABLE)")
 }
