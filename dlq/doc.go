@@ -41,6 +41,15 @@
 // record that fails again, and Replay refuses records replayed
 // MaxReplays times, so a record cannot loop for ever.
 //
+// A bad record never stops a replay. A record that is not a readable
+// dead letter (not JSON, a missing or out-of-range field, an original
+// topic Kafka would refuse, counts over MaxCount, a raw-mode record with a
+// missing or malformed dlq_* header) is reported once as ActionCorrupt and
+// passed. A readable one whose target topic does not exist, is the
+// dead-letter topic itself (a loop) or is a retry topic
+// ("<t>.retry.<delay>") is reported as ActionSkipped and stays for a later
+// run; ReplayReport counts both, and the run goes on with the rest.
+//
 // # Byte-exact originals
 //
 // Kafka keys, values and header values are arbitrary bytes, while JSON

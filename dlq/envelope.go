@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"reflect"
 	"slices"
 	"strings"
@@ -25,6 +26,10 @@ const (
 	NoPartition int32 = -1
 	NoOffset    int64 = -1
 )
+
+// MaxCount caps retry_count and replay_count, so that a replay's
+// replay_count + 1 never overflows, whatever an envelope says.
+const MaxCount = math.MaxInt32
 
 // MaxErrorBytes caps the error text of an envelope. Longer text is cut on a
 // UTF-8 boundary and ends in "… (truncated)".
@@ -538,6 +543,10 @@ func (e Envelope) validate(encoded bool) error {
 		return fieldErr("first_failed_at", ErrInvalidEnvelope, "%s is outside the years 0-9999 that RFC 3339 can write", e.FirstFailedAt)
 	case e.ReplayCount < 0:
 		return fieldErr("replay_count", ErrInvalidEnvelope, "is %d; it counts replays and cannot be negative", e.ReplayCount)
+	case e.ReplayCount > MaxCount:
+		return fieldErr("replay_count", ErrInvalidEnvelope, "is %d, over %d; no record is replayed that often", e.ReplayCount, MaxCount)
+	case e.RetryCount > MaxCount:
+		return fieldErr("retry_count", ErrInvalidEnvelope, "is %d, over %d; no record is retried that often", e.RetryCount, MaxCount)
 	}
 	return nil
 }

@@ -22,6 +22,23 @@ var ErrInvalidPublisherConfig = errors.New("dlq: invalid publisher config")
 var ErrTooLarge = errors.New("dlq: the dead letter is larger than the dead-letter topic accepts; " +
 	"raise the topic's max.message.bytes and the producer's Producer.MaxMessageBytes above the original topic's")
 
+// Message returns the Sarama message that writes r to topic: key and value
+// kept nil when nil (no key, a tombstone), headers in order.
+func (r Record) Message(topic string) *sarama.ProducerMessage {
+	msg := &sarama.ProducerMessage{Topic: topic}
+	if r.Value != nil {
+		msg.Value = sarama.ByteEncoder(r.Value)
+	}
+	if r.Key != nil {
+		msg.Key = sarama.ByteEncoder(r.Key)
+	}
+	msg.Headers = make([]sarama.RecordHeader, len(r.Headers))
+	for i, h := range r.Headers {
+		msg.Headers[i] = sarama.RecordHeader{Key: h.Key, Value: h.Value}
+	}
+	return msg
+}
+
 // PublisherConfig configures a Publisher. The zero value writes envelope
 // mode to <topic>.dlq.
 type PublisherConfig struct {
@@ -111,17 +128,7 @@ func (p *Publisher) send(ctx context.Context, e Envelope, format string) (Writte
 		return Written{}, err
 	}
 	w := Written{Topic: Topic(e.OriginalTopic, p.cfg.Suffix), Format: format}
-	msg := &sarama.ProducerMessage{Topic: w.Topic, Value: sarama.ByteEncoder(rec.Value)}
-	if rec.Value == nil {
-		msg.Value = nil // a tombstone stays a tombstone in raw mode
-	}
-	if rec.Key != nil {
-		msg.Key = sarama.ByteEncoder(rec.Key)
-	}
-	msg.Headers = make([]sarama.RecordHeader, len(rec.Headers))
-	for i, h := range rec.Headers {
-		msg.Headers[i] = sarama.RecordHeader{Key: h.Key, Value: h.Value}
-	}
+	msg := rec.Message(w.Topic)
 	if w.Partition, w.Offset, err = p.producer.SendMessage(msg); err != nil {
 		return Written{}, fmt.Errorf("dlq: write to %s: %w", w.Topic, err)
 	}

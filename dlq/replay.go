@@ -6,6 +6,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"math"
+	"regexp"
 	"strconv"
 	"time"
 
@@ -40,6 +42,9 @@ const (
 	DefaultReplayGroup = "courier-replay"
 	DefaultMaxReplays  = 3
 	DefaultReplayBatch = 100
+	// MaxReplayBatch caps ReplayConfig.BatchSize: a batch is held in
+	// memory and written at once.
+	MaxReplayBatch = 10000
 )
 
 // ErrInvalidReplayConfig is matched by the error of Replay for a config it
@@ -109,6 +114,12 @@ const (
 	// ActionCorrupt: not a readable dead letter; it is reported once and
 	// passed (it stays in the topic, where Scan still reads it).
 	ActionCorrupt ReplayAction = "corrupt"
+	// ActionSkipped: a readable dead letter that cannot go where it would
+	// go: its target topic does not exist, is the dead-letter topic being
+	// replayed (a loop), or is a retry topic. It is reported, stays
+	// unsettled (a later run, once the cause is fixed or with --to, moves
+	// it) and the run goes on with the records after it.
+	ActionSkipped ReplayAction = "skipped"
 )
 
 // ReplayedRecord is one record Replay acted on.
@@ -146,6 +157,10 @@ type ReplayReport struct {
 	// Corrupt counts records that are not readable dead letters, reported
 	// once and passed.
 	Corrupt int
+	// Skipped counts records whose target topic is missing, is the
+	// dead-letter topic itself or is a retry topic; they stay for a later
+	// run.
+	Skipped int
 	// StoppedAtMax is true when the run stopped because Max records moved.
 	StoppedAtMax bool
 	// DryRun is true for a dry run.
@@ -173,12 +188,14 @@ func (c *ReplayConfig) withDefaults() (ReplayConfig, error) {
 		return bad("Brokers is empty; name at least one Kafka broker")
 	case cfg.Topic == "":
 		return bad("Topic is empty; name the dead-letter topic, e.g. orders.dlq")
+	case math.IsNaN(cfg.Rate) || math.IsInf(cfg.Rate, 0):
+		return bad("Rate is %v; use 0 (no cap) or a finite number of records per second", cfg.Rate)
 	case cfg.Rate < 0:
 		return bad("Rate is %v; use 0 (no cap) or a positive number of records per second", cfg.Rate)
 	case cfg.Max < 0:
 		return bad("Max is %d; use 0 (no cap) or a positive count", cfg.Max)
-	case cfg.BatchSize < 0:
-		return bad("BatchSize is %d; use a positive count", cfg.BatchSize)
+	case cfg.BatchSize < 0 || cfg.BatchSize > MaxReplayBatch:
+		return bad("BatchSize is %d; use 1 to %d", cfg.BatchSize, MaxReplayBatch)
 	case cfg.To == cfg.Topic:
 		return bad("To is the dead-letter topic itself; a replay would feed it back into itself")
 	}
@@ -202,6 +219,9 @@ func (c *ReplayConfig) withDefaults() (ReplayConfig, error) {
 	sc.Producer.Return.Successes = true
 	sc.Producer.Return.Errors = true
 	sc.Producer.Partitioner = sarama.NewManualPartitioner
+	// A target topic that does not exist is reported and skipped, never
+	// created by asking for its metadata.
+	sc.Metadata.AllowAutoTopicCreation = false
 	if sc.Version.IsAtLeast(sarama.V0_11_0_0) {
 		// No duplicates from the producer's own retries.
 		sc.Producer.Idempotent = true
@@ -226,7 +246,10 @@ func (c *ReplayConfig) withDefaults() (ReplayConfig, error) {
 // over MaxReplays are reported and stay, as do records the filters leave
 // out; the position records which ones were replayed, so a later run (with
 // other filters) finds the rest and never replays a record twice. Corrupt
-// records are reported once and passed. Offsets that hold no record
+// records are reported once and passed. Records whose target topic does
+// not exist, is cfg.Topic itself (a loop) or is a retry topic
+// ("<t>.retry.<delay>") are reported as ActionSkipped, counted in
+// Skipped, and stay for a later run; the run goes on. Offsets that hold no record
 // (transaction markers, records removed by compaction) are passed too.
 //
 // Run one replay per group at a time: a second run of the group that
@@ -374,9 +397,14 @@ func (r *replayer) consider(ctx context.Context, pos *position, m *sarama.Consum
 		r.report.StoppedAtMax = true
 		return errStop
 	}
-	msg, err := r.message(e)
+	msg, skip, err := r.message(e)
 	if err != nil {
 		return err
+	}
+	if skip != "" {
+		r.report.Skipped++
+		r.record(ReplayedRecord{Entry: e, Action: ActionSkipped, To: msg.Topic, Reason: skip})
+		return nil
 	}
 	if err := r.pace(ctx, pos); err != nil {
 		return err
@@ -388,15 +416,26 @@ func (r *replayer) consider(ctx context.Context, pos *position, m *sarama.Consum
 	return nil
 }
 
-// message builds the record that restores e's original.
-func (r *replayer) message(e Entry) (*sarama.ProducerMessage, error) {
+// message builds the record that restores e's original. A record that
+// cannot go to its target comes back with skip saying why (and msg.Topic
+// naming the target); err is for the run as a whole (Kafka unreachable).
+func (r *replayer) message(e Entry) (msg *sarama.ProducerMessage, skip string, err error) {
 	o, err := e.Envelope.Original()
 	if err != nil { // Read validated it; this is a bug
-		return nil, fmt.Errorf("dlq: restore the original of %s/%d offset %d: %w", r.cfg.Topic, e.Partition, e.Offset, err)
+		return nil, "", fmt.Errorf("dlq: restore the original of %s/%d offset %d: %w", r.cfg.Topic, e.Partition, e.Offset, err)
 	}
-	msg := &sarama.ProducerMessage{Topic: o.Topic}
+	msg = &sarama.ProducerMessage{Topic: o.Topic}
 	if r.cfg.To != "" {
 		msg.Topic = r.cfg.To
+	} else if skip := loopTarget(r.cfg.Topic, o.Topic); skip != "" {
+		return msg, skip, nil
+	}
+	count, err := r.partitionCount(msg.Topic)
+	if errors.Is(err, ErrNoTargetTopic) {
+		return msg, err.Error(), nil
+	}
+	if err != nil {
+		return nil, "", err
 	}
 	if o.Key != nil {
 		msg.Key = sarama.ByteEncoder(o.Key)
@@ -413,32 +452,53 @@ func (r *replayer) message(e Entry) (*sarama.ProducerMessage, error) {
 	msg.Headers = append(msg.Headers, sarama.RecordHeader{
 		Key: []byte(ReplayCountHeader), Value: []byte(strconv.Itoa(e.Envelope.ReplayCount + 1)),
 	})
-	count, err := r.partitionCount(msg.Topic)
-	if err != nil {
-		return nil, err
-	}
 	if r.cfg.To == "" && o.Partition >= 0 && o.Partition < count {
 		msg.Partition = o.Partition
 	} else if msg.Partition, err = sarama.NewMurmur2Partitioner(msg.Topic).Partition(msg, count); err != nil {
-		return nil, fmt.Errorf("dlq: partition a record for %s: %w", msg.Topic, err)
+		return nil, "", fmt.Errorf("dlq: partition a record for %s: %w", msg.Topic, err)
 	}
-	return msg, nil
+	return msg, "", nil
 }
 
-// partitionCount returns the partition count of topic, which must exist.
+// retryTopic matches the names of package retrytopics' tiers with their
+// default suffix, e.g. "orders.retry.5s" or "orders.retry.500ms".
+var retryTopic = regexp.MustCompile(`\.retry\.[0-9]+(ms|s|m|h)$`)
+
+// loopTarget says why original, the original_topic of a dead letter of
+// source, is no topic to replay into, or "". The dead-letter topic itself
+// would take the record back and a replay would read it again (a loop); a
+// retry topic's consumer expects the retry_* headers only it writes, and
+// dead-letters what it reads under its base topic.
+func loopTarget(source, original string) string {
+	switch {
+	case original == source:
+		return fmt.Sprintf("its original_topic is %q, the dead-letter topic being replayed: writing it there would loop; replay it with To/--to naming the topic it belongs to", original)
+	case retryTopic.MatchString(original):
+		return fmt.Sprintf("its original_topic %q is a retry topic, whose records need the retry headers its consumer writes; replay it with To/--to naming the base topic", original)
+	}
+	return ""
+}
+
+// partitionCount returns the partition count of topic; ErrNoTargetTopic
+// when it does not exist (remembered for the rest of the run, so a batch of
+// records for a deleted topic costs one metadata request).
 func (r *replayer) partitionCount(topic string) (int32, error) {
 	if n, ok := r.partitionCounts[topic]; ok {
+		if n == 0 {
+			return 0, fmt.Errorf("%w: %q (create it, or pick another with To/--to)", ErrNoTargetTopic, topic)
+		}
 		return n, nil
 	}
+	if r.partitionCounts == nil {
+		r.partitionCounts = map[string]int32{}
+	}
 	partitions, err := r.client.Partitions(topic)
-	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) || err == nil && len(partitions) == 0 {
+		r.partitionCounts[topic] = 0
 		return 0, fmt.Errorf("%w: %q (create it, or pick another with To/--to)", ErrNoTargetTopic, topic)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("dlq: partitions of %q: %w", topic, err)
-	}
-	if r.partitionCounts == nil {
-		r.partitionCounts = map[string]int32{}
 	}
 	r.partitionCounts[topic] = int32(len(partitions))
 	return int32(len(partitions)), nil
@@ -545,8 +605,10 @@ func settled(pos *position, batch []pending, failed map[*sarama.ProducerMessage]
 	return &after
 }
 
-// ErrNoTargetTopic is matched by the error of Replay when a record's
-// target topic (its original topic, or To) does not exist.
+// ErrNoTargetTopic is the cause in the Reason of a record Replay skipped
+// because its target topic (its original topic, or To) does not exist.
+// Replay does not return it: it reports the record as ActionSkipped, leaves
+// it and goes on.
 var ErrNoTargetTopic = errors.New("dlq: the replay's target topic does not exist")
 
 // newRunID names a run in its commits.

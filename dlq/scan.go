@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -93,6 +94,8 @@ func (f Filter) matchPlace(partition int32, offset int64) bool {
 // validate names what is wrong with f.
 func (f Filter) validate() error {
 	switch {
+	case slices.ContainsFunc(f.Partitions, func(p int32) bool { return p < 0 }):
+		return fmt.Errorf("dlq: Partitions %v holds a negative partition; partitions are numbered from 0", f.Partitions)
 	case f.FromOffset < 0 || f.UntilOffset < 0:
 		return fmt.Errorf("dlq: the offset range %d..%d is negative; offsets start at 0", f.FromOffset, f.UntilOffset)
 	case f.UntilOffset != 0 && f.UntilOffset <= f.FromOffset:
@@ -303,6 +306,9 @@ var ErrNotFound = errors.New("dlq: no record at that place")
 // Get reads the one record at partition and offset of the dead-letter
 // topic, committing nothing.
 func Get(ctx context.Context, client sarama.Client, topic string, partition int32, offset int64) (Entry, error) {
+	if partition < 0 || offset < 0 || offset == math.MaxInt64 {
+		return Entry{}, fmt.Errorf("%w: %s partition %d offset %d (partitions and offsets start at 0)", ErrNotFound, topic, partition, offset)
+	}
 	var found *Entry
 	err := Scan(ctx, client, topic, Filter{Partitions: []int32{partition}, FromOffset: offset, UntilOffset: offset + 1}, func(e Entry) error {
 		found = &e

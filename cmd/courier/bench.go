@@ -15,6 +15,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/internal/redact"
 )
 
 // Sizes --quick picks for the counts not given: a run of a minute or so
@@ -206,7 +207,7 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 		cfg.Rounds, cfg.DatabaseURL, cfg.Brokers, cfg.Logger, cfg.Progress = f.rounds, f.databaseURL, brokers, logger, cmd.ErrOrStderr()
 		relay, err := bench.Relay(ctx, cfg)
 		if err != nil {
-			return fmt.Errorf("bench relay against PostgreSQL at %s and Kafka at %s: %w", redact(f.databaseURL), strings.Join(brokers, ","), err)
+			return fmt.Errorf("bench relay against PostgreSQL at %s and Kafka at %s: %w", redact.ConnString(f.databaseURL), strings.Join(brokers, ","), err)
 		}
 		report.Relay, report.Services.PostgreSQL = &relay, relay.PostgreSQL
 	}
@@ -217,7 +218,7 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 		}
 		enqueue, err := bench.Enqueue(ctx, cfg)
 		if err != nil {
-			return fmt.Errorf("bench enqueue against PostgreSQL at %s: %w", redact(f.databaseURL), err)
+			return fmt.Errorf("bench enqueue against PostgreSQL at %s: %w", redact.ConnString(f.databaseURL), err)
 		}
 		report.Enqueue = &enqueue
 	}
@@ -320,13 +321,13 @@ func (f *benchFlags) write(w io.Writer, report bench.Report) error {
 func connectRedis(cmd *cobra.Command, rawURL string) (*redis.Client, string, error) {
 	opts, err := redis.ParseURL(rawURL)
 	if err != nil {
-		return nil, "", usageError{fmt.Errorf("--redis-url %s: %w (want redis://host:6379/0)", redact(rawURL), err)}
+		return nil, "", usageError{fmt.Errorf("--redis-url %s: %w (want redis://host:6379/0)", redact.ConnString(rawURL), err)}
 	}
 	client := redis.NewClient(opts)
 	info, err := client.Info(cmd.Context(), "server").Result()
 	if err != nil {
 		_ = client.Close()
-		return nil, "", fmt.Errorf("Redis at %s: %w (is it running? try `make services`, or --redis-url \"\" to leave dedupe out)", redact(rawURL), err)
+		return nil, "", fmt.Errorf("Redis at %s: %w (is it running? try `make services`, or --redis-url \"\" to leave dedupe out)", redact.ConnString(rawURL), err)
 	}
 	version := "(unknown version)"
 	for line := range strings.SplitSeq(info, "\n") {
@@ -350,7 +351,7 @@ func commandLine(cmd *cobra.Command) string {
 			value = strings.Join(list.GetSlice(), ",")
 		}
 		if strings.HasSuffix(fl.Name, "-url") && value != "" {
-			value = redact(value)
+			value = redact.ConnString(value)
 		}
 		if fl.Value.Type() == "bool" && value == "true" {
 			parts = append(parts, "--"+fl.Name)

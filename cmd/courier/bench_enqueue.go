@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/internal/redact"
 )
 
 // What --quick sets bench enqueue's options to when they are not given: a
@@ -77,7 +78,7 @@ func (f *benchEnqueueFlags) run(cmd *cobra.Command, _ []string) error {
 	cfg.Progress = cmd.ErrOrStderr()
 	enqueue, err := bench.Enqueue(cmd.Context(), cfg)
 	if err != nil {
-		return fmt.Errorf("bench enqueue against PostgreSQL at %s: %w", redact(cfg.DatabaseURL), err)
+		return fmt.Errorf("bench enqueue against PostgreSQL at %s: %w", redact.ConnString(cfg.DatabaseURL), err)
 	}
 	report.Enqueue, report.Services.PostgreSQL = &enqueue, enqueue.PostgreSQL
 	w := cmd.OutOrStdout()

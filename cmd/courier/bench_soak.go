@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/internal/redact"
 )
 
 // soakFlags are the options of courier bench soak.
@@ -123,7 +124,7 @@ func (f *soakFlags) run(cmd *cobra.Command, _ []string) error {
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("bench soak against PostgreSQL at %s and Kafka at %s: %w", redact(f.databaseURL), strings.Join(kafka.brokers, ","), err)
+		return fmt.Errorf("bench soak against PostgreSQL at %s and Kafka at %s: %w", redact.ConnString(f.databaseURL), strings.Join(kafka.brokers, ","), err)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/courierkit/courier/internal/demo"
+	"github.com/courierkit/courier/internal/redact"
 )
 
 func newDemoCmd() *cobra.Command {
@@ -58,7 +59,7 @@ under courier:demo:. The broker's data stays in --data-dir/kafka, which
 				return err
 			}
 			return out.emit(cmd.OutOrStdout(), summary, func(w io.Writer) error {
-				return demo.WriteSummary(w, summary, redact(cfg.DatabaseURL), redact(cfg.RedisURL))
+				return demo.WriteSummary(w, summary, redact.ConnString(cfg.DatabaseURL), redact.ConnString(cfg.RedisURL))
 			})
 		},
 	}

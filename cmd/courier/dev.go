@@ -41,6 +41,10 @@ type devBroker struct {
 	Partitions int `json:"partitions"`
 }
 
+// maxDevPartitions caps dev's --partitions: the broker holds every
+// partition in memory.
+const maxDevPartitions = 1000
+
 func newDevCmd() *cobra.Command {
 	var out outputFlag
 	var listen, dataDir string
@@ -69,8 +73,8 @@ It is for development only: no TLS, no SASL, one broker, no replication.`,
 			if err := out.validate(); err != nil {
 				return err
 			}
-			if partitions < 1 {
-				return usageError{fmt.Errorf("--partitions %d: use 1 or more", partitions)}
+			if partitions < 1 || partitions > maxDevPartitions {
+				return usageError{fmt.Errorf("--partitions %d: use 1 to %d", partitions, maxDevPartitions)}
 			}
 			if err := checkListen(listen); err != nil {
 				return err

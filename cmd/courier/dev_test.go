@@ -137,7 +137,7 @@ func TestDevBadFlags(t *testing.T) {
 		code int
 		want string
 	}{
-		{"no partitions", []string{"--partitions", "0"}, exitUsage, "--partitions 0: use 1 or more"},
+		{"no partitions", []string{"--partitions", "0"}, exitUsage, "--partitions 0: use 1 to 1000"},
 		{"listen without a port", []string{"--listen", "9092"}, exitUsage, "want host:port"},
 		{"listen with a port out of range", []string{"--listen", "127.0.0.1:70000"}, exitUsage, "want host:port"},
 		{"unknown output", []string{"--output", "yaml"}, exitUsage, "use text or json"},

@@ -28,8 +28,9 @@ type dlqOptions struct {
 	out   outputFlag
 }
 
-// connect validates the shared options and opens a Kafka client.
-func (o *dlqOptions) connect() (sarama.Client, error) {
+// connect validates the shared options and opens a Kafka client, giving
+// up when ctx ends (SIGINT, SIGTERM) as well as after --kafka-timeout.
+func (o *dlqOptions) connect(ctx context.Context) (sarama.Client, error) {
 	if err := o.out.validate(); err != nil {
 		return nil, err
 	}
@@ -37,11 +38,7 @@ func (o *dlqOptions) connect() (sarama.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	client, err := sarama.NewClient(brokers, cfg)
-	if err != nil {
-		return nil, o.kafka.unreachable(err)
-	}
-	return client, nil
+	return o.kafka.dialKafka(ctx, brokers, cfg)
 }
 
 // dlqError explains the errors of reading a dead-letter topic.
@@ -63,7 +60,15 @@ to their original topics.
 
 stats, list and show only read: they join no consumer group and commit
 nothing. replay keeps its position as the offsets of a consumer group
-(--group), committed after each batch the original topic acknowledged.`,
+(--group), committed after each batch the original topic acknowledged.
+
+Text output escapes what a record could send to the terminal (control
+characters, escape sequences, bidi overrides) as in a Go string literal,
+and shows bytes that are not printable UTF-8 as base64:…. With --output
+json, a key, header name or header value that is not UTF-8 comes as
+key_base64 / value_base64 (the text field null), with the exact bytes.
+Brokers that refuse or never answer fail the command within about twice
+--kafka-timeout.`,
 		Example: `  export COURIER_BROKERS=kafka-1:9092
   courier dlq stats payouts.dlq
   courier dlq list payouts.dlq --error timeout --since 24h
@@ -102,6 +107,11 @@ func (f *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
 	if err != nil {
 		return dlq.Filter{}, err
 	}
+	for _, p := range f.partitions {
+		if p < 0 {
+			return dlq.Filter{}, usageError{fmt.Errorf("--partition %d: partitions are numbered from 0", p)}
+		}
+	}
 	switch {
 	case f.fromOffset < 0 || f.untilOffset < 0:
 		return dlq.Filter{}, usageError{fmt.Errorf("--from-offset %d / --until-offset %d: offsets start at 0", f.fromOffset, f.untilOffset)}
@@ -121,7 +131,7 @@ func (o *dlqOptions) scan(ctx context.Context, topic string, ff *dlqFilterFlags,
 	if err != nil {
 		return err
 	}
-	client, err := o.connect()
+	client, err := o.connect(ctx)
 	if err != nil {
 		return err
 	}
@@ -214,7 +224,7 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 func printDLQStats(w io.Writer, s dlqStats) error {
-	fmt.Fprintf(w, "%s: %d dead letter(s)", s.Topic, s.Total)
+	fmt.Fprintf(w, "%s: %d dead letter(s)", termText(s.Topic), s.Total)
 	if s.Corrupt > 0 {
 		fmt.Fprintf(w, ", %d of them corrupt (see `courier dlq list`)", s.Corrupt)
 	}
@@ -225,7 +235,7 @@ func printDLQStats(w io.Writer, s dlqStats) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "COUNT\tORIGINAL TOPIC\tKIND\tFIRST FAILED\tLAST FAILED\tERROR")
 	for _, g := range s.Groups {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.Count, cell(&g.OriginalTopic, 60), g.ErrorKind,
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\n", g.Count, cell(&g.OriginalTopic, 60), cell(&g.ErrorKind, 40),
 			g.FirstFailedAt.UTC().Format(time.RFC3339), g.LastFailedAt.UTC().Format(time.RFC3339), cell(&g.Error, 100))
 	}
 	return tw.Flush()
@@ -240,6 +250,7 @@ type dlqEntryJSON struct {
 	Corrupt       string        `json:"corrupt,omitempty"`
 	OriginalTopic string        `json:"original_topic,omitempty"`
 	Key           *string       `json:"key,omitempty"`
+	KeyBase64     *string       `json:"key_base64,omitempty"`
 	ErrorKind     string        `json:"error_kind,omitempty"`
 	Error         string        `json:"error,omitempty"`
 	RetryCount    int           `json:"retry_count"`
@@ -258,7 +269,7 @@ func newDLQEntryJSON(e dlq.Entry, full bool) dlqEntryJSON {
 	}
 	env := e.Envelope
 	failedAt := env.FailedAt.UTC()
-	j.OriginalTopic, j.Key, j.ErrorKind, j.Error = env.OriginalTopic, keyText(env), string(env.ErrorKind), env.Error
+	j.OriginalTopic, j.Key, j.KeyBase64, j.ErrorKind, j.Error = env.OriginalTopic, env.OriginalKey, env.OriginalKeyBase64, string(env.ErrorKind), env.Error
 	j.RetryCount, j.ReplayCount, j.FailedAt, j.ConsumerGroup = env.RetryCount, env.ReplayCount, &failedAt, env.ConsumerGroup
 	if full {
 		j.Envelope = &env
@@ -295,8 +306,12 @@ type originalJSON struct {
 	Headers     []headerJSON `json:"headers"`
 }
 
+// headerJSON is one original header: key or key_base64 (when the name is
+// not UTF-8), and value or value_base64 (when the value is not UTF-8;
+// both null for a null value).
 type headerJSON struct {
-	Key         string  `json:"key"`
+	Key         *string `json:"key"`
+	KeyBase64   *string `json:"key_base64,omitempty"`
 	Value       *string `json:"value"`
 	ValueBase64 *string `json:"value_base64,omitempty"`
 }
@@ -320,7 +335,8 @@ func newOriginalJSON(o dlq.Original) *originalJSON {
 	j.Key, j.KeyBase64 = textOrBase64(o.Key)
 	j.Value, j.ValueBase64 = textOrBase64(o.Value)
 	for _, h := range o.Headers {
-		hj := headerJSON{Key: string(h.Key)}
+		var hj headerJSON
+		hj.Key, hj.KeyBase64 = textOrBase64(append([]byte{}, h.Key...)) // a nil name is the empty one
 		hj.Value, hj.ValueBase64 = textOrBase64(h.Value)
 		j.Headers = append(j.Headers, hj)
 	}
@@ -369,7 +385,7 @@ func newDLQListCmd(o *dlqOptions) *cobra.Command {
 
 func printDLQEntries(w io.Writer, topic string, entries []dlq.Entry, more int) error {
 	if len(entries) == 0 {
-		_, err := fmt.Fprintf(w, "no dead letters in %s match\n", topic)
+		_, err := fmt.Fprintf(w, "no dead letters in %s match\n", termText(topic))
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -381,7 +397,7 @@ func printDLQEntries(w io.Writer, topic string, entries []dlq.Entry, more int) e
 		}
 		env := e.Envelope
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s[%d]@%d\t%s\t%s\t%d\t%d\t%s\n", e.Partition, e.Offset, env.FailedAt.UTC().Format(time.RFC3339),
-			cell(&env.OriginalTopic, 60), env.OriginalPartition, env.OriginalOffset, cell(keyText(env), 40), env.ErrorKind, env.RetryCount, env.ReplayCount,
+			cell(&env.OriginalTopic, 60), env.OriginalPartition, env.OriginalOffset, cell(keyText(env), 40), cell(ptr(string(env.ErrorKind)), 40), env.RetryCount, env.ReplayCount,
 			cell(ptr(errorSummary(env.Error)), 100))
 	}
 	if err := tw.Flush(); err != nil {
@@ -407,7 +423,7 @@ func newDLQShowCmd(o *dlqOptions) *cobra.Command {
 			if offset < 0 || partition < 0 {
 				return usageError{fmt.Errorf("--partition %d --offset %d: name the record's place, e.g. from `courier dlq list`", partition, offset)}
 			}
-			client, err := o.connect()
+			client, err := o.connect(cmd.Context())
 			if err != nil {
 				return err
 			}
@@ -427,9 +443,9 @@ func newDLQShowCmd(o *dlqOptions) *cobra.Command {
 }
 
 func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
-	fmt.Fprintf(w, "%s partition %d offset %d, written %s\n", topic, e.Partition, e.Offset, e.Timestamp.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "%s partition %d offset %d, written %s\n", termText(topic), e.Partition, e.Offset, e.Timestamp.UTC().Format(time.RFC3339Nano))
 	if e.Err != nil {
-		_, err := fmt.Fprintf(w, "corrupt: %v\nreplay skips it; it stays in the topic\n", e.Err)
+		_, err := fmt.Fprintf(w, "corrupt: %s\nreplay skips it; it stays in the topic\n", termLines(e.Err.Error(), "  "))
 		return err
 	}
 	env := e.Envelope
@@ -443,7 +459,7 @@ func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
 		fmt.Fprintf(tw, ", at %s", env.OriginalTimestamp.UTC().Format(time.RFC3339Nano))
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintf(tw, "error\t%s after %d failed attempt(s)\n", env.ErrorKind, env.RetryCount)
+	fmt.Fprintf(tw, "error\t%s after %d failed attempt(s)\n", cell(ptr(string(env.ErrorKind)), math.MaxInt), env.RetryCount)
 	fmt.Fprintf(tw, "failed at\t%s (first failure %s)\n", env.FailedAt.UTC().Format(time.RFC3339Nano), env.FirstFailedAt.UTC().Format(time.RFC3339Nano))
 	for _, row := range [][2]string{{"consumer group", env.ConsumerGroup}, {"correlation id", env.CorrelationID}} {
 		if row[1] != "" {
@@ -454,7 +470,7 @@ func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "error text:\n  %s\n", strings.ReplaceAll(cell(&env.Error, math.MaxInt), "\\n", "\n  "))
+	fmt.Fprintf(w, "error text:\n  %s\n", termLines(env.Error, "  "))
 	fmt.Fprintf(w, "key: %s\n", bytesForPeople(o.Key))
 	fmt.Fprintf(w, "headers (%d):\n", len(o.Headers))
 	for _, h := range o.Headers {
@@ -471,8 +487,8 @@ func bytesForPeople(b []byte) string {
 	if b == nil {
 		return "(null)"
 	}
-	if text, printable := payloadText(b); printable {
-		return text
+	if printable(b, false) && !strings.HasPrefix(string(b), "base64:") {
+		return string(b)
 	}
 	return "base64:" + base64.StdEncoding.EncodeToString(b)
 }
@@ -481,7 +497,7 @@ func bytesForPeople(b []byte) string {
 // else as bytesForPeople does.
 func valueForPeople(b []byte) string {
 	var pretty bytes.Buffer
-	if _, printable := payloadText(b); printable && json.Indent(&pretty, b, "  ", "  ") == nil {
+	if printable(b, true) && json.Indent(&pretty, b, "  ", "  ") == nil {
 		return "  " + pretty.String()
 	}
 	return "  " + bytesForPeople(b)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -23,6 +24,7 @@ type replayRecordJSON struct {
 	Offset        int64            `json:"offset"`
 	OriginalTopic string           `json:"original_topic,omitempty"`
 	Key           *string          `json:"key,omitempty"`
+	KeyBase64     *string          `json:"key_base64,omitempty"`
 	Error         string           `json:"error,omitempty"`
 	To            string           `json:"to,omitempty"`
 	ToPartition   *int32           `json:"to_partition,omitempty"`
@@ -34,7 +36,7 @@ func newReplayRecordJSON(r dlq.ReplayedRecord) replayRecordJSON {
 	j := replayRecordJSON{Action: r.Action, Partition: r.Entry.Partition, Offset: r.Entry.Offset, Reason: r.Reason}
 	if r.Entry.Err == nil {
 		env := r.Entry.Envelope
-		j.OriginalTopic, j.Key, j.Error = env.OriginalTopic, keyText(env), env.Error
+		j.OriginalTopic, j.Key, j.KeyBase64, j.Error = env.OriginalTopic, env.OriginalKey, env.OriginalKeyBase64, env.Error
 	}
 	if r.To != "" {
 		j.To, j.ToPartition = r.To, &r.ToPartition
@@ -57,6 +59,7 @@ type replayReportJSON struct {
 	NotSelected     int     `json:"not_selected"`
 	Refused         int     `json:"refused"`
 	Corrupt         int     `json:"corrupt"`
+	Skipped         int     `json:"skipped"`
 	StoppedAtMax    bool    `json:"stopped_at_max"`
 	Seconds         float64 `json:"seconds"`
 	Error           string  `json:"error,omitempty"`
@@ -79,6 +82,10 @@ loses nothing and, run again, writes at most its last batch a second time.
 Records the filters leave out stay for a later run; records already replayed
 by the group are never replayed again. Records replayed --max-replays times
 already are reported and stay; corrupt records are reported once and passed.
+Records whose target topic does not exist, is the dead-letter topic itself
+(a loop) or is a retry topic are reported as skipped and stay; the run goes
+on with the others, and exits 1 at the end when any was skipped (also with
+--dry-run), so a script notices. Refused and corrupt records alone exit 0.
 Run one replay per group at a time: a run that finds the group's position
 moved under it by another run stops (exit 1).
 
@@ -95,12 +102,14 @@ plain lines otherwise).`,
 				return err
 			}
 			switch {
+			case math.IsNaN(cfg.Rate) || math.IsInf(cfg.Rate, 0):
+				return usageError{fmt.Errorf("--rate %v: use 0 (no limit) or a finite number of records per second", cfg.Rate)}
 			case cfg.Rate < 0:
 				return usageError{fmt.Errorf("--rate %v: use 0 (no limit) or records per second", cfg.Rate)}
 			case cfg.Max < 0:
 				return usageError{fmt.Errorf("--max %d: use 0 (no limit) or a count", cfg.Max)}
-			case cfg.BatchSize < 1:
-				return usageError{fmt.Errorf("--batch-size %d: use 1 or more", cfg.BatchSize)}
+			case cfg.BatchSize < 1 || cfg.BatchSize > dlq.MaxReplayBatch:
+				return usageError{fmt.Errorf("--batch-size %d: use 1 to %d", cfg.BatchSize, dlq.MaxReplayBatch)}
 			case cfg.MaxReplays < 1:
 				return usageError{fmt.Errorf("--max-replays %d: use 1 or more", cfg.MaxReplays)}
 			}
@@ -111,6 +120,13 @@ plain lines otherwise).`,
 			if err != nil {
 				return err
 			}
+			boundReads(sc, o.kafka.timeout)
+			// Unreachable brokers fail here, within the bound of --kafka-timeout.
+			probe, err := o.kafka.dialKafka(cmd.Context(), brokers, sc)
+			if err != nil {
+				return err
+			}
+			_ = probe.Close()
 			run := cfg
 			run.Brokers, run.Sarama, run.Topic, run.Filter = brokers, sc, args[0], filter
 			return runReplay(cmd, o, run)
@@ -125,7 +141,7 @@ plain lines otherwise).`,
 	f.Float64Var(&cfg.Rate, "rate", 0, "at most this many records per second (0: no limit)")
 	f.IntVar(&cfg.Max, "max", 0, "stop after moving this many records (0: no limit)")
 	f.IntVar(&cfg.MaxReplays, "max-replays", dlq.DefaultMaxReplays, "refuse records replayed this many times already, to stop loops")
-	f.IntVar(&cfg.BatchSize, "batch-size", dlq.DefaultReplayBatch, "records written before the position is committed")
+	f.IntVar(&cfg.BatchSize, "batch-size", dlq.DefaultReplayBatch, fmt.Sprintf("records written before the position is committed (1 to %d)", dlq.MaxReplayBatch))
 	return cmd
 }
 
@@ -155,7 +171,7 @@ func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig) error {
 	}
 	j := replayReportJSON{
 		Topic: cfg.Topic, Group: cfg.Group, DryRun: report.DryRun, Total: report.Total, Read: report.Read, Moved: report.Moved,
-		AlreadyReplayed: report.AlreadyReplayed, NotSelected: report.NotSelected, Refused: report.Refused, Corrupt: report.Corrupt,
+		AlreadyReplayed: report.AlreadyReplayed, NotSelected: report.NotSelected, Refused: report.Refused, Corrupt: report.Corrupt, Skipped: report.Skipped,
 		StoppedAtMax: report.StoppedAtMax, Seconds: report.Elapsed.Seconds(),
 	}
 	if err != nil {
@@ -171,6 +187,14 @@ func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig) error {
 		}
 		return replayError(o, cfg.Topic, err)
 	}
+	if report.Skipped > 0 {
+		verb := "were"
+		if report.DryRun {
+			verb = "would be"
+		}
+		return fmt.Errorf("%d record(s) of %s %s skipped (target topic missing, the dead-letter topic itself, or a retry topic; see the skipped lines): "+
+			"they stay; create the topic or replay them with --to, then run the same command again", report.Skipped, cfg.Topic, verb)
+	}
 	return nil
 }
 
@@ -184,19 +208,19 @@ func replayError(o *dlqOptions, topic string, err error) error {
 
 // replayLine is the line printed for a record replay acted on.
 func replayLine(topic string, r dlq.ReplayedRecord) string {
-	place := fmt.Sprintf("%s %d@%d", topic, r.Entry.Partition, r.Entry.Offset)
+	place := fmt.Sprintf("%s %d@%d", termText(topic), r.Entry.Partition, r.Entry.Offset)
 	if r.Entry.Err != nil {
 		return fmt.Sprintf("%-10s  %s: %s", r.Action, place, cell(&r.Reason, 200))
 	}
 	env := r.Entry.Envelope
-	what := fmt.Sprintf("key %s, %s: %s", cell(keyText(env), 40), env.ErrorKind, cell(ptr(errorSummary(env.Error)), 80))
+	what := fmt.Sprintf("key %s, %s: %s", cell(keyText(env), 40), cell(ptr(string(env.ErrorKind)), 40), cell(ptr(errorSummary(env.Error)), 80))
 	switch r.Action {
 	case dlq.ActionMoved:
 		return fmt.Sprintf("%-10s  %s → %s %d@%d  %s", r.Action, place, r.To, r.ToPartition, r.ToOffset, what)
 	case dlq.ActionWouldMove:
 		return fmt.Sprintf("%-10s  %s → %s %d  %s", r.Action, place, r.To, r.ToPartition, what)
 	}
-	return fmt.Sprintf("%-10s  %s  %s; %s", r.Action, place, what, r.Reason)
+	return fmt.Sprintf("%-10s  %s  %s; %s", r.Action, place, what, termText(r.Reason))
 }
 
 func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) error {
@@ -219,6 +243,7 @@ func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) e
 		{"left out by filters", r.NotSelected, "they stay for a later run"},
 		{"refused", r.Refused, fmt.Sprintf("replayed %d times already; fix the cause, then raise --max-replays", cfg.MaxReplays)},
 		{"corrupt", r.Corrupt, "not readable dead letters: reported once, then passed"},
+		{"skipped", r.Skipped, "their target topic is missing or would loop: they stay (exit 1)"},
 	}
 	for _, row := range rows {
 		if row.n > 0 && row.note != "" {
@@ -257,8 +282,8 @@ func (p *progress) update(r dlq.ReplayReport) {
 	} else if r.Total <= r.Read {
 		eta = "0s"
 	}
-	counts := fmt.Sprintf("%d/%d read, %d moved, %d already replayed, %d left out, %d refused, %d corrupt, ETA %s",
-		r.Read, r.Total, r.Moved, r.AlreadyReplayed, r.NotSelected, r.Refused, r.Corrupt, eta)
+	counts := fmt.Sprintf("%d/%d read, %d moved, %d already replayed, %d left out, %d refused, %d corrupt, %d skipped, ETA %s",
+		r.Read, r.Total, r.Moved, r.AlreadyReplayed, r.NotSelected, r.Refused, r.Corrupt, r.Skipped, eta)
 	if !p.tty {
 		if time.Since(p.last) >= plainEvery {
 			p.last = time.Now()

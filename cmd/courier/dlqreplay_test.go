@@ -30,7 +30,7 @@ func TestReplayProgressWritesPlainLinesElsewhere(t *testing.T) {
 	p := &progress{w: &out}
 	p.update(dlq.ReplayReport{Total: 10, Read: 10, Moved: 10})
 	p.update(dlq.ReplayReport{Total: 10, Read: 10, Moved: 10}) // within plainEvery: no second line
-	if got := out.String(); got != "replay: 10/10 read, 10 moved, 0 already replayed, 0 left out, 0 refused, 0 corrupt, ETA 0s\n" {
+	if got := out.String(); got != "replay: 10/10 read, 10 moved, 0 already replayed, 0 left out, 0 refused, 0 corrupt, 0 skipped, ETA 0s\n" {
 		t.Fatalf("plain progress = %q", got)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/IBM/sarama"
 	"github.com/spf13/cobra"
@@ -26,6 +28,8 @@ type kafkaFlags struct {
 	clientID string
 	tls      tlsFlags
 	sasl     saslFlags
+	// timeout bounds each dial, request and metadata refresh (--kafka-timeout).
+	timeout time.Duration
 	// envErr is a COURIER_* variable that could not be parsed while the
 	// flags were registered; config reports it as a usage error.
 	envErr error
@@ -63,6 +67,8 @@ func (k *kafkaFlags) register(cmd *cobra.Command) {
 	f := cmd.PersistentFlags()
 	f.StringVar(&k.brokers, "brokers", envOr("COURIER_BROKERS", "127.0.0.1:9092"),
 		"Kafka bootstrap addresses, comma-separated (env COURIER_BROKERS)")
+	f.DurationVar(&k.timeout, "kafka-timeout", k.envDuration("COURIER_KAFKA_TIMEOUT", DefaultKafkaTimeout),
+		"how long to wait for a Kafka broker to connect or answer one request; a command against brokers that do not answer fails after about this long, at most twice it (env COURIER_KAFKA_TIMEOUT)")
 	f.StringVar(&k.clientID, "client-id", envOr("COURIER_CLIENT_ID", "courier"), "Kafka client id (env COURIER_CLIENT_ID)")
 
 	f.BoolVar(&k.tls.enable, "tls", k.envBool("COURIER_TLS"),
@@ -100,6 +106,65 @@ func (k *kafkaFlags) envBool(name string) bool {
 	return v
 }
 
+// DefaultKafkaTimeout is --kafka-timeout's default.
+const DefaultKafkaTimeout = 10 * time.Second
+
+// boundReads sets cfg's read timeout to timeout, but past the time a
+// broker may hold a produce request (Producer.Timeout), which is an answer
+// on its way and no silence.
+func boundReads(cfg *sarama.Config, timeout time.Duration) {
+	cfg.Net.ReadTimeout = max(timeout, cfg.Producer.Timeout+5*time.Second)
+}
+
+// dialKafka opens a client of brokers, giving up when ctx ends or, for
+// brokers that accept connections and never answer, after twice
+// --kafka-timeout (the longest a metadata request and its retry take).
+func (k *kafkaFlags) dialKafka(ctx context.Context, brokers []string, cfg *sarama.Config) (sarama.Client, error) {
+	type result struct {
+		client sarama.Client
+		err    error
+	}
+	done := make(chan result, 1)
+	go func() {
+		client, err := sarama.NewClient(brokers, cfg)
+		done <- result{client, err}
+	}()
+	limit := time.NewTimer(2 * k.timeout)
+	defer limit.Stop()
+	var stopped error
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, k.unreachable(r.err)
+		}
+		return r.client, nil
+	case <-ctx.Done():
+		stopped = fmt.Errorf("stopped while connecting to Kafka at %s: %w", strings.Join(brokers, ","), ctx.Err())
+	case <-limit.C:
+		stopped = k.unreachable(fmt.Errorf("no answer in %v", 2*k.timeout))
+	}
+	go func() { // the attempt ends within its timeouts; close what it opened
+		if r := <-done; r.err == nil {
+			_ = r.client.Close()
+		}
+	}()
+	return nil, stopped
+}
+
+// envDuration reads a duration environment variable for a flag default; a
+// value time.ParseDuration does not take is remembered in envErr.
+func (k *kafkaFlags) envDuration(name string, def time.Duration) time.Duration {
+	raw, ok := os.LookupEnv(name)
+	if !ok || raw == "" {
+		return def
+	}
+	v, err := time.ParseDuration(raw)
+	if err != nil && k.envErr == nil {
+		k.envErr = fmt.Errorf("%s=%q: use a duration such as 10s", name, raw)
+	}
+	return v
+}
+
 // config returns the broker list and a Sarama configuration with the
 // connection options applied; bad options are usage errors.
 func (k *kafkaFlags) config() ([]string, *sarama.Config, error) {
@@ -110,8 +175,17 @@ func (k *kafkaFlags) config() ([]string, *sarama.Config, error) {
 	if len(brokers) == 0 {
 		return nil, nil, usageError{fmt.Errorf("--brokers is empty: name at least one Kafka broker, e.g. --brokers 127.0.0.1:9092")}
 	}
+	if k.timeout <= 0 || k.timeout > time.Hour {
+		return nil, nil, usageError{fmt.Errorf("--kafka-timeout %v: use a positive duration up to 1h, such as 10s", k.timeout)}
+	}
 	cfg := sarama.NewConfig()
 	cfg.ClientID = k.clientID
+	// Brokers that do not answer (a port that accepts and stays silent, a
+	// firewall that drops) fail the command in about --kafka-timeout: each
+	// dial and request waits that long, and a metadata refresh retries no
+	// longer than that.
+	cfg.Net.DialTimeout, cfg.Net.ReadTimeout, cfg.Net.WriteTimeout = k.timeout, k.timeout, k.timeout
+	cfg.Metadata.Timeout = k.timeout
 	tlsConfig, err := k.tls.config()
 	if err != nil {
 		return nil, nil, usageError{err}
@@ -243,7 +317,7 @@ func (s *scramClient) Done() bool { return s.conv.Done() }
 // unreachable explains a failure to reach the brokers, naming a TLS or SASL
 // failure as such and what to check.
 func (k *kafkaFlags) unreachable(err error) error {
-	return fmt.Errorf("cannot reach Kafka at %s: %w (%s)", strings.Join(splitList(k.brokers), ","), err, k.hint(err))
+	return fmt.Errorf("cannot reach Kafka at %s within --kafka-timeout %v: %w (%s)", strings.Join(splitList(k.brokers), ","), k.timeout, err, k.hint(err))
 }
 
 // hint says what to check for err.

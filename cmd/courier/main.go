@@ -8,6 +8,20 @@
 // Every command takes its flags also from COURIER_* environment variables,
 // prints JSON with --output json, and exits 0 on success, 1 on failure and 2
 // on a usage error.
+//
+// What it prints from Kafka or PostgreSQL never reaches the terminal raw:
+// text output escapes control characters, DEL, C1 and other non-printable
+// runes, and a backslash, as the inside of a Go string literal (text
+// without them is printed as is), and JSON output escapes the same runes
+// as \uXXXX. Bytes that are not UTF-8 are shown in base64 (the
+// *_base64 fields of JSON). No password given in a connection string
+// (URL userinfo, password= or sslpassword= with or without spaces and
+// quotes, a query parameter), in COURIER_DATABASE_URL, PGPASSWORD or
+// --sasl-password / COURIER_SASL_PASSWORD is ever printed. Against Kafka
+// brokers that refuse or never answer a command fails within about twice
+// --kafka-timeout (default 10s); against PostgreSQL within the URL's
+// connect_timeout (default 10s); the message names Kafka or PostgreSQL and
+// the address.
 package main
 
 import (
@@ -21,6 +35,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/courierkit/courier/internal/redact"
 )
 
 // Exit codes.
@@ -49,11 +65,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetArgs(args)
 	root.SetOut(stdout)
 	root.SetErr(stderr)
-	err := root.ExecuteContext(ctx)
+	cmd, err := root.ExecuteContextC(ctx)
 	if err == nil {
 		return exitOK
 	}
-	fmt.Fprintln(stderr, "courier:", err)
+	// Errors quote what Kafka and PostgreSQL sent (and may hold the
+	// connection strings given): escaped and with every secret masked.
+	fmt.Fprintln(stderr, "courier:", termLines(redactSecrets(err.Error(), secretsOf(cmd)), ""))
 	if _, ok := errors.AsType[usageError](err); ok || isCobraUsageError(err) {
 		fmt.Fprintln(stderr, "run `courier --help` for usage")
 		return exitUsage
@@ -83,6 +101,38 @@ func isCobraUsageError(err error) bool {
 	}
 	return false
 }
+
+// secretEnv are the environment variables that may hold a secret courier
+// is given.
+var secretEnv = []string{"COURIER_DATABASE_URL", "DATABASE_URL", "PGPASSWORD", "PGSSLPASSWORD", envSASLPassword}
+
+// secretsOf returns the secrets cmd was given, in its flags or the
+// environment: those of every connection string (redact.Secrets) and the
+// passwords themselves.
+func secretsOf(cmd *cobra.Command) []string {
+	var out []string
+	for _, name := range secretEnv {
+		if v := os.Getenv(name); v != "" {
+			out = append(out, v)
+			out = append(out, redact.Secrets(v)...)
+		}
+	}
+	if cmd == nil {
+		return out
+	}
+	for _, name := range []string{"database-url", "redis-url", "sasl-password"} {
+		if f := cmd.Flags().Lookup(name); f != nil && f.Value.String() != "" {
+			if name == "sasl-password" {
+				out = append(out, f.Value.String())
+			}
+			out = append(out, redact.Secrets(f.Value.String())...)
+		}
+	}
+	return out
+}
+
+// redactSecrets masks every secret of secrets in s.
+func redactSecrets(s string, secrets []string) string { return redact.String(s, secrets) }
 
 // envOr returns the environment variable's value, or def when it is unset.
 func envOr(name, def string) string {

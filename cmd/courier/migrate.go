@@ -1,11 +1,11 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
-	"net/url"
 	"text/tabwriter"
 	"time"
 
@@ -22,18 +22,9 @@ type dbFlags struct {
 
 func (f *dbFlags) register(cmd *cobra.Command) {
 	cmd.PersistentFlags().StringVar(&f.url, "database-url", envOr("COURIER_DATABASE_URL", ""),
-		"PostgreSQL URL, e.g. postgres://user@host:5432/db (env COURIER_DATABASE_URL; empty: the libpq PG* variables)")
+		"PostgreSQL URL or key=value string, e.g. postgres://user@host:5432/db (env COURIER_DATABASE_URL; empty: the libpq PG* variables); connecting gives up after its connect_timeout, 10s by default")
 	cmd.PersistentFlags().StringVar(&f.schema, "schema", envOr("COURIER_SCHEMA", "public"), "schema of the outbox table (env COURIER_SCHEMA)")
 	cmd.PersistentFlags().StringVar(&f.table, "table", envOr("COURIER_TABLE", "courier_outbox"), "outbox table name (env COURIER_TABLE)")
-}
-
-// redact hides the password of a URL.
-func redact(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
 }
 
 // outputFlag is --output, shared by commands that print results.
@@ -61,10 +52,17 @@ func (o *outputFlag) emit(w io.Writer, v any, text func(io.Writer) error) error 
 	return text(w)
 }
 
+// writeJSON writes v as indented JSON, with the runes a terminal may act
+// on escaped (escapeJSONText).
 func writeJSON(w io.Writer, v any) error {
-	enc := json.NewEncoder(w)
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	if err := enc.Encode(v); err != nil {
+		return err
+	}
+	_, err := w.Write(escapeJSONText(buf.Bytes()))
+	return err
 }
 
 // migrationJSON is a migration as --output json prints it.

@@ -19,10 +19,12 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
 	"github.com/courierkit/courier/internal/pgname"
+	"github.com/courierkit/courier/internal/redact"
 	"github.com/courierkit/courier/producer"
 )
 
@@ -103,9 +105,11 @@ func requireOutboxTable(ctx context.Context, db producer.DBTX, table pgname.Tabl
 // named appName in pg_stat_activity unless the URL names one. Its errors never
 // print the password, wherever the URL or key=value string holds it.
 func (f *dbFlags) pool(ctx context.Context, minConns int32, appName string) (*pgxpool.Pool, error) {
+	secrets := redact.Secrets(f.url)
 	cfg, err := pgxpool.ParseConfig(f.url)
-	if err != nil { // pgx's error masks the password of URLs and key=value strings alike
-		return nil, usageError{fmt.Errorf("--database-url: %w (want postgres://user@host:port/database)", err)}
+	if err != nil { // pgx's error may echo the string, and its masking is best effort
+		return nil, usageError{fmt.Errorf("--database-url %s: %s (want postgres://user@host:port/database or key=value pairs)",
+			redact.ConnString(f.url), redact.String(parseReason(err), secrets))}
 	}
 	cfg.MaxConns = max(cfg.MaxConns, minConns)
 	if cfg.ConnConfig.ConnectTimeout == 0 {
@@ -121,9 +125,23 @@ func (f *dbFlags) pool(ctx context.Context, minConns int32, appName string) (*pg
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %w (is it running, and is --database-url right?)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, err)
+		return nil, fmt.Errorf("connect to PostgreSQL at %s:%d: %s (is it running, and is --database-url right? connecting gives up after %v)",
+			cfg.ConnConfig.Host, cfg.ConnConfig.Port, redact.String(err.Error(), secrets), cfg.ConnConfig.ConnectTimeout)
 	}
 	return pool, nil
+}
+
+// parseReason is why pgx could not parse a connection string, without the
+// string it quotes: the reason alone.
+func parseReason(err error) string {
+	if pe, ok := errors.AsType[*pgconn.ParseConfigError](err); ok {
+		prefix := (&pgconn.ParseConfigError{ConnString: pe.ConnString}).Error() // "cannot parse `…`: "
+		if reason, ok := strings.CutPrefix(pe.Error(), prefix); ok {
+			return reason
+		}
+		return "cannot parse it"
+	}
+	return err.Error()
 }
 
 // newOutboxCmd is `courier outbox` and its subcommands.
@@ -439,16 +457,13 @@ func utc(t *time.Time) *time.Time {
 	return &u
 }
 
-// cell renders a value for a text table: "-" for none, control characters
-// escaped, at most maxLen runes.
+// cell renders a value for a text table: "-" for none, escaped by
+// termText, at most maxLen runes.
 func cell(s *string, maxLen int) string {
 	if s == nil || *s == "" {
 		return "-"
 	}
-	v := *s
-	if strings.ContainsFunc(v, unicode.IsControl) {
-		v = strings.Trim(strconv.Quote(v), `"`)
-	}
+	v := termText(*s)
 	if utf8.RuneCountInString(v) > maxLen {
 		v = string([]rune(v)[:maxLen-1]) + "…"
 	}
@@ -462,6 +477,9 @@ func timeCell(t *time.Time) string {
 	}
 	return t.UTC().Format(time.RFC3339)
 }
+
+// maxListLimit caps outbox list's --limit: a page is held in memory.
+const maxListLimit = 10000
 
 // listJSON is what list prints with --output json. NextAfter is the
 // --after of the next page, null on the last page.
@@ -488,8 +506,11 @@ headers.`,
   courier outbox list --status pending,failed --key order-42 --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if limit < 1 {
-				return usageError{fmt.Errorf("--limit %d: list at least 1 event", limit)}
+			if limit < 1 || limit > maxListLimit {
+				return usageError{fmt.Errorf("--limit %d: list 1 to %d events (page on with --after)", limit, maxListLimit)}
+			}
+			if after < 0 {
+				return usageError{fmt.Errorf("--after %d: use the SEQ of an event (0 or more)", after)}
 			}
 			f, err := filters.filter(time.Now())
 			if err != nil {
@@ -532,7 +553,7 @@ func printEvents(w io.Writer, records []producer.Record, next *int64) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "SEQ\tID\tSTATUS\tTOPIC\tKEY\tTYPE\tRETRIES\tLAST ATTEMPT\tLAST ERROR")
 	for _, r := range records {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Seq, r.ID, r.Status, cell(&r.Topic, 40), cell(r.Key, 24),
+		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Seq, r.ID, cell(&r.Status, 16), cell(&r.Topic, 40), cell(r.Key, 24),
 			cell(&r.Type, 24), r.RetryCount, timeCell(r.LastAttemptAt), cell(r.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
@@ -590,7 +611,7 @@ func printEvent(w io.Writer, r producer.Record) error {
 	for _, f := range []struct{ name, value string }{
 		{"id", r.ID.String()},
 		{"seq", strconv.FormatInt(r.Seq, 10)},
-		{"status", r.Status},
+		{"status", cell(&r.Status, unlimited)},
 		{"topic", cell(&r.Topic, unlimited)},
 		{"key", cell(r.Key, unlimited)},
 		{"type", cell(&r.Type, unlimited)},
@@ -619,8 +640,8 @@ func printEvent(w io.Writer, r producer.Record) error {
 		value := r.Headers[name]
 		fmt.Fprintf(w, "  %s: %s\n", cell(&name, unlimited), cell(&value, unlimited))
 	}
-	if text, ok := payloadText(r.Payload); ok {
-		_, err := fmt.Fprintf(w, "payload (%s, %d bytes):\n%s\n", cell(&r.ContentType, unlimited), len(r.Payload), text)
+	if printable(r.Payload, true) {
+		_, err := fmt.Fprintf(w, "payload (%s, %d bytes):\n%s\n", cell(&r.ContentType, unlimited), len(r.Payload), r.Payload)
 		return err
 	}
 	_, err := fmt.Fprintf(w, "payload (%s, %d bytes, base64):\n%s\n", cell(&r.ContentType, unlimited), len(r.Payload),
@@ -766,27 +787,58 @@ func confirm(r io.Reader, w io.Writer, prompt string) (bool, error) {
 // newOutboxCleanupCmd is `courier outbox cleanup`.
 func newOutboxCleanupCmd(o *outboxOptions) *cobra.Command {
 	var retention time.Duration
+	var yes bool
 	cmd := &cobra.Command{
 		Use:   "cleanup",
 		Short: "Delete published events older than --retention, now",
 		Long: `Deletes the events published more than --retention ago, in batches, as
 every relay does each --cleanup-interval. Dead-lettered, pending and failed
-events are never touched. --retention 0 deletes every published event.`,
+events are never touched.
+
+--retention means what it means to courier relay: 0 keeps published events
+forever, so cleanup with --retention 0 deletes nothing (to delete every
+published event, use ` + "`courier outbox purge --status published --all`" + `).
+
+On a terminal it asks you to type yes; --yes skips the question, and
+without a terminal (a script, a pipe) --yes is required.`,
 		Example: `  courier outbox cleanup
-  courier outbox cleanup --retention 24h --schema shop --output json`,
+  courier outbox cleanup --retention 24h --schema shop --yes --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := applyEnv(cmd.Flags()); err != nil {
 				return err
 			}
 			if retention < 0 {
-				return usageError{fmt.Errorf("--retention %v: use 0 or more (how long published events stay)", retention)}
+				return usageError{fmt.Errorf("--retention %v: use a positive duration such as 168h, or 0 to keep published events forever", retention)}
+			}
+			if err := o.out.validate(); err != nil {
+				return err
+			}
+			if retention == 0 {
+				v := map[string]any{"deleted": 0, "retention_seconds": 0, "kept_forever": true}
+				return o.out.emit(cmd.OutOrStdout(), v, func(w io.Writer) error {
+					_, err := fmt.Fprintln(w, "--retention 0 keeps published events forever (as for courier relay): nothing deleted")
+					return err
+				})
+			}
+			if !yes && !isTerminal(cmd.InOrStdin()) {
+				return usageError{errors.New("cleanup deletes published events for good and stdin is not a terminal to confirm on: pass --yes")}
 			}
 			outbox, err := o.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer outbox.Close()
+			if !yes {
+				prompt := fmt.Sprintf("Delete the events of %s published more than %v ago, for good? Type yes to continue: ", outbox.table, retention)
+				ok, err := confirm(cmd.InOrStdin(), cmd.ErrOrStderr(), prompt)
+				if err != nil {
+					return err
+				}
+				if !ok {
+					return errors.New("not confirmed; nothing was deleted")
+				}
+			}
 			n, err := outbox.Cleanup(cmd.Context(), retention)
 			if err != nil {
 				return err
@@ -798,7 +850,9 @@ events are never touched. --retention 0 deletes every published event.`,
 			})
 		},
 	}
-	cmd.Flags().DurationVar(&retention, "retention", producer.DefaultRetention, "delete events published longer ago than this")
+	cmd.Flags().DurationVar(&retention, "retention", producer.DefaultRetention,
+		"delete events published longer ago than this; 0 keeps them forever, as for courier relay (deletes nothing)")
+	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
 	bindEnv(cmd.Flags(), "retention")
 	return cmd
 }

@@ -450,12 +450,12 @@ func TestOutboxCleanup(t *testing.T) {
 	o.deadLetter(t, ids[2], "too large")
 	o.exec(t, ids[2], "UPDATE courier_outbox_dead SET created_at = now() - interval '30 days' WHERE id = $1")
 
-	code, out, errOut := o.cli(t, "cleanup")
+	code, out, errOut := o.cli(t, "cleanup", "--yes")
 	if code != exitOK || out != "deleted 1 published event(s) older than 168h0m0s\n" || o.status(t, ids[0]) != "gone" || o.status(t, ids[1]) != "published" {
 		t.Fatalf("cleanup with the default retention: exit %d\n%s%s", code, out, errOut)
 	}
 	var res map[string]float64
-	code, out, errOut = o.cli(t, "cleanup", "--retention", "24h", "--output", "json")
+	code, out, errOut = o.cli(t, "cleanup", "--retention", "24h", "--output", "json", "--yes")
 	decode(t, code, out, errOut, &res)
 	if res["deleted"] != 1 || res["retention_seconds"] != 86400 || o.status(t, ids[1]) != "gone" {
 		t.Errorf("cleanup --retention 24h = %v", res)
@@ -470,7 +470,7 @@ func TestOutboxCleanupRetentionFromEnvironment(t *testing.T) {
 	ids := o.enqueue(t, event("orders", "o-1", "OrderCreated"))
 	o.publish(t, ids[0], 48*time.Hour) // retention removes whole days: this one is past an hour's
 	t.Setenv("COURIER_RETENTION", "1h")
-	if code, out, errOut := o.cli(t, "cleanup"); code != exitOK || !strings.Contains(out, "deleted 1 published event(s) older than 1h0m0s") {
+	if code, out, errOut := o.cli(t, "cleanup", "--yes"); code != exitOK || !strings.Contains(out, "deleted 1 published event(s) older than 1h0m0s") {
 		t.Fatalf("cleanup with COURIER_RETENTION=1h: exit %d\n%s%s", code, out, errOut)
 	}
 	t.Setenv("COURIER_RETENTION", "soon")
@@ -486,7 +486,7 @@ func TestOutboxMissingTableNamesMigrate(t *testing.T) {
 	pg := testkit.Postgres(t)
 	id := uuid.NewString()
 	for _, args := range [][]string{
-		{"stats"}, {"list"}, {"show", id}, {"requeue", "--id", id}, {"purge", "--id", id, "--yes"}, {"cleanup"},
+		{"stats"}, {"list"}, {"show", id}, {"requeue", "--id", id}, {"purge", "--id", id, "--yes"}, {"cleanup", "--yes"},
 	} {
 		code, out, errOut := courier(t, append(append([]string{"outbox"}, args...), "--database-url", pg.URL, "--schema", pg.Schema)...)
 		if code != exitFailure || !strings.Contains(errOut, "courier migrate up --schema "+pg.Schema+" --table courier_outbox") {

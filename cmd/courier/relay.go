@@ -105,7 +105,10 @@ func (f *relayFlags) logHandler(w io.Writer) (slog.Handler, error) {
 	case "text":
 		return slog.NewTextHandler(w, opts), nil
 	case "json":
-		return slog.NewJSONHandler(w, opts), nil
+		// slog escapes the C0 controls; the writer escapes DEL, C1 and
+		// the other runes a terminal may act on (errors quote brokers and
+		// databases).
+		return slog.NewJSONHandler(jsonTextWriter{w}, opts), nil
 	}
 	return nil, usageError{fmt.Errorf("--log-format %q: use text or json", f.logFormat)}
 }
@@ -210,6 +213,7 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	// The connection options (TLS, SASL, client id) come from the flags,
 	// the producer options from the relay's defaults.
 	saramaCfg.Producer = producer.NewSaramaConfig().Producer
+	boundReads(saramaCfg, kafka.timeout)
 	if flags.logLevel == "debug" {
 		previous := sarama.Logger
 		sarama.Logger = slog.NewLogLogger(handler.WithAttrs([]slog.Attr{slog.String("component", "sarama")}), slog.LevelDebug)
@@ -224,9 +228,13 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	if err := requireOutboxTable(ctx, pool, table); err != nil {
 		return stoppedWhileStarting(ctx, log, err)
 	}
-	if err := probeKafka(ctx, brokers, saramaCfg); err != nil {
-		return stoppedWhileStarting(ctx, log, kafka.unreachable(err))
+	// Wrong brokers or credentials fail the start instead of deferring
+	// every event.
+	probe, err := kafka.dialKafka(ctx, brokers, saramaCfg)
+	if err != nil {
+		return stoppedWhileStarting(ctx, log, err)
 	}
+	_ = probe.Close()
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -300,26 +308,6 @@ func stoppedWhileStarting(ctx context.Context, log *slog.Logger, err error) erro
 // hold).
 func databaseName(cfg *pgx.ConnConfig) string {
 	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
-}
-
-// probeKafka fetches the cluster's metadata once, so that wrong brokers or
-// credentials fail the start instead of deferring every event. It gives up
-// when ctx ends.
-func probeKafka(ctx context.Context, brokers []string, cfg *sarama.Config) error {
-	probed := make(chan error, 1)
-	go func() {
-		client, err := sarama.NewClient(brokers, cfg)
-		if err == nil {
-			err = client.Close()
-		}
-		probed <- err
-	}()
-	select {
-	case err := <-probed:
-		return err
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }
 
 // metricsServer serves /metrics and /healthz until stopped.

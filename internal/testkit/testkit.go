@@ -16,12 +16,13 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"unicode"
+
+	"github.com/courierkit/courier/internal/redact"
 )
 
 // Environment variable names and defaults.
@@ -96,13 +97,7 @@ func UniqueName(t testing.TB, maxLen int) string {
 }
 
 // redactURL hides a password in a service URL before it is printed.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(unparsable URL)"
-	}
-	return u.Redacted()
-}
+func redactURL(raw string) string { return redact.ConnString(raw) }
 
 func randomHex(n int) string {
 	buf := make([]byte, n)

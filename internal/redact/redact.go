@@ -1,0 +1,128 @@
+// Package redact masks the secrets of PostgreSQL connection strings (URLs
+// and key=value strings, well-formed or not) and of other credentials in
+// text that is about to be printed.
+//
+// It finds the secrets first (Secrets), under every reading of the string
+// a parser might take, and then masks every occurrence of them (String),
+// so a secret is masked wherever an error message quotes it: in the
+// string itself, in pgx's own parse errors, or in a value pgx echoes.
+// Over-masking is preferred to a leak.
+package redact
+
+import (
+	"net/url"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Mask replaces every secret.
+const Mask = "xxxxx"
+
+// keyValue matches a password-like key of a key=value string or of a URL
+// query, spaces around '=' allowed, and its value: single- or
+// double-quoted (backslash escapes inside, the closing quote optional in
+// broken input) or bare up to a space, '&' or ';'.
+var keyValue = regexp.MustCompile(`(?i)(?:ssl|sslkey)?pass(?:word|phrase|wd)?\s*=\s*('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s&;]*)`)
+
+// secretKeys are the query keys, percent-decoded and in lower case, whose
+// values are secrets.
+var secretKeys = []string{"password", "sslpassword", "passwd", "pass", "passphrase", "sslkeypassword"}
+
+// Secrets returns the secret values conn may hold: the password of a
+// URL's userinfo, the values of password-like query parameters and of
+// password-like keys of a key=value string (spaces around '=', quotes and
+// escapes allowed), each also percent-decoded and unquoted. The list is
+// longest first and may hold more than the real secret.
+func Secrets(conn string) []string {
+	var out []string
+	add := func(v string) {
+		for _, s := range []string{v, unescapeQuoted(v), decode(v)} {
+			if s != "" && !slices.Contains(out, s) {
+				out = append(out, s)
+			}
+		}
+	}
+	for _, m := range keyValue.FindAllStringSubmatch(conn, -1) {
+		v := m[1]
+		add(v)
+		if len(v) >= 1 && (v[0] == '\'' || v[0] == '"') {
+			inner := strings.TrimSuffix(v[1:], v[:1])
+			add(inner)
+			// A parser that splits on spaces (as pgx's masking does for an
+			// unterminated quote) quotes the words alone.
+			for _, word := range strings.Fields(inner) {
+				add(word)
+			}
+		}
+	}
+	// Userinfo: between the scheme (or the start) and an '@', after the
+	// first ':'. Both the first and the last '@' are tried, since a
+	// password may hold an unencoded '@' or '/'.
+	rest := conn
+	if i := strings.Index(rest, "://"); i >= 0 {
+		rest = rest[i+3:]
+	}
+	for _, at := range []int{strings.Index(rest, "@"), strings.LastIndex(rest, "@")} {
+		if at < 0 {
+			continue
+		}
+		if _, pw, ok := strings.Cut(rest[:at], ":"); ok {
+			add(pw)
+		}
+	}
+	// Query parameters whose name is percent-encoded (pass%77ord).
+	if _, query, ok := strings.Cut(conn, "?"); ok {
+		for pair := range strings.SplitSeq(query, "&") {
+			k, v, _ := strings.Cut(pair, "=")
+			if slices.Contains(secretKeys, strings.ToLower(strings.TrimSpace(decode(k)))) {
+				add(v)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+func decode(s string) string {
+	if d, err := url.PathUnescape(s); err == nil {
+		return d
+	}
+	return s
+}
+
+// unescapeQuoted removes the backslash escapes of a quoted key=value
+// value.
+func unescapeQuoted(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	escaped := false
+	for _, r := range s {
+		if !escaped && r == '\\' {
+			escaped = true
+			continue
+		}
+		escaped = false
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+// String returns s with every occurrence of each secret replaced by Mask,
+// longest first. Empty secrets are ignored.
+func String(s string, secrets []string) string {
+	list := slices.Clone(secrets)
+	slices.SortFunc(list, func(a, b string) int { return len(b) - len(a) })
+	for _, secret := range list {
+		if secret != "" {
+			s = strings.ReplaceAll(s, secret, Mask)
+		}
+	}
+	return s
+}
+
+// ConnString returns conn with its secrets masked, for messages that name
+// the connection string.
+func ConnString(conn string) string { return String(conn, Secrets(conn)) }
