@@ -1,0 +1,361 @@
+package consumer_test
+
+// Issue 16 point 8: two members of a group with retry tiers, SIGKILLed and
+// restarted again and again while messages arrive, must leave nothing
+// behind: every message handled or dead-lettered, and the group's offsets
+// committed to the end of the main topic and of every retry tier. The
+// members are this test binary running TestCrashloopMemberProcess (see
+// testkit.StartChild), on the parent's in-process broker.
+//
+// In CI it runs 3,000 messages and 6 kills per case; with
+// COURIER_CRASHLOOP=1 it runs the issue's figures (6,000 messages, 12
+// kills): scripts/crashloop.sh runs it so, many times over.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/retrytopics"
+)
+
+// The environment of TestCrashloopMemberProcess. The log file also tells
+// it that it is a member: without it the test does nothing.
+const (
+	crashLog      = "COURIER_CRASHLOOP_MEMBER_LOG"
+	crashBrokers  = "COURIER_CRASHLOOP_MEMBER_BROKERS"
+	crashTopic    = "COURIER_CRASHLOOP_MEMBER_TOPIC"
+	crashGroup    = "COURIER_CRASHLOOP_MEMBER_GROUP"
+	crashWorkers  = "COURIER_CRASHLOOP_MEMBER_WORKERS"
+	crashInstance = "COURIER_CRASHLOOP_MEMBER_INSTANCE" // "" for dynamic membership
+	// crashSaramaLog=1 makes the members print Sarama's log.
+	crashSaramaLog = "COURIER_CRASHLOOP_SARAMA_LOG"
+)
+
+// crashTiers are the issue's retry tiers.
+var crashTiers = []time.Duration{100 * time.Millisecond, 300 * time.Millisecond}
+
+// crashFate is what the members' handler does with message n: fails it
+// every time (so it travels both tiers to the dead-letter topic), fails it
+// on the main topic only, fails it on the main topic and the first tier,
+// or handles it at once.
+func crashFate(n int) (failRounds int) {
+	switch n % 10 {
+	case 0:
+		return len(crashTiers) + 1 // never succeeds: dead-lettered
+	case 1:
+		return 1
+	case 2:
+		return 2
+	}
+	return 0
+}
+
+func TestGroupWithRetryTiersSurvivesRepeatedKills(t *testing.T) {
+	total, kills := 3000, 6
+	if os.Getenv("COURIER_CRASHLOOP") == "1" {
+		total, kills = 6000, 12 // the issue's figures
+	}
+	for _, workers := range []int{1, 4} {
+		t.Run(fmt.Sprint("workers=", workers), func(t *testing.T) {
+			t.Parallel()
+			crashloop(t, total, kills, workers)
+		})
+	}
+}
+
+func crashloop(t *testing.T, total, kills, workers int) {
+	const partitions = 4
+	start := time.Now()
+	f := newFixture(t, partitions, testkit.InProcess())
+	logPath := filepath.Join(t.TempDir(), "handled")
+	env := []string{
+		crashLog + "=" + logPath,
+		crashBrokers + "=" + strings.Join(f.k.Brokers, ","),
+		crashTopic + "=" + f.topic,
+		crashGroup + "=" + f.group,
+		crashWorkers + "=" + strconv.Itoa(workers),
+		"GOTRACEBACK=all", // a member sent SIGQUIT prints every goroutine
+	}
+	members := make([]*testkit.Child, 2)
+	startMember := func(i int) {
+		members[i] = testkit.StartChild(t, "TestCrashloopMemberProcess", append(env, crashInstance+"=member-"+strconv.Itoa(i)))
+	}
+	startMember(0)
+	startMember(1)
+
+	// The messages arrive in kills+1 chunks; after each of the first kills
+	// chunks, once the members have handled more, one member (in turn) is
+	// SIGKILLed and started again at once.
+	p := f.k.Producer(t)
+	chunk := total / (kills + 1)
+	sent := 0
+	for i := 0; i <= kills; i++ {
+		n := chunk
+		if i == kills {
+			n = total - sent
+		}
+		msgs := make([]*sarama.ProducerMessage, 0, n)
+		for range n {
+			m := record(fmt.Sprint("key-", sent%97), strconv.Itoa(sent))
+			m.Topic, m.Partition = f.topic, int32(sent%partitions)
+			msgs = append(msgs, m)
+			sent++
+		}
+		if err := p.SendMessages(msgs); err != nil {
+			t.Fatal(err)
+		}
+		if i == kills {
+			break
+		}
+		before := len(handledIDs(t, logPath))
+		testkit.WaitFor(t, 60*time.Second, fmt.Sprintf("kill %d: the members to handle more than %d messages", i+1, before), func() bool {
+			return len(handledIDs(t, logPath)) > before+chunk/4
+		})
+		victim := i % 2
+		members[victim].Kill(t)
+		startMember(victim)
+	}
+	t.Logf("%d messages produced, %d kills, in %v", total, kills, time.Since(start).Round(time.Millisecond))
+
+	// Everything settles: each message handled (those meant to succeed) or
+	// dead-lettered (those failing every round), and the group's offsets
+	// at the end of every topic it reads.
+	topology, err := retrytopics.New(f.topic, retrytopics.Config{Delays: crashTiers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	topics := append([]string{f.topic}, topology.Topics()...)
+	var (
+		handled, dead map[string]int
+		lag           map[string]int64
+	)
+	settled := func() bool {
+		handled = handledIDs(t, logPath)
+		dead = deadLetteredIDs(t, f)
+		lag = groupLag(t, f, topics)
+		for _, l := range lag {
+			if l != 0 {
+				return false
+			}
+		}
+		return len(handled)+len(dead) >= total
+	}
+	deadline := time.Now().Add(3 * time.Minute)
+	for !settled() {
+		if time.Now().After(deadline) {
+			t.Errorf("stalled: %d of %d messages handled or dead-lettered (%d handled, %d dead-lettered) 3 minutes after the last message was produced; lag by partition: %v",
+				len(handled)+len(dead), total, len(handled), len(dead), lag)
+			describeGroup(t, f)
+			for _, m := range members {
+				m.Dump(t) // its goroutines, in its output
+			}
+			t.FailNow()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, m := range members {
+		m.Stop(t)
+		m.CheckOutput(t)
+	}
+
+	missing := 0
+	for n := range total {
+		id := fmt.Sprint("id-", n)
+		want, wrong := handled, dead
+		if crashFate(n) > len(crashTiers) {
+			want, wrong = dead, handled
+		}
+		if want[id] == 0 || wrong[id] != 0 {
+			if missing++; missing <= 10 {
+				t.Errorf("message %d (fails %d rounds): handled %d times, dead-lettered %d times", n, crashFate(n), handled[id], dead[id])
+			}
+		}
+	}
+	if missing > 0 {
+		t.Errorf("%d of %d messages not where they belong", missing, total)
+	}
+	calls := 0
+	for _, c := range handled {
+		calls += c
+	}
+	// The line scripts/crashloop.sh reports.
+	t.Logf("CRASHLOOP workers=%d messages=%d kills=%d handled=%d dead_lettered=%d duplicates=%d duration=%v",
+		workers, total, kills, len(handled), len(dead), calls-len(handled), time.Since(start).Round(time.Millisecond))
+}
+
+// deadLetteredIDs counts the ce_ids of the original messages in the
+// fixture's dead-letter topic.
+func deadLetteredIDs(t *testing.T, f *fixture) map[string]int {
+	t.Helper()
+	ids := map[string]int{}
+	for _, r := range f.readAll(t, f.dlq) {
+		headers := make([]dlq.Header, 0, len(r.Headers))
+		for _, h := range r.Headers {
+			headers = append(headers, dlq.Header{Key: h.Key, Value: h.Value})
+		}
+		env, err := dlq.Read(r.Key, r.Value, headers)
+		if err != nil {
+			t.Fatalf("dead letter at offset %d: %v", r.Offset, err)
+		}
+		o, err := env.Original()
+		if err != nil {
+			t.Fatalf("dead letter at offset %d: %v", r.Offset, err)
+		}
+		for _, h := range o.Headers {
+			if string(h.Key) == "ce_id" {
+				ids[string(h.Value)]++
+			}
+		}
+	}
+	return ids
+}
+
+// groupLag returns, for each partition of topics that is not committed to
+// its end, how far the group's committed offset is behind.
+func groupLag(t *testing.T, f *fixture, topics []string) map[string]int64 {
+	t.Helper()
+	client, err := sarama.NewClient(f.k.Brokers, f.k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	admin, err := sarama.NewClusterAdminFromClient(client)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string][]int32{}
+	for _, topic := range topics {
+		for p := range int32(f.partitions) {
+			want[topic] = append(want[topic], p)
+		}
+	}
+	resp, err := admin.ListConsumerGroupOffsets(f.group, want)
+	if err != nil && !errors.Is(err, sarama.ErrGroupIDNotFound) {
+		t.Fatal(err)
+	}
+	lag := map[string]int64{}
+	for topic, ps := range want {
+		for _, p := range ps {
+			hwm, err := client.GetOffset(topic, p, sarama.OffsetNewest)
+			if err != nil {
+				t.Fatal(err)
+			}
+			committed := int64(0)
+			if resp != nil {
+				if b := resp.GetBlock(topic, p); b != nil && b.Offset > 0 {
+					committed = b.Offset
+				}
+			}
+			if hwm != committed {
+				lag[fmt.Sprintf("%s/%d", topic, p)] = hwm - committed
+			}
+		}
+	}
+	return lag
+}
+
+// describeGroup logs the group's state and members, as the broker sees
+// them.
+func describeGroup(t *testing.T, f *fixture) {
+	t.Helper()
+	admin, err := sarama.NewClusterAdmin(f.k.Brokers, f.k.Config())
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	defer admin.Close()
+	groups, err := admin.DescribeConsumerGroups([]string{f.group})
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	for _, g := range groups {
+		t.Logf("group %s: state %s, protocol %s, %d members", g.GroupId, g.State, g.Protocol, len(g.Members))
+		for id, m := range g.Members {
+			a, err := m.GetMemberAssignment()
+			if err != nil {
+				t.Logf("  member %s (%s, instance %v): %v", id, m.ClientHost, m.GroupInstanceId, err)
+				continue
+			}
+			t.Logf("  member %s (%s, instance %v): %v", id, m.ClientHost, m.GroupInstanceId, a.Topics)
+		}
+	}
+}
+
+// TestCrashloopMemberProcess is a member of the group that
+// TestGroupWithRetryTiersSurvivesRepeatedKills starts and kills; run
+// directly, it does nothing. It appends the ce_id of every message it
+// handles to the log file, and runs until it is killed or its stdin
+// closes.
+func TestCrashloopMemberProcess(t *testing.T) {
+	logPath := os.Getenv(crashLog)
+	if logPath == "" {
+		return
+	}
+	ctx, cancel := testkit.UntilStdinCloses()
+	defer cancel()
+	out, err := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer out.Close()
+	if os.Getenv(crashSaramaLog) == "1" {
+		sarama.Logger = log.New(os.Stderr, "[sarama] ", log.Ltime|log.Lmicroseconds)
+	}
+	workers, err := strconv.Atoi(os.Getenv(crashWorkers))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := &testkit.Kafka{Brokers: testkit.ParseBrokers(os.Getenv(crashBrokers))}
+	cfg := k.Config()
+	cfg.Consumer.Offsets.AutoCommit.Interval = 50 * time.Millisecond
+	cfg.Consumer.Group.Heartbeat.Interval = 200 * time.Millisecond
+	cfg.Consumer.Group.Rebalance.Timeout = 10 * time.Second
+	cfg.Producer.Retry.Backoff = 20 * time.Millisecond
+	// Static membership: a restarted member takes over the killed one's
+	// place at once instead of waiting for its session to time out.
+	cfg.Consumer.Group.InstanceId = os.Getenv(crashInstance)
+	c, err := consumer.New(consumer.Config{
+		Brokers:     k.Brokers,
+		Sarama:      cfg,
+		Group:       os.Getenv(crashGroup),
+		Topics:      []string{os.Getenv(crashTopic)},
+		Workers:     workers,
+		MaxAttempts: 1,
+		Backoff:     consumer.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+		Retry:       retrytopics.Config{Delays: crashTiers, CreateTopics: true},
+		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError})),
+		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+			n, err := strconv.Atoi(strings.TrimPrefix(m.ID, "id-"))
+			if err != nil {
+				return consumer.Permanent(fmt.Errorf("ce_id %q is not id-<n>", m.ID))
+			}
+			if m.RetryRound < crashFate(n) {
+				return fmt.Errorf("message %d fails in round %d", n, m.RetryRound)
+			}
+			time.Sleep(200 * time.Microsecond)     // some work, so that kills land mid-batch
+			_, err = out.WriteString(m.ID + "\n") // one write(2): in the file even if killed right after
+			return err
+		}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		t.Fatalf("Run returned %v", err)
+	}
+}
