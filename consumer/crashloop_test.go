@@ -347,7 +347,7 @@ func TestCrashloopMemberProcess(t *testing.T) {
 			if m.RetryRound < crashFate(n) {
 				return fmt.Errorf("message %d fails in round %d", n, m.RetryRound)
 			}
-			time.Sleep(200 * time.Microsecond)     // some work, so that kills land mid-batch
+			time.Sleep(200 * time.Microsecond)    // some work, so that kills land mid-batch
 			_, err = out.WriteString(m.ID + "\n") // one write(2): in the file even if killed right after
 			return err
 		}),
