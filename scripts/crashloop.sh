@@ -7,9 +7,10 @@
 #
 #   scripts/crashloop.sh [N]        N runs, default 20
 #
-# Environment: RACE=1 builds with -race; COURIER_CRASHLOOP_MEMBERSHIP=dynamic
-# runs the members without static membership; COURIER_CRASHLOOP_SARAMA=default
-# gives them Sarama's default waits (consumer.NewSaramaConfig); KEEP_LOGS=DIR
+# The members run with dynamic membership and the consumer's default Sarama
+# config (consumer.NewSaramaConfig). Environment: RACE=1 builds with -race;
+# COURIER_CRASHLOOP_MEMBERSHIP=static gives the members static membership;
+# COURIER_CRASHLOOP_SARAMA=fast gives them test-sized waits; KEEP_LOGS=DIR
 # keeps every run's log in DIR (failed runs' logs are always kept, in a
 # temporary directory that is printed). It needs only Go: the broker is
 # kfake, in process.
@@ -26,7 +27,7 @@ if [[ "${RACE:-}" == 1 ]]; then
 fi
 "${build[@]}" ./consumer/
 
-echo "# $(date -u +%Y-%m-%dT%H:%MZ) scripts/crashloop.sh $runs (race=${RACE:-0} membership=${COURIER_CRASHLOOP_MEMBERSHIP:-static} sarama=${COURIER_CRASHLOOP_SARAMA:-test}) on $(nproc) cores"
+echo "# $(date -u +%Y-%m-%dT%H:%MZ) scripts/crashloop.sh $runs (race=${RACE:-0} membership=${COURIER_CRASHLOOP_MEMBERSHIP:-dynamic} sarama=${COURIER_CRASHLOOP_SARAMA:-consumer-default}) on $(nproc) cores"
 passed=0
 for i in $(seq 1 "$runs"); do
 	log="$logs/run-$i.log"
