@@ -27,7 +27,9 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -48,6 +50,7 @@ const (
 	crashGroup    = "COURIER_CRASHLOOP_MEMBER_GROUP"
 	crashWorkers  = "COURIER_CRASHLOOP_MEMBER_WORKERS"
 	crashInstance = "COURIER_CRASHLOOP_MEMBER_INSTANCE" // "" for dynamic membership
+	crashClient   = "COURIER_CRASHLOOP_MEMBER_CLIENT"   // the member's Kafka client id, one per process
 	// crashSaramaLog=0 keeps the members from printing Sarama's log (shown
 	// only when the test fails).
 	crashSaramaLog = "COURIER_CRASHLOOP_SARAMA_LOG"
@@ -99,12 +102,17 @@ func crashloop(t *testing.T, total, kills, workers int) {
 		"GOTRACEBACK=all", // a member sent SIGQUIT prints every goroutine
 	}
 	members := make([]*testkit.Child, 2)
+	clients := make([]string, 2) // the Kafka client id of each running member
+	expiry := newSessionExpiry(t, f)
+	started := 0
 	startMember := func(i int) {
 		instance := "" // dynamic membership: a killed member stays in the group until its session times out
 		if os.Getenv("COURIER_CRASHLOOP_MEMBERSHIP") == "static" {
 			instance = "member-" + strconv.Itoa(i)
 		}
-		members[i] = testkit.StartChild(t, "TestCrashloopMemberProcess", append(env, crashInstance+"="+instance))
+		started++
+		clients[i] = fmt.Sprintf("crashloop-%d", started)
+		members[i] = testkit.StartChild(t, "TestCrashloopMemberProcess", append(env, crashInstance+"="+instance, crashClient+"="+clients[i]))
 	}
 	startMember(0)
 	startMember(1)
@@ -147,6 +155,7 @@ func crashloop(t *testing.T, total, kills, workers int) {
 			})
 		}
 		members[victim].Kill(t)
+		expiry.killed(clients[victim])
 		startMember(victim)
 	}
 	t.Logf("%d messages produced, %d kills, in %v", total, kills, time.Since(start).Round(time.Millisecond))
@@ -193,6 +202,106 @@ func crashloop(t *testing.T, total, kills, workers int) {
 	// The line scripts/crashloop.sh reports.
 	t.Logf("CRASHLOOP workers=%d messages=%d kills=%d handled=%d dead_lettered=%d duplicates=%d duration=%v",
 		workers, total, kills, len(handled), len(dead), calls-len(handled), time.Since(start).Round(time.Millisecond))
+}
+
+// sessionExpiry does what Kafka does and kfake does not for a member that
+// was killed while its JoinGroup request waited for the rebalance: the
+// broker cannot deliver the reply, and kfake starts the member's session
+// timer only when it delivers one (group.reply), so the member never
+// expires. It keeps its partitions in a stable group, or holds every later
+// rebalance until the rebalance timeout (which each JoinGroup restarts).
+// That stalled this test for good. sessionExpiry removes (LeaveGroup) the
+// members of a killed process still in the group a session timeout (10s,
+// Sarama's default) and 2s after the kill, as Kafka's coordinator expires
+// them.
+type sessionExpiry struct {
+	f    *fixture
+	mu   sync.Mutex
+	due  map[string]time.Time // client id of a killed member: when its session is over
+	done chan struct{}
+}
+
+func newSessionExpiry(t *testing.T, f *fixture) *sessionExpiry {
+	e := &sessionExpiry{f: f, due: map[string]time.Time{}, done: make(chan struct{})}
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		tick := time.NewTicker(500 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-e.done:
+				return
+			case <-tick.C:
+				e.expire(t)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(e.done); <-stopped })
+	return e
+}
+
+// killed records that the process with this client id was killed now.
+func (e *sessionExpiry) killed(client string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.due[client] = time.Now().Add(sarama.NewConfig().Consumer.Group.Session.Timeout + 2*time.Second)
+}
+
+// expire removes from the group the members of killed processes whose
+// session is over.
+func (e *sessionExpiry) expire(t *testing.T) {
+	e.mu.Lock()
+	var over []string
+	for client, at := range e.due {
+		if time.Now().After(at) {
+			over = append(over, client)
+			delete(e.due, client)
+		}
+	}
+	e.mu.Unlock()
+	if len(over) == 0 {
+		return
+	}
+	admin, err := sarama.NewClusterAdmin(e.f.k.Brokers, e.f.k.Config())
+	if err != nil {
+		t.Logf("session expiry: %v", err)
+		return
+	}
+	defer admin.Close()
+	groups, err := admin.DescribeConsumerGroups([]string{e.f.group})
+	if err != nil || len(groups) == 0 {
+		t.Logf("session expiry: describe group: %v", err)
+		return
+	}
+	var (
+		leave []sarama.MemberIdentity
+		kept  []string
+	)
+	for id, m := range groups[0].Members {
+		if slices.Contains(over, m.ClientId) {
+			leave = append(leave, sarama.MemberIdentity{MemberId: id})
+			kept = append(kept, m.ClientId)
+		}
+	}
+	if len(leave) == 0 {
+		return
+	}
+	coordinator, err := admin.Coordinator(e.f.group)
+	if err != nil {
+		t.Logf("session expiry: %v", err)
+		return
+	}
+	resp, err := coordinator.LeaveGroup(&sarama.LeaveGroupRequest{Version: 3, GroupId: e.f.group, Members: leave})
+	if err != nil {
+		t.Logf("session expiry: leave group: %v", err)
+		return
+	}
+	if !errors.Is(resp.Err, sarama.ErrNoError) {
+		t.Logf("session expiry: leave group: %v", resp.Err)
+		return
+	}
+	t.Logf("session expiry: kfake kept killed processes %v in the group 2s past their session timeout; removed them", kept)
 }
 
 // waitOrDump waits until cond holds; when timeout passes first, it logs
@@ -360,6 +469,7 @@ func TestCrashloopMemberProcess(t *testing.T) {
 	// With static membership, a restarted member takes over the killed
 	// one's place at once instead of waiting for its session to time out.
 	cfg.Consumer.Group.InstanceId = os.Getenv(crashInstance)
+	cfg.ClientID = os.Getenv(crashClient)
 	c, err := consumer.New(consumer.Config{
 		Brokers:     k.Brokers,
 		Sarama:      cfg,
