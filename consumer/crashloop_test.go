@@ -102,7 +102,7 @@ func crashloop(t *testing.T, total, kills, workers int) {
 		"GOTRACEBACK=all", // a member sent SIGQUIT prints every goroutine
 	}
 	members := make([]*testkit.Child, 2)
-	var all []*testkit.Child // every member started, killed or not
+	var all []*testkit.Child     // every member started, killed or not
 	clients := make([]string, 2) // the Kafka client id of each running member
 	expiry := newSessionExpiry(t, f)
 	started := 0
