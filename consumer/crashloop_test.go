@@ -446,11 +446,7 @@ func TestCrashloopMemberProcess(t *testing.T) {
 	}
 	ctx, cancel := testkit.UntilStdinCloses()
 	defer cancel()
-	out, err := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
+	out := appendLog(t, logPath)
 	if os.Getenv(crashSaramaLog) != "0" {
 		sarama.Logger = log.New(os.Stderr, "[sarama] ", log.Ltime|log.Lmicroseconds)
 	}
