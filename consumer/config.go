@@ -271,7 +271,10 @@ type DeadLetter struct {
 // Config.Sarama is nil: a new group starts at the oldest offset (nothing is
 // skipped), errors are returned to the consumer (which logs them), offsets
 // are auto-committed every second, and dead letters are produced with acks
-// from all in-sync replicas. Start from it to add TLS or SASL.
+// from all in-sync replicas. Net.ReadTimeout is at least
+// Consumer.Group.Rebalance.Timeout plus 5s, so that Sarama waits for a
+// JoinGroup reply as long as the broker may hold it (the consumer raises it
+// so in Config.Sarama's copy too). Start from it to add TLS or SASL.
 func NewSaramaConfig() *sarama.Config {
 	cfg := sarama.NewConfig()
 	cfg.ClientID = "courier-consumer"
@@ -287,6 +290,7 @@ func requireSarama(cfg *sarama.Config) {
 	cfg.Consumer.Offsets.AutoCommit.Enable = true
 	cfg.Producer.Return.Successes = true
 	cfg.Producer.Return.Errors = true
+	fitReadTimeout(cfg)
 }
 
 // setDefaults applies the defaults and validates c: every field, and the

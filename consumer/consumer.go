@@ -128,6 +128,11 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 		}
 		client = k.client
 	} else {
+		if cfg := client.Config(); cfg.Net.ReadTimeout < minReadTimeout(cfg) {
+			c.log.Warn("Config.Client's Net.ReadTimeout is shorter than its rebalance timeout plus 5s: a rebalance that waits "+
+				"for a member longer than it makes the members drop their connections and join again, possibly for ever; raise it",
+				"read_timeout", cfg.Net.ReadTimeout, "rebalance_timeout", cfg.Consumer.Group.Rebalance.Timeout, "want_at_least", minReadTimeout(cfg))
+		}
 		brokers = nil
 		for _, b := range client.Brokers() {
 			brokers = append(brokers, b.Addr())

@@ -98,11 +98,7 @@ func TestConsumerChildProcess(t *testing.T) {
 	}
 	ctx, cancel := testkit.UntilStdinCloses()
 	defer cancel()
-	out, err := os.OpenFile(logPath, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
+	out := appendLog(t, logPath)
 	k := &testkit.Kafka{Brokers: testkit.ParseBrokers(os.Getenv(childBrokers))}
 	cfg := k.Config()
 	cfg.Consumer.Offsets.AutoCommit.Interval = 50 * time.Millisecond
@@ -127,6 +123,19 @@ func TestConsumerChildProcess(t *testing.T) {
 	if err := c.Run(ctx); err != nil {
 		t.Fatalf("Run returned %v", err)
 	}
+}
+
+// appendLog opens a children's log of handled ids for appending, until the
+// test ends. A child writes each line with one write(2): in the file even
+// if the child is killed right after.
+func appendLog(t *testing.T, path string) *os.File {
+	t.Helper()
+	out, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = out.Close() })
+	return out
 }
 
 // handledIDs counts the ce_ids in the children's log. A line cut short by

@@ -64,6 +64,28 @@ func (c *Child) Kill(t testing.TB) {
 	}
 }
 
+// Dump sends the child SIGQUIT, so that it prints the stacks of its
+// goroutines (run it with GOTRACEBACK=all for all of them) into its output,
+// and reaps it: evidence of where a child that should be working waits.
+func (c *Child) Dump(t testing.TB) {
+	t.Helper()
+	if c.reaped {
+		return
+	}
+	if err := c.cmd.Process.Signal(syscall.SIGQUIT); err != nil {
+		t.Logf("testkit: SIGQUIT child %d: %v", c.cmd.Process.Pid, err)
+	}
+	done := make(chan struct{})
+	go func() { _ = c.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = c.cmd.Process.Kill()
+		<-done
+	}
+	c.reaped = true
+}
+
 // Stop closes the child's stdin and waits up to 30s for a clean exit.
 func (c *Child) Stop(t testing.TB) {
 	t.Helper()
