@@ -534,14 +534,14 @@ func TestKcatReadsDeadLetters(t *testing.T) {
 		"dlq_original_offset=0",
 		"dlq_error=psp timeout",
 		"dlq_error_kind=retries_exhausted",
-		"dlq_retry_count=3",
+		"dlq_retry_count=" + strconv.Itoa(consumer.DefaultMaxAttempts),
 		"dlq_consumer_group=" + f.group,
 		"dlq_correlation_id=tx_xyz",
 		"dlq_format=envelope",
 		`value={"envelope_version":1,"original_topic":"` + f.topic + `","original_partition":0,"original_offset":0,`,
 		`"original_key":"tx_xyz"`,
 		`"original_headers":{"ce_correlationid":"tx_xyz","ce_id":"id-1"}`,
-		`"original_message":{"payout_id":"p-1"},"original_message_base64":null,"error":"psp timeout","error_kind":"retries_exhausted","retry_count":3,`,
+		`"original_message":{"payout_id":"p-1"},"original_message_base64":null,"error":"psp timeout","error_kind":"retries_exhausted","retry_count":` + strconv.Itoa(consumer.DefaultMaxAttempts) + `,`,
 		`"correlation_id":"tx_xyz","consumer_group":"` + f.group + `","replay_count":0}`,
 	} {
 		if !strings.Contains(string(out), want) {
