@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -141,6 +142,88 @@ func TestHostileRelay(t *testing.T) {
 			bad:  func(r *rig) (uuid.UUID, error) { return r.insertHeaders(`{"h": "a\u0000b"}`) },
 			want: "unsupported Unicode escape sequence",
 		}},
+		{name: "key of 3,200 bytes written around Enqueue", isolation: isolation{
+			relay: oneWorker,
+			bad:   func(r *rig) (uuid.UUID, error) { return r.insertEvent("$2", incompressible(3200), "'x'") },
+			want:  "partition_key: text is longer than courier allows: 3200 bytes, at most 2048",
+		}},
+		{name: "key of 9,600 bytes written around Enqueue", isolation: isolation{
+			relay: oneWorker,
+			bad:   func(r *rig) (uuid.UUID, error) { return r.insertEvent("$2", incompressible(9600), "'x'") },
+			want:  "partition_key: text is longer than courier allows: 9600 bytes, at most 2048",
+		}},
+		{name: "key of 9,600 bytes that waits for its NotBefore", isolation: isolation{
+			relay: oneWorker,
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insert("topic, partition_key, event_type, payload, content_type, not_before",
+					"$2, "+incompressible(9600)+", 'Bad', '{}', 'application/json', now() + interval '500 milliseconds'")
+			},
+			want: "partition_key: text is longer than courier allows: 9600 bytes",
+		}},
+		{name: "key of 9,600 bytes held with its key on dead letters", isolation: isolation{
+			relay: func(c *producer.RelayConfig) { c.Workers, c.HoldKeyOnDeadLetter = 1, true },
+			bad:   func(r *rig) (uuid.UUID, error) { return r.insertEvent("$2", incompressible(9600), "'x'") },
+			want:  "partition_key: text is longer than courier allows: 9600 bytes",
+		}},
+		{name: "topic of 10,000 bytes", isolation: isolation{
+			relay: oneWorker,
+			bad:   func(r *rig) (uuid.UUID, error) { return r.insertEvent(incompressible(10000), "'k-bad'", "'x'") },
+			want:  "topic: topic name is not valid in Kafka: 9984 characters",
+		}},
+		{name: "event type of 3,000 bytes", isolation: isolation{
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insert("topic, partition_key, event_type, payload, content_type", "$2, 'k-bad', repeat('T', 3000), '{}', 'application/json'")
+			},
+			want: "event_type: text is longer than courier allows: 3000 bytes, at most 2048",
+		}},
+		{name: "correlation id of 5,000 bytes", isolation: isolation{
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insert("topic, partition_key, event_type, payload, content_type, correlation_id",
+					"$2, 'k-bad', 'Bad', '{}', 'application/json', repeat('c', 5000)")
+			},
+			want: "correlation_id: text is longer than courier allows: 5000 bytes",
+		}},
+		{name: "dead table refuses the event (a CHECK of the operator's)", isolation: isolation{
+			relay: oneWorker,
+			bad: func(r *rig) (uuid.UUID, error) {
+				r.refuse("courier_outbox_dead")
+				return r.insertEvent("'bad topic!'", "'k-refused'", "'x'")
+			},
+			// PostgreSQL will not hold its dead letter: it stays in the queue,
+			// and the relay leaves it alone.
+			status: producer.StatusPending,
+		}},
+		{name: "waiting and dead tables refuse the event", isolation: isolation{
+			relay: oneWorker,
+			bad: func(r *rig) (uuid.UUID, error) {
+				r.refuse("courier_outbox_waiting")
+				r.refuse("courier_outbox_dead")
+				return r.insert("topic, partition_key, event_type, payload, content_type, not_before",
+					"$2, 'k-refused', 'Bad', '{}', 'application/json', now() + interval '1 hour'")
+			},
+			status: producer.StatusPending,
+		}},
+		{name: "waiting table refuses the event: dead-lettered instead", isolation: isolation{
+			relay: oneWorker,
+			bad: func(r *rig) (uuid.UUID, error) {
+				r.refuse("courier_outbox_waiting")
+				return r.insert("topic, partition_key, event_type, payload, content_type, not_before",
+					"$2, 'k-refused', 'Bad', '{}', 'application/json', now() + interval '1 hour'")
+			},
+			want: `PostgreSQL refused to record it: ERROR: new row for relation "courier_outbox_waiting" violates check constraint "operator_refuses"`,
+		}},
+		{name: "dead table refuses a waiting event whose retries ran out", isolation: isolation{
+			relay: oneWorker,
+			bad: func(r *rig) (uuid.UUID, error) {
+				r.refuse("courier_outbox_dead")
+				id := enqueue(r.t, r.pg, r.out, producer.Event{Topic: r.topic, Key: "k-refused", Type: "Bad", Payload: []byte(`{}`)})
+				r.failEvent(id, "k-refused", kerr.NotEnoughReplicas)
+				return id, nil
+			},
+			// It waits, never due again, with the error, for an operator.
+			status: producer.StatusFailed, retries: 8,
+			want: `NOT_ENOUGH_REPLICAS; PostgreSQL refused to record it: ERROR: new row for relation "courier_outbox_dead" violates check constraint`,
+		}},
 		{name: "negative max_retries", isolation: isolation{
 			bad: func(r *rig) (uuid.UUID, error) {
 				return r.insert("topic, partition_key, event_type, payload, content_type, max_retries", "$2, 'k-bad', 'Bad', '{}', 'application/json', -3")
@@ -176,6 +259,27 @@ func TestHostileRelay(t *testing.T) {
 			}
 			runIsolation(t, c.isolation)
 		})
+	}
+}
+
+// oneWorker runs the relay with one worker, whose share of the keys is
+// every key: the bad event's batches hold healthy events of other keys.
+func oneWorker(c *producer.RelayConfig) { c.Workers = 1 }
+
+// incompressible is SQL for n bytes (n a multiple of 32) of text that
+// PostgreSQL cannot compress: hex digits of md5 hashes.
+func incompressible(n int) string {
+	return fmt.Sprintf("(SELECT string_agg(md5(g::text), '') FROM generate_series(1, %d) g)", n/32)
+}
+
+// refuse makes table, of the outbox, refuse the events of key k-refused
+// with a CHECK constraint, as an operator's constraint or trigger might.
+func (r *rig) refuse(table string) {
+	r.t.Helper()
+	_, err := r.pg.Pool.Exec(context.Background(), "ALTER TABLE "+table+
+		" ADD CONSTRAINT operator_refuses CHECK (partition_key IS DISTINCT FROM 'k-refused')")
+	if err != nil {
+		r.t.Fatal(err)
 	}
 }
 
