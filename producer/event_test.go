@@ -16,7 +16,7 @@ import (
 func TestInvalidEventsAreRefusedAndNothingIsWritten(t *testing.T) {
 	t.Parallel()
 	pg, out := setup(t)
-	small, err := producer.NewOutbox(producer.Config{Schema: pg.Schema, MaxPayloadBytes: 24})
+	small, err := producer.NewOutbox(producer.Config{Schema: pg.Schema, MaxPayloadBytes: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,8 @@ func TestInvalidEventsAreRefusedAndNothingIsWritten(t *testing.T) {
 			e.ContentType = "application/octet-stream"
 			e.Payload = make([]byte, producer.DefaultMaxPayloadBytes+1)
 		}), producer.ErrPayloadTooLarge, "Payload"},
-		{"payload over a configured maximum", small, with(func(e *producer.Event) { e.Payload = []byte(`"01234567890123456789012"`) }), producer.ErrPayloadTooLarge, "Payload"},
+		{"payload over a configured maximum", small, with(func(e *producer.Event) { e.Payload = []byte(`"` + strings.Repeat("0", 2047) + `"`) }), producer.ErrPayloadTooLarge, "Payload"},
+		{"record over a configured maximum", small, with(func(e *producer.Event) { e.Payload = []byte(`"` + strings.Repeat("0", 1800) + `"`) }), producer.ErrRecordTooLarge, "Payload"},
 		{"broken JSON", out, with(func(e *producer.Event) { e.Payload = []byte(`{"order_id":`) }), producer.ErrInvalidJSON, "Payload"},
 		{"empty JSON", out, with(func(e *producer.Event) { e.Payload = nil }), producer.ErrInvalidJSON, "Payload"},
 		{"broken JSON with charset", out, with(func(e *producer.Event) {

@@ -102,7 +102,8 @@ type RelayConfig struct {
 	Publisher Publisher
 
 	// Source is the CloudEvents source attribute (ce_source), usually the
-	// service name. Defaults to "courier".
+	// service name: UTF-8 text of at most 256 bytes (MaxSourceBytes), which
+	// Enqueue counts in the record it checks. Defaults to "courier".
 	Source string
 	// Structured publishes each event as a JSON CloudEvent (structured mode)
 	// instead of the payload with ce_ headers (binary mode, the default).
@@ -399,6 +400,9 @@ func (c *RelayConfig) setDefaults() error {
 	}
 	if c.Source == "" {
 		c.Source = DefaultSource
+	}
+	if err := checkText(c.Source, MaxSourceBytes); err != nil {
+		return fmt.Errorf("Source: %w (Enqueue counts a ce_source of at most %d bytes in the records it accepts)", err, MaxSourceBytes)
 	}
 	if c.DeadLetterSuffix == "" {
 		c.DeadLetterSuffix = DefaultDeadLetterSuffix
