@@ -87,7 +87,7 @@ var (
 	// Kafka's framing, see Config.MaxPayloadBytes), is larger than
 	// Config.MaxPayloadBytes.
 	ErrRecordTooLarge = errors.New("record (key, payload and headers) is larger than the configured maximum")
-	ErrInvalidTime        = errors.New("time is out of range")
+	ErrInvalidTime    = errors.New("time is out of range")
 	// ErrDuplicateID is an event id used twice: by two events of a batch,
 	// or by an event of your own enqueued before (within Retention, by a
 	// committed or a concurrent transaction). If the earlier enqueue is
