@@ -238,11 +238,18 @@ func TestHostileRelay(t *testing.T) {
 		}, isolation: isolation{want: "orders_outbox does not exist (missing: table "}},
 		{name: "outbox of an older courier", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
 			m := migrateOutbox(t, pg)
-			if _, err := m.Down(context.Background(), pg.Pool, 1); err != nil {
+			if _, err := m.Down(context.Background(), pg.Pool, 2); err != nil {
 				t.Fatal(err)
 			}
 			return pg.Schema, "courier_outbox"
 		}, isolation: isolation{want: "is not at the layout this courier needs (missing: table "}},
+		{name: "outbox without migration 5 (indexes by key hash)", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
+			m := migrateOutbox(t, pg)
+			if _, err := m.Down(context.Background(), pg.Pool, 1); err != nil {
+				t.Fatal(err)
+			}
+			return pg.Schema, "courier_outbox"
+		}, isolation: isolation{want: ".courier_outbox_waiting_key on a hash of topic and key, index "}},
 		{name: "outbox table missing a column", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
 			migrateOutbox(t, pg)
 			if _, err := pg.Pool.Exec(context.Background(), "ALTER TABLE courier_outbox_waiting DROP COLUMN first_failed_at"); err != nil {
