@@ -49,3 +49,18 @@ func TestRecordBytesIsWhatTheRelayCounts(t *testing.T) {
 		}
 	}
 }
+
+// TestClipCutsLongTextForLogs: a key or topic of megabytes, written around
+// Enqueue, is logged as its first clipBytes bytes, cut on a character, and
+// its length; short text as it is.
+func TestClipCutsLongTextForLogs(t *testing.T) {
+	t.Parallel()
+	if got := clip("k-1"); got != "k-1" {
+		t.Errorf("clip(k-1) = %q", got)
+	}
+	long := "k" + strings.Repeat("é", 1<<20) // a 2-byte character across the cut
+	got := clip(long)
+	if want := "k" + strings.Repeat("é", (clipBytes-1)/2) + "... (2097153 bytes)"; got != want {
+		t.Errorf("clip of %d bytes = %q, want %q", len(long), got, want)
+	}
+}

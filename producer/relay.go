@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -910,14 +911,26 @@ func (r *Relay) maxRetries(e *claimedEvent) int {
 }
 
 func (r *Relay) logFailure(ctx context.Context, level slog.Level, msg string, e *claimedEvent, err error, attrs ...any) {
-	attrs = append(attrs, "event_id", e.ID, "topic", e.Topic, "error", err)
+	attrs = append(attrs, "event_id", e.ID, "topic", clip(e.Topic), "error", err)
 	for _, a := range []struct {
 		key   string
 		value *string
 	}{{"partition_key", e.Key}, {"tenant_id", e.TenantID}, {"correlation_id", e.CorrelationID}} {
 		if a.value != nil {
-			attrs = append(attrs, a.key, *a.value)
+			attrs = append(attrs, a.key, clip(*a.value))
 		}
 	}
 	r.log.Log(ctx, level, msg, attrs...)
+}
+
+// clipBytes is the most of a row's topic, key or id the relay logs: a row
+// written around Enqueue may hold megabytes.
+const clipBytes = 256
+
+// clip cuts s to clipBytes for a log, saying how long it was.
+func clip(s string) string {
+	if len(s) <= clipBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:clipBytes], "") + fmt.Sprintf("... (%d bytes)", len(s))
 }
