@@ -249,7 +249,7 @@ func TestHostileRelay(t *testing.T) {
 				t.Fatal(err)
 			}
 			return pg.Schema, "courier_outbox"
-		}, isolation: isolation{want: ".courier_outbox_waiting_key on a hash of topic and key, index "}},
+		}, isolation: isolation{want: "has the layout of an older courier (missing: index {schema}.courier_outbox_waiting_key on a hash of topic and key, index "}},
 		{name: "outbox table missing a column", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
 			migrateOutbox(t, pg)
 			if _, err := pg.Pool.Exec(context.Background(), "ALTER TABLE courier_outbox_waiting DROP COLUMN first_failed_at"); err != nil {
@@ -321,8 +321,8 @@ func migrateOutbox(t *testing.T, pg *testkit.PG) *migrations.Migrator {
 }
 
 // runNotReady checks that Run, on the outbox c.notReady prepares, returns
-// at once an *OutboxNotReadyError naming what is missing and the command
-// that creates it.
+// at once an *OutboxNotReadyError naming what is missing (c.want, where
+// {schema} is the outbox's schema) and the command that creates it.
 func runNotReady(t *testing.T, c hostileRelayCase) {
 	t.Helper()
 	pg := testkit.Postgres(t)
@@ -337,7 +337,7 @@ func runNotReady(t *testing.T, c hostileRelayCase) {
 	if !errors.As(err, &notReady) || !errors.Is(err, producer.ErrOutboxNotReady) || notReady.Schema != schema || notReady.Table != table {
 		t.Fatalf("Run = %v, want an *OutboxNotReadyError for %s.%s", err, schema, table)
 	}
-	for _, want := range []string{c.want, "courier migrate up --schema " + schema + " --table " + table} {
+	for _, want := range []string{strings.ReplaceAll(c.want, "{schema}", schema), "courier migrate up --schema " + schema + " --table " + table} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Run's error does not say %q:\n%v", want, err)
 		}
