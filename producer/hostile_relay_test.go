@@ -155,8 +155,7 @@ func TestHostileRelay(t *testing.T) {
 		{name: "key of 9,600 bytes that waits for its NotBefore", isolation: isolation{
 			relay: oneWorker,
 			bad: func(r *rig) (uuid.UUID, error) {
-				return r.insert("topic, partition_key, event_type, payload, content_type, not_before",
-					"$2, "+incompressible(9600)+", 'Bad', '{}', 'application/json', now() + interval '500 milliseconds'")
+				return r.insertWith(incompressible(9600), "not_before", "now() + interval '500 milliseconds'")
 			},
 			want: "partition_key: text is longer than courier allows: 9600 bytes",
 		}},
@@ -177,10 +176,7 @@ func TestHostileRelay(t *testing.T) {
 			want: "event_type: text is longer than courier allows: 3000 bytes, at most 2048",
 		}},
 		{name: "correlation id of 5,000 bytes", isolation: isolation{
-			bad: func(r *rig) (uuid.UUID, error) {
-				return r.insert("topic, partition_key, event_type, payload, content_type, correlation_id",
-					"$2, 'k-bad', 'Bad', '{}', 'application/json', repeat('c', 5000)")
-			},
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertWith("'k-bad'", "correlation_id", "repeat('c', 5000)") },
 			want: "correlation_id: text is longer than courier allows: 5000 bytes",
 		}},
 		{name: "dead table refuses the event (a CHECK of the operator's)", isolation: isolation{
@@ -194,23 +190,14 @@ func TestHostileRelay(t *testing.T) {
 			status: producer.StatusPending,
 		}},
 		{name: "waiting and dead tables refuse the event", isolation: isolation{
-			relay: oneWorker,
-			bad: func(r *rig) (uuid.UUID, error) {
-				r.refuse("courier_outbox_waiting")
-				r.refuse("courier_outbox_dead")
-				return r.insert("topic, partition_key, event_type, payload, content_type, not_before",
-					"$2, 'k-refused', 'Bad', '{}', 'application/json', now() + interval '1 hour'")
-			},
+			relay:  oneWorker,
+			bad:    scheduledRefusedBy("courier_outbox_waiting", "courier_outbox_dead"),
 			status: producer.StatusPending,
 		}},
 		{name: "waiting table refuses the event: dead-lettered instead", isolation: isolation{
 			relay: oneWorker,
-			bad: func(r *rig) (uuid.UUID, error) {
-				r.refuse("courier_outbox_waiting")
-				return r.insert("topic, partition_key, event_type, payload, content_type, not_before",
-					"$2, 'k-refused', 'Bad', '{}', 'application/json', now() + interval '1 hour'")
-			},
-			want: `PostgreSQL refused to record it: ERROR: new row for relation "courier_outbox_waiting" violates check constraint "operator_refuses"`,
+			bad:   scheduledRefusedBy("courier_outbox_waiting"),
+			want:  `PostgreSQL refused to record it: ERROR: new row for relation "courier_outbox_waiting" violates check constraint "operator_refuses"`,
 		}},
 		{name: "dead table refuses a waiting event whose retries ran out", isolation: isolation{
 			relay: oneWorker,
@@ -269,6 +256,13 @@ func TestHostileRelay(t *testing.T) {
 	}
 }
 
+// insertWith writes an event of the healthy topic whose key is the SQL
+// key and whose column is the SQL value.
+func (r *rig) insertWith(key, column, value string) (uuid.UUID, error) {
+	return r.insert("topic, partition_key, event_type, payload, content_type, "+column,
+		"$2, "+key+", 'Bad', '{}', 'application/json', "+value)
+}
+
 // oneWorker runs the relay with one worker, whose share of the keys is
 // every key: the bad event's batches hold healthy events of other keys.
 func oneWorker(c *producer.RelayConfig) { c.Workers = 1 }
@@ -279,14 +273,25 @@ func incompressible(n int) string {
 	return fmt.Sprintf("(SELECT string_agg(md5(g::text), '') FROM generate_series(1, %d) g)", n/32)
 }
 
-// refuse makes table, of the outbox, refuse the events of key k-refused
+// refuse makes tables, of the outbox, refuse the events of key k-refused
 // with a CHECK constraint, as an operator's constraint or trigger might.
-func (r *rig) refuse(table string) {
+func (r *rig) refuse(tables ...string) {
 	r.t.Helper()
-	_, err := r.pg.Pool.Exec(context.Background(), "ALTER TABLE "+table+
-		" ADD CONSTRAINT operator_refuses CHECK (partition_key IS DISTINCT FROM 'k-refused')")
-	if err != nil {
-		r.t.Fatal(err)
+	for _, table := range tables {
+		_, err := r.pg.Pool.Exec(context.Background(), "ALTER TABLE "+table+
+			" ADD CONSTRAINT operator_refuses CHECK (partition_key IS DISTINCT FROM 'k-refused')")
+		if err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// scheduledRefusedBy is a bad event of key k-refused due in an hour, which
+// must wait, written once tables refuse that key.
+func scheduledRefusedBy(tables ...string) func(r *rig) (uuid.UUID, error) {
+	return func(r *rig) (uuid.UUID, error) {
+		r.refuse(tables...)
+		return r.insertWith("'k-refused'", "not_before", "now() + interval '1 hour'")
 	}
 }
 
