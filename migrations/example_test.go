@@ -39,6 +39,7 @@ func ExampleMigrator_Up() {
 	// applied 0002_notify_trigger
 	// applied 0003_drop_key_order
 	// applied 0004_split_outbox
+	// applied 0005_index_key_hash
 	// second run applied 0
 }
 

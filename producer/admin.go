@@ -388,6 +388,12 @@ func (f Filter) where(defaults, allowed []string) ([]string, string, []any, erro
 	if f.Key != "" {
 		add("partition_key = $?", f.Key)
 	}
+	if f.Topic != "" && f.Key != "" {
+		// What the key indexes of waiting and dead events hold.
+		args = append(args, f.Topic, f.Key)
+		conds = append(conds, keyHashOf("topic", "partition_key")+" = "+
+			keyHashOf(fmt.Sprintf("$%d::text", len(args)-1), fmt.Sprintf("$%d::text", len(args))))
+	}
 	if f.ErrorContains != "" {
 		add("strpos(lower(last_error), lower($?)) > 0", f.ErrorContains)
 	}

@@ -82,8 +82,12 @@ var (
 	ErrInvalidText        = errors.New("text must be valid UTF-8 without NUL bytes")
 	ErrInvalidMaxRetries  = errors.New("max retries is out of range")
 	ErrTooLong            = errors.New("text is longer than courier allows")
-	ErrRecordTooLarge     = errors.New("record (key, payload and headers) is larger than the configured maximum")
-	ErrInvalidTime        = errors.New("time is out of range")
+	// ErrRecordTooLarge is an event whose Kafka record, as the relay
+	// publishes it (key, payload, headers, the relay's ce_ headers and
+	// Kafka's framing, see Config.MaxPayloadBytes), is larger than
+	// Config.MaxPayloadBytes.
+	ErrRecordTooLarge = errors.New("record (key, payload and headers) is larger than the configured maximum")
+	ErrInvalidTime    = errors.New("time is out of range")
 	// ErrDuplicateID is an event id used twice: by two events of a batch,
 	// or by an event of your own enqueued before (within Retention, by a
 	// committed or a concurrent transaction). If the earlier enqueue is
@@ -135,10 +139,12 @@ const maxTopicLen = 249
 // are reserved too (validHeader).
 var reservedHeaderPrefixes = []string{"ce_", "retry_", "dlq_"}
 
-// normalize validates e, fills its defaults and returns the copy to write.
-// It checks everything PostgreSQL would refuse (so that a bad event never
-// aborts the caller's transaction) and what Kafka would.
-func normalize(e Event, maxPayload int) (Event, error) {
+// normalize validates e, fills its defaults, adds the trace context trace
+// (see withTrace) to its headers and returns the copy to write. It checks
+// everything PostgreSQL would refuse (so that a bad event never aborts the
+// caller's transaction) and what Kafka would: the record the relay
+// publishes for it (see recordBytes) must fit in maxPayload.
+func normalize(e Event, maxPayload int, trace map[string]string) (Event, error) {
 	fail := func(field string, err error) (Event, error) { return Event{}, &EventError{Field: field, Err: err} }
 
 	if err := validTopic(e.Topic); err != nil {
@@ -175,20 +181,27 @@ func normalize(e Event, maxPayload int) (Event, error) {
 	if isJSON && !json.Valid(e.Payload) {
 		return fail("Payload", fmt.Errorf("%w (%s, %d bytes)", ErrInvalidJSON, e.ContentType, len(e.Payload)))
 	}
-	headerBytes := 0
 	for name, value := range e.Headers {
 		if err := validHeader(name, value); err != nil {
 			return fail("Headers["+quoteField(name)+"]", err)
 		}
-		headerBytes += len(name) + len(value)
 	}
-	if size := len(e.Key) + len(e.Payload) + headerBytes; size > maxPayload {
-		field := "Key"
-		if headerBytes > 0 {
-			field = "Headers"
+	e.Headers = withTrace(e.Headers, trace)
+	if size := recordBytes(&e); size > maxPayload {
+		headerBytes := 0
+		for name, value := range e.Headers {
+			headerBytes += len(name) + len(value)
 		}
-		return fail(field, fmt.Errorf("%w: %d bytes (key %d, payload %d, headers %d), limit %d (Config.MaxPayloadBytes)",
-			ErrRecordTooLarge, size, len(e.Key), len(e.Payload), headerBytes, maxPayload))
+		field := "Payload" // the largest part names the field
+		switch {
+		case headerBytes > len(e.Payload) && headerBytes >= len(e.Key):
+			field = "Headers"
+		case len(e.Key) > len(e.Payload):
+			field = "Key"
+		}
+		return fail(field, fmt.Errorf("%w: %d bytes as the relay publishes it (key %d, payload %d, headers %d, "+
+			"the relay's ce_ headers and Kafka's framing %d), limit %d (Config.MaxPayloadBytes)",
+			ErrRecordTooLarge, size, len(e.Key), len(e.Payload), headerBytes, size-len(e.Key)-len(e.Payload)-headerBytes, maxPayload))
 	}
 	if e.MaxRetries < 0 || e.MaxRetries > math.MaxInt32 {
 		return fail("MaxRetries", fmt.Errorf("%w: got %d; use 0 for the relay's default, or 1 to %d", ErrInvalidMaxRetries, e.MaxRetries, math.MaxInt32))

@@ -16,7 +16,7 @@ import (
 func TestInvalidEventsAreRefusedAndNothingIsWritten(t *testing.T) {
 	t.Parallel()
 	pg, out := setup(t)
-	small, err := producer.NewOutbox(producer.Config{Schema: pg.Schema, MaxPayloadBytes: 24})
+	small, err := producer.NewOutbox(producer.Config{Schema: pg.Schema, MaxPayloadBytes: 2048})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +45,8 @@ func TestInvalidEventsAreRefusedAndNothingIsWritten(t *testing.T) {
 			e.ContentType = "application/octet-stream"
 			e.Payload = make([]byte, producer.DefaultMaxPayloadBytes+1)
 		}), producer.ErrPayloadTooLarge, "Payload"},
-		{"payload over a configured maximum", small, with(func(e *producer.Event) { e.Payload = []byte(`"01234567890123456789012"`) }), producer.ErrPayloadTooLarge, "Payload"},
+		{"payload over a configured maximum", small, with(func(e *producer.Event) { e.Payload = []byte(`"` + strings.Repeat("0", 2047) + `"`) }), producer.ErrPayloadTooLarge, "Payload"},
+		{"record over a configured maximum", small, with(func(e *producer.Event) { e.Payload = []byte(`"` + strings.Repeat("0", 1800) + `"`) }), producer.ErrRecordTooLarge, "Payload"},
 		{"broken JSON", out, with(func(e *producer.Event) { e.Payload = []byte(`{"order_id":`) }), producer.ErrInvalidJSON, "Payload"},
 		{"empty JSON", out, with(func(e *producer.Event) { e.Payload = nil }), producer.ErrInvalidJSON, "Payload"},
 		{"broken JSON with charset", out, with(func(e *producer.Event) {
@@ -89,8 +90,10 @@ func TestValidEdgeCasesAreAccepted(t *testing.T) {
 	t.Parallel()
 	pg, out := setup(t)
 	for name, ev := range map[string]producer.Event{
-		"payload of exactly 1 MiB": {Topic: "blobs", Type: "Blob", ContentType: "application/octet-stream",
-			Payload: bytes.Repeat([]byte{1}, producer.DefaultMaxPayloadBytes)},
+		// 1 MiB itself is refused: the record the relay publishes would not
+		// fit Kafka's default limit (TestLargestAcceptedEventPublishes).
+		"payload of 1 MiB less room for the relay's headers": {Topic: "blobs", Type: "Blob", ContentType: "application/octet-stream",
+			Payload: bytes.Repeat([]byte{1}, producer.DefaultMaxPayloadBytes-1024)},
 		"binary payload":          {Topic: "blobs", Type: "Blob", ContentType: "application/octet-stream", Payload: []byte{0, 1, 2}},
 		"empty non-JSON payload":  {Topic: "blobs", Type: "Blob", ContentType: "text/plain"},
 		"JSON scalar":             {Topic: "counters", Type: "Count", Payload: []byte("42")},

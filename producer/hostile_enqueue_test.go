@@ -88,6 +88,19 @@ func hostileEvents() []hostileEvent {
 			e.Payload = make([]byte, producer.DefaultMaxPayloadBytes+1)
 		}, producer.ErrPayloadTooLarge, "Payload", "1048577 bytes"},
 		{"payload not JSON", func(e *producer.Event) { e.Payload = []byte("{\x00}") }, producer.ErrInvalidJSON, "Payload", "application/json"},
+		{"payload of exactly 1 MiB, over Kafka's limit with the relay's headers", func(e *producer.Event) {
+			e.Key, e.ContentType = "", "application/octet-stream"
+			e.Payload = make([]byte, producer.DefaultMaxPayloadBytes)
+		}, producer.ErrRecordTooLarge, "Payload", "the relay's ce_ headers and Kafka's framing"},
+		{"key and payload over the record limit together", func(e *producer.Event) {
+			e.Key, e.ContentType = strings.Repeat("k", producer.MaxKeyBytes), "application/octet-stream"
+			e.Payload = make([]byte, producer.DefaultMaxPayloadBytes-producer.MaxKeyBytes)
+		}, producer.ErrRecordTooLarge, "Payload", "key 2048"},
+		{"attributes and payload over the record limit together", func(e *producer.Event) {
+			e.ContentType = "application/octet-stream"
+			e.TenantID, e.CorrelationID = strings.Repeat("t", 2048), strings.Repeat("c", 2048)
+			e.Payload = make([]byte, producer.DefaultMaxPayloadBytes-4096)
+		}, producer.ErrRecordTooLarge, "Payload", "limit 1048576 (Config.MaxPayloadBytes)"},
 	}
 }
 
@@ -483,5 +496,82 @@ func TestOwnIDUnderConcurrentTransactions(t *testing.T) {
 				t.Fatalf("%d business rows of the waiters committed, want %d", orders, n)
 			}
 		})
+	}
+}
+
+// TestLargestAcceptedEventPublishes: the largest event Enqueue accepts with
+// the default MaxPayloadBytes, of a minimal event and of one with a key,
+// headers and every attribute, is published whole by a relay with the
+// default Sarama configuration to a broker with the default
+// message.max.bytes; one byte more is refused by Enqueue with
+// ErrRecordTooLarge, so no event Enqueue accepts is too large to publish.
+func TestLargestAcceptedEventPublishes(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 1)
+	ctx := context.Background()
+	rich := producer.Event{Topic: topic, Key: strings.Repeat("k", 300), Type: "Blob", ContentType: "application/octet-stream",
+		Headers:       map[string]string{"x-a": strings.Repeat("a", 100), "x-b": "b"},
+		AggregateType: "Order", AggregateID: "o-1", TenantID: "t-1", CorrelationID: "c-1", CausationID: "c-0"}
+	minimal := producer.Event{Topic: topic, Type: "B", ContentType: "application/octet-stream"}
+	var ids []uuid.UUID
+	var sizes []int
+	for _, ev := range []producer.Event{minimal, rich} {
+		// Enqueue refuses before any SQL: try sizes in a transaction
+		// rolled back.
+		accepts := func(n int) bool {
+			tx, err := pg.Pool.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = tx.Rollback(ctx) }()
+			ev.Payload = make([]byte, n)
+			_, err = out.Enqueue(ctx, tx, ev)
+			if err != nil && !errors.Is(err, producer.ErrRecordTooLarge) {
+				t.Fatalf("a payload of %d bytes: %v, want ErrRecordTooLarge or nothing", n, err)
+			}
+			return err == nil
+		}
+		lo, hi := 0, producer.DefaultMaxPayloadBytes // accepts(lo), !accepts(hi)
+		if !accepts(lo) || accepts(hi) {
+			t.Fatalf("want an empty payload accepted and one of 1 MiB refused")
+		}
+		for hi-lo > 1 {
+			if mid := (lo + hi) / 2; accepts(mid) {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		ev.Payload = make([]byte, lo+1)
+		_, err := out.Enqueue(ctx, pg.Pool, ev)
+		assertEventError(t, err, producer.ErrRecordTooLarge, 0, "", "limit 1048576")
+		ev.Payload = make([]byte, lo)
+		ev.Payload[lo-1] = 'z'
+		ids = append(ids, enqueue(t, pg, out, ev))
+		sizes = append(sizes, lo)
+		t.Logf("largest payload accepted: %d bytes (%d short of 1 MiB) for a key of %d bytes and %d headers",
+			lo, producer.DefaultMaxPayloadBytes-lo, len(ev.Key), len(ev.Headers))
+	}
+	kafka := consume(t, k, topic)
+	runRelay(t, newRelay(t, pg, k, producer.RelayConfig{PollInterval: 20 * time.Millisecond}))
+	testkit.WaitFor(t, 30*time.Second, "both events to be published", func() bool {
+		return countRows(t, pg.Pool, "status = 'published'") == 2
+	})
+	msgs := kafka.waitDistinct(2, 30*time.Second)
+	for i, id := range ids {
+		found := false
+		for _, m := range msgs {
+			if headerValue(m, producer.HeaderID) == id.String() {
+				found = true
+				if len(m.Value) != sizes[i] || m.Value[sizes[i]-1] != 'z' {
+					t.Errorf("event %s reached Kafka with a value of %d bytes, want %d", id, len(m.Value), sizes[i])
+				}
+			}
+		}
+		if !found {
+			t.Errorf("event %s was not published", id)
+		}
 	}
 }

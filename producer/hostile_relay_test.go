@@ -3,6 +3,7 @@ package producer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -141,6 +142,75 @@ func TestHostileRelay(t *testing.T) {
 			bad:  func(r *rig) (uuid.UUID, error) { return r.insertHeaders(`{"h": "a\u0000b"}`) },
 			want: "unsupported Unicode escape sequence",
 		}},
+		{name: "key of 3,200 bytes written around Enqueue", isolation: isolation{
+			relay: oneWorker,
+			bad:   func(r *rig) (uuid.UUID, error) { return r.insertEvent("$2", incompressible(3200), "'x'") },
+			want:  "partition_key: text is longer than courier allows: 3200 bytes, at most 2048",
+		}},
+		{name: "key of 9,600 bytes written around Enqueue", isolation: isolation{
+			relay: oneWorker,
+			bad:   func(r *rig) (uuid.UUID, error) { return r.insertEvent("$2", incompressible(9600), "'x'") },
+			want:  "partition_key: text is longer than courier allows: 9600 bytes, at most 2048",
+		}},
+		{name: "key of 9,600 bytes that waits for its NotBefore", isolation: isolation{
+			relay: oneWorker,
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insertWith(incompressible(9600), "not_before", "now() + interval '500 milliseconds'")
+			},
+			want: "partition_key: text is longer than courier allows: 9600 bytes",
+		}},
+		{name: "key of 9,600 bytes held with its key on dead letters", isolation: isolation{
+			relay: func(c *producer.RelayConfig) { c.Workers, c.HoldKeyOnDeadLetter = 1, true },
+			bad:   func(r *rig) (uuid.UUID, error) { return r.insertEvent("$2", incompressible(9600), "'x'") },
+			want:  "partition_key: text is longer than courier allows: 9600 bytes",
+		}},
+		{name: "topic of 10,000 bytes", isolation: isolation{
+			relay: oneWorker,
+			bad:   func(r *rig) (uuid.UUID, error) { return r.insertEvent(incompressible(10000), "'k-bad'", "'x'") },
+			want:  "topic: topic name is not valid in Kafka: 9984 characters",
+		}},
+		{name: "event type of 3,000 bytes", isolation: isolation{
+			bad: func(r *rig) (uuid.UUID, error) {
+				return r.insert("topic, partition_key, event_type, payload, content_type", "$2, 'k-bad', repeat('T', 3000), '{}', 'application/json'")
+			},
+			want: "event_type: text is longer than courier allows: 3000 bytes, at most 2048",
+		}},
+		{name: "correlation id of 5,000 bytes", isolation: isolation{
+			bad:  func(r *rig) (uuid.UUID, error) { return r.insertWith("'k-bad'", "correlation_id", "repeat('c', 5000)") },
+			want: "correlation_id: text is longer than courier allows: 5000 bytes",
+		}},
+		{name: "dead table refuses the event (a CHECK of the operator's)", isolation: isolation{
+			relay: oneWorker,
+			bad: func(r *rig) (uuid.UUID, error) {
+				r.refuse("courier_outbox_dead")
+				return r.insertEvent("'bad topic!'", "'k-refused'", "'x'")
+			},
+			// PostgreSQL will not hold its dead letter: it stays in the queue,
+			// and the relay leaves it alone.
+			status: producer.StatusPending,
+		}},
+		{name: "waiting and dead tables refuse the event", isolation: isolation{
+			relay:  oneWorker,
+			bad:    scheduledRefusedBy("courier_outbox_waiting", "courier_outbox_dead"),
+			status: producer.StatusPending,
+		}},
+		{name: "waiting table refuses the event: dead-lettered instead", isolation: isolation{
+			relay: oneWorker,
+			bad:   scheduledRefusedBy("courier_outbox_waiting"),
+			want:  `PostgreSQL refused to record it: ERROR: new row for relation "courier_outbox_waiting" violates check constraint "operator_refuses"`,
+		}},
+		{name: "dead table refuses a waiting event whose retries ran out", isolation: isolation{
+			relay: oneWorker,
+			bad: func(r *rig) (uuid.UUID, error) {
+				r.refuse("courier_outbox_dead")
+				id := enqueue(r.t, r.pg, r.out, producer.Event{Topic: r.topic, Key: "k-refused", Type: "Bad", Payload: []byte(`{}`)})
+				r.failEvent(id, "k-refused", kerr.NotEnoughReplicas)
+				return id, nil
+			},
+			// It waits, never due again, with the error, for an operator.
+			status: producer.StatusFailed, retries: 8,
+			want: `NOT_ENOUGH_REPLICAS; PostgreSQL refused to record it: ERROR: new row for relation "courier_outbox_dead" violates check constraint`,
+		}},
 		{name: "negative max_retries", isolation: isolation{
 			bad: func(r *rig) (uuid.UUID, error) {
 				return r.insert("topic, partition_key, event_type, payload, content_type, max_retries", "$2, 'k-bad', 'Bad', '{}', 'application/json', -3")
@@ -155,11 +225,18 @@ func TestHostileRelay(t *testing.T) {
 		}, isolation: isolation{want: "orders_outbox does not exist (missing: table "}},
 		{name: "outbox of an older courier", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
 			m := migrateOutbox(t, pg)
-			if _, err := m.Down(context.Background(), pg.Pool, 1); err != nil {
+			if _, err := m.Down(context.Background(), pg.Pool, 2); err != nil {
 				t.Fatal(err)
 			}
 			return pg.Schema, "courier_outbox"
 		}, isolation: isolation{want: "is not at the layout this courier needs (missing: table "}},
+		{name: "outbox without migration 5 (indexes by key hash)", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
+			m := migrateOutbox(t, pg)
+			if _, err := m.Down(context.Background(), pg.Pool, 1); err != nil {
+				t.Fatal(err)
+			}
+			return pg.Schema, "courier_outbox"
+		}, isolation: isolation{want: "has the layout of an older courier (missing: index {schema}.courier_outbox_waiting_key on a hash of topic and key, index "}},
 		{name: "outbox table missing a column", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
 			migrateOutbox(t, pg)
 			if _, err := pg.Pool.Exec(context.Background(), "ALTER TABLE courier_outbox_waiting DROP COLUMN first_failed_at"); err != nil {
@@ -176,6 +253,45 @@ func TestHostileRelay(t *testing.T) {
 			}
 			runIsolation(t, c.isolation)
 		})
+	}
+}
+
+// insertWith writes an event of the healthy topic whose key is the SQL
+// key and whose column is the SQL value.
+func (r *rig) insertWith(key, column, value string) (uuid.UUID, error) {
+	return r.insert("topic, partition_key, event_type, payload, content_type, "+column,
+		"$2, "+key+", 'Bad', '{}', 'application/json', "+value)
+}
+
+// oneWorker runs the relay with one worker, whose share of the keys is
+// every key: the bad event's batches hold healthy events of other keys.
+func oneWorker(c *producer.RelayConfig) { c.Workers = 1 }
+
+// incompressible is SQL for n bytes (n a multiple of 32) of text that
+// PostgreSQL cannot compress: hex digits of md5 hashes.
+func incompressible(n int) string {
+	return fmt.Sprintf("(SELECT string_agg(md5(g::text), '') FROM generate_series(1, %d) g)", n/32)
+}
+
+// refuse makes tables, of the outbox, refuse the events of key k-refused
+// with a CHECK constraint, as an operator's constraint or trigger might.
+func (r *rig) refuse(tables ...string) {
+	r.t.Helper()
+	for _, table := range tables {
+		_, err := r.pg.Pool.Exec(context.Background(), "ALTER TABLE "+table+
+			" ADD CONSTRAINT operator_refuses CHECK (partition_key IS DISTINCT FROM 'k-refused')")
+		if err != nil {
+			r.t.Fatal(err)
+		}
+	}
+}
+
+// scheduledRefusedBy is a bad event of key k-refused due in an hour, which
+// must wait, written once tables refuse that key.
+func scheduledRefusedBy(tables ...string) func(r *rig) (uuid.UUID, error) {
+	return func(r *rig) (uuid.UUID, error) {
+		r.refuse(tables...)
+		return r.insertWith("'k-refused'", "not_before", "now() + interval '1 hour'")
 	}
 }
 
@@ -210,8 +326,8 @@ func migrateOutbox(t *testing.T, pg *testkit.PG) *migrations.Migrator {
 }
 
 // runNotReady checks that Run, on the outbox c.notReady prepares, returns
-// at once an *OutboxNotReadyError naming what is missing and the command
-// that creates it.
+// at once an *OutboxNotReadyError naming what is missing (c.want, where
+// {schema} is the outbox's schema) and the command that creates it.
 func runNotReady(t *testing.T, c hostileRelayCase) {
 	t.Helper()
 	pg := testkit.Postgres(t)
@@ -226,7 +342,7 @@ func runNotReady(t *testing.T, c hostileRelayCase) {
 	if !errors.As(err, &notReady) || !errors.Is(err, producer.ErrOutboxNotReady) || notReady.Schema != schema || notReady.Table != table {
 		t.Fatalf("Run = %v, want an *OutboxNotReadyError for %s.%s", err, schema, table)
 	}
-	for _, want := range []string{c.want, "courier migrate up --schema " + schema + " --table " + table} {
+	for _, want := range []string{strings.ReplaceAll(c.want, "{schema}", schema), "courier migrate up --schema " + schema + " --table " + table} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("Run's error does not say %q:\n%v", want, err)
 		}

@@ -22,8 +22,9 @@ var ErrOutboxNotReady = errors.New("producer: the outbox tables are missing or o
 type OutboxNotReadyError struct {
 	// Schema and Table name the outbox.
 	Schema, Table string
-	// Missing is what is missing: "schema <s>", "table <s>.<t>" or
-	// "column <s>.<t>.<c>", several joined by ", ".
+	// Missing is what is missing: "schema <s>", "table <s>.<t>",
+	// "column <s>.<t>.<c>" or "index <s>.<i> on a hash of topic and key",
+	// several joined by ", ".
 	Missing string
 	// Err is PostgreSQL's error, when the absence came up as one.
 	Err error
@@ -36,6 +37,8 @@ func (e *OutboxNotReadyError) Error() string {
 		what = "does not exist"
 	case e.Missing == "table "+e.Schema+"."+e.Table:
 		what = "does not exist"
+	case strings.HasPrefix(e.Missing, "index "):
+		what = "has the layout of an older courier" // one migration behind
 	}
 	msg := fmt.Sprintf("producer: the outbox table %s.%s %s (missing: %s): create or upgrade it with "+
 		"`courier migrate up --schema %s --table %s`, or in Go with migrations.New(migrations.Config{Schema: %q, Table: %q}) and its Up; "+
@@ -68,17 +71,27 @@ var layoutColumns = []struct {
 }
 
 // layoutSQL lists what of the layout is missing: the schema ($1), the
-// relations ($2), the columns ($3 of the relation $4).
+// relations ($2), the columns ($3 of the relation $4), the indexes by a
+// hash of topic and key ($6 of the relation $5).
 const layoutSQL = `
 SELECT (SELECT CASE WHEN to_regnamespace($1) IS NULL THEN ARRAY['schema ' || $1] ELSE '{}' END)
     || ARRAY(SELECT 'table ' || r FROM unnest($2::text[]) WITH ORDINALITY AS r(r, i) WHERE to_regclass(r) IS NULL ORDER BY i)
     || ARRAY(SELECT 'column ' || c.r || '.' || c.c FROM unnest($4::text[], $3::text[]) WITH ORDINALITY AS c(r, c, i)
         WHERE to_regclass(c.r) IS NOT NULL AND NOT EXISTS (
             SELECT FROM pg_attribute a WHERE a.attrelid = to_regclass(c.r) AND a.attname = c.c AND NOT a.attisdropped)
-        ORDER BY i)`
+        ORDER BY i)
+    || ARRAY(SELECT 'index ' || x.i || ' on a hash of topic and key' FROM unnest($5::text[], $6::text[]) WITH ORDINALITY AS x(r, i, n)
+        WHERE to_regclass(x.r) IS NOT NULL AND NOT EXISTS (
+            SELECT FROM pg_index p WHERE p.indexrelid = to_regclass(x.i) AND pg_get_indexdef(p.indexrelid) LIKE '%hashtextextended(%')
+        ORDER BY n)`
+
+// layoutKeyIndexes are the tables, by suffix, whose index by key must be
+// on a hash of topic and key (migration 5, see keyHash): the relay's
+// claim looks keys up by that hash.
+var layoutKeyIndexes = []string{"waiting", "dead"}
 
 // checkLayout returns an *OutboxNotReadyError when the outbox's schema,
-// tables or columns are missing, and PostgreSQL's error when it could not
+// tables, columns or indexes by key hash are missing, and PostgreSQL's error when it could not
 // look.
 func (s *store) checkLayout(ctx context.Context, db DBTX) error {
 	t := s.names.table
@@ -93,8 +106,12 @@ func (s *store) checkLayout(ctx context.Context, db DBTX) error {
 			columnRels, columns = append(columnRels, rel), append(columns, strings.TrimSpace(c))
 		}
 	}
+	var indexRels, indexes []string
+	for _, suffix := range layoutKeyIndexes {
+		indexRels, indexes = append(indexRels, t.Derived(suffix)), append(indexes, t.Derived(suffix+"_key"))
+	}
 	var missing []string
-	if err := db.QueryRow(ctx, layoutSQL, t.Schema, relations, columns, columnRels).Scan(&missing); err != nil {
+	if err := db.QueryRow(ctx, layoutSQL, t.Schema, relations, columns, columnRels, indexRels, indexes).Scan(&missing); err != nil {
 		return fmt.Errorf("producer: look up the outbox tables %s: %w", t, err)
 	}
 	if len(missing) == 0 {

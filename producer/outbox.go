@@ -32,9 +32,22 @@ type Config struct {
 	// Table is the outbox table, as created by the migrations package.
 	// Defaults to "courier_outbox".
 	Table string
-	// MaxPayloadBytes refuses larger payloads at enqueue, before they can
-	// fail at the broker. Set it to the broker's message.max.bytes (or the
-	// topic's max.message.bytes) when that was raised. Defaults to 1 MiB
+	// MaxPayloadBytes refuses, at enqueue, before they can fail at the
+	// relay or the broker, larger payloads (ErrPayloadTooLarge) and events
+	// whose whole Kafka record is larger (ErrRecordTooLarge): the key, the
+	// payload, the event's headers and trace context, the headers the relay
+	// adds in binary mode (ce_id, ce_type, ce_time, content-type, …, with a
+	// ce_source counted at MaxSourceBytes) and Kafka's framing of a record
+	// batch holding it alone, as the relay counts them against Sarama's
+	// Producer.MaxMessageBytes. So with the default of 1 MiB, every event
+	// Enqueue accepts fits the relay's default Producer.MaxMessageBytes and
+	// Kafka's default message.max.bytes (both 1048588 bytes); the largest
+	// payload it accepts is a few hundred bytes short of 1 MiB. Set it to
+	// the smallest of the relay's Producer.MaxMessageBytes, the broker's
+	// message.max.bytes and the topic's max.message.bytes when those were
+	// raised. In structured mode (RelayConfig.Structured) the record is a
+	// JSON document, larger still (a payload that is not JSON is written in
+	// base64, a third larger): leave room for it. Defaults to 1 MiB
 	// (DefaultMaxPayloadBytes).
 	MaxPayloadBytes int
 }
@@ -388,14 +401,13 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 			c.ownAt[raw.ID] = i
 			c.ownIDs = append(c.ownIDs, pgtype.UUID{Bytes: raw.ID, Valid: true})
 		}
-		e, err := normalize(raw, o.maxPayload)
+		e, err := normalize(raw, o.maxPayload, trace)
 		if err != nil {
 			if evErr, ok := errors.AsType[*EventError](err); ok {
 				evErr.Index = i
 			}
 			return nil, err
 		}
-		e.Headers = withTrace(e.Headers, trace)
 		var headers []byte
 		if len(e.Headers) > 0 {
 			if headers, err = json.Marshal(e.Headers); err != nil {

@@ -428,7 +428,7 @@ func TestIdempotencyKeyFreedByRollback(t *testing.T) {
 	deadline := time.Now().Add(time.Minute)
 	for {
 		var waiting bool
-		err := pg.Pool.QueryRow(ctx, "SELECT wait_event_type = 'Lock' FROM pg_stat_activity WHERE pid = $1", waiterPID).Scan(&waiting)
+		err := pg.Pool.QueryRow(ctx, "SELECT COALESCE(wait_event_type = 'Lock', false) FROM pg_stat_activity WHERE pid = $1", waiterPID).Scan(&waiting)
 		if err != nil {
 			t.Fatal(err)
 		}

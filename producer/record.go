@@ -1,6 +1,7 @@
 package producer
 
 import (
+	"encoding/binary"
 	"encoding/json"
 	"slices"
 	"time"
@@ -84,6 +85,51 @@ var (
 
 // uuidLen is the length of a UUID's text form.
 const uuidLen = 36
+
+// MaxSourceBytes bounds RelayConfig.Source: Enqueue counts a ce_source
+// header of this size in the record it checks (see Config.MaxPayloadBytes),
+// whichever relay publishes the event.
+const MaxSourceBytes = 256
+
+// maxTimeLen is the longest ce_time the relay writes: RFC 3339 in UTC with
+// nanoseconds, of a four-digit year.
+const maxTimeLen = len("2006-01-02T15:04:05.999999999Z")
+
+// Sarama's reckoning of a record's size (sarama.ProducerMessage.ByteSize of
+// a record batch, version 2): the record's framing at its largest, and two
+// varints per header.
+const (
+	saramaRecordOverhead = 5*binary.MaxVarintLen32 + binary.MaxVarintLen64 + 1
+	saramaHeaderOverhead = 2 * binary.MaxVarintLen32
+)
+
+// recordBytes is the size of the record the relay publishes for e (which
+// is normalized) in binary mode, as it counts it against Sarama's
+// Producer.MaxMessageBytes (sarama.ProducerMessage.ByteSize and the header
+// of the record batch, see batchPublisher.partition), with a ce_source of
+// MaxSourceBytes and a ce_time of its longest: binaryRecord's headers.
+func recordBytes(e *Event) int {
+	size := recordBatchOverhead + saramaRecordOverhead + len(e.Key) + len(e.Payload)
+	add := func(name string, value int) { size += len(name) + value + saramaHeaderOverhead }
+	add(HeaderSpecVersion, len(specVersion))
+	add(HeaderID, uuidLen)
+	add(HeaderType, len(e.Type))
+	add(HeaderSource, MaxSourceBytes)
+	add(HeaderTime, maxTimeLen)
+	add(HeaderContentType, len(e.ContentType))
+	for _, x := range []struct{ name, value string }{
+		{HeaderCorrelationID, e.CorrelationID}, {HeaderCausationID, e.CausationID}, {HeaderTenantID, e.TenantID},
+		{HeaderAggregateType, e.AggregateType}, {HeaderAggregateID, e.AggregateID},
+	} {
+		if x.value != "" {
+			add(x.name, len(x.value))
+		}
+	}
+	for name, value := range e.Headers {
+		add(name, len(value))
+	}
+	return size
+}
 
 // headerValues builds headers whose values are cut from one buffer, which
 // must be allocated large enough for all of them: a value never moves once

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -102,7 +103,8 @@ type RelayConfig struct {
 	Publisher Publisher
 
 	// Source is the CloudEvents source attribute (ce_source), usually the
-	// service name. Defaults to "courier".
+	// service name: UTF-8 text of at most 256 bytes (MaxSourceBytes), which
+	// Enqueue counts in the record it checks. Defaults to "courier".
 	Source string
 	// Structured publishes each event as a JSON CloudEvent (structured mode)
 	// instead of the payload with ce_ headers (binary mode, the default).
@@ -267,6 +269,10 @@ type Relay struct {
 
 	vacuumFailed atomic.Bool // the failure to vacuum the queue was logged
 
+	// stuck are the ids of events whose outcome PostgreSQL refused, left
+	// where they were: this relay claims them no more (see isolate).
+	stuck sync.Map
+
 	mu       sync.Mutex
 	openedAt time.Time       // when the breaker last opened
 	wake     []chan struct{} // one per worker
@@ -396,6 +402,9 @@ func (c *RelayConfig) setDefaults() error {
 	if c.Source == "" {
 		c.Source = DefaultSource
 	}
+	if err := checkText(c.Source, MaxSourceBytes); err != nil {
+		return fmt.Errorf("Source: %w (Enqueue counts a ce_source of at most %d bytes in the records it accepts)", err, MaxSourceBytes)
+	}
 	if c.DeadLetterSuffix == "" {
 		c.DeadLetterSuffix = DefaultDeadLetterSuffix
 	}
@@ -505,9 +514,11 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 		out.settlements = append(out.settlements, sent.settlements...)
 		out.dead, out.acks = sent.dead, sent.acks
 	}
-	if err := r.store.settle(ctx, c, r.queryNow(), out.settlements); err != nil {
+	isolated, err := r.store.settle(ctx, c, r.queryNow(), out.settlements)
+	if err != nil {
 		return res, err
 	}
+	out.dead = r.isolate(ctx, isolated, out.dead)
 	// Only now, with the outcome committed, is it true.
 	for _, a := range out.acks {
 		r.metrics.Published(a.topic, a.latency)
@@ -521,6 +532,48 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 	return res, nil
 }
 
+// isolate logs the events whose outcome PostgreSQL refused for their data
+// (see store.settle) and what became of them instead, and remembers those
+// left where they were so that this relay leaves them alone from now on.
+// It returns dead, the batch's dead letters, with those of events that
+// could not be dead-lettered taken out and those of events dead-lettered
+// instead of waiting added.
+func (r *Relay) isolate(ctx context.Context, isolated []isolatedRow, dead []DeadLetter) []DeadLetter {
+	var more []DeadLetter
+	notDead := map[uuid.UUID]bool{}
+	for _, row := range isolated {
+		notDead[row.e.ID] = row.then != fateDead
+		e := row.e
+		switch row.then {
+		case fateDiscarded:
+			r.logFailure(ctx, slog.LevelError, "event published, but PostgreSQL refused to keep it in the history; it was deleted from the outbox",
+				e, row.err, "seq", e.seq)
+		case fateDead:
+			r.logFailure(ctx, slog.LevelError, "PostgreSQL refused to keep the event waiting; it was dead-lettered instead",
+				e, row.err, "seq", e.seq)
+			if !slices.ContainsFunc(dead, func(d DeadLetter) bool { return d.EventID == e.ID }) {
+				more = append(more, e.deadLetter(fmt.Errorf("PostgreSQL refused to keep it waiting: %w", row.err), false, r.cfg.Now()))
+			}
+		case fateStuck:
+			r.logFailure(ctx, slog.LevelError, "PostgreSQL refused to dead-letter the event; it waits in the outbox table, never due, "+
+				"until an operator requeues or purges it", e, row.err, "seq", e.seq)
+		case fateStays:
+			r.stuck.Store(e.ID, struct{}{})
+			r.logFailure(ctx, slog.LevelError, "PostgreSQL refused to record the event's outcome; it stays where it is, and this relay "+
+				"leaves it alone until it restarts: fix the row or purge the event", e, row.err, "seq", e.seq)
+		}
+	}
+	dead = slices.DeleteFunc(dead, func(d DeadLetter) bool { return notDead[d.EventID] })
+	return append(dead, more...)
+}
+
+// isStuck reports whether the event is one this relay leaves alone, its
+// outcome refused by PostgreSQL (see isolate).
+func (r *Relay) isStuck(id uuid.UUID) bool {
+	_, ok := r.stuck.Load(id)
+	return ok
+}
+
 // admit picks what a claim publishes: every due waiting event it read, then
 // new events up to BatchSize in all. A new event that must not go yet moves
 // to waiting instead (the settlements it returns): one whose NotBefore is
@@ -528,12 +581,17 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 // in their key, so that none overtakes an earlier event of its key.
 func (r *Relay) admit(c *claim) (send []*claimedEvent, held []settlement) {
 	for i := range c.waiting {
-		send = append(send, &c.waiting[i])
+		if !r.isStuck(c.waiting[i].ID) {
+			send = append(send, &c.waiting[i])
+		}
 	}
 	queued := c.queued[:min(len(c.queued), max(r.cfg.BatchSize-len(c.waiting), 0))]
 	behind := map[topicKey]bool{}
 	for i := range queued {
 		e := &queued[i]
+		if r.isStuck(e.ID) {
+			continue
+		}
 		k, keyed := keyOf(e)
 		if !e.blocked && !e.scheduled && !(keyed && behind[k]) {
 			send = append(send, e)
@@ -853,14 +911,26 @@ func (r *Relay) maxRetries(e *claimedEvent) int {
 }
 
 func (r *Relay) logFailure(ctx context.Context, level slog.Level, msg string, e *claimedEvent, err error, attrs ...any) {
-	attrs = append(attrs, "event_id", e.ID, "topic", e.Topic, "error", err)
+	attrs = append(attrs, "event_id", e.ID, "topic", clip(e.Topic), "error", err)
 	for _, a := range []struct {
 		key   string
 		value *string
 	}{{"partition_key", e.Key}, {"tenant_id", e.TenantID}, {"correlation_id", e.CorrelationID}} {
 		if a.value != nil {
-			attrs = append(attrs, a.key, *a.value)
+			attrs = append(attrs, a.key, clip(*a.value))
 		}
 	}
 	r.log.Log(ctx, level, msg, attrs...)
+}
+
+// clipBytes is the most of a row's topic, key or id the relay logs: a row
+// written around Enqueue may hold megabytes.
+const clipBytes = 256
+
+// clip cuts s to clipBytes for a log, saying how long it was.
+func clip(s string) string {
+	if len(s) <= clipBytes {
+		return s
+	}
+	return strings.ToValidUTF8(s[:clipBytes], "") + fmt.Sprintf("... (%d bytes)", len(s))
 }

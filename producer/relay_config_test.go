@@ -30,6 +30,8 @@ func TestNewRelayRejectsInvalidConfig(t *testing.T) {
 		{producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Base: time.Minute, Max: time.Second}}, "Backoff.Max"},
 		{producer.RelayConfig{Brokers: brokers, Breaker: producer.Breaker{ConsecutiveFailures: -1}}, "Breaker.ConsecutiveFailures"},
 		{producer.RelayConfig{Brokers: brokers, DeadLetterSuffix: "/dlq"}, "DeadLetterSuffix"},
+		{producer.RelayConfig{Brokers: brokers, Source: strings.Repeat("s", producer.MaxSourceBytes+1)}, "Source: text is longer than courier allows: 257 bytes"},
+		{producer.RelayConfig{Brokers: brokers, Source: "orders\x00"}, `Source: text must be valid UTF-8 without NUL bytes: "orders\x00"`},
 	} {
 		_, err := producer.NewRelay(pg.Pool, tc.cfg)
 		if !errors.Is(err, producer.ErrInvalidRelayConfig) || !strings.Contains(err.Error(), tc.field) {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/pgname"
 )
 
@@ -41,6 +43,7 @@ type store struct {
 	lockShares, claimQueue, claimWaiting string
 
 	publishQueue, publishWaiting, parkQueue, updateWaiting, deadQueue, deadWaiting string
+	discardQueue, discardWaiting                                                   string
 
 	probe, backlog string
 }
@@ -86,10 +89,6 @@ func (n outboxNames) render(sql string, hold bool) string {
 func newStore(table pgname.Table, holdOnDeadLetter, discardPublished bool) *store {
 	n := newOutboxNames(table)
 	r := func(sql string) string { return n.render(sql, holdOnDeadLetter) }
-	publishQueue, publishWaiting := publishQueueSQL, publishWaitingSQL
-	if discardPublished {
-		publishQueue, publishWaiting = discardQueueSQL, discardWaitingSQL
-	}
 	return &store{
 		names:          n,
 		hold:           holdOnDeadLetter,
@@ -103,8 +102,10 @@ func newStore(table pgname.Table, holdOnDeadLetter, discardPublished bool) *stor
 		lockShares:     fmt.Sprintf(lockSharesSQL, shareLockKey(table)),
 		claimQueue:     r(claimQueueSQL),
 		claimWaiting:   r(claimWaitingSQL),
-		publishQueue:   r(publishQueue),
-		publishWaiting: r(publishWaiting),
+		publishQueue:   r(publishQueueSQL),
+		publishWaiting: r(publishWaitingSQL),
+		discardQueue:   r(discardQueueSQL),
+		discardWaiting: r(discardWaitingSQL),
 		parkQueue:      r(parkQueueSQL),
 		updateWaiting:  r(updateWaitingSQL),
 		deadQueue:      r(deadQueueSQL),
@@ -285,10 +286,31 @@ const claimSettings = `SELECT
     set_config('jit', 'off', true),
     set_config('synchronous_commit', 'off', true)`
 
-// heldBy is true when an event of alias a, with a key, is held back by an
-// event of its key in {dead} (with HoldKeyOnDeadLetter) that is older.
-const heldByDead = `({hold} AND %[1]s.partition_key IS NOT NULL AND EXISTS (
-    SELECT FROM {dead} h WHERE h.topic = %[1]s.topic AND h.partition_key = %[1]s.partition_key AND h.seq < %[1]s.seq))`
+// keyHash is the hash of the (topic, key) of the event of alias a, as the
+// key indexes of {waiting} and {dead} hold it (migration 0005): they index
+// a hash rather than the topic and key themselves, which PostgreSQL cannot
+// index beyond about 2,700 bytes.
+func keyHash(a string) string { return keyHashOf(a+".topic", a+".partition_key") }
+
+// keyHashOf is the hash of the SQL expressions topic and key, as keyHash.
+func keyHashOf(topic, key string) string {
+	return fmt.Sprintf("hashtextextended(%s, hashtextextended(%s, 0))", key, topic)
+}
+
+// sameKey is true when the events of aliases a and b have the same topic
+// and key: it compares their hashes first, which the key indexes find.
+func sameKey(a, b string) string {
+	return fmt.Sprintf("%s = %s AND %[3]s.topic = %[4]s.topic AND %[3]s.partition_key = %[4]s.partition_key",
+		keyHash(a), keyHash(b), a, b)
+}
+
+// heldByDead is true when an event of alias a, with a key, is held back
+// by an event of its key in {dead} (with HoldKeyOnDeadLetter) that is
+// older.
+func heldByDead(a string) string {
+	return fmt.Sprintf(`({hold} AND %[1]s.partition_key IS NOT NULL AND EXISTS (
+    SELECT FROM {dead} h WHERE %[2]s AND h.seq < %[1]s.seq))`, a, sameKey("h", a))
+}
 
 // claimQueueSQL reads up to $2 new events of the claimed shares in seq
 // order. blocked marks an event whose key has events waiting (or, with
@@ -300,8 +322,8 @@ const heldByDead = `({hold} AND %[1]s.partition_key IS NOT NULL AND EXISTS (
 var claimQueueSQL = `
 SELECT q.ctid, q.seq, ` + claimedColumns("q") + `, q.created_at, COALESCE(q.not_before > {now}, false) AS scheduled,
     q.partition_key IS NOT NULL AND NOT (SELECT NOT EXISTS (SELECT FROM {waiting}) AND NOT ({hold} AND EXISTS (SELECT FROM {dead})))
-    AND (EXISTS (SELECT FROM {waiting} w WHERE w.topic = q.topic AND w.partition_key = q.partition_key)
-         OR ` + fmt.Sprintf(heldByDead, "q") + `) AS blocked
+    AND (EXISTS (SELECT FROM {waiting} w WHERE ` + sameKey("w", "q") + `)
+         OR ` + heldByDead("q") + `) AS blocked
 FROM {queue} q
 WHERE ` + shareOf("q") + ` = ANY ` + claimedShares + `
 ORDER BY q.seq
@@ -318,8 +340,8 @@ WHERE ` + shareOf("w") + ` = ANY ` + claimedShares + `
   AND w.next_attempt_at <= {now}
   AND (w.partition_key IS NULL OR NOT EXISTS (
       SELECT FROM {waiting} b
-      WHERE b.topic = w.topic AND b.partition_key = w.partition_key AND b.seq < w.seq AND b.next_attempt_at > {now}))
-  AND NOT ` + fmt.Sprintf(heldByDead, "w") + `
+      WHERE ` + sameKey("b", "w") + ` AND b.seq < w.seq AND b.next_attempt_at > {now}))
+  AND NOT ` + heldByDead("w") + `
 ORDER BY w.seq
 LIMIT $2`
 
@@ -406,9 +428,10 @@ func scanWaiting(row pgx.CollectableRow) (claimedEvent, error) {
 
 // check decodes the row's headers and created_at into e and marks e
 // invalid when the row holds what Enqueue would have refused, or what
-// cannot be published: a topic name Kafka refuses, an empty type, headers
-// that are not a JSON object of strings or whose names are reserved, a
-// created_at at infinity.
+// cannot be published: a topic name Kafka refuses, an empty type, a key or
+// an attribute longer than Enqueue allows (MaxKeyBytes, MaxAttributeBytes),
+// headers that are not a JSON object of strings or whose names are
+// reserved, a created_at at infinity.
 func (e *claimedEvent) check(headers []byte, created pgtype.Timestamptz) {
 	fail := func(field string, err error) {
 		e.invalid = permanentError{fmt.Errorf("%w: %s: %w (fix the row or purge the event)", ErrInvalidRow, field, err)}
@@ -425,6 +448,21 @@ func (e *claimedEvent) check(headers []byte, created pgtype.Timestamptz) {
 	if created.InfinityModifier != pgtype.Finite {
 		fail("created_at", fmt.Errorf("%s is not a time", created.InfinityModifier))
 		return
+	}
+	for _, f := range []struct {
+		column string
+		value  *string
+		limit  int
+	}{
+		{"partition_key", e.Key, MaxKeyBytes}, {"event_type", &e.Type, MaxAttributeBytes},
+		{"content_type", &e.ContentType, MaxAttributeBytes}, {"aggregate_type", e.AggregateType, MaxAttributeBytes},
+		{"aggregate_id", e.AggregateID, MaxAttributeBytes}, {"tenant_id", e.TenantID, MaxAttributeBytes},
+		{"correlation_id", e.CorrelationID, MaxAttributeBytes}, {"causation_id", e.CausationID, MaxAttributeBytes},
+	} {
+		if f.value != nil && len(*f.value) > f.limit {
+			fail(f.column, fmt.Errorf("%w: %d bytes, at most %d", ErrTooLong, len(*f.value), f.limit))
+			return
+		}
 	}
 	if len(headers) == 0 || string(headers) == "{}" {
 		return
@@ -549,8 +587,15 @@ SELECT seq, ` + eventColumns + `, created_at, new_status, CASE WHEN attempted TH
     GREATEST(COALESCE(not_before, {now}), {now} + COALESCE(delay_ms, 0) * interval '1 millisecond')
 FROM m`
 
+// neverDue is the due time of a waiting event that waits for an operator
+// to requeue or purge it (see fallback): the last day Admin and the
+// clients that read the tables can all represent, where infinity is not a
+// time to most of them.
+const neverDue = "9999-12-31T00:00:00Z"
+
 // updateWaitingSQL records the outcome of waiting events that stay waiting.
-// An empty status keeps the event's.
+// An empty status keeps the event's; an infinite delay makes it wait until
+// an operator requeues or purges it (neverDue).
 const updateWaitingSQL = `
 UPDATE {waiting} w SET
     status          = COALESCE(NULLIF(u.status, ''), w.status),
@@ -558,7 +603,8 @@ UPDATE {waiting} w SET
     last_error      = COALESCE(u.error, w.last_error),
     last_attempt_at = CASE WHEN u.attempted THEN {now} ELSE w.last_attempt_at END,
     first_failed_at = CASE WHEN u.attempted THEN COALESCE(w.first_failed_at, {now}) ELSE w.first_failed_at END,
-    next_attempt_at = {now} + COALESCE(u.delay_ms, 0) * interval '1 millisecond'
+    next_attempt_at = CASE WHEN u.delay_ms = 'Infinity' THEN '` + neverDue + `'
+                      ELSE {now} + COALESCE(u.delay_ms, 0) * interval '1 millisecond' END
 FROM ` + outcomeArrays + `
 WHERE w.seq = u.seq`
 
@@ -597,6 +643,11 @@ const (
 	fateWait
 	// fateDead: to {dead}.
 	fateDead
+	// fateDiscarded: deleted without a copy in the history (see fallback).
+	fateDiscarded
+	// fateStuck: a waiting event stays, never due again, with the error
+	// (see fallback).
+	fateStuck
 )
 
 // settlement is the outcome of one event of a batch.
@@ -628,7 +679,11 @@ func (o *outcomeSet) add(st settlement) {
 	o.status = append(o.status, st.status)
 	o.attempted = append(o.attempted, st.attempted)
 	o.err = append(o.err, pgtype.Text{String: st.err, Valid: st.err != ""})
-	o.delay = append(o.delay, pgtype.Float8{Float64: float64(st.delay) / float64(time.Millisecond), Valid: st.delay > 0})
+	delay := pgtype.Float8{Float64: float64(st.delay) / float64(time.Millisecond), Valid: st.delay > 0}
+	if st.fate == fateStuck {
+		delay = pgtype.Float8{Float64: math.Inf(1), Valid: true}
+	}
+	o.delay = append(o.delay, delay)
 }
 
 // queue adds the statement sql on o to batch, unless o is empty.
@@ -638,20 +693,26 @@ func (o *outcomeSet) queue(batch *pgx.Batch, sql string, now pgtype.Timestamptz)
 	}
 }
 
-// settle records the outcomes and commits, in one round trip.
-func (s *store) settle(ctx context.Context, c *claim, now pgtype.Timestamptz, outcomes []settlement) error {
-	var pubQueue []pgtype.TID
-	var pubWaiting []int64
+// queueOutcomes adds to batch the statements that record outcomes.
+func (s *store) queueOutcomes(batch *pgx.Batch, now pgtype.Timestamptz, outcomes []settlement) {
+	var pubQueue, discardQueue []pgtype.TID
+	var pubWaiting, discardWaiting []int64
 	var park, update, deadQ, deadW outcomeSet
 	for _, st := range outcomes {
 		switch {
+		case st.fate == fatePublished && s.discard || st.fate == fateDiscarded:
+			if st.e.from == fromQueue {
+				discardQueue = append(discardQueue, st.e.tid)
+			} else {
+				discardWaiting = append(discardWaiting, st.e.seq)
+			}
 		case st.fate == fatePublished && st.e.from == fromQueue:
 			pubQueue = append(pubQueue, st.e.tid)
 		case st.fate == fatePublished:
 			pubWaiting = append(pubWaiting, st.e.seq)
 		case st.fate == fateWait && st.e.from == fromQueue:
 			park.add(st)
-		case st.fate == fateWait:
+		case st.fate == fateWait, st.fate == fateStuck && st.e.from == fromWaiting:
 			update.add(st)
 		case st.fate == fateDead && st.e.from == fromQueue:
 			deadQ.add(st)
@@ -659,35 +720,132 @@ func (s *store) settle(ctx context.Context, c *claim, now pgtype.Timestamptz, ou
 			deadW.add(st)
 		}
 	}
-	batch := &pgx.Batch{}
-	for _, p := range []struct {
-		sql  string
-		rows any
-		n    int
-	}{{s.publishQueue, pubQueue, len(pubQueue)}, {s.publishWaiting, pubWaiting, len(pubWaiting)}} {
-		switch {
-		case p.n == 0:
-		case s.discard:
-			batch.Queue(p.sql, p.rows)
-		default:
-			batch.Queue(p.sql, now, p.rows)
-		}
+	if len(pubQueue) > 0 {
+		batch.Queue(s.publishQueue, now, pubQueue)
+	}
+	if len(pubWaiting) > 0 {
+		batch.Queue(s.publishWaiting, now, pubWaiting)
+	}
+	if len(discardQueue) > 0 {
+		batch.Queue(s.discardQueue, discardQueue)
+	}
+	if len(discardWaiting) > 0 {
+		batch.Queue(s.discardWaiting, discardWaiting)
 	}
 	park.queue(batch, s.parkQueue, now)
 	update.queue(batch, s.updateWaiting, now)
 	deadQ.queue(batch, s.deadQueue, now)
 	deadW.queue(batch, s.deadWaiting, now)
+}
+
+// isolatedRow is an event whose outcome the database refused for its data
+// (see dataError): planned is the fate it refused, then is what became of
+// the event instead, err is PostgreSQL's error.
+type isolatedRow struct {
+	e             *claimedEvent
+	planned, then fate
+	err           error
+}
+
+// settle records the outcomes and commits, in one round trip. Should
+// PostgreSQL refuse one of them for the data of an event (a value a table
+// of the outbox cannot hold, a constraint of the operator's, see
+// dataError), it records them one at a time instead, and each event it
+// refuses takes its fallback (see fallback) rather than failing the batch:
+// the batch's other events were published, and must not be again. It
+// returns the events so isolated.
+func (s *store) settle(ctx context.Context, c *claim, now pgtype.Timestamptz, outcomes []settlement) ([]isolatedRow, error) {
+	batch := &pgx.Batch{}
+	batch.Queue("SAVEPOINT courier_settle")
+	s.queueOutcomes(batch, now, outcomes)
 	batch.Queue("COMMIT")
 	err := c.conn.SendBatch(ctx, batch).Close()
+	var isolated []isolatedRow
+	if dataError(err) && c.conn.PgConn().TxStatus() == 'E' {
+		isolated, err = s.settleApart(ctx, c, now, outcomes)
+	}
 	if err == nil && c.conn.PgConn().TxStatus() != 'I' {
 		err = errors.New("the transaction did not commit")
 	}
 	if err != nil {
 		c.abort()
-		return fmt.Errorf("producer: record publish results in %s: %w", s.names.table, err)
+		return nil, fmt.Errorf("producer: record publish results in %s: %w", s.names.table, err)
 	}
 	c.done = true
-	return nil
+	return isolated, nil
+}
+
+// settleApart records outcomes one event at a time, each under a savepoint
+// of its own, after the statements for all of them failed; then commits.
+func (s *store) settleApart(ctx context.Context, c *claim, now pgtype.Timestamptz, outcomes []settlement) ([]isolatedRow, error) {
+	if _, err := c.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT courier_settle"); err != nil {
+		return nil, err
+	}
+	var isolated []isolatedRow
+	for _, st := range outcomes {
+		err := s.settleOne(ctx, c, now, st)
+		for dataError(err) {
+			next := fallback(st, err)
+			isolated = append(isolated, isolatedRow{e: st.e, planned: st.fate, then: next.fate, err: err})
+			st, err = next, s.settleOne(ctx, c, now, next)
+		}
+		if err != nil {
+			return isolated, err
+		}
+	}
+	_, err := c.conn.Exec(ctx, "COMMIT")
+	return isolated, err
+}
+
+// settleOne records the outcome of one event under a savepoint, rolled back
+// if PostgreSQL refuses it.
+func (s *store) settleOne(ctx context.Context, c *claim, now pgtype.Timestamptz, st settlement) error {
+	batch := &pgx.Batch{}
+	batch.Queue("SAVEPOINT courier_settle_one")
+	s.queueOutcomes(batch, now, []settlement{st})
+	batch.Queue("RELEASE SAVEPOINT courier_settle_one")
+	err := c.conn.SendBatch(ctx, batch).Close()
+	if err != nil && c.conn.PgConn().TxStatus() == 'E' {
+		if _, rerr := c.conn.Exec(ctx, "ROLLBACK TO SAVEPOINT courier_settle_one"); rerr != nil {
+			return rerr
+		}
+	}
+	return err
+}
+
+// fallback is what becomes of an event whose outcome st PostgreSQL refused
+// with err: a published event leaves the outbox without a copy in the
+// history (it is on Kafka: publishing it again would make a duplicate); an
+// event that was to wait is dead-lettered; one that was to be
+// dead-lettered is dead-lettered in place: a waiting event waits until the
+// end of the year 9999 (neverDue), with the error, for an operator to
+// requeue or purge it, and a new event stays
+// in the queue, which the relay then leaves alone (see Relay.stuck); so
+// does an event whose fallback failed too.
+func fallback(st settlement, err error) settlement {
+	why := fmt.Sprintf("PostgreSQL refused to record it: %v", err)
+	if st.err != "" {
+		why = st.err + "; " + why
+	}
+	switch st.fate {
+	case fatePublished:
+		return settlement{e: st.e, fate: fateDiscarded}
+	case fateWait:
+		return settlement{e: st.e, fate: fateDead, attempted: st.attempted, err: dlq.TruncateError(why)}
+	case fateDead:
+		if st.e.from == fromWaiting {
+			return settlement{e: st.e, fate: fateStuck, attempted: st.attempted, err: dlq.TruncateError("not dead-lettered: " + why)}
+		}
+	}
+	return settlement{e: st.e, fate: fateStays}
+}
+
+// dataError reports whether err is PostgreSQL refusing a statement for the
+// data it was given: a data exception (class 22), an integrity constraint
+// (23) or a program limit such as an index entry too large (54).
+func dataError(err error) bool {
+	pgErr, ok := pgError(err)
+	return ok && len(pgErr.Code) == 5 && slices.Contains([]string{"22", "23", "54"}, pgErr.Code[:2])
 }
 
 // ---- wake-up ----

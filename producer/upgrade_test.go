@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -118,8 +119,8 @@ func TestUpgradeMovesALiveTableWithoutLosingOrReordering(t *testing.T) {
 		before = append(before, r)
 	}
 	applied, err := m.Up(ctx, pg.Pool)
-	if err != nil || len(applied) != 1 || applied[0].Version != 4 {
-		t.Fatalf("Up applied %v, %v; want version 4 alone", applied, err)
+	if err != nil || len(applied) != 2 || applied[0].Version != 4 || applied[1].Version != 5 {
+		t.Fatalf("Up applied %v, %v; want versions 4 and 5", applied, err)
 	}
 	pg.Migrate(t) // nothing left to apply; adds the test's view
 
@@ -241,8 +242,8 @@ func TestDowngradeKeepsEveryEvent(t *testing.T) {
 	if _, err := f.pg.Pool.Exec(ctx, "DROP VIEW courier_events"); err != nil {
 		t.Fatal(err)
 	}
-	if reverted, err := m.Down(ctx, f.pg.Pool, 1); err != nil || len(reverted) != 1 || reverted[0].Version != 4 {
-		t.Fatalf("Down(1) = %v, %v", reverted, err)
+	if reverted, err := m.Down(ctx, f.pg.Pool, 2); err != nil || len(reverted) != 2 || reverted[1].Version != 4 {
+		t.Fatalf("Down(2) = %v, %v", reverted, err)
 	}
 	rows, err := f.pg.Pool.Query(ctx, "SELECT status, count(*) FROM courier_outbox GROUP BY status")
 	if err != nil {
@@ -271,3 +272,95 @@ func TestDowngradeKeepsEveryEvent(t *testing.T) {
 }
 
 func equalText(a, b *string) bool { return (a == nil) == (b == nil) && (a == nil || *a == *b) }
+
+// TestUpgradeToKeyHashIndexesOnALiveOutbox upgrades an outbox of version 4
+// whose waiting and dead tables hold events (a key retrying, with an event
+// behind it; a key whose retry is an hour away; a dead letter) to version 5,
+// which indexes them by a hash of topic and key, and checks that nothing
+// moved: the relay then publishes the due key's events in order, holds the
+// key that waits, lets the dead letter's key move on, finds the events by
+// topic and key through Admin, and dead-letters a row whose key is too long
+// to index, which version 4 could not hold.
+func TestUpgradeToKeyHashIndexesOnALiveOutbox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pg := testkit.Postgres(t)
+	m := migrateOutbox(t, pg)
+	if reverted, err := m.Down(ctx, pg.Pool, 1); err != nil || len(reverted) != 1 || reverted[0].Version != 5 {
+		t.Fatalf("Down(1) = %v, %v; want version 5 reverted", reverted, err)
+	}
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 1)
+	// As a relay of version 4 left them, in seq order.
+	state := func(table, key, extra, values string) uuid.UUID {
+		t.Helper()
+		id := uuid.Must(uuid.NewV7())
+		_, err := pg.Pool.Exec(ctx, "INSERT INTO "+table+` (seq, id, topic, partition_key, event_type, payload, content_type, created_at, retry_count, last_error, `+extra+`)
+			VALUES (nextval('courier_outbox_seq'), $1, $2, $3, 'Counted', '{}', 'application/json', now(), 2, 'NOT_ENOUGH_REPLICAS', `+values+`)`, id, topic, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	retrying := state("courier_outbox_waiting", "k-due", "status, next_attempt_at", "'failed', now() - interval '1 second'")
+	behind := state("courier_outbox_waiting", "k-due", "status, next_attempt_at", "'pending', now() - interval '1 second'")
+	later := state("courier_outbox_waiting", "k-later", "status, next_attempt_at", "'failed', now() + interval '1 hour'")
+	dead := state("courier_outbox_dead", "k-dead", "dead_lettered_at", "now()")
+
+	applied, err := m.Up(ctx, pg.Pool)
+	if err != nil || len(applied) != 1 || applied[0].Version != 5 {
+		t.Fatalf("Up applied %v, %v; want version 5", applied, err)
+	}
+	var hashed int
+	if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1
+		AND indexname IN ('courier_outbox_waiting_key', 'courier_outbox_dead_key') AND indexdef LIKE '%hashtextextended(%'`, pg.Schema).Scan(&hashed); err != nil || hashed != 2 {
+		t.Fatalf("%d indexes by key hash after the upgrade (%v), want 2", hashed, err)
+	}
+	pg.Migrate(t) // nothing left to apply; adds the test's view
+	out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next := enqueue(t, pg, out, producer.Event{Topic: topic, Key: "k-due", Type: "Counted", Payload: []byte(`{}`)})
+	held := enqueue(t, pg, out, producer.Event{Topic: topic, Key: "k-later", Type: "Counted", Payload: []byte(`{}`)})
+	moves := enqueue(t, pg, out, producer.Event{Topic: topic, Key: "k-dead", Type: "Counted", Payload: []byte(`{}`)})
+	long := uuid.Must(uuid.NewV7())
+	if _, err := pg.Pool.Exec(ctx, `INSERT INTO courier_outbox (id, topic, partition_key, event_type, payload, content_type)
+		VALUES ($1, $2, `+incompressible(9600)+`, 'Counted', '{}', 'application/json')`, long, topic); err != nil {
+		t.Fatal(err)
+	}
+
+	kafka := consume(t, k, topic)
+	runRelay(t, newRelay(t, pg, k, producer.RelayConfig{PollInterval: 20 * time.Millisecond}))
+	msgs := kafka.waitDistinct(4, 30*time.Second)
+	var order []string
+	for _, msg := range msgs {
+		order = append(order, headerValue(msg, producer.HeaderID))
+	}
+	if want := []string{retrying.String(), behind.String(), next.String()}; !slices.Equal(slices.DeleteFunc(slices.Clone(order),
+		func(id string) bool { return !slices.Contains(want, id) }), want) {
+		t.Errorf("k-due reached Kafka as %v, want %v in that order", order, want)
+	}
+	if !slices.Contains(order, moves.String()) || slices.Contains(order, held.String()) || len(order) != 4 {
+		t.Errorf("Kafka holds %v: want k-dead's new event, and not k-later's, which waits behind its retry", order)
+	}
+	testkit.WaitFor(t, 30*time.Second, "the long key's row to be dead-lettered", func() bool {
+		return rowOf(t, pg, long).Status == producer.StatusDeadLettered
+	})
+	if row := rowOf(t, pg, long); row.LastError == nil || !strings.Contains(*row.LastError, "partition_key: text is longer than courier allows: 9600 bytes") {
+		t.Errorf("the long key's row was dead-lettered with %v, want an error naming partition_key", row.LastError)
+	}
+	for id, want := range map[uuid.UUID]string{later: producer.StatusFailed, held: producer.StatusPending, dead: producer.StatusDeadLettered} {
+		if got := rowOf(t, pg, id).Status; got != want {
+			t.Errorf("event %s is %s, want %s", id, got, want)
+		}
+	}
+	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs, err := admin.List(ctx, producer.Filter{Topic: topic, Key: "k-later", Statuses: []string{producer.StatusPending, producer.StatusFailed}})
+	if err != nil || len(recs) != 2 {
+		t.Fatalf("Admin.List of k-later = %d records, %v; want its retry and the event behind it", len(recs), err)
+	}
+}

@@ -17,4 +17,5 @@ func Example_migrateStatus() {
 	// 0002     notify_trigger  not applied
 	// 0003     drop_key_order  not applied
 	// 0004     split_outbox    not applied
+	// 0005     index_key_hash  not applied
 }
