@@ -2,10 +2,17 @@ package consumer
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
+	"net"
+	"net/url"
+	"runtime/debug"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sony/gobreaker/v2"
@@ -52,6 +59,113 @@ func (e *BreakerOpenError) Error() string {
 // Unwrap returns ErrBreakerOpen and Err.
 func (e *BreakerOpenError) Unwrap() []error { return []error{ErrBreakerOpen, e.Err} }
 
+// ErrUnavailable is matched by an error marked with Unavailable.
+var ErrUnavailable = errors.New("consumer: downstream unavailable")
+
+// unavailableError is an error marked with Unavailable: its message is the
+// error's own.
+type unavailableError struct{ err error }
+
+func (e *unavailableError) Error() string   { return e.err.Error() }
+func (e *unavailableError) Unwrap() []error { return []error{e.err, ErrUnavailable} }
+
+// Unavailable marks err as the downstream saying it cannot serve anyone
+// now, which a Breaker's default IsFailure counts: wrap a 503 Service
+// Unavailable, a 502 or 504 from its gateway, a 429 Too Many Requests or
+// any "try again later" answer that is about the downstream, not about the
+// request. The error keeps its message; errors.Is(err, ErrUnavailable)
+// reports the mark, and errors.Is/As still find err. For the message it is
+// an ordinary retryable error (combine with RetryAfter to pace the next
+// attempt). Do not wrap an answer about one request (a 400, a 409, a 500
+// for one payload): counted, one bad message would open the breaker and
+// stop every partition sharing it. Unavailable(nil) is nil.
+func Unavailable(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &unavailableError{err: err}
+}
+
+// IsUnavailable reports whether err says the downstream is unreachable or
+// overloaded, rather than answering about one request. It is a Breaker's
+// default IsFailure; call it from an IsFailure of your own to extend it.
+// It reports true for:
+//
+//   - an error marked with Unavailable (errors.Is(err, ErrUnavailable));
+//   - context.DeadlineExceeded: the call got no answer in time (its own
+//     timeout, or the attempt's, Config.AttemptTimeout);
+//   - network errors: a net.Error (a *net.OpError of a dial, read or
+//     write, a *net.DNSError, a timeout), the errnos ECONNREFUSED,
+//     ECONNRESET, ECONNABORTED, EHOSTUNREACH, ENETUNREACH, ENETDOWN,
+//     EHOSTDOWN, ETIMEDOUT and EPIPE, and io.EOF or io.ErrUnexpectedEOF
+//     when a *url.Error or *net.OpError carries it (net/http's error for a
+//     connection cut before or during the answer);
+//   - TLS failures, which no request can fix: a certificate the client
+//     does not trust (*tls.CertificateVerificationError and the x509
+//     errors), an alert from the server (tls.AlertError), a server that
+//     does not speak TLS (tls.RecordHeaderError).
+//
+// A *url.Error counts only for what it carries: a URL that does not parse
+// or an unsupported scheme is the request's fault. A bare
+// io.ErrUnexpectedEOF does not count either (it is also what a
+// json.Decoder says of a truncated payload): wrap it with Unavailable
+// when you know the connection was cut. Permanent errors, nil and every
+// other error report false.
+func IsUnavailable(err error) bool {
+	if err == nil {
+		return false
+	}
+	if _, perm := errors.AsType[*PermanentError](err); perm {
+		return false
+	}
+	if errors.Is(err, ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+		return true
+	}
+	for _, errno := range unreachableErrnos {
+		if errors.Is(err, errno) {
+			return true
+		}
+	}
+	return unreachable(err, false)
+}
+
+// unreachableErrnos say the connection to the downstream failed.
+var unreachableErrnos = []error{
+	syscall.ECONNREFUSED, syscall.ECONNRESET, syscall.ECONNABORTED, syscall.EHOSTUNREACH,
+	syscall.ENETUNREACH, syscall.ENETDOWN, syscall.EHOSTDOWN, syscall.ETIMEDOUT, syscall.EPIPE,
+}
+
+// unreachable walks err's tree for a network or TLS failure; onConn says
+// a *url.Error or *net.OpError above carries err, so an end of file is a
+// connection cut.
+func unreachable(err error, onConn bool) bool {
+	switch e := err.(type) {
+	case nil:
+		return false
+	case *url.Error:
+		return unreachable(e.Err, true)
+	case *net.OpError:
+		return true
+	case net.Error, *tls.CertificateVerificationError, tls.AlertError, tls.RecordHeaderError,
+		x509.UnknownAuthorityError, x509.CertificateInvalidError, x509.HostnameError:
+		return true
+	}
+	if onConn && (err == io.EOF || err == io.ErrUnexpectedEOF) {
+		return true
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return unreachable(u.Unwrap(), onConn)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if unreachable(e, onConn) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // BreakerConfig configures a Breaker. Only Name is required.
 type BreakerConfig struct {
 	// Name names the breaker in errors, logs and metrics, e.g. "psp".
@@ -68,11 +182,18 @@ type BreakerConfig struct {
 	// all must succeed to close it, one failure opens it again. Defaults
 	// to 1; at most 10,000 (MaxBreakerCount).
 	HalfOpenProbes int
-	// IsFailure reports whether a call's error counts as a failure of the
-	// downstream. Defaults to every error except Permanent ones (the
-	// downstream answered: it is up). A call cut short by its context
-	// (context.Canceled: a shutdown or rebalance) counts neither as a
-	// failure nor as a success, whatever IsFailure says.
+	// IsFailure reports whether a call's error says the downstream is
+	// down, counting toward opening the breaker. Any other error, like
+	// nil, says the downstream answered: it resets the count of failures
+	// in a row and lets a half-open breaker close (the message's attempt
+	// still fails, is retried, and is dead-lettered when its attempts run
+	// out). Defaults to IsUnavailable: network errors, timeouts, TLS
+	// failures and errors marked with Unavailable (a 503, a 429); never
+	// Permanent ones. A function of your own replaces it (it may call
+	// IsUnavailable); should it panic, IsUnavailable decides. Whatever it
+	// says, a call cut short by its context (context.Canceled: a shutdown
+	// or rebalance) or that panicked counts neither as a failure nor as a
+	// success.
 	IsFailure func(error) bool
 	// Logger receives state changes. Defaults to slog.Default().
 	Logger *slog.Logger
@@ -86,15 +207,43 @@ type BreakerConfig struct {
 // calls through. Share one Breaker among all the handlers calling the same
 // downstream. Its methods are safe for concurrent use.
 //
+// A breaker opens only when the downstream is unreachable, never for one
+// bad message: by default only errors that say so count as failures (see
+// BreakerConfig.IsFailure and IsUnavailable). A message whose call fails
+// with any other error (the PSP answers 500 or 400 for that payload, the
+// call panics) fails alone: it is retried and dead-lettered after
+// MaxAttempts while the breaker stays closed and the other messages go
+// on. Mark a downstream's "try later" answers (503, 429) with Unavailable,
+// or they will not open it.
+//
 // Give the consumer at least ConsecutiveFailures attempts
 // (Config.MaxAttempts), or a message meeting an outage from the start runs
 // out of attempts and is dead-lettered before the breaker opens; list the
 // breaker in Config.Breakers to have New refuse a config that breaks this.
+//
+// One case remains that no breaker can tell from an outage: a message
+// whose call makes the downstream time out (or cut the connection) every
+// time, say a payload that hangs the PSP. When no other call through the
+// breaker succeeds meanwhile (one partition with traffic), its timeouts
+// are failures in a row: its ConsecutiveFailures-th attempt opens the
+// breaker, and its half-open probes time out too. Calls that met or
+// opened the breaker count no attempt, so the message is never
+// dead-lettered: it, and every partition sharing the breaker, waits
+// OpenFor after OpenFor, each pause logged ("circuit breaker open; pausing
+// the partition") with the message's ce_id. With one call in flight, a
+// downstream that hangs on one payload looks exactly like a downstream
+// that is down, and counting the probes as attempts would dead-letter
+// messages in every outage longer than MaxAttempts × OpenFor. Traffic of
+// other messages that succeeds through the breaker resets the count, so
+// the message is then dead-lettered after MaxAttempts. To get it out
+// alone, have the handler return Permanent for the payload (or an
+// IsFailure of your own not count its timeouts), and fix the downstream.
 type Breaker struct {
-	cb       *gobreaker.CircuitBreaker[struct{}]
+	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
 	name     string
 	openFor  time.Duration
 	cfg      BreakerConfig
+	log      *slog.Logger
 	openedAt atomic.Int64 // unix nanoseconds of the last opening
 }
 
@@ -114,10 +263,7 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 		return nil, err
 	}
 	if cfg.IsFailure == nil {
-		cfg.IsFailure = func(err error) bool {
-			var perm *PermanentError
-			return err != nil && !errors.As(err, &perm)
-		}
+		cfg.IsFailure = IsUnavailable
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -125,27 +271,34 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	if cfg.Metrics == nil {
 		cfg.Metrics = noMetrics{}
 	}
-	b := &Breaker{name: cfg.Name, openFor: cfg.OpenFor, cfg: cfg}
-	log := cfg.Logger.With("breaker", cfg.Name)
-	b.cb = gobreaker.NewCircuitBreaker[struct{}](gobreaker.Settings{
+	b := &Breaker{name: cfg.Name, openFor: cfg.OpenFor, cfg: cfg, log: cfg.Logger.With("breaker", cfg.Name)}
+	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        cfg.Name,
 		MaxRequests: uint32(cfg.HalfOpenProbes),
 		Timeout:     cfg.OpenFor,
 		ReadyToTrip: func(c gobreaker.Counts) bool {
 			return c.ConsecutiveFailures >= uint32(cfg.ConsecutiveFailures)
 		},
-		IsSuccessful: func(err error) bool { return !cfg.IsFailure(err) },
-		IsExcluded:   func(err error) bool { return errors.Is(err, context.Canceled) },
+		// Do judges each call once, outside the breaker's lock, and
+		// reports the verdict as one of these sentinels.
+		IsSuccessful: func(err error) bool { return err != errDownstreamFailed },
+		IsExcluded:   func(err error) bool { return err == errNotJudged },
 		OnStateChange: func(_ string, from, to gobreaker.State) {
 			if to == gobreaker.StateOpen {
 				b.openedAt.Store(time.Now().UnixNano())
 			}
-			log.Warn("circuit breaker changed", "from", from.String(), "to", to.String())
+			b.log.Warn("circuit breaker changed", "from", from.String(), "to", to.String())
 			cfg.Metrics.BreakerChanged(cfg.Name, to)
 		},
 	})
 	return b, nil
 }
+
+// The verdicts Do reports to the breaker (nil: the downstream answered).
+var (
+	errDownstreamFailed = errors.New("downstream failed")
+	errNotJudged        = errors.New("call cut short or panicked")
+)
 
 // Name returns the breaker's name.
 func (b *Breaker) Name() string { return b.name }
@@ -154,29 +307,55 @@ func (b *Breaker) Name() string { return b.name }
 func (b *Breaker) State() gobreaker.State { return b.cb.State() }
 
 // Do calls call through the breaker and returns its error. When the breaker
-// refuses the call, or the call fails and leaves the breaker open, the
-// error is a *BreakerOpenError (matching ErrBreakerOpen). A panic in call
-// counts as a failure and goes on up.
+// refuses the call, or the call fails (IsFailure) and leaves the breaker
+// open, the error is a *BreakerOpenError (matching ErrBreakerOpen). A panic
+// in call counts neither as a failure nor as a success, and goes on up.
 func (b *Breaker) Do(ctx context.Context, call func(context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	_, err := b.cb.Execute(func() (struct{}, error) { return struct{}{}, call(ctx) })
-	switch {
-	case err == nil:
-		return nil
-	// This breaker's own refusals are the bare sentinels; an error of the
-	// call that wraps them (an inner breaker's) is the call's failure.
-	case err == gobreaker.ErrTooManyRequests:
+	done, err := b.cb.Allow()
+	switch err {
+	case nil:
+	case gobreaker.ErrTooManyRequests:
 		return &BreakerOpenError{Breaker: b.name, RetryAt: time.Now().Add(halfOpenRecheck), Err: err}
-	case err == gobreaker.ErrOpenState:
+	default: // gobreaker.ErrOpenState
 		return &BreakerOpenError{Breaker: b.name, RetryAt: b.halfOpensAt(), Err: err}
-	case b.cb.State() == gobreaker.StateOpen && b.cfg.IsFailure(err) && !errors.Is(err, context.Canceled):
+	}
+	settled := false
+	defer func() {
+		if !settled { // call panicked: the panic goes on up, its stack intact
+			done(errNotJudged)
+		}
+	}()
+	err = call(ctx)
+	failed := err != nil && !errors.Is(err, context.Canceled) && b.isFailure(err)
+	settled = true
+	switch {
+	case failed:
+		done(errDownstreamFailed)
+	case errors.Is(err, context.Canceled):
+		done(errNotJudged)
+	default:
+		done(nil) // the downstream answered
+	}
+	if failed && b.cb.State() == gobreaker.StateOpen {
 		// This failure opened the breaker (or met it opened by another
 		// call): the message waits for the downstream, like the next ones.
 		return &BreakerOpenError{Breaker: b.name, RetryAt: b.halfOpensAt(), Err: err}
 	}
 	return err
+}
+
+// isFailure asks IsFailure, and IsUnavailable should it panic.
+func (b *Breaker) isFailure(err error) (failed bool) {
+	defer func() {
+		if v := recover(); v != nil {
+			b.log.Error("BreakerConfig.IsFailure panicked; IsUnavailable decides", "panic", v, "error", err, "stack", string(debug.Stack()))
+			failed = IsUnavailable(err)
+		}
+	}()
+	return b.cfg.IsFailure(err)
 }
 
 // halfOpensAt is when the open breaker lets probes through.
