@@ -190,7 +190,8 @@ type BreakerConfig struct {
 	// out). Defaults to IsUnavailable: network errors, timeouts, TLS
 	// failures and errors marked with Unavailable (a 503, a 429); never
 	// Permanent ones. A function of your own replaces it (it may call
-	// IsUnavailable); should it panic, IsUnavailable decides. Whatever it
+	// IsUnavailable); should it panic, IsUnavailable decides (and no failure
+	// is counted should that panic too). Whatever it
 	// says, a call cut short by its context (context.Canceled: a shutdown
 	// or rebalance) or that panicked counts neither as a failure nor as a
 	// success.
@@ -347,15 +348,26 @@ func (b *Breaker) Do(ctx context.Context, call func(context.Context) error) erro
 	return err
 }
 
-// isFailure asks IsFailure, and IsUnavailable should it panic.
-func (b *Breaker) isFailure(err error) (failed bool) {
+// isFailure asks IsFailure, IsUnavailable should it panic, and counts the
+// call as no failure should that panic too (an error that panics when
+// looked into, a typed nil, says nothing about the downstream).
+func (b *Breaker) isFailure(err error) bool {
+	if failed, ok := b.judge("BreakerConfig.IsFailure", b.cfg.IsFailure, err); ok {
+		return failed
+	}
+	failed, _ := b.judge("IsUnavailable", IsUnavailable, err)
+	return failed
+}
+
+// judge calls isFailure on err, recovering and logging a panic (ok false).
+func (b *Breaker) judge(name string, isFailure func(error) bool, err error) (failed, ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			b.log.Error("BreakerConfig.IsFailure panicked; IsUnavailable decides", "panic", v, "error", err, "stack", string(debug.Stack()))
-			failed = IsUnavailable(err)
+			b.log.Error(name+" panicked on the call's error; the call counts as no failure unless IsUnavailable says otherwise",
+				"panic", v, "stack", string(debug.Stack()))
 		}
 	}()
-	return b.cfg.IsFailure(err)
+	return isFailure(err), true
 }
 
 // halfOpensAt is when the open breaker lets probes through.

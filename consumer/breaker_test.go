@@ -4,6 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,29 +18,88 @@ import (
 	"github.com/sony/gobreaker/v2"
 
 	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
 )
 
-// psp is a payment provider stub that fails while down.
+// closedPort is an address nothing listens on (port 1, tcpmux, which no
+// test can bind): a dial is refused at once (ECONNREFUSED).
+const closedPort = "127.0.0.1:1"
+
+// outages are the ways a downstream is down, as its client reports them.
+var outages = []struct {
+	name string
+	call func(ctx context.Context, payout string) error
+}{
+	{"connection refused", dialRefused},
+	{"http connection refused", httpRefused},
+	{"503 marked Unavailable", func(_ context.Context, payout string) error {
+		return consumer.Unavailable(fmt.Errorf("psp: %s: 503 service unavailable", payout))
+	}},
+	{"timeout", func(ctx context.Context, payout string) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+		defer cancel()
+		<-ctx.Done() // the PSP never answers
+		return fmt.Errorf("psp: %s: %w", payout, ctx.Err())
+	}},
+}
+
+// dialRefused dials closedPort: a *net.OpError of ECONNREFUSED.
+func dialRefused(ctx context.Context, payout string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", closedPort)
+	if err == nil {
+		conn.Close()
+		return nil
+	}
+	return fmt.Errorf("psp: %s: %w", payout, err)
+}
+
+// httpRefused posts to closedPort: a *url.Error of ECONNREFUSED.
+func httpRefused(ctx context.Context, payout string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+closedPort+"/payouts/"+url.PathEscape(payout), nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		resp.Body.Close()
+	}
+	return err
+}
+
+// psp is a payment provider stub that fails with down while down.
 type psp struct {
 	down  atomic.Bool
+	fail  func(ctx context.Context, payout string) error
 	calls atomic.Int64
 }
 
 func (p *psp) pay(ctx context.Context, payout string) error {
 	p.calls.Add(1)
 	if p.down.Load() {
-		return fmt.Errorf("psp: %s: 503 service unavailable", payout)
+		return p.fail(ctx, payout)
 	}
 	return nil
 }
 
-// TestBreakerPausesConsumption: the PSP fails five times, the breaker
-// opens, and the partition pauses: the message that met the open breaker
-// counts no attempt, nothing is dead-lettered, the handler runs only for
-// the breaker's probes. Once the PSP recovers, every message is handled.
+// TestBreakerPausesConsumption: the PSP is down (each kind of outage: a
+// connection refused, a 503 marked Unavailable, a timeout), the breaker
+// opens after five failures, and the partition pauses: the message that
+// met the open breaker counts no attempt, nothing is dead-lettered (with
+// the default MaxAttempts), the handler runs only for the breaker's probes.
+// Once the PSP recovers, every message is handled.
 func TestBreakerPausesConsumption(t *testing.T) {
 	t.Parallel()
+	for _, outage := range outages {
+		t.Run(outage.name, func(t *testing.T) {
+			t.Parallel()
+			testBreakerPausesConsumption(t, outage.call)
+		})
+	}
+}
+
+func testBreakerPausesConsumption(t *testing.T, fail func(ctx context.Context, payout string) error) {
 	const total = 20
 	const openFor = 200 * time.Millisecond
 	f := newFixture(t, 1)
@@ -45,7 +109,7 @@ func TestBreakerPausesConsumption(t *testing.T) {
 	}
 	f.produce(t, f.topic, msgs...)
 
-	stub := &psp{}
+	stub := &psp{fail: fail}
 	stub.down.Store(true)
 	metrics := &recorder{}
 	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", OpenFor: openFor, Logger: testkit.Logger(t), Metrics: metrics})
@@ -69,7 +133,7 @@ func TestBreakerPausesConsumption(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}))
-	cfg.MaxAttempts = 10 // more than the breaker's 5 failures
+	cfg.Breakers = []*consumer.Breaker{breaker} // MaxAttempts: the default, 5
 	run(t, newConsumer(t, cfg))
 
 	var opened time.Time
@@ -105,7 +169,7 @@ func TestBreakerPausesConsumption(t *testing.T) {
 	if len(handled) != total {
 		t.Errorf("%d of %d messages handled", len(handled), total)
 	}
-	if maxAttempt > 5 {
+	if maxAttempt > consumer.DefaultMaxAttempts {
 		t.Errorf("a message reached attempt %d: calls refused by the open breaker (or that opened it) must not count", maxAttempt)
 	}
 	if n := len(f.readAll(t, f.dlq)); n != 0 {
@@ -148,6 +212,10 @@ func TestBreakerErrorsOfYourOwn(t *testing.T) {
 	}
 }
 
+// TestBreakerDo: errors that say the downstream is down (here a 503
+// marked Unavailable) open the breaker; a Permanent error and an answer
+// about one request (a plain error) do not count, and reset the count of
+// failures in a row as a success does.
 func TestBreakerDo(t *testing.T) {
 	t.Parallel()
 	b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: 2, OpenFor: time.Hour, Logger: testkit.Logger(t)})
@@ -155,24 +223,27 @@ func TestBreakerDo(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	fail := errors.New("timeout")
+	fail := consumer.Unavailable(errors.New("psp: 503 service unavailable"))
+	answered := errors.New("psp: 500 internal server error for this payout")
 	calls := 0
 	call := func(err error) func(context.Context) error {
 		return func(context.Context) error { calls++; return err }
 	}
-	if err := b.Do(ctx, call(consumer.Permanent(errors.New("declined")))); errors.Is(err, consumer.ErrBreakerOpen) {
-		t.Fatalf("a permanent error counted as a failure: %v", err)
+	for i, err := range []error{consumer.Permanent(errors.New("declined")), fail, answered, fail, answered, answered} {
+		if got := b.Do(ctx, call(err)); got != err || b.State() != gobreaker.StateClosed {
+			t.Fatalf("call %d: Do = %v, breaker %v; want the call's error %v and the breaker closed", i+1, got, b.State(), err)
+		}
 	}
 	if err := b.Do(ctx, call(fail)); !errors.Is(err, fail) || errors.Is(err, consumer.ErrBreakerOpen) {
 		t.Fatalf("first failure: %v", err)
 	}
-	err = b.Do(ctx, call(fail)) // the second failure opens the breaker
+	err = b.Do(ctx, call(fail)) // the second failure in a row opens the breaker
 	open, ok := errors.AsType[*consumer.BreakerOpenError](err)
-	if !ok || !errors.Is(err, fail) || open.Breaker != "psp" || time.Until(open.RetryAt) < 59*time.Minute {
+	if !ok || !errors.Is(err, fail) || !errors.Is(err, consumer.ErrUnavailable) || open.Breaker != "psp" || time.Until(open.RetryAt) < 59*time.Minute {
 		t.Fatalf("failure that opened the breaker: %v, want a *BreakerOpenError wrapping it, retry in an hour", err)
 	}
 	err = b.Do(ctx, call(nil))
-	if !errors.Is(err, consumer.ErrBreakerOpen) || !errors.Is(err, gobreaker.ErrOpenState) || calls != 3 {
+	if !errors.Is(err, consumer.ErrBreakerOpen) || !errors.Is(err, gobreaker.ErrOpenState) || calls != 8 {
 		t.Fatalf("call on an open breaker: %v after %d calls, want it refused without calling", err, calls)
 	}
 }
@@ -187,7 +258,7 @@ func TestBreakerIgnoresCancelledCalls(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	fail := func(context.Context) error { return errors.New("timeout") }
+	fail := func(context.Context) error { return fmt.Errorf("psp: %w", context.DeadlineExceeded) }
 	cancelled := func(context.Context) error { return context.Canceled }
 
 	_ = b.Do(ctx, fail)
@@ -251,5 +322,121 @@ func TestBreakerOpenErrorWithoutRetryAt(t *testing.T) {
 	}
 	if gap := calls[1].Sub(calls[0]); gap < wait {
 		t.Fatalf("the handler was called again after %v, want at least BreakerWait (%v)", gap, wait)
+	}
+}
+
+// TestBreakerLetsAPoisonMessageGo: one partition, the default MaxAttempts
+// and breaker, and one message whose call always fails with an answer
+// about that message (a 500 for its payload). The breaker never opens: the
+// message is dead-lettered after its MaxAttempts attempts, and the
+// messages after it are handled.
+func TestBreakerLetsAPoisonMessageGo(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	metrics := &recorder{}
+	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", Logger: testkit.Logger(t), Metrics: metrics})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var handled counter
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		handled.add(string(m.Value))
+		return breaker.Do(ctx, func(context.Context) error {
+			if string(m.Value) == "poison" {
+				return errors.New("psp: 500 internal server error: cannot pay payout poison")
+			}
+			return nil
+		})
+	}))
+	cfg.Breakers = []*consumer.Breaker{breaker}
+	cfg.MaxAttempts = 0 // the default, 5 = DefaultBreakerFailures
+	f.produce(t, f.topic, record("k", "poison"), record("k", "after-1"), record("k2", "after-2"))
+	f.consumeAll(t, cfg, 3)
+	if !metrics.firstState("psp", gobreaker.StateOpen).IsZero() || breaker.State() != gobreaker.StateClosed {
+		t.Errorf("the breaker opened (now %v) for one message's failures", breaker.State())
+	}
+	if n := handled.get("poison"); n != consumer.DefaultMaxAttempts {
+		t.Errorf("the poison message was tried %d times, want %d", n, consumer.DefaultMaxAttempts)
+	}
+	letters := f.deadLetters(t)
+	if len(letters) != 1 || letters[0].ErrorKind != dlq.KindRetriesExhausted || !strings.Contains(letters[0].Error, "500") {
+		t.Fatalf("dead letters %+v, want the poison message alone, its attempts exhausted", letters)
+	}
+	if handled.get("after-1") != 1 || handled.get("after-2") != 1 {
+		t.Errorf("the messages after it were handled %d and %d times, want once each", handled.get("after-1"), handled.get("after-2"))
+	}
+}
+
+// TestBreakerIsFailureOfYourOwn: an IsFailure of the user's replaces the
+// default both ways; one that panics leaves the verdict to IsUnavailable.
+func TestBreakerIsFailureOfYourOwn(t *testing.T) {
+	t.Parallel()
+	plain := errors.New("psp: 500 internal server error")
+	down := consumer.Unavailable(errors.New("psp: 503 service unavailable"))
+	for _, tc := range []struct {
+		name      string
+		isFailure func(error) bool
+		err       error
+		opens     bool
+	}{
+		{"counting every error opens on plain ones", func(err error) bool { return err != nil }, plain, true},
+		{"counting none stays closed on Unavailable", func(error) bool { return false }, down, false},
+		{"counting none stays closed on connection refused", func(error) bool { return false }, dialRefused(context.Background(), "p"), false},
+		{"panicking: Unavailable still opens it", func(error) bool { panic("bug in IsFailure") }, down, true},
+		{"panicking: a plain error still does not", func(error) bool { panic("bug in IsFailure") }, plain, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: 3, OpenFor: time.Hour,
+				IsFailure: tc.isFailure, Logger: testkit.Logger(t, "IsFailure panicked")})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for range 3 {
+				_ = b.Do(context.Background(), func(context.Context) error { return tc.err })
+			}
+			if opened := b.State() == gobreaker.StateOpen; opened != tc.opens {
+				t.Errorf("after 3 calls failing with %v the breaker is %v, want open: %t", tc.err, b.State(), tc.opens)
+			}
+		})
+	}
+}
+
+// panicsInCall is a call that panics, named so its frame can be found in
+// the stack.
+func panicsInCall(context.Context) error { panic("bad payload") }
+
+// TestBreakerPanickingCall: a panic in the call goes on up with its value
+// and its stack, and counts neither way: it does not open a closed breaker,
+// nor close or reopen a half-open one.
+func TestBreakerPanickingCall(t *testing.T) {
+	t.Parallel()
+	b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: 1, OpenFor: 50 * time.Millisecond, Logger: testkit.Logger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	do := func() (v any, stack string) {
+		defer func() {
+			v, stack = recover(), string(debug.Stack())
+		}()
+		_ = b.Do(context.Background(), panicsInCall)
+		return nil, ""
+	}
+	for range 3 {
+		if v, stack := do(); v != "bad payload" || !strings.Contains(stack, "panicsInCall") {
+			t.Fatalf("recovered %v with a stack without the call's frame:\n%s", v, stack)
+		}
+	}
+	if s := b.State(); s != gobreaker.StateClosed {
+		t.Fatalf("after three panics the breaker is %v, want closed", s)
+	}
+	_ = b.Do(context.Background(), func(context.Context) error { return consumer.Unavailable(errors.New("503")) })
+	testkit.WaitFor(t, 5*time.Second, "the breaker half-open", func() bool { return b.State() == gobreaker.StateHalfOpen })
+	do()
+	if s := b.State(); s != gobreaker.StateHalfOpen {
+		t.Fatalf("after a panicking probe the breaker is %v, want still half-open", s)
+	}
+	if err := b.Do(context.Background(), func(context.Context) error { return nil }); err != nil || b.State() != gobreaker.StateClosed {
+		t.Fatalf("a probe after the panicking one: %v, breaker %v; want it let through and the breaker closed", err, b.State())
 	}
 }

@@ -452,8 +452,8 @@ func TestConfigAtItsBoundsRuns(t *testing.T) {
 }
 
 // TestDefaultsOpenTheBreakerBeforeDeadLettering: with the default consumer
-// config and the default breaker, a downstream outage (every call fails
-// with a retryable error) opens the breaker before any message runs out
+// config and the default breaker, a downstream outage (every call is
+// refused a connection) opens the breaker before any message runs out
 // of attempts: nothing is dead-lettered, before or after, and the
 // messages wait. New refuses the old mismatch (3 attempts, 5 failures)
 // when the breaker is listed.
@@ -471,9 +471,9 @@ func TestDefaultsOpenTheBreakerBeforeDeadLettering(t *testing.T) {
 		Group:   f.group,
 		Topics:  []string{f.topic},
 		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-			return breaker.Do(ctx, func(context.Context) error {
+			return breaker.Do(ctx, func(ctx context.Context) error {
 				calls.Add(1)
-				return errors.New("psp 503: the downstream is down")
+				return httpRefused(ctx, string(m.Value))
 			})
 		}),
 		Breakers:     []*consumer.Breaker{breaker},
