@@ -97,9 +97,10 @@ func Unavailable(err error) error {
 //   - network errors: a net.Error (a *net.OpError of a dial, read or
 //     write, a *net.DNSError, a timeout), the errnos ECONNREFUSED,
 //     ECONNRESET, ECONNABORTED, EHOSTUNREACH, ENETUNREACH, ENETDOWN,
-//     EHOSTDOWN, ETIMEDOUT and EPIPE, and io.EOF or io.ErrUnexpectedEOF
-//     when a *url.Error or *net.OpError carries it (net/http's error for a
-//     connection cut before or during the answer);
+//     EHOSTDOWN, ETIMEDOUT and EPIPE, and io.EOF, io.ErrUnexpectedEOF or
+//     "http: server closed idle connection" when a *url.Error carries it
+//     (net/http's errors for a connection cut before or during the
+//     answer);
 //   - TLS failures, which no request can fix: a certificate the client
 //     does not trust (*tls.CertificateVerificationError and the x509
 //     errors), an alert from the server (tls.AlertError), a server that
@@ -135,9 +136,13 @@ var unreachableErrnos = []error{
 	syscall.ENETUNREACH, syscall.ENETDOWN, syscall.EHOSTDOWN, syscall.ETIMEDOUT, syscall.EPIPE,
 }
 
+// httpClosedUnanswered is net/http's error (unexported) for a connection
+// the server closed before it answered a request that cannot be retried
+// (a POST, say).
+const httpClosedUnanswered = "http: server closed idle connection"
+
 // unreachable walks err's tree for a network or TLS failure; onConn says
-// a *url.Error or *net.OpError above carries err, so an end of file is a
-// connection cut.
+// a *url.Error above carries err, so an end of file is a connection cut.
 func unreachable(err error, onConn bool) bool {
 	switch e := err.(type) {
 	case nil:
@@ -150,7 +155,7 @@ func unreachable(err error, onConn bool) bool {
 		x509.UnknownAuthorityError, x509.CertificateInvalidError, x509.HostnameError:
 		return true
 	}
-	if onConn && (err == io.EOF || err == io.ErrUnexpectedEOF) {
+	if onConn && (err == io.EOF || err == io.ErrUnexpectedEOF || err.Error() == httpClosedUnanswered) {
 		return true
 	}
 	switch u := err.(type) {

@@ -2,15 +2,21 @@ package consumer_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
+	"os"
 	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -439,4 +445,110 @@ func TestBreakerPanickingCall(t *testing.T) {
 	if err := b.Do(context.Background(), func(context.Context) error { return nil }); err != nil || b.State() != gobreaker.StateClosed {
 		t.Fatalf("a probe after the panicking one: %v, breaker %v; want it let through and the breaker closed", err, b.State())
 	}
+}
+
+// TestIsUnavailable: what the default IsFailure counts, with the errors
+// real clients return where they can be had.
+func TestIsUnavailable(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A server that accepts connections and closes them unanswered, and
+	// one that never answers.
+	cut, hang := listen(t, true), listen(t, false)
+	post := func(client *http.Client, addr string) error {
+		resp, err := client.Post("http://"+addr+"/payouts", "application/json", strings.NewReader(`{}`))
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	tlsServer := httptest.NewUnstartedServer(http.NotFoundHandler())
+	tlsServer.Config.ErrorLog = log.New(io.Discard, "", 0) // the handshake the client aborts
+	tlsServer.StartTLS()
+	t.Cleanup(tlsServer.Close)
+	var truncated struct{ ID string }
+	decodeErr := json.NewDecoder(strings.NewReader(`{"id": "p-`)).Decode(&truncated)
+	_, badURL := http.NewRequest(http.MethodPost, "http://psp/payouts/p\n1", nil)
+
+	for _, tc := range []struct {
+		name string
+		err  error
+		want bool
+	}{
+		{"nil", nil, false},
+		{"plain error (a 500 for one payload)", errors.New("psp: 500 internal server error"), false},
+		{"marked Unavailable", consumer.Unavailable(errors.New("psp: 503")), true},
+		{"marked Unavailable, wrapped", fmt.Errorf("pay p-1: %w", consumer.Unavailable(errors.New("psp: 503"))), true},
+		{"429 marked Unavailable with RetryAfter", consumer.RetryAfter(consumer.Unavailable(errors.New("psp: 429")), time.Second), true},
+		{"Permanent beats Unavailable", consumer.Permanent(consumer.Unavailable(errors.New("psp: 503"))), false},
+		{"Unavailable of a Permanent", consumer.Unavailable(consumer.Permanent(errors.New("psp: 400"))), false},
+		{"joined with an Unavailable", errors.Join(errors.New("audit log: 500"), consumer.Unavailable(errors.New("psp: 503"))), true},
+		{"deadline exceeded", fmt.Errorf("psp: %w", context.DeadlineExceeded), true},
+		{"canceled", fmt.Errorf("psp: %w", context.Canceled), false},
+		{"dial refused", dialRefused(ctx, "p-1"), true},
+		{"http refused", httpRefused(ctx, "p-1"), true},
+		{"http connection closed unanswered", post(http.DefaultClient, cut), true},
+		{"http timeout", post(&http.Client{Timeout: 50 * time.Millisecond}, hang), true},
+		{"tls certificate not trusted", func() error {
+			resp, err := http.Get(tlsServer.URL)
+			if err == nil {
+				resp.Body.Close()
+			}
+			return err
+		}(), true},
+		{"dns error", &net.DNSError{Err: "no such host", Name: "psp.invalid", IsNotFound: true}, true},
+		{"bare ECONNRESET", fmt.Errorf("read: %w", syscall.ECONNRESET), true},
+		{"EPIPE in a SyscallError", os.NewSyscallError("write", syscall.EPIPE), true},
+		{"url.Error of an unexpected EOF", &url.Error{Op: "Post", URL: "http://psp", Err: io.ErrUnexpectedEOF}, true},
+		{"bare unexpected EOF (a truncated JSON payload)", decodeErr, false},
+		{"bare EOF", fmt.Errorf("decode: %w", io.EOF), false},
+		{"url.Error of a URL that does not parse", badURL, false},
+		{"url.Error of an unsupported scheme", func() error { _, err := http.Get("psp://p-1"); return err }(), false},
+		{"nil wrapped by %w", fmt.Errorf("weird: %w", nil), false},
+		{"a panic of the handler", &consumer.PanicError{Value: "boom"}, false},
+		{"an inner breaker open", fmt.Errorf("ledger: %w", gobreaker.ErrOpenState), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := consumer.IsUnavailable(tc.err); got != tc.want {
+				t.Errorf("IsUnavailable(%#v) = %t, want %t (%v)", tc.err, got, tc.want, tc.err)
+			}
+		})
+	}
+}
+
+// listen accepts connections on a fresh 127.0.0.1 listener and never
+// answers: it closes each at once (hangUp) or when the test ends. It
+// returns the listener's address.
+func listen(t *testing.T, hangUp bool) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() {
+		l.Close()
+		<-done
+	})
+	go func() {
+		defer close(done)
+		var held []net.Conn
+		defer func() {
+			for _, c := range held {
+				c.Close()
+			}
+		}()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			if hangUp {
+				c.Close()
+			} else {
+				held = append(held, c)
+			}
+		}
+	}()
+	return l.Addr().String()
 }
