@@ -24,7 +24,11 @@ type (
 	unwrapsNil struct{}
 	// unwrapsNils says it wraps errors and unwraps to nils.
 	unwrapsNils struct{}
+	// pointerError's Error panics on a nil pointer.
+	pointerError struct{ msg string }
 )
+
+func (e *pointerError) Error() string { return e.msg }
 
 func (unwrapsNil) Error() string    { return "psp: odd error wrapping nil" }
 func (unwrapsNil) Unwrap() error    { return nil }
@@ -68,6 +72,10 @@ func TestHostileBreaker(t *testing.T) {
 		{"error unwrapping to nil", 1, func(context.Context, string) error { return unwrapsNil{} }, dlq.KindRetriesExhausted},
 		{"error unwrapping to nils", 1, func(context.Context, string) error {
 			return fmt.Errorf("pay: %w", unwrapsNils{})
+		}, dlq.KindRetriesExhausted},
+		{"typed nil error whose Error panics", 1, func(context.Context, string) error {
+			var err *pointerError
+			return err
 		}, dlq.KindRetriesExhausted},
 		{"URL built from the payload does not parse", 1, func(ctx context.Context, payload string) error {
 			_, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://psp.invalid/payouts/"+payload+"\n", nil)
