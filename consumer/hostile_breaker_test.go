@@ -141,17 +141,7 @@ func TestHostileBreaker(t *testing.T) {
 	})
 	stop()
 
-	letters := map[string]dlq.Envelope{}
-	for _, env := range f.deadLetters(t) {
-		o, err := env.Original()
-		if err != nil {
-			t.Fatal(err)
-		}
-		letters[string(o.Value)] = env
-	}
-	if handled.len()+len(letters) != len(records) {
-		t.Errorf("%d handled + %d dead-lettered, want the %d produced", handled.len(), len(letters), len(records))
-	}
+	letters := f.accountFor(t, &handled, len(records))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			if opened := metrics.firstState(tc.name, gobreaker.StateOpen); !opened.IsZero() || breakers[tc.name].State() != gobreaker.StateClosed {
@@ -177,4 +167,31 @@ func TestHostileBreaker(t *testing.T) {
 			}
 		})
 	}
+}
+
+// accountFor returns the fixture's dead letters by their original value,
+// and checks that the handled ones (distinct values) and they add up to
+// the produced ones.
+func (f *fixture) accountFor(t *testing.T, handled *counter, produced int) map[string]dlq.Envelope {
+	t.Helper()
+	letters := f.lettersByValue(t)
+	if handled.len()+len(letters) != produced {
+		t.Errorf("%d handled + %d dead-lettered, want the %d produced", handled.len(), len(letters), produced)
+	}
+	return letters
+}
+
+// lettersByValue returns the fixture's dead letters by their original
+// value.
+func (f *fixture) lettersByValue(t *testing.T) map[string]dlq.Envelope {
+	t.Helper()
+	letters := map[string]dlq.Envelope{}
+	for _, env := range f.deadLetters(t) {
+		o, err := env.Original()
+		if err != nil {
+			t.Fatal(err)
+		}
+		letters[string(o.Value)] = env
+	}
+	return letters
 }

@@ -154,14 +154,7 @@ func TestHostileConsumer(t *testing.T) {
 	took := time.Since(start)
 	stop()
 
-	letters := map[string]dlq.Envelope{}
-	for _, env := range f.deadLetters(t) {
-		o, err := env.Original()
-		if err != nil {
-			t.Fatal(err)
-		}
-		letters[string(o.Value)] = env
-	}
+	letters := f.lettersByValue(t)
 	handled := map[string]int{}
 	for _, c := range seen.all() {
 		handled[c.value]++
@@ -544,17 +537,7 @@ func TestHostileConsumerHeaders(t *testing.T) {
 	}
 	f.produce(t, f.topic, records...)
 	f.consumeAll(t, cfg, int64(len(records)))
-	letters := map[string]dlq.Envelope{}
-	for _, env := range f.deadLetters(t) {
-		o, err := env.Original()
-		if err != nil {
-			t.Fatal(err)
-		}
-		letters[string(o.Value)] = env
-	}
-	if handled.len()+len(letters) != len(records) {
-		t.Errorf("%d handled + %d dead-lettered, want %d produced", handled.len(), len(letters), len(records))
-	}
+	letters := f.accountFor(t, &handled, len(records))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			env, ok := letters["fail/"+tc.name]
