@@ -201,11 +201,32 @@ type BreakerConfig struct {
 	// or rebalance) or that panicked counts neither as a failure nor as a
 	// success.
 	IsFailure func(error) bool
+	// Check, when set, asks the downstream whether it is up, apart from
+	// any message: a call that always fails when the downstream is down
+	// and never for a payload (an idempotent GET of a known resource, a
+	// no-op request on the same path as the real calls; a liveness
+	// endpoint that answers while the real path times out would make
+	// every outage dead-letter messages). A failure that would open the
+	// breaker (the ConsecutiveFailures-th in a row, or a half-open
+	// probe's) is confirmed with it first: if Check returns nil, the
+	// downstream is up, and the failure is the message's alone (not
+	// counted; the breaker closes if half-open), so a message whose call
+	// makes the downstream time out every time is dead-lettered after
+	// MaxAttempts instead of holding the breaker open (see Breaker). If
+	// Check fails (or panics), the breaker opens. Defaults to none: the
+	// failures alone decide.
+	Check func(context.Context) error
+	// CheckTimeout bounds one Check, at most 24h (MaxTimeout). Defaults
+	// to 5s.
+	CheckTimeout time.Duration
 	// Logger receives state changes. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Metrics receives state changes (BreakerChanged). Defaults to none.
 	Metrics Metrics
 }
+
+// DefaultBreakerCheckTimeout is BreakerConfig.CheckTimeout's default.
+const DefaultBreakerCheckTimeout = 5 * time.Second
 
 // Breaker wraps calls to a downstream (a PSP client, say) in a circuit
 // breaker (github.com/sony/gobreaker/v2): after ConsecutiveFailures
@@ -227,23 +248,26 @@ type BreakerConfig struct {
 // out of attempts and is dead-lettered before the breaker opens; list the
 // breaker in Config.Breakers to have New refuse a config that breaks this.
 //
-// One case remains that no breaker can tell from an outage: a message
-// whose call makes the downstream time out (or cut the connection) every
-// time, say a payload that hangs the PSP. When no other call through the
-// breaker succeeds meanwhile (one partition with traffic), its timeouts
-// are failures in a row: its ConsecutiveFailures-th attempt opens the
-// breaker, and its half-open probes time out too. Calls that met or
-// opened the breaker count no attempt, so the message is never
+// One case remains that the failures alone cannot tell from an outage: a
+// message whose call makes the downstream time out (or cut the
+// connection) every time, say a payload that hangs the PSP. When no other
+// call through the breaker succeeds meanwhile (one partition with
+// traffic), its timeouts are failures in a row: its ConsecutiveFailures-th
+// attempt opens the breaker, and its half-open probes time out too. Calls
+// that met or opened the breaker count no attempt, so the message is never
 // dead-lettered: it, and every partition sharing the breaker, waits
 // OpenFor after OpenFor, each pause logged ("circuit breaker open; pausing
 // the partition") with the message's ce_id. With one call in flight, a
 // downstream that hangs on one payload looks exactly like a downstream
 // that is down, and counting the probes as attempts would dead-letter
-// messages in every outage longer than MaxAttempts × OpenFor. Traffic of
-// other messages that succeeds through the breaker resets the count, so
-// the message is then dead-lettered after MaxAttempts. To get it out
-// alone, have the handler return Permanent for the payload (or an
-// IsFailure of your own not count its timeouts), and fix the downstream.
+// messages in every outage longer than MaxAttempts × OpenFor. Calls of
+// other messages that succeed through the breaker meanwhile reset the
+// count, and the message is then dead-lettered after MaxAttempts. Give
+// the breaker a BreakerConfig.Check (a request that fails only when the
+// downstream is down) and it asks before it opens: the downstream passes,
+// the failure is the message's alone, and the message is dead-lettered
+// after MaxAttempts. Without one, have the handler return Permanent for
+// such a payload once you know it.
 type Breaker struct {
 	cb       *gobreaker.TwoStepCircuitBreaker[struct{}]
 	name     string
@@ -259,7 +283,10 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	if cfg.Name == "" {
 		return nil, fmt.Errorf("%w: BreakerConfig.Name is empty; name the downstream the breaker guards, e.g. \"psp\"", ErrInvalidConfig)
 	}
-	if err := setDefaults(field[time.Duration]{"BreakerConfig.OpenFor", &cfg.OpenFor, DefaultBreakerOpenFor, MaxTimeout}); err != nil {
+	if err := setDefaults(
+		field[time.Duration]{"BreakerConfig.OpenFor", &cfg.OpenFor, DefaultBreakerOpenFor, MaxTimeout},
+		field[time.Duration]{"BreakerConfig.CheckTimeout", &cfg.CheckTimeout, DefaultBreakerCheckTimeout, MaxTimeout},
+	); err != nil {
 		return nil, err
 	}
 	if err := setDefaults(
@@ -336,6 +363,9 @@ func (b *Breaker) Do(ctx context.Context, call func(context.Context) error) erro
 	}()
 	err = call(ctx)
 	failed := err != nil && !errors.Is(err, context.Canceled) && b.isFailure(err)
+	if failed && b.cfg.Check != nil && b.wouldOpen() && b.up(ctx, err) {
+		failed = false // the downstream is up: the failure is the message's
+	}
 	settled = true
 	switch {
 	case failed:
@@ -351,6 +381,37 @@ func (b *Breaker) Do(ctx context.Context, call func(context.Context) error) erro
 		return &BreakerOpenError{Breaker: b.name, RetryAt: b.halfOpensAt(), Err: err}
 	}
 	return err
+}
+
+// wouldOpen reports whether one more failure opens the breaker.
+func (b *Breaker) wouldOpen() bool {
+	switch b.cb.State() {
+	case gobreaker.StateHalfOpen:
+		return true
+	case gobreaker.StateClosed:
+		return int(b.cb.Counts().ConsecutiveFailures)+1 >= b.cfg.ConsecutiveFailures
+	}
+	return false
+}
+
+// up asks Check whether the downstream is up, within CheckTimeout, after
+// a call failed with err; a panic in Check says no.
+func (b *Breaker) up(ctx context.Context, err error) (up bool) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.CheckTimeout)
+	defer cancel()
+	defer func() {
+		if v := recover(); v != nil {
+			b.log.Error("BreakerConfig.Check panicked; the downstream is taken as down", "panic", v, "stack", string(debug.Stack()))
+			up = false
+		}
+	}()
+	if cerr := b.cfg.Check(ctx); cerr != nil {
+		b.log.Warn("the downstream fails its check too; the breaker opens", "check_error", cerr)
+		return false
+	}
+	b.log.Warn("a call failed as if the downstream were down, but it passes its check: "+
+		"the failure is the message's alone, and does not count toward opening the breaker", "error", err)
+	return true
 }
 
 // isFailure asks IsFailure, IsUnavailable should it panic, and counts the

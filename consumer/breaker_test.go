@@ -42,12 +42,7 @@ var outages = []struct {
 	{"503 marked Unavailable", func(_ context.Context, payout string) error {
 		return consumer.Unavailable(fmt.Errorf("psp: %s: 503 service unavailable", payout))
 	}},
-	{"timeout", func(ctx context.Context, payout string) error {
-		ctx, cancel := context.WithTimeout(ctx, time.Millisecond)
-		defer cancel()
-		<-ctx.Done() // the PSP never answers
-		return fmt.Errorf("psp: %s: %w", payout, ctx.Err())
-	}},
+	{"timeout", func(ctx context.Context, payout string) error { return fmt.Errorf("%s: %w", payout, timesOut(ctx)) }},
 }
 
 // dialRefused dials closedPort: a *net.OpError of ECONNREFUSED.
@@ -100,12 +95,16 @@ func TestBreakerPausesConsumption(t *testing.T) {
 	for _, outage := range outages {
 		t.Run(outage.name, func(t *testing.T) {
 			t.Parallel()
-			testBreakerPausesConsumption(t, outage.call)
+			testBreakerPausesConsumption(t, outage.call, false)
 		})
 	}
+	t.Run("timeout confirmed by Check", func(t *testing.T) {
+		t.Parallel()
+		testBreakerPausesConsumption(t, outages[len(outages)-1].call, true)
+	})
 }
 
-func testBreakerPausesConsumption(t *testing.T, fail func(ctx context.Context, payout string) error) {
+func testBreakerPausesConsumption(t *testing.T, fail func(ctx context.Context, payout string) error, check bool) {
 	const total = 20
 	const openFor = 200 * time.Millisecond
 	f := newFixture(t, 1)
@@ -118,7 +117,16 @@ func testBreakerPausesConsumption(t *testing.T, fail func(ctx context.Context, p
 	stub := &psp{fail: fail}
 	stub.down.Store(true)
 	metrics := &recorder{}
-	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", OpenFor: openFor, Logger: testkit.Logger(t), Metrics: metrics})
+	bc := consumer.BreakerConfig{Name: "psp", OpenFor: openFor, Logger: testkit.Logger(t), Metrics: metrics}
+	if check {
+		bc.Check = func(ctx context.Context) error {
+			if stub.down.Load() {
+				return errors.New("psp health: 503 service unavailable")
+			}
+			return nil
+		}
+	}
+	breaker, err := consumer.NewBreaker(bc)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -551,4 +559,126 @@ func listen(t *testing.T, hangUp bool) string {
 		}
 	}()
 	return l.Addr().String()
+}
+
+// timesOut is a call the downstream never answers in time.
+func timesOut(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Millisecond)
+	defer cancel()
+	<-ctx.Done()
+	return fmt.Errorf("psp: no answer: %w", ctx.Err())
+}
+
+// TestBreakerCheck: with a Check, a failure that would open the breaker
+// opens it only when Check fails too (or panics); when the downstream
+// passes its check, the failure is the call's alone: it is not counted,
+// and a half-open breaker closes.
+func TestBreakerCheck(t *testing.T) {
+	t.Parallel()
+	newBreaker := func(t *testing.T, check func(context.Context) error) *consumer.Breaker {
+		b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: 2, OpenFor: 50 * time.Millisecond,
+			Check: check, Logger: testkit.Logger(t, "check", "Check")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	ctx := context.Background()
+	t.Run("up: timeouts are the calls' own", func(t *testing.T) {
+		t.Parallel()
+		var checks atomic.Int32
+		b := newBreaker(t, func(context.Context) error { checks.Add(1); return nil })
+		for i := range 6 {
+			if err := b.Do(ctx, timesOut); errors.Is(err, consumer.ErrBreakerOpen) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("call %d: %v, want the call's own timeout", i+1, err)
+			}
+		}
+		if b.State() != gobreaker.StateClosed || checks.Load() == 0 {
+			t.Errorf("breaker %v after %d checks, want closed, checked", b.State(), checks.Load())
+		}
+	})
+	for name, check := range map[string]func(context.Context) error{
+		"down":     func(context.Context) error { return errors.New("psp health: connection refused") },
+		"panicked": func(context.Context) error { panic("bug in Check") },
+	} {
+		t.Run(name+": the breaker opens", func(t *testing.T) {
+			t.Parallel()
+			b := newBreaker(t, check)
+			_ = b.Do(ctx, timesOut)
+			if err := b.Do(ctx, timesOut); !errors.Is(err, consumer.ErrBreakerOpen) || b.State() != gobreaker.StateOpen {
+				t.Fatalf("second failure: %v, breaker %v; want it open", err, b.State())
+			}
+		})
+	}
+	t.Run("half-open: a probe that fails while the downstream is up closes it", func(t *testing.T) {
+		t.Parallel()
+		var down atomic.Bool
+		down.Store(true)
+		b := newBreaker(t, func(context.Context) error {
+			if down.Load() {
+				return errors.New("psp health: 503")
+			}
+			return nil
+		})
+		_, _ = b.Do(ctx, timesOut), b.Do(ctx, timesOut)
+		testkit.WaitFor(t, 5*time.Second, "the breaker half-open", func() bool { return b.State() == gobreaker.StateHalfOpen })
+		down.Store(false)
+		if err := b.Do(ctx, timesOut); errors.Is(err, consumer.ErrBreakerOpen) || b.State() != gobreaker.StateClosed {
+			t.Fatalf("probe: %v, breaker %v; want the call's own error and the breaker closed", err, b.State())
+		}
+	})
+}
+
+// TestBreakerPoisonTimeout: one partition, the default MaxAttempts and
+// breaker, and one message whose call the downstream never answers in
+// time while it answers the others. Without a Check the breaker cannot
+// tell it from an outage (see Breaker): it opens, the message's probes
+// count no attempt, and it waits, dead-lettering nothing. With a Check
+// that the downstream passes, the message is dead-lettered after
+// MaxAttempts, the breaker never opens, and the next message is handled.
+func TestBreakerPoisonTimeout(t *testing.T) {
+	t.Parallel()
+	for _, withCheck := range []bool{false, true} {
+		t.Run(fmt.Sprintf("check %t", withCheck), func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, 1)
+			metrics := &recorder{}
+			bc := consumer.BreakerConfig{Name: "psp", OpenFor: 100 * time.Millisecond, Logger: testkit.Logger(t), Metrics: metrics}
+			if withCheck {
+				bc.Check = func(context.Context) error { return nil }
+			}
+			breaker, err := consumer.NewBreaker(bc)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var handled counter
+			cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+				handled.add(string(m.Value))
+				return breaker.Do(ctx, func(ctx context.Context) error {
+					if string(m.Value) == "poison" {
+						return timesOut(ctx)
+					}
+					return nil
+				})
+			}))
+			cfg.Breakers = []*consumer.Breaker{breaker}
+			f.produce(t, f.topic, record("k", "poison"), record("k", "after"))
+			if withCheck {
+				f.consumeAll(t, cfg, 2)
+				letters := f.deadLetters(t)
+				if !metrics.firstState("psp", gobreaker.StateOpen).IsZero() || len(letters) != 1 || handled.get("poison") != consumer.DefaultMaxAttempts || handled.get("after") != 1 {
+					t.Fatalf("breaker opened at %v; %d dead letters; poison tried %d times, the next %d; want never, 1, %d, 1",
+						metrics.firstState("psp", gobreaker.StateOpen), len(letters), handled.get("poison"), handled.get("after"), consumer.DefaultMaxAttempts)
+				}
+				return
+			}
+			stop := run(t, newConsumer(t, cfg))
+			testkit.WaitFor(t, 30*time.Second, "three failed half-open probes", func() bool { return handled.get("poison") >= consumer.DefaultMaxAttempts+3 })
+			stop()
+			if n := len(f.readAll(t, f.dlq)); n != 0 || handled.get("after") != 0 || metrics.firstState("psp", gobreaker.StateOpen).IsZero() {
+				t.Fatalf("%d dead letters, the next message handled %d times, breaker opened %t; want the documented wait: 0, 0, true",
+					n, handled.get("after"), !metrics.firstState("psp", gobreaker.StateOpen).IsZero())
+			}
+		})
+	}
 }
