@@ -113,6 +113,8 @@ func TestBreakerConfigValidation(t *testing.T) {
 		{consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: -1}, "ConsecutiveFailures"},
 		{consumer.BreakerConfig{Name: "psp", OpenFor: -time.Second}, "OpenFor"},
 		{consumer.BreakerConfig{Name: "psp", HalfOpenProbes: -1}, "HalfOpenProbes"},
+		{consumer.BreakerConfig{Name: "psp", CheckTimeout: -time.Second}, "CheckTimeout"},
+		{consumer.BreakerConfig{Name: "psp", CheckTimeout: consumer.MaxTimeout + time.Second}, "CheckTimeout"},
 	} {
 		_, err := consumer.NewBreaker(tc.cfg)
 		if !errors.Is(err, consumer.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {

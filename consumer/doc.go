@@ -60,7 +60,11 @@
 //     from Breaker.Do, or gobreaker's ErrOpenState or ErrTooManyRequests),
 //     the attempt does not count: the partition stops fetching
 //     (ConsumerGroup.Pause) until the breaker lets a probe through, and
-//     then the same message is handled again (guarantee 5).
+//     then the same message is handled again (guarantee 5). A Breaker
+//     opens only on errors that say its downstream is unreachable or
+//     overloaded (IsUnavailable: network errors, timeouts, errors marked
+//     with Unavailable), never on a failure of one message, which is
+//     retried and dead-lettered alone.
 //
 // # Retry topics
 //

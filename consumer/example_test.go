@@ -82,15 +82,20 @@ func Example() {
 	// paid p-3 (ce_id event-p-3, attempt 1)
 }
 
-// Guard a PSP client with a breaker: after 5 failures in a row, calls are
-// refused for 30s, and the consumer pauses the partition instead of burning
-// attempts and dead-lettering payouts.
+// Guard a PSP client with a breaker: after 5 failures in a row that say the
+// PSP is down (a network error, a timeout, an answer marked Unavailable),
+// calls are refused for 30s, and the consumer pauses the partition instead
+// of burning attempts and dead-lettering payouts. An answer about one
+// payout (a 500 for it, say) is that message's failure alone: it does not
+// count.
 func ExampleBreaker() {
 	psp, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		log.Fatal(err)
 	}
-	pay := func(ctx context.Context, payout []byte) error { return errors.New("psp: 503") }
+	pay := func(ctx context.Context, payout []byte) error {
+		return consumer.Unavailable(errors.New("psp: 503 Service Unavailable"))
+	}
 	handler := consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 		return psp.Do(ctx, func(ctx context.Context) error { return pay(ctx, m.Value) })
 	})

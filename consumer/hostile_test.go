@@ -154,14 +154,7 @@ func TestHostileConsumer(t *testing.T) {
 	took := time.Since(start)
 	stop()
 
-	letters := map[string]dlq.Envelope{}
-	for _, env := range f.deadLetters(t) {
-		o, err := env.Original()
-		if err != nil {
-			t.Fatal(err)
-		}
-		letters[string(o.Value)] = env
-	}
+	letters := f.lettersByValue(t)
 	handled := map[string]int{}
 	for _, c := range seen.all() {
 		handled[c.value]++
@@ -452,8 +445,8 @@ func TestConfigAtItsBoundsRuns(t *testing.T) {
 }
 
 // TestDefaultsOpenTheBreakerBeforeDeadLettering: with the default consumer
-// config and the default breaker, a downstream outage (every call fails
-// with a retryable error) opens the breaker before any message runs out
+// config and the default breaker, a downstream outage (every call is
+// refused a connection) opens the breaker before any message runs out
 // of attempts: nothing is dead-lettered, before or after, and the
 // messages wait. New refuses the old mismatch (3 attempts, 5 failures)
 // when the breaker is listed.
@@ -471,9 +464,9 @@ func TestDefaultsOpenTheBreakerBeforeDeadLettering(t *testing.T) {
 		Group:   f.group,
 		Topics:  []string{f.topic},
 		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-			return breaker.Do(ctx, func(context.Context) error {
+			return breaker.Do(ctx, func(ctx context.Context) error {
 				calls.Add(1)
-				return errors.New("psp 503: the downstream is down")
+				return httpRefused(ctx, string(m.Value))
 			})
 		}),
 		Breakers:     []*consumer.Breaker{breaker},
@@ -544,17 +537,7 @@ func TestHostileConsumerHeaders(t *testing.T) {
 	}
 	f.produce(t, f.topic, records...)
 	f.consumeAll(t, cfg, int64(len(records)))
-	letters := map[string]dlq.Envelope{}
-	for _, env := range f.deadLetters(t) {
-		o, err := env.Original()
-		if err != nil {
-			t.Fatal(err)
-		}
-		letters[string(o.Value)] = env
-	}
-	if handled.len()+len(letters) != len(records) {
-		t.Errorf("%d handled + %d dead-lettered, want %d produced", handled.len(), len(letters), len(records))
-	}
+	letters := f.accountFor(t, &handled, len(records))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			env, ok := letters["fail/"+tc.name]

@@ -128,7 +128,7 @@ func (d *delivery) retryInfo(round int, tier retrytopics.Tier, cause error) retr
 		info.LastError = r.LastError
 	}
 	if cause != nil {
-		info.LastError = cause.Error()
+		info.LastError = errorText(cause)
 	}
 	return info
 }
@@ -267,7 +267,7 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 	c := d.p.c
 	origin := d.origin()
 	failure := dlq.Failure{
-		Error:         r.cause.Error(),
+		Error:         errorText(r.cause),
 		Kind:          r.kind,
 		RetryCount:    d.prior() + d.failed,
 		FailedAt:      time.Now(),
@@ -334,3 +334,8 @@ func (d *delivery) originPlace() dlq.Original {
 	}
 	return dlq.Original{Topic: m.Topic, Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp}
 }
+
+// errorText is the handler's error as text. fmt, unlike a call of Error,
+// survives an error whose Error panics (a typed nil pointer, say): it says
+// "<nil>" or names the panic, instead of taking the consumer down.
+func errorText(err error) string { return fmt.Sprint(err) }

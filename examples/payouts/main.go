@@ -2,9 +2,13 @@
 // orders topic once through a payment service provider (PSP), and loses
 // none of them when the PSP fails.
 //
-//   - The PSP is called through a consumer.Breaker: while it is down, the
-//     breaker opens and the consumer pauses the partition (no attempt
-//     counted, nothing dead-lettered) until the PSP answers again.
+//   - The PSP is called through a consumer.Breaker: while it is down
+//     (connection refused, timeouts, 502/503/504, 429: the PSP client
+//     marks its answers with consumer.Unavailable), the breaker opens and
+//     the consumer pauses the partition (no attempt counted, nothing
+//     dead-lettered) until the PSP answers again. Any other answer (a 500
+//     for one payout, say) is that payout's failure alone: the breaker
+//     does not count it, so one bad payout cannot pause the others.
 //   - A failing payout is retried in process (MaxAttempts, above the
 //     breaker's ConsecutiveFailures), then waits in orders.retry.5s and
 //     orders.retry.30s, then goes to orders.dlq.
@@ -228,6 +232,8 @@ func payOrder(psp *pspstub.Client, breaker *consumer.Breaker, log *slog.Logger) 
 			return consumer.Permanent(fmt.Errorf("the value is not an OrderCreated JSON: %w", err))
 		}
 		p := pspstub.Payout{ID: m.ID, OrderID: o.OrderID, AmountCents: o.AmountCents, Currency: o.Currency}
+		// Pay marks a PSP that is down (503, timeout) consumer.Unavailable,
+		// which the breaker counts; a 500 for this payout it does not.
 		err := breaker.Do(ctx, func(ctx context.Context) error { return psp.Pay(ctx, p) })
 		if err == nil {
 			log.Info("paid", "order_id", o.OrderID, "ce_id", m.ID, "amount_cents", o.AmountCents, "attempt", m.Attempt)

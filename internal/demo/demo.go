@@ -474,6 +474,10 @@ func (d *run) worker() (*consumer.Consumer, error) {
 			if _, held := d.slow.Load(o.OrderID); held && m.RetryRound == 0 {
 				return errors.New("psp: fraud check pending; try again later") // transient: on to the retry topics
 			}
+			// The PSP's outage (503 in ModeFail) comes back marked
+			// consumer.Unavailable, which the breaker counts; the poison
+			// orders' 422 (Permanent) and any other answer about one
+			// order it does not.
 			err := breaker.Do(ctx, func(ctx context.Context) error {
 				return client.Pay(ctx, pspstub.Payout{ID: m.ID, OrderID: o.OrderID, AmountCents: o.AmountCents, Currency: o.Currency})
 			})

@@ -25,7 +25,8 @@ var ErrTimeout = errors.New("psp: timeout")
 
 // StatusError is the error of a call the PSP answered with a status other
 // than 2xx. Pay returns it wrapped: in consumer.Permanent for 422, in
-// consumer.RetryAfter for 429, bare otherwise; errors.As finds it.
+// consumer.Unavailable for 502, 503 and 504, in consumer.RetryAfter and
+// consumer.Unavailable for 429, bare otherwise; errors.As finds it.
 type StatusError struct {
 	// StatusCode is the HTTP status code, e.g. 503.
 	StatusCode int
@@ -69,14 +70,21 @@ func (c *Client) Close() { c.http.CloseIdleConnections() }
 
 // Pay asks the PSP to pay p, with p.ID as the idempotency key, and returns
 // nil once the PSP accepted it (paying it now or having paid it before).
-// Its errors steer a consumer.Handler:
+// Its errors steer a consumer.Handler and a consumer.Breaker around Pay:
 //
 //   - 422 (the PSP refused p): consumer.Permanent(*StatusError), no retry
 //     can fix it;
-//   - 429: consumer.RetryAfter(*StatusError, the answer's Retry-After,
-//     1s when missing);
-//   - other answers, a timeout (ErrTimeout) or a connection error: a plain
-//     error, worth retrying.
+//   - 502, 503, 504 (the PSP, or its gateway, is down):
+//     consumer.Unavailable(*StatusError), worth retrying, and counted by
+//     a Breaker;
+//   - 429: consumer.RetryAfter(consumer.Unavailable(*StatusError), the
+//     answer's Retry-After, 1s when missing), counted by a Breaker too;
+//   - a timeout: consumer.Unavailable of ErrTimeout; a connection error: a
+//     plain error wrapping net/http's, which a Breaker counts too (see
+//     consumer.IsUnavailable);
+//   - other answers (a 500, a 400: about this payout): a plain
+//     *StatusError, worth retrying, which a Breaker does not count, so one
+//     payout the PSP chokes on cannot open it.
 //
 // When ctx ends first, the error wraps ctx.Err().
 func (c *Client) Pay(ctx context.Context, p Payout) error {
@@ -99,7 +107,7 @@ func (c *Client) Pay(ctx context.Context, p Payout) error {
 		case ctx.Err() != nil:
 			return fmt.Errorf("psp: payout %s abandoned: %w", p.ID, ctx.Err())
 		case callCtx.Err() != nil:
-			return fmt.Errorf("%w after %v", ErrTimeout, c.timeout)
+			return consumer.Unavailable(fmt.Errorf("%w after %v", ErrTimeout, c.timeout))
 		}
 		return fmt.Errorf("psp: unreachable at %s (is it running?): %w", c.url, err)
 	}
@@ -117,7 +125,9 @@ func (c *Client) Pay(ctx context.Context, p Payout) error {
 	case http.StatusUnprocessableEntity:
 		return consumer.Permanent(serr)
 	case http.StatusTooManyRequests:
-		return consumer.RetryAfter(serr, retryAfter(resp.Header.Get("Retry-After")))
+		return consumer.RetryAfter(consumer.Unavailable(serr), retryAfter(resp.Header.Get("Retry-After")))
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return consumer.Unavailable(serr)
 	}
 	return serr
 }

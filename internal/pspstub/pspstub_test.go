@@ -124,8 +124,8 @@ func TestPayFailIsTransient(t *testing.T) {
 	}
 	var perm *consumer.PermanentError
 	var ra *consumer.RetryAfterError
-	if errors.As(err, &perm) || errors.As(err, &ra) {
-		t.Fatalf("Pay = %v, want a plain transient error", err)
+	if errors.As(err, &perm) || errors.As(err, &ra) || !errors.Is(err, consumer.ErrUnavailable) {
+		t.Fatalf("Pay = %v, want a transient error marked consumer.Unavailable", err)
 	}
 	if want := "psp: 503 Service Unavailable: the PSP is down (stub in ModeFail)"; err.Error() != want {
 		t.Errorf("Pay error = %q, want %q", err, want)
@@ -149,6 +149,9 @@ func TestPayTimeout(t *testing.T) {
 	}
 	if want := "psp: timeout after 50ms"; err.Error() != want {
 		t.Errorf("Pay error = %q, want %q", err, want)
+	}
+	if !consumer.IsUnavailable(err) {
+		t.Errorf("Pay = %v, want an error a consumer.Breaker counts", err)
 	}
 	if s.Paid() != 0 || s.Calls() != 1 {
 		t.Errorf("Paid, Calls = %d, %d; want 0, 1", s.Paid(), s.Calls())
@@ -183,8 +186,8 @@ func TestCloseEndsHangingCalls(t *testing.T) {
 	go func() { done <- c.Pay(context.Background(), valid) }()
 	waitFor(t, func() bool { return s.Calls() == 1 })
 	s.Close()
-	if err := <-done; err == nil || errors.Is(err, pspstub.ErrTimeout) {
-		t.Fatalf("Pay = %v, want a connection error", err)
+	if err := <-done; err == nil || errors.Is(err, pspstub.ErrTimeout) || !consumer.IsUnavailable(err) {
+		t.Fatalf("Pay = %v, want a connection error, which a consumer.Breaker counts", err)
 	}
 	s.Close() // idempotent
 }
@@ -220,8 +223,8 @@ func TestPayUnreachable(t *testing.T) {
 	defer c.Close()
 	err = c.Pay(context.Background(), valid)
 	var perm *consumer.PermanentError
-	if err == nil || errors.As(err, &perm) || errors.Is(err, pspstub.ErrTimeout) {
-		t.Fatalf("Pay = %v, want a transient connection error", err)
+	if err == nil || errors.As(err, &perm) || errors.Is(err, pspstub.ErrTimeout) || !consumer.IsUnavailable(err) {
+		t.Fatalf("Pay = %v, want a transient connection error, which a consumer.Breaker counts", err)
 	}
 	t.Logf("Pay to a closed PSP: %v", err)
 }
@@ -265,19 +268,22 @@ func TestPayForeignAnswers(t *testing.T) {
 		want      string
 		permanent bool
 		delay     time.Duration // > 0: want consumer.RetryAfter with it
+		down      bool          // want consumer.IsUnavailable: a Breaker counts it
 	}{
-		{"202 is accepted", func(w http.ResponseWriter) { w.WriteHeader(http.StatusAccepted) }, "", false, 0},
+		{"202 is accepted", func(w http.ResponseWriter) { w.WriteHeader(http.StatusAccepted) }, "", false, 0, false},
 		{"500 with an HTML body", func(w http.ResponseWriter) {
 			w.WriteHeader(http.StatusInternalServerError)
 			_, _ = w.Write([]byte("<html>oops</html>"))
-		}, "psp: 500 Internal Server Error", false, 0},
-		{"400 is transient: only 422 is a refusal", func(w http.ResponseWriter) { w.WriteHeader(http.StatusBadRequest) }, "psp: 400 Bad Request", false, 0},
-		{"422 without a body", func(w http.ResponseWriter) { w.WriteHeader(http.StatusUnprocessableEntity) }, "permanent: psp: 422 Unprocessable Entity", true, 0},
-		{"429 without Retry-After waits 1s", func(w http.ResponseWriter) { w.WriteHeader(http.StatusTooManyRequests) }, "psp: 429 Too Many Requests (retry after 1s)", false, time.Second},
+		}, "psp: 500 Internal Server Error", false, 0, false},
+		{"400 is transient: only 422 is a refusal", func(w http.ResponseWriter) { w.WriteHeader(http.StatusBadRequest) }, "psp: 400 Bad Request", false, 0, false},
+		{"422 without a body", func(w http.ResponseWriter) { w.WriteHeader(http.StatusUnprocessableEntity) }, "permanent: psp: 422 Unprocessable Entity", true, 0, false},
+		{"429 without Retry-After waits 1s", func(w http.ResponseWriter) { w.WriteHeader(http.StatusTooManyRequests) }, "psp: 429 Too Many Requests (retry after 1s)", false, time.Second, true},
 		{"429 with a Retry-After of 7s", func(w http.ResponseWriter) {
 			w.Header().Set("Retry-After", "7")
 			w.WriteHeader(http.StatusTooManyRequests)
-		}, "psp: 429 Too Many Requests (retry after 7s)", false, 7 * time.Second},
+		}, "psp: 429 Too Many Requests (retry after 7s)", false, 7 * time.Second, true},
+		{"502 from a gateway", func(w http.ResponseWriter) { w.WriteHeader(http.StatusBadGateway) }, "psp: 502 Bad Gateway", false, 0, true},
+		{"504 from a gateway", func(w http.ResponseWriter) { w.WriteHeader(http.StatusGatewayTimeout) }, "psp: 504 Gateway Timeout", false, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tc.answer(w) }))
@@ -301,6 +307,9 @@ func TestPayForeignAnswers(t *testing.T) {
 			var ra *consumer.RetryAfterError
 			if got := errors.As(err, &ra); got != (tc.delay > 0) || (got && ra.Delay != tc.delay) {
 				t.Errorf("Pay = %v, want a RetryAfter of %v: %t", err, tc.delay, tc.delay > 0)
+			}
+			if got := consumer.IsUnavailable(err); got != tc.down {
+				t.Errorf("consumer.IsUnavailable(%v) = %t, want %t", err, got, tc.down)
 			}
 		})
 	}

@@ -8,9 +8,11 @@
 // Retry-After), so a worker's retries, breaker and dead-letter paths can be
 // watched against it.
 //
-// The Client's errors steer a consumer.Handler: a refused payout (422) is
-// consumer.Permanent, a rate limit is consumer.RetryAfter, and 5xx answers,
-// timeouts and connection errors are plain (transient) errors.
+// The Client's errors steer a consumer.Handler and a consumer.Breaker: a
+// refused payout (422) is consumer.Permanent; a PSP that is down (502, 503,
+// 504, a timeout) is consumer.Unavailable, and so is a rate limit (429,
+// with consumer.RetryAfter); a connection error is a network error. A
+// Breaker counts these, and not the other answers (a 500 for one payout).
 package pspstub
 
 import (
