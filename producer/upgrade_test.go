@@ -311,9 +311,12 @@ func TestUpgradeToKeyHashIndexesOnALiveOutbox(t *testing.T) {
 	if err != nil || len(applied) != 1 || applied[0].Version != 5 {
 		t.Fatalf("Up applied %v, %v; want version 5", applied, err)
 	}
+	// Each index is looked up by name: pg_indexes would read the definition
+	// of every index in the database, also of other tests' schemas being
+	// dropped meanwhile.
 	var hashed int
-	if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM pg_indexes WHERE schemaname = $1
-		AND indexname IN ('courier_outbox_waiting_key', 'courier_outbox_dead_key') AND indexdef LIKE '%hashtextextended(%'`, pg.Schema).Scan(&hashed); err != nil || hashed != 2 {
+	if err := pg.Pool.QueryRow(ctx, `SELECT count(*) FROM unnest(ARRAY['courier_outbox_waiting_key', 'courier_outbox_dead_key']) AS i(name)
+		WHERE pg_get_indexdef(to_regclass(quote_ident($1) || '.' || i.name)) LIKE '%hashtextextended(%'`, pg.Schema).Scan(&hashed); err != nil || hashed != 2 {
 		t.Fatalf("%d indexes by key hash after the upgrade (%v), want 2", hashed, err)
 	}
 	pg.Migrate(t) // nothing left to apply; adds the test's view
