@@ -35,8 +35,9 @@
 //
 // A message is settled when the handler returns nil, or when it is
 // written to a retry topic or its dead-letter topic (or skipped as a
-// duplicate); only then is its offset marked
-// (guarantee 4 of DESIGN.md). Until then:
+// duplicate); only then is its offset marked, so a crash or a rebalance
+// hands an unsettled message to the next owner instead of losing it
+// (ARCHITECTURE.md, guarantee 4). Until then:
 //
 //   - A failed attempt is retried, up to MaxAttempts (5) attempts, with
 //     failsafe-go: exponential Backoff with jitter and a cap, each attempt
@@ -60,11 +61,11 @@
 //     from Breaker.Do, or gobreaker's ErrOpenState or ErrTooManyRequests),
 //     the attempt does not count: the partition stops fetching
 //     (ConsumerGroup.Pause) until the breaker lets a probe through, and
-//     then the same message is handled again (guarantee 5). A Breaker
-//     opens only on errors that say its downstream is unreachable or
-//     overloaded (IsUnavailable: network errors, timeouts, errors marked
-//     with Unavailable), never on a failure of one message, which is
-//     retried and dead-lettered alone.
+//     then the same message is handled again (ARCHITECTURE.md, guarantee
+//     5). A Breaker opens only on errors that say its downstream is
+//     unreachable or overloaded (IsUnavailable: network errors, timeouts,
+//     errors marked with Unavailable), never on a failure of one message,
+//     which is retried and dead-lettered alone.
 //
 // # Retry topics
 //

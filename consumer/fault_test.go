@@ -1,8 +1,8 @@
 package consumer_test
 
 // A consumer process killed with SIGKILL in the middle of its work, and
-// started again: guarantee 2 of DESIGN.md (at-least-once under consumer
-// crash) on what the handlers actually saw. The child is this test binary
+// started again: guarantee 2 of ARCHITECTURE.md (at least once: nothing
+// lost when a consumer is killed) on what the handlers actually saw. The child is this test binary
 // running TestConsumerChildProcess (see testkit.StartChild).
 
 import (

@@ -685,7 +685,10 @@ func truncate(s string, limit int) string {
 	return s[:cut] + truncatedMarker
 }
 
-// wireEnvelope is the JSON form, fields in the order of DESIGN.md.
+// wireEnvelope is the JSON form. Encode writes its fields in this order:
+// the order of the sample envelope in ARCHITECTURE.md ("Wire contracts"),
+// with original_key_base64, original_headers_base64 and
+// original_header_list after the fields they complete.
 type wireEnvelope struct {
 	Version               int               `json:"envelope_version"`
 	OriginalTopic         string            `json:"original_topic"`

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"os"
 	"reflect"
 	"strings"
 	"testing"
@@ -14,8 +15,10 @@ import (
 	"github.com/courierkit/courier/dlq"
 )
 
-// designSample is the envelope of DESIGN.md, "Dead-letter record", verbatim.
-const designSample = `{
+// sampleEnvelope is the sample envelope of ARCHITECTURE.md, "Wire contracts",
+// verbatim (TestArchitectureShowsTheSampleEnvelope keeps the two equal): the
+// smallest envelope a reader accepts, without original_header_list.
+const sampleEnvelope = `{
   "envelope_version": 1,
   "original_topic": "aegis.transactions",
   "original_partition": 3,
@@ -288,11 +291,25 @@ func TestRecordThatNeverReachedKafka(t *testing.T) {
 	}
 }
 
-func TestDesignSampleDecodes(t *testing.T) {
+// TestArchitectureShowsTheSampleEnvelope keeps the sample that
+// ARCHITECTURE.md shows readers the one that TestDocumentedEnvelopeDecodes
+// decodes.
+func TestArchitectureShowsTheSampleEnvelope(t *testing.T) {
 	t.Parallel()
-	env, err := dlq.Decode([]byte(designSample))
+	doc, err := os.ReadFile("../ARCHITECTURE.md")
 	if err != nil {
-		t.Fatalf("Decode(DESIGN.md sample): %v", err)
+		t.Fatalf("read the architecture document: %v", err)
+	}
+	if !strings.Contains(string(doc), "```json\n"+sampleEnvelope+"\n```") {
+		t.Errorf("ARCHITECTURE.md no longer shows the sample envelope that TestDocumentedEnvelopeDecodes decodes; make the two equal again:\n%s", sampleEnvelope)
+	}
+}
+
+func TestDocumentedEnvelopeDecodes(t *testing.T) {
+	t.Parallel()
+	env, err := dlq.Decode([]byte(sampleEnvelope))
+	if err != nil {
+		t.Fatalf("Decode(ARCHITECTURE.md sample): %v", err)
 	}
 	if err := env.Validate(); err != nil {
 		t.Fatalf("Validate: %v", err)
@@ -343,10 +360,10 @@ func TestDesignSampleDecodes(t *testing.T) {
 
 func ptr[T any](v T) *T { return &v }
 
-// mutate returns the DESIGN.md sample with change applied to its fields.
+// mutate returns sampleEnvelope with change applied to its fields.
 func mutate(change func(map[string]any)) string {
 	var m map[string]any
-	if err := json.Unmarshal([]byte(designSample), &m); err != nil {
+	if err := json.Unmarshal([]byte(sampleEnvelope), &m); err != nil {
 		panic(err)
 	}
 	change(m)
@@ -379,9 +396,9 @@ func TestDecodeRejectsBadEnvelopes(t *testing.T) {
 		field string
 	}{
 		{"empty input", "", corrupt, ""},
-		{"truncated JSON", designSample[:len(designSample)/2], corrupt, ""},
+		{"truncated JSON", sampleEnvelope[:len(sampleEnvelope)/2], corrupt, ""},
 		{"not JSON", "psp timeout", corrupt, ""},
-		{"trailing garbage", designSample + "}", corrupt, ""},
+		{"trailing garbage", sampleEnvelope + "}", corrupt, ""},
 		{"JSON array", `[1,2]`, corrupt, ""},
 		{"JSON string", `"envelope"`, corrupt, ""},
 		{"JSON null", `null`, corrupt, "envelope_version"},
@@ -465,7 +482,7 @@ func TestDecodeAccepts(t *testing.T) {
 		{"no timestamps", mutate(func(m map[string]any) { m["original_timestamp"] = nil; delete(m, "first_failed_at") })},
 		{"never reached Kafka", mutate(func(m map[string]any) { m["original_partition"] = -1; m["original_offset"] = -1 })},
 		{"an error kind of a later release", mutate(set("error_kind", "poison"))},
-		{"pretty-printed message", strings.Replace(designSample, `{"…": "…"}`, "{\n    \"…\": \"…\"\n  }", 1)},
+		{"pretty-printed message", strings.Replace(sampleEnvelope, `{"…": "…"}`, "{\n    \"…\": \"…\"\n  }", 1)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -478,7 +495,7 @@ func TestDecodeAccepts(t *testing.T) {
 			}
 		})
 	}
-	env, err := dlq.Decode([]byte(strings.Replace(designSample, `{"…": "…"}`, "{\n    \"…\": \"…\"\n  }", 1)))
+	env, err := dlq.Decode([]byte(strings.Replace(sampleEnvelope, `{"…": "…"}`, "{\n    \"…\": \"…\"\n  }", 1)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -697,8 +714,8 @@ func TestMarshalJSONInsideAnotherDocument(t *testing.T) {
 // FuzzDecode checks that Decode never panics and that whatever it accepts
 // encodes, decodes to the same envelope and restores.
 func FuzzDecode(f *testing.F) {
-	f.Add([]byte(designSample))
-	f.Add([]byte(designSample[:100]))
+	f.Add([]byte(sampleEnvelope))
+	f.Add([]byte(sampleEnvelope[:100]))
 	f.Add([]byte(`{}`))
 	f.Add([]byte(`null`))
 	f.Add([]byte(`{"envelope_version":2}`))

@@ -239,7 +239,7 @@ func mustKey(t *testing.T, r dlq.ReplayedRecord) []byte {
 // RawRecord) to records that read to the same original, whose encoding
 // is stable.
 func FuzzEnvelope(f *testing.F) {
-	f.Add([]byte(designSample), []byte("k"), []byte(""), []byte(""), []byte(""), []byte(""))
+	f.Add([]byte(sampleEnvelope), []byte("k"), []byte(""), []byte(""), []byte(""), []byte(""))
 	f.Add([]byte("raw value"), []byte("k"), []byte(dlq.HeaderFormat), []byte(dlq.FormatRaw), []byte(dlq.HeaderEnvelopeVersion), []byte("1"))
 	f.Add([]byte(`{"envelope_version":1,"original_topic":"t"}`), []byte{0xff}, []byte("DLQ_FORMAT"), []byte("envelope"), []byte{0xff}, []byte{0})
 	f.Add([]byte{}, []byte(nil), []byte(dlq.HeaderFormat), []byte("raw"), []byte(dlq.HeaderOriginalTopic), []byte("orders"))

@@ -1,6 +1,6 @@
 // Package ceheader names the Kafka record headers of courier's wire contract
-// (DESIGN.md): the CloudEvents Kafka protocol binding in binary mode, its
-// extensions, and the W3C trace context. The producer writes them and the
+// (ARCHITECTURE.md, "Wire contracts"): the CloudEvents Kafka protocol
+// binding in binary mode, its extensions, and the W3C trace context. The producer writes them and the
 // consumer reads them; both take the names from here, so neither imports
 // the other. Package producer exports them as its Header* constants.
 package ceheader
