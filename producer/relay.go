@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/backoff"
+	"github.com/courierkit/courier/internal/kafkaaddr"
 	"github.com/courierkit/courier/internal/pgname"
 )
 
@@ -52,6 +54,38 @@ const (
 	DefaultCleanupInterval  = time.Minute
 	DefaultCleanupBatch     = 1000
 	DefaultStatsInterval    = 15 * time.Second
+)
+
+// Relay bounds: NewRelay refuses values outside them, which could only
+// overflow, spin or stall the relay later.
+const (
+	// MaxBatchSize bounds RelayConfig.BatchSize: one claim locks and holds
+	// in memory at most this many events.
+	MaxBatchSize = 100_000
+	// MaxCleanupBatch bounds RelayConfig.CleanupBatch.
+	MaxCleanupBatch = 1_000_000
+	// MaxMaxRetries bounds RelayConfig.MaxRetries, as it bounds
+	// Event.MaxRetries: the table's retry_count is a 32-bit integer.
+	MaxMaxRetries = math.MaxInt32
+	// MaxBreakerCount bounds Breaker.ConsecutiveFailures and
+	// Breaker.HalfOpenProbes, as consumer.MaxBreakerCount does.
+	MaxBreakerCount = 10_000
+	// MinInterval is the shortest PollInterval, ProbeInterval,
+	// CleanupInterval, StatsInterval and Backoff.Base: shorter ones would
+	// make the relay loop on the database.
+	MinInterval = time.Millisecond
+	// MaxInterval bounds PollInterval, ProbeInterval and Backoff.Base and
+	// Backoff.Max: an idle relay looks for new events at least hourly.
+	MaxInterval = time.Hour
+	// MinPublishTimeout is the shortest PublishTimeout: a shorter one would
+	// cut every batch short, so that no event is ever published.
+	MinPublishTimeout = 100 * time.Millisecond
+	// MaxTimeout bounds PublishTimeout, ShutdownTimeout, Breaker.OpenFor,
+	// CleanupInterval and StatsInterval.
+	MaxTimeout = 24 * time.Hour
+	// MaxRetention bounds a positive RelayConfig.Retention (10 years); a
+	// negative one keeps the history forever.
+	MaxRetention = 10 * 365 * 24 * time.Hour
 )
 
 // Backoff schedules publish retries: failed attempt n waits
@@ -340,61 +374,44 @@ func (c *RelayConfig) setDefaults() error {
 	if c.Publisher == nil && len(c.Brokers) == 0 {
 		return errors.New("Brokers is empty; set the Kafka bootstrap addresses, e.g. []string{\"localhost:9092\"}")
 	}
-	for _, d := range []struct {
-		field string
-		value *time.Duration
-		def   time.Duration
-	}{
-		{"PollInterval", &c.PollInterval, DefaultPollInterval},
-		{"ProbeInterval", &c.ProbeInterval, DefaultProbeInterval},
-		{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase},
-		{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax},
-		{"Breaker.OpenFor", &c.Breaker.OpenFor, DefaultBreakerOpenFor},
-		{"PublishTimeout", &c.PublishTimeout, DefaultPublishTimeout},
-		{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout},
-		{"CleanupInterval", &c.CleanupInterval, DefaultCleanupInterval},
-		{"StatsInterval", &c.StatsInterval, DefaultStatsInterval},
-	} {
-		if *d.value < 0 {
-			return fmt.Errorf("%s is %v; use a positive duration, or 0 for the default of %v", d.field, *d.value, d.def)
-		}
-		if *d.value == 0 {
-			*d.value = d.def
+	if c.Publisher == nil {
+		for i, b := range c.Brokers {
+			if err := kafkaaddr.Validate(b); err != nil {
+				return fmt.Errorf("Brokers[%d] %q %w", i, dlq.TruncateHeader(b), err)
+			}
 		}
 	}
-	for _, n := range []struct {
-		field string
-		value *int
-		def   int
-	}{
-		{"BatchSize", &c.BatchSize, DefaultBatchSize},
-		{"Workers", &c.Workers, DefaultWorkers},
-		{"MaxRetries", &c.MaxRetries, DefaultMaxRetries},
-		{"Breaker.ConsecutiveFailures", &c.Breaker.ConsecutiveFailures, DefaultBreakerFailures},
-		{"Breaker.HalfOpenProbes", &c.Breaker.HalfOpenProbes, DefaultBreakerProbes},
-		{"CleanupBatch", &c.CleanupBatch, DefaultCleanupBatch},
-	} {
-		if *n.value < 0 {
-			return fmt.Errorf("%s is %d; use a positive number, or 0 for the default of %d", n.field, *n.value, n.def)
-		}
-		if *n.value == 0 {
-			*n.value = n.def
-		}
+	if err := boundFields(
+		bound[time.Duration]{"PollInterval", &c.PollInterval, DefaultPollInterval, MinInterval, MaxInterval},
+		bound[time.Duration]{"ProbeInterval", &c.ProbeInterval, DefaultProbeInterval, MinInterval, MaxInterval},
+		bound[time.Duration]{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase, MinInterval, MaxInterval},
+		bound[time.Duration]{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax, MinInterval, MaxInterval},
+		bound[time.Duration]{"Breaker.OpenFor", &c.Breaker.OpenFor, DefaultBreakerOpenFor, 1, MaxTimeout},
+		bound[time.Duration]{"PublishTimeout", &c.PublishTimeout, DefaultPublishTimeout, MinPublishTimeout, MaxTimeout},
+		bound[time.Duration]{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, 1, MaxTimeout},
+		bound[time.Duration]{"CleanupInterval", &c.CleanupInterval, DefaultCleanupInterval, MinInterval, MaxTimeout},
+		bound[time.Duration]{"StatsInterval", &c.StatsInterval, DefaultStatsInterval, MinInterval, MaxTimeout},
+	); err != nil {
+		return err
 	}
-	if c.Workers > shareCount {
-		return fmt.Errorf("Workers is %d; use at most %d (the keys are split into %d shares)", c.Workers, shareCount, shareCount)
+	if err := boundFields(
+		bound[int]{"BatchSize", &c.BatchSize, DefaultBatchSize, 1, MaxBatchSize},
+		bound[int]{"Workers", &c.Workers, DefaultWorkers, 1, MaxWorkers},
+		bound[int]{"MaxRetries", &c.MaxRetries, DefaultMaxRetries, 1, MaxMaxRetries},
+		bound[int]{"Breaker.ConsecutiveFailures", &c.Breaker.ConsecutiveFailures, DefaultBreakerFailures, 1, MaxBreakerCount},
+		bound[int]{"Breaker.HalfOpenProbes", &c.Breaker.HalfOpenProbes, DefaultBreakerProbes, 1, MaxBreakerCount},
+		bound[int]{"CleanupBatch", &c.CleanupBatch, DefaultCleanupBatch, 1, MaxCleanupBatch},
+	); err != nil {
+		return err
 	}
-	switch {
-	case c.Backoff.Factor == 0:
+	if c.Backoff.Factor == 0 {
 		c.Backoff.Factor = DefaultBackoffFactor
-	case c.Backoff.Factor < 1:
-		return fmt.Errorf("Backoff.Factor is %v; use 1 or more (2 doubles each delay)", c.Backoff.Factor)
 	}
-	if c.Backoff.Jitter < 0 || c.Backoff.Jitter > 1 {
-		return fmt.Errorf("Backoff.Jitter is %v; use a fraction from 0 to 1", c.Backoff.Jitter)
+	if err := backoff.Policy(c.Backoff).Validate(); err != nil {
+		return fmt.Errorf("Backoff.%w", err)
 	}
-	if c.Backoff.Max < c.Backoff.Base {
-		return fmt.Errorf("Backoff.Max (%v) is below Backoff.Base (%v)", c.Backoff.Max, c.Backoff.Base)
+	if c.Retention > MaxRetention {
+		return fmt.Errorf("Retention is %v; use at most %v, a negative duration to keep published events forever, or 0 for the default of %v", c.Retention, MaxRetention, DefaultRetention)
 	}
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
@@ -419,6 +436,28 @@ func (c *RelayConfig) setDefaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	return nil
+}
+
+// bound is a config field that 0 sets to its default, with its range.
+type bound[T int | time.Duration] struct {
+	name          string
+	value         *T
+	def, min, max T
+}
+
+// boundFields sets each zero field to its default and refuses the others
+// outside their range.
+func boundFields[T int | time.Duration](fields ...bound[T]) error {
+	for _, f := range fields {
+		if *f.value == 0 {
+			*f.value = f.def
+			continue
+		}
+		if *f.value < f.min || *f.value > f.max {
+			return fmt.Errorf("%s is %v; use %v to %v, or 0 for the default of %v", f.name, *f.value, f.min, f.max, f.def)
+		}
 	}
 	return nil
 }
