@@ -26,6 +26,20 @@ func TestHostileRelayConfig(t *testing.T) {
 		field string // the field the error names
 		says  string // and what it says to do
 	}{
+		{"no brokers", producer.RelayConfig{}, "Brokers is empty", `[]string{"localhost:9092"}`},
+		{"schema upper case", producer.RelayConfig{Brokers: brokers, Schema: "Bad"}, "Schema", ""},
+		{"batch size negative", producer.RelayConfig{Brokers: brokers, BatchSize: -1}, "BatchSize", "or 0 for the default of 1000"},
+		{"workers negative", producer.RelayConfig{Brokers: brokers, Workers: -1}, "Workers", "use 1 to 64"},
+		{"workers 65", producer.RelayConfig{Brokers: brokers, Workers: 65}, "Workers", "use 1 to 64"},
+		{"poll interval negative", producer.RelayConfig{Brokers: brokers, PollInterval: -time.Second}, "PollInterval", "or 0 for the default of 1s"},
+		{"max retries negative", producer.RelayConfig{Brokers: brokers, MaxRetries: -2}, "MaxRetries", "or 0 for the default of 10"},
+		{"factor below 1", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Factor: 0.5}}, "Backoff.Factor", "from 1 to 100"},
+		{"jitter above 1", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Jitter: 1.5}}, "Backoff.Jitter", "from 0 to 1"},
+		{"backoff max below base", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Base: time.Minute, Max: time.Second}}, "Backoff.Max", "raise Max"},
+		{"breaker failures negative", producer.RelayConfig{Brokers: brokers, Breaker: producer.Breaker{ConsecutiveFailures: -1}}, "Breaker.ConsecutiveFailures", "or 0 for the default of 5"},
+		{"dead-letter suffix slash", producer.RelayConfig{Brokers: brokers, DeadLetterSuffix: "/dlq"}, "DeadLetterSuffix", ""},
+		{"source too long", producer.RelayConfig{Brokers: brokers, Source: strings.Repeat("s", producer.MaxSourceBytes+1)}, "Source: text is longer than courier allows: 257 bytes", ""},
+		{"source NUL", producer.RelayConfig{Brokers: brokers, Source: "orders\x00"}, `Source: text must be valid UTF-8 without NUL bytes: "orders\x00"`, ""},
 		{"broker without port", producer.RelayConfig{Brokers: []string{"bad host"}}, `Brokers[0] "bad host"`, "host:port"},
 		{"broker port out of range", producer.RelayConfig{Brokers: []string{"127.0.0.1:99999"}}, "Brokers[0]", "1-65535"},
 		{"broker port zero", producer.RelayConfig{Brokers: []string{"kafka-1:0"}}, "Brokers[0]", "1-65535"},
@@ -74,6 +88,11 @@ func TestHostileRelayConfig(t *testing.T) {
 			}
 		})
 	}
+	t.Run("nil pool", func(t *testing.T) {
+		if _, err := producer.NewRelay(nil, producer.RelayConfig{Brokers: brokers}); !errors.Is(err, producer.ErrInvalidRelayConfig) || !strings.Contains(err.Error(), "pgxpool.Pool is nil") {
+			t.Errorf("NewRelay(nil pool) = %v, want ErrInvalidRelayConfig naming the pool", err)
+		}
+	})
 }
 
 // TestRelayConfigBounds: NewRelay accepts each field at its bounds, and a
