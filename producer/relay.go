@@ -91,6 +91,8 @@ const (
 // Backoff schedules publish retries: failed attempt n waits
 // Base·Factor^(n-1), spread by ±Jitter, capped at Max. Zero fields take
 // their defaults: 1s, 2, 30s, no jitter (so 1, 2, 4, 8, 16, 30, 30 s …).
+// Base and Max run from MinInterval (1ms) to MaxInterval (1h), Factor from
+// 1 to 100.
 type Backoff struct {
 	Base   time.Duration
 	Factor float64
@@ -110,13 +112,14 @@ type Backoff struct {
 // counts as Kafka reachable. Zero fields take defaults.
 type Breaker struct {
 	// ConsecutiveFailures of Kafka being unreachable open the breaker.
-	// Defaults to 5.
+	// At most MaxBreakerCount (10,000). Defaults to 5.
 	ConsecutiveFailures int
 	// OpenFor is how long the breaker stays open before it lets probes
-	// through (half-open). Defaults to 30s.
+	// through (half-open). At most MaxTimeout (24h). Defaults to 30s.
 	OpenFor time.Duration
 	// HalfOpenProbes is how many publish calls a half-open breaker lets
-	// through; all must succeed to close it. Defaults to 1.
+	// through; all must succeed to close it. At most MaxBreakerCount
+	// (10,000). Defaults to 1.
 	HalfOpenProbes int
 }
 
@@ -144,7 +147,8 @@ type RelayConfig struct {
 	// instead of the payload with ce_ headers (binary mode, the default).
 	Structured bool
 
-	// BatchSize is the most events one claim locks. Defaults to 1000.
+	// BatchSize is the most events one claim locks: 1 to MaxBatchSize
+	// (100,000). Defaults to 1000.
 	BatchSize int
 	// Workers is how many batches the relay publishes at once, each over its
 	// own part of the keys: the keys are divided among the workers of every
@@ -158,10 +162,12 @@ type RelayConfig struct {
 	// transactions in progress); while events come the relay looks every
 	// millisecond, and each look that finds nothing doubles the gap up to
 	// ProbeInterval. So an event waits about a millisecond while events
-	// flow, and at most ProbeInterval after a quiet spell. Defaults to 100ms.
+	// flow, and at most ProbeInterval after a quiet spell. From MinInterval
+	// (1ms) to MaxInterval (1h). Defaults to 100ms.
 	ProbeInterval time.Duration
 	// PollInterval is how often a worker claims even though no look found
-	// new events: the safety net. Defaults to 1s.
+	// new events: the safety net. From MinInterval (1ms) to MaxInterval
+	// (1h). Defaults to 1s.
 	PollInterval time.Duration
 	// PollOnly keeps the relay to what PgBouncer in transaction pooling
 	// mode supports: it then holds no connection of its own besides the
@@ -178,7 +184,8 @@ type RelayConfig struct {
 	// replicas, …); while no broker answers at all, attempts are not
 	// counted. With the default Backoff, 10 attempts span about 2.5 minutes
 	// (see DefaultMaxRetries); a lower value may dead-letter events during a
-	// rolling restart of the brokers. Defaults to 10.
+	// rolling restart of the brokers. At most MaxMaxRetries (the 32-bit
+	// retry_count's largest value). Defaults to 10.
 	MaxRetries int
 	// Backoff schedules the retries.
 	Backoff Backoff
@@ -200,10 +207,11 @@ type RelayConfig struct {
 	// Breaker configures the circuit breaker around Kafka.
 	Breaker Breaker
 	// PublishTimeout bounds the publishing of one batch; events it cuts
-	// short count no attempt and are published again. Defaults to 30s.
+	// short count no attempt and are published again. From
+	// MinPublishTimeout (100ms) to MaxTimeout (24h). Defaults to 30s.
 	PublishTimeout time.Duration
 	// ShutdownTimeout is how long Run lets the batch in flight finish after
-	// its context ends. Defaults to 10s.
+	// its context ends. At most MaxTimeout (24h). Defaults to 10s.
 	ShutdownTimeout time.Duration
 
 	// Retention is how long published events stay in the history (the
@@ -211,7 +219,7 @@ type RelayConfig struct {
 	// them forever. The history is partitioned by UTC day of publication
 	// and drops whole days, so an event goes once its whole day is past
 	// Retention: up to a day later. Dead-lettered events stay until purged.
-	// Defaults to 7 days.
+	// At most MaxRetention (10 years). Defaults to 7 days.
 	Retention time.Duration
 	// DiscardPublished deletes each event once it is published instead of
 	// keeping it in the history: a published event then costs PostgreSQL a
@@ -219,11 +227,13 @@ type RelayConfig struct {
 	// false.
 	DiscardPublished bool
 	// CleanupInterval is how often the relay makes the history's day
-	// partitions ahead and drops those past Retention. Defaults to 1m.
+	// partitions ahead and drops those past Retention. From MinInterval
+	// (1ms) to MaxTimeout (24h). Defaults to 1m.
 	CleanupInterval time.Duration
 	// CleanupBatch is the most rows one delete statement removes, where
 	// retention deletes rows rather than partitions (the history's default
-	// partition, idempotency keys). Defaults to 1000.
+	// partition, idempotency keys). At most MaxCleanupBatch (1,000,000).
+	// Defaults to 1000.
 	CleanupBatch int
 
 	// Logger receives the relay's logs. Defaults to slog.Default().
@@ -231,7 +241,7 @@ type RelayConfig struct {
 	// Metrics receives measurements (see package prom). Defaults to none.
 	Metrics RelayMetrics
 	// StatsInterval is how often the relay measures the backlog for Metrics.
-	// Defaults to 15s.
+	// From MinInterval (1ms) to MaxTimeout (24h). Defaults to 15s.
 	StatsInterval time.Duration
 
 	// Now is the relay's clock, for tests. When nil, the relay compares due
