@@ -2,12 +2,9 @@ package consumer
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -16,6 +13,7 @@ import (
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/backoff"
+	"github.com/courierkit/courier/internal/kafkaaddr"
 	"github.com/courierkit/courier/internal/topicname"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -308,7 +306,7 @@ func (c *Config) setDefaults() error {
 	}
 	if c.Client == nil {
 		for i, b := range c.Brokers {
-			if err := validBroker(b); err != nil {
+			if err := kafkaaddr.Validate(b); err != nil {
 				return fmt.Errorf("%w: Brokers[%d] %q %w", ErrInvalidConfig, i, dlq.TruncateHeader(b), err)
 			}
 		}
@@ -424,18 +422,6 @@ func setDefaults[T int | time.Duration](fields ...field[T]) error {
 		if *f.value == 0 {
 			*f.value = f.def
 		}
-	}
-	return nil
-}
-
-// validBroker says what is wrong with a bootstrap address, if anything.
-func validBroker(b string) error {
-	host, port, err := net.SplitHostPort(b)
-	if err != nil || host == "" || strings.ContainsFunc(host, func(r rune) bool { return r <= ' ' || r == 0x7f }) {
-		return errors.New("is not a host:port address; write it as \"kafka-1:9092\"")
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return errors.New("has no valid port (1-65535); write it as \"kafka-1:9092\"")
 	}
 	return nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/backoff"
+	"github.com/courierkit/courier/internal/kafkaaddr"
 	"github.com/courierkit/courier/internal/pgname"
 )
 
@@ -54,9 +56,43 @@ const (
 	DefaultStatsInterval    = 15 * time.Second
 )
 
+// Relay bounds: NewRelay refuses values outside them, which could only
+// overflow, spin or stall the relay later.
+const (
+	// MaxBatchSize bounds RelayConfig.BatchSize: one claim locks and holds
+	// in memory at most this many events.
+	MaxBatchSize = 100_000
+	// MaxCleanupBatch bounds RelayConfig.CleanupBatch.
+	MaxCleanupBatch = 1_000_000
+	// MaxMaxRetries bounds RelayConfig.MaxRetries, as it bounds
+	// Event.MaxRetries: the table's retry_count is a 32-bit integer.
+	MaxMaxRetries = math.MaxInt32
+	// MaxBreakerCount bounds Breaker.ConsecutiveFailures and
+	// Breaker.HalfOpenProbes, as consumer.MaxBreakerCount does.
+	MaxBreakerCount = 10_000
+	// MinInterval is the shortest PollInterval, ProbeInterval,
+	// CleanupInterval, StatsInterval and Backoff.Base: shorter ones would
+	// make the relay loop on the database.
+	MinInterval = time.Millisecond
+	// MaxInterval bounds PollInterval, ProbeInterval and Backoff.Base and
+	// Backoff.Max: an idle relay looks for new events at least hourly.
+	MaxInterval = time.Hour
+	// MinPublishTimeout is the shortest PublishTimeout: a shorter one would
+	// cut every batch short, so that no event is ever published.
+	MinPublishTimeout = 100 * time.Millisecond
+	// MaxTimeout bounds PublishTimeout, ShutdownTimeout, Breaker.OpenFor,
+	// CleanupInterval and StatsInterval.
+	MaxTimeout = 24 * time.Hour
+	// MaxRetention bounds a positive RelayConfig.Retention (10 years); a
+	// negative one keeps the history forever.
+	MaxRetention = 10 * 365 * 24 * time.Hour
+)
+
 // Backoff schedules publish retries: failed attempt n waits
 // Base·Factor^(n-1), spread by ±Jitter, capped at Max. Zero fields take
 // their defaults: 1s, 2, 30s, no jitter (so 1, 2, 4, 8, 16, 30, 30 s …).
+// Base and Max run from MinInterval (1ms) to MaxInterval (1h), Factor from
+// 1 to 100.
 type Backoff struct {
 	Base   time.Duration
 	Factor float64
@@ -76,13 +112,14 @@ type Backoff struct {
 // counts as Kafka reachable. Zero fields take defaults.
 type Breaker struct {
 	// ConsecutiveFailures of Kafka being unreachable open the breaker.
-	// Defaults to 5.
+	// At most MaxBreakerCount (10,000). Defaults to 5.
 	ConsecutiveFailures int
 	// OpenFor is how long the breaker stays open before it lets probes
-	// through (half-open). Defaults to 30s.
+	// through (half-open). At most MaxTimeout (24h). Defaults to 30s.
 	OpenFor time.Duration
 	// HalfOpenProbes is how many publish calls a half-open breaker lets
-	// through; all must succeed to close it. Defaults to 1.
+	// through; all must succeed to close it. At most MaxBreakerCount
+	// (10,000). Defaults to 1.
 	HalfOpenProbes int
 }
 
@@ -110,7 +147,8 @@ type RelayConfig struct {
 	// instead of the payload with ce_ headers (binary mode, the default).
 	Structured bool
 
-	// BatchSize is the most events one claim locks. Defaults to 1000.
+	// BatchSize is the most events one claim locks: 1 to MaxBatchSize
+	// (100,000). Defaults to 1000.
 	BatchSize int
 	// Workers is how many batches the relay publishes at once, each over its
 	// own part of the keys: the keys are divided among the workers of every
@@ -124,10 +162,12 @@ type RelayConfig struct {
 	// transactions in progress); while events come the relay looks every
 	// millisecond, and each look that finds nothing doubles the gap up to
 	// ProbeInterval. So an event waits about a millisecond while events
-	// flow, and at most ProbeInterval after a quiet spell. Defaults to 100ms.
+	// flow, and at most ProbeInterval after a quiet spell. From MinInterval
+	// (1ms) to MaxInterval (1h). Defaults to 100ms.
 	ProbeInterval time.Duration
 	// PollInterval is how often a worker claims even though no look found
-	// new events: the safety net. Defaults to 1s.
+	// new events: the safety net. From MinInterval (1ms) to MaxInterval
+	// (1h). Defaults to 1s.
 	PollInterval time.Duration
 	// PollOnly keeps the relay to what PgBouncer in transaction pooling
 	// mode supports: it then holds no connection of its own besides the
@@ -144,7 +184,8 @@ type RelayConfig struct {
 	// replicas, …); while no broker answers at all, attempts are not
 	// counted. With the default Backoff, 10 attempts span about 2.5 minutes
 	// (see DefaultMaxRetries); a lower value may dead-letter events during a
-	// rolling restart of the brokers. Defaults to 10.
+	// rolling restart of the brokers. At most MaxMaxRetries (the 32-bit
+	// retry_count's largest value). Defaults to 10.
 	MaxRetries int
 	// Backoff schedules the retries.
 	Backoff Backoff
@@ -166,10 +207,11 @@ type RelayConfig struct {
 	// Breaker configures the circuit breaker around Kafka.
 	Breaker Breaker
 	// PublishTimeout bounds the publishing of one batch; events it cuts
-	// short count no attempt and are published again. Defaults to 30s.
+	// short count no attempt and are published again. From
+	// MinPublishTimeout (100ms) to MaxTimeout (24h). Defaults to 30s.
 	PublishTimeout time.Duration
 	// ShutdownTimeout is how long Run lets the batch in flight finish after
-	// its context ends. Defaults to 10s.
+	// its context ends. At most MaxTimeout (24h). Defaults to 10s.
 	ShutdownTimeout time.Duration
 
 	// Retention is how long published events stay in the history (the
@@ -177,7 +219,7 @@ type RelayConfig struct {
 	// them forever. The history is partitioned by UTC day of publication
 	// and drops whole days, so an event goes once its whole day is past
 	// Retention: up to a day later. Dead-lettered events stay until purged.
-	// Defaults to 7 days.
+	// At most MaxRetention (10 years). Defaults to 7 days.
 	Retention time.Duration
 	// DiscardPublished deletes each event once it is published instead of
 	// keeping it in the history: a published event then costs PostgreSQL a
@@ -185,11 +227,13 @@ type RelayConfig struct {
 	// false.
 	DiscardPublished bool
 	// CleanupInterval is how often the relay makes the history's day
-	// partitions ahead and drops those past Retention. Defaults to 1m.
+	// partitions ahead and drops those past Retention. From MinInterval
+	// (1ms) to MaxTimeout (24h). Defaults to 1m.
 	CleanupInterval time.Duration
 	// CleanupBatch is the most rows one delete statement removes, where
 	// retention deletes rows rather than partitions (the history's default
-	// partition, idempotency keys). Defaults to 1000.
+	// partition, idempotency keys). At most MaxCleanupBatch (1,000,000).
+	// Defaults to 1000.
 	CleanupBatch int
 
 	// Logger receives the relay's logs. Defaults to slog.Default().
@@ -197,7 +241,7 @@ type RelayConfig struct {
 	// Metrics receives measurements (see package prom). Defaults to none.
 	Metrics RelayMetrics
 	// StatsInterval is how often the relay measures the backlog for Metrics.
-	// Defaults to 15s.
+	// From MinInterval (1ms) to MaxTimeout (24h). Defaults to 15s.
 	StatsInterval time.Duration
 
 	// Now is the relay's clock, for tests. When nil, the relay compares due
@@ -340,61 +384,44 @@ func (c *RelayConfig) setDefaults() error {
 	if c.Publisher == nil && len(c.Brokers) == 0 {
 		return errors.New("Brokers is empty; set the Kafka bootstrap addresses, e.g. []string{\"localhost:9092\"}")
 	}
-	for _, d := range []struct {
-		field string
-		value *time.Duration
-		def   time.Duration
-	}{
-		{"PollInterval", &c.PollInterval, DefaultPollInterval},
-		{"ProbeInterval", &c.ProbeInterval, DefaultProbeInterval},
-		{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase},
-		{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax},
-		{"Breaker.OpenFor", &c.Breaker.OpenFor, DefaultBreakerOpenFor},
-		{"PublishTimeout", &c.PublishTimeout, DefaultPublishTimeout},
-		{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout},
-		{"CleanupInterval", &c.CleanupInterval, DefaultCleanupInterval},
-		{"StatsInterval", &c.StatsInterval, DefaultStatsInterval},
-	} {
-		if *d.value < 0 {
-			return fmt.Errorf("%s is %v; use a positive duration, or 0 for the default of %v", d.field, *d.value, d.def)
-		}
-		if *d.value == 0 {
-			*d.value = d.def
+	if c.Publisher == nil {
+		for i, b := range c.Brokers {
+			if err := kafkaaddr.Validate(b); err != nil {
+				return fmt.Errorf("Brokers[%d] %q %w", i, dlq.TruncateHeader(b), err)
+			}
 		}
 	}
-	for _, n := range []struct {
-		field string
-		value *int
-		def   int
-	}{
-		{"BatchSize", &c.BatchSize, DefaultBatchSize},
-		{"Workers", &c.Workers, DefaultWorkers},
-		{"MaxRetries", &c.MaxRetries, DefaultMaxRetries},
-		{"Breaker.ConsecutiveFailures", &c.Breaker.ConsecutiveFailures, DefaultBreakerFailures},
-		{"Breaker.HalfOpenProbes", &c.Breaker.HalfOpenProbes, DefaultBreakerProbes},
-		{"CleanupBatch", &c.CleanupBatch, DefaultCleanupBatch},
-	} {
-		if *n.value < 0 {
-			return fmt.Errorf("%s is %d; use a positive number, or 0 for the default of %d", n.field, *n.value, n.def)
-		}
-		if *n.value == 0 {
-			*n.value = n.def
-		}
+	if err := boundFields(
+		bound[time.Duration]{"PollInterval", &c.PollInterval, DefaultPollInterval, MinInterval, MaxInterval},
+		bound[time.Duration]{"ProbeInterval", &c.ProbeInterval, DefaultProbeInterval, MinInterval, MaxInterval},
+		bound[time.Duration]{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase, MinInterval, MaxInterval},
+		bound[time.Duration]{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax, MinInterval, MaxInterval},
+		bound[time.Duration]{"Breaker.OpenFor", &c.Breaker.OpenFor, DefaultBreakerOpenFor, 1, MaxTimeout},
+		bound[time.Duration]{"PublishTimeout", &c.PublishTimeout, DefaultPublishTimeout, MinPublishTimeout, MaxTimeout},
+		bound[time.Duration]{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, 1, MaxTimeout},
+		bound[time.Duration]{"CleanupInterval", &c.CleanupInterval, DefaultCleanupInterval, MinInterval, MaxTimeout},
+		bound[time.Duration]{"StatsInterval", &c.StatsInterval, DefaultStatsInterval, MinInterval, MaxTimeout},
+	); err != nil {
+		return err
 	}
-	if c.Workers > shareCount {
-		return fmt.Errorf("Workers is %d; use at most %d (the keys are split into %d shares)", c.Workers, shareCount, shareCount)
+	if err := boundFields(
+		bound[int]{"BatchSize", &c.BatchSize, DefaultBatchSize, 1, MaxBatchSize},
+		bound[int]{"Workers", &c.Workers, DefaultWorkers, 1, MaxWorkers},
+		bound[int]{"MaxRetries", &c.MaxRetries, DefaultMaxRetries, 1, MaxMaxRetries},
+		bound[int]{"Breaker.ConsecutiveFailures", &c.Breaker.ConsecutiveFailures, DefaultBreakerFailures, 1, MaxBreakerCount},
+		bound[int]{"Breaker.HalfOpenProbes", &c.Breaker.HalfOpenProbes, DefaultBreakerProbes, 1, MaxBreakerCount},
+		bound[int]{"CleanupBatch", &c.CleanupBatch, DefaultCleanupBatch, 1, MaxCleanupBatch},
+	); err != nil {
+		return err
 	}
-	switch {
-	case c.Backoff.Factor == 0:
+	if c.Backoff.Factor == 0 {
 		c.Backoff.Factor = DefaultBackoffFactor
-	case c.Backoff.Factor < 1:
-		return fmt.Errorf("Backoff.Factor is %v; use 1 or more (2 doubles each delay)", c.Backoff.Factor)
 	}
-	if c.Backoff.Jitter < 0 || c.Backoff.Jitter > 1 {
-		return fmt.Errorf("Backoff.Jitter is %v; use a fraction from 0 to 1", c.Backoff.Jitter)
+	if err := backoff.Policy(c.Backoff).Validate(); err != nil {
+		return fmt.Errorf("Backoff.%w", err)
 	}
-	if c.Backoff.Max < c.Backoff.Base {
-		return fmt.Errorf("Backoff.Max (%v) is below Backoff.Base (%v)", c.Backoff.Max, c.Backoff.Base)
+	if c.Retention > MaxRetention {
+		return fmt.Errorf("Retention is %v; use at most %v, a negative duration to keep published events forever, or 0 for the default of %v", c.Retention, MaxRetention, DefaultRetention)
 	}
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
@@ -419,6 +446,28 @@ func (c *RelayConfig) setDefaults() error {
 	}
 	if c.Now == nil {
 		c.Now = time.Now
+	}
+	return nil
+}
+
+// bound is a config field that 0 sets to its default, with its range.
+type bound[T int | time.Duration] struct {
+	name          string
+	value         *T
+	def, min, max T
+}
+
+// boundFields sets each zero field to its default and refuses the others
+// outside their range.
+func boundFields[T int | time.Duration](fields ...bound[T]) error {
+	for _, f := range fields {
+		if *f.value == 0 {
+			*f.value = f.def
+			continue
+		}
+		if *f.value < f.min || *f.value > f.max {
+			return fmt.Errorf("%s is %v; use %v to %v, or 0 for the default of %v", f.name, *f.value, f.min, f.max, f.def)
+		}
 	}
 	return nil
 }

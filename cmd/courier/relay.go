@@ -66,29 +66,32 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 // defaults (0) or could only name by its Go field.
 func (f *relayFlags) validate() error {
 	for _, n := range []struct {
-		flag  string
-		value int
-	}{{"--batch-size", f.batchSize}, {"--max-retries", f.maxRetries}} {
-		if n.value < 1 {
-			return usageError{fmt.Errorf("%s %d: use 1 or more", n.flag, n.value)}
+		flag       string
+		value, max int
+	}{{"--batch-size", f.batchSize, producer.MaxBatchSize}, {"--max-retries", f.maxRetries, producer.MaxMaxRetries}} {
+		if n.value < 1 || n.value > n.max {
+			return usageError{fmt.Errorf("%s %d: use 1 to %d", n.flag, n.value, n.max)}
 		}
 	}
 	if f.workers < 1 || f.workers > producer.MaxWorkers {
 		return usageError{fmt.Errorf("--workers %d: use 1 to %d", f.workers, producer.MaxWorkers)}
 	}
 	for _, d := range []struct {
-		flag  string
-		value time.Duration
+		flag     string
+		value    time.Duration
+		min, max time.Duration
 	}{
-		{"--probe-interval", f.probeInterval}, {"--poll-interval", f.pollInterval}, {"--cleanup-interval", f.cleanupInterval},
-		{"--shutdown-timeout", f.shutdownTimeout},
+		{"--probe-interval", f.probeInterval, producer.MinInterval, producer.MaxInterval},
+		{"--poll-interval", f.pollInterval, producer.MinInterval, producer.MaxInterval},
+		{"--cleanup-interval", f.cleanupInterval, producer.MinInterval, producer.MaxTimeout},
+		{"--shutdown-timeout", f.shutdownTimeout, 1, producer.MaxTimeout},
 	} {
-		if d.value <= 0 {
-			return usageError{fmt.Errorf("%s %v: use a positive duration such as 1s or 5m", d.flag, d.value)}
+		if d.value < d.min || d.value > d.max {
+			return usageError{fmt.Errorf("%s %v: use a duration from %v to %v, such as 1s or 5m", d.flag, d.value, d.min, d.max)}
 		}
 	}
-	if f.retention < 0 {
-		return usageError{fmt.Errorf("--retention %v: use a positive duration such as 168h, or 0 to keep published events forever", f.retention)}
+	if f.retention < 0 || f.retention > producer.MaxRetention {
+		return usageError{fmt.Errorf("--retention %v: use a positive duration up to %v such as 168h, or 0 to keep published events forever", f.retention, producer.MaxRetention)}
 	}
 	return nil
 }
