@@ -196,6 +196,8 @@ func TestHostileCLI(t *testing.T) {
 		{"show --partition over int32", append([]string{"dlq", "show", "x.dlq", "--partition", "4294967296", "--offset", "0"}, k...), "--partition"},
 		{"list --limit 0", append([]string{"dlq", "list", "x.dlq", "--limit", "0"}, k...), "--limit 0"},
 		{"--kafka-timeout 0", append([]string{"dlq", "stats", "x.dlq", "--kafka-timeout", "0s"}, k...), "--kafka-timeout 0s"},
+		{"--brokers without a port", []string{"dlq", "stats", "x.dlq", "--brokers", "kafka-1"}, `--brokers "kafka-1"`},
+		{"--brokers port out of range", []string{"dlq", "list", "x.dlq", "--brokers", "127.0.0.1:99999"}, `--brokers "127.0.0.1:99999"`},
 		{"--kafka-timeout negative", append([]string{"dlq", "list", "x.dlq", "--kafka-timeout", "-1s"}, k...), "--kafka-timeout -1s"},
 		{"outbox list --limit huge", []string{"outbox", "list", "--limit", "100000000", "--database-url", pgClosed}, "--limit 100000000"},
 		{"outbox list --after -1", []string{"outbox", "list", "--after", "-1", "--database-url", pgClosed}, "--after -1"},

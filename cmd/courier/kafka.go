@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/internal/kafkaaddr"
 	"github.com/spf13/cobra"
 	"github.com/xdg-go/scram"
 )
@@ -174,6 +176,11 @@ func (k *kafkaFlags) config() ([]string, *sarama.Config, error) {
 	brokers := splitList(k.brokers)
 	if len(brokers) == 0 {
 		return nil, nil, usageError{fmt.Errorf("--brokers is empty: name at least one Kafka broker, e.g. --brokers 127.0.0.1:9092")}
+	}
+	for _, b := range brokers {
+		if err := kafkaaddr.Validate(b); err != nil {
+			return nil, nil, usageError{fmt.Errorf("--brokers %q %w", b, err)}
+		}
 	}
 	if k.timeout <= 0 || k.timeout > time.Hour {
 		return nil, nil, usageError{fmt.Errorf("--kafka-timeout %v: use a positive duration up to 1h, such as 10s", k.timeout)}
