@@ -315,7 +315,9 @@ type Relay struct {
 
 	// stuck are the ids of events whose outcome PostgreSQL refused, left
 	// where they were: this relay claims them no more (see isolate).
-	stuck sync.Map
+	// anyStuck spares the claims of a relay with none a lookup per event.
+	stuck    sync.Map
+	anyStuck atomic.Bool
 
 	mu       sync.Mutex
 	openedAt time.Time       // when the breaker last opened
@@ -608,6 +610,7 @@ func (r *Relay) isolate(ctx context.Context, isolated []isolatedRow, dead []Dead
 				"until an operator requeues or purges it", e, row.err, "seq", e.seq)
 		case fateStays:
 			r.stuck.Store(e.ID, struct{}{})
+			r.anyStuck.Store(true)
 			r.logFailure(ctx, slog.LevelError, "PostgreSQL refused to record the event's outcome; it stays where it is, and this relay "+
 				"leaves it alone until it restarts: fix the row or purge the event", e, row.err, "seq", e.seq)
 		}
@@ -619,6 +622,9 @@ func (r *Relay) isolate(ctx context.Context, isolated []isolatedRow, dead []Dead
 // isStuck reports whether the event is one this relay leaves alone, its
 // outcome refused by PostgreSQL (see isolate).
 func (r *Relay) isStuck(id uuid.UUID) bool {
+	if !r.anyStuck.Load() {
+		return false
+	}
 	_, ok := r.stuck.Load(id)
 	return ok
 }
@@ -836,6 +842,9 @@ const isolatedCalls = 8
 // and the others, failed once with it, go through on their first retry.
 func (r *Relay) sendRetriesApart(ctx context.Context, events []*claimedEvent, hold bool) []error {
 	build := func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) { return r.record(e) }
+	if !slices.ContainsFunc(events, func(e *claimedEvent) bool { return e.status == StatusFailed }) {
+		return r.send(ctx, events, hold, build) // no retry in the batch: one call, as always
+	}
 	group := map[topicKey]int{} // key → index in groups
 	var groups [][]int          // indexes into events, one call each
 	var rest []int
@@ -843,7 +852,13 @@ func (r *Relay) sendRetriesApart(ctx context.Context, events []*claimedEvent, ho
 	for i, e := range events {
 		k, keyed := keyOf(e)
 		if !keyed {
-			k = topicKey{e.Topic, fmt.Sprintf("\x00%d", e.seq)} // a group of its own
+			// An event without a key is its own group when it is a retry.
+			if e.status == StatusFailed && len(groups) < isolatedKeys {
+				groups = append(groups, []int{i})
+			} else {
+				rest = append(rest, i)
+			}
+			continue
 		}
 		g, grouped := group[k]
 		switch {
