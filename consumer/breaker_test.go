@@ -74,12 +74,27 @@ type psp struct {
 	down  atomic.Bool
 	fail  func(ctx context.Context, payout string) error
 	calls atomic.Int64
+	// lastDown is whether the last call found the PSP down: its health
+	// check reports that, so a test recovering the PSP while a failing
+	// call is between its failure and the check still sees them agree.
+	lastDown atomic.Bool
 }
 
 func (p *psp) pay(ctx context.Context, payout string) error {
 	p.calls.Add(1)
-	if p.down.Load() {
+	down := p.down.Load()
+	p.lastDown.Store(down)
+	if down {
 		return p.fail(ctx, payout)
+	}
+	return nil
+}
+
+// health is the PSP's health check: it fails while the last call found
+// the PSP down.
+func (p *psp) health(context.Context) error {
+	if p.lastDown.Load() {
+		return errors.New("psp health: 503 service unavailable")
 	}
 	return nil
 }
@@ -119,12 +134,7 @@ func testBreakerPausesConsumption(t *testing.T, fail func(ctx context.Context, p
 	metrics := &recorder{}
 	bc := consumer.BreakerConfig{Name: "psp", OpenFor: openFor, Logger: testkit.Logger(t), Metrics: metrics}
 	if check {
-		bc.Check = func(ctx context.Context) error {
-			if stub.down.Load() {
-				return errors.New("psp health: 503 service unavailable")
-			}
-			return nil
-		}
+		bc.Check = stub.health
 	}
 	breaker, err := consumer.NewBreaker(bc)
 	if err != nil {
