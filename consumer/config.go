@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
-	"github.com/courierkit/courier/internal/backoff"
 	"github.com/courierkit/courier/internal/kafkaaddr"
 	"github.com/courierkit/courier/internal/topicname"
 	"github.com/courierkit/courier/retrytopics"
@@ -62,27 +61,6 @@ const (
 	MaxGroupBytes = retrytopics.MaxGroupBytes
 )
 
-// Backoff schedules retries: failed attempt n waits Base·Factor^(n-1),
-// spread by ±Jitter, capped at Max. The same schedule spaces the retries of
-// a dead-letter write that failed. Zero fields take their defaults.
-type Backoff struct {
-	// Base is the wait after the first failed attempt, at most 1h
-	// (MaxBackoff). Defaults to 200ms.
-	Base time.Duration
-	// Factor multiplies each wait: a finite number from 1 to 100. Defaults
-	// to 2.
-	Factor float64
-	// Max caps every wait: from Base to 1h (MaxBackoff). Defaults to 10s.
-	Max time.Duration
-	// Jitter spreads each wait uniformly over ±Jitter of itself, between
-	// 0 and 1, so that messages failing together do not retry together.
-	// Defaults to 0.2; set NoJitter for none.
-	Jitter float64
-}
-
-// NoJitter, as Backoff.Jitter, turns the jitter off.
-const NoJitter = -1.0
-
 // Config configures a Consumer. Brokers (or Client), Group, Topics and
 // Handler are required.
 type Config struct {
@@ -125,8 +103,11 @@ type Config struct {
 	// MaxAttempts that defeats them; the defaults (5 and
 	// DefaultBreakerFailures, 5) agree.
 	MaxAttempts int
-	// Backoff spaces the attempts.
-	Backoff Backoff
+	// Backoff spaces the attempts, and the retries of a retry-topic or
+	// dead-letter write that failed. Zero fields take their defaults: Base
+	// 200ms, Factor 2, Max 10s, Jitter 0.2 (backoff.NoJitter for none).
+	// Base and Max are at most 1h (MaxBackoff).
+	Backoff backoff.Backoff
 	// AttemptTimeout bounds one attempt: its context ends then (with
 	// ErrAttemptTimeout as its context.Cause), and the attempt fails with
 	// ErrAttemptTimeout. At most 24h (MaxTimeout). Defaults to 30s.
@@ -341,21 +322,9 @@ func (c *Config) setDefaults() error {
 	); err != nil {
 		return err
 	}
-	if c.Backoff.Factor == 0 {
-		c.Backoff.Factor = DefaultBackoffFactor
-	}
-	switch c.Backoff.Jitter {
-	case 0:
-		c.Backoff.Jitter = DefaultBackoffJitter
-	case NoJitter:
-		c.Backoff.Jitter = 0
-	}
-	if err := backoff.Policy(c.Backoff).Validate(); err != nil {
-		hint := ""
-		if strings.HasPrefix(err.Error(), "Jitter") {
-			hint = ", or NoJitter for none"
-		}
-		return fmt.Errorf("%w: Backoff.%w%s", ErrInvalidConfig, err, hint)
+	c.Backoff = c.Backoff.WithDefaults(backoff.Backoff{Factor: DefaultBackoffFactor, Jitter: DefaultBackoffJitter})
+	if err := c.Backoff.Validate(); err != nil {
+		return fmt.Errorf("%w: Backoff.%w", ErrInvalidConfig, err)
 	}
 	if c.DeadLetterSuffix == "" {
 		c.DeadLetterSuffix = DefaultDeadLetterSuffix

@@ -11,8 +11,8 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/dlq"
-	"github.com/courierkit/courier/internal/backoff"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -23,7 +23,7 @@ var ErrRunning = errors.New("consumer: Run is already running; call it once per 
 // with New and start it with Run.
 type Consumer struct {
 	cfg     Config
-	backoff backoff.Policy
+	backoff backoff.Backoff
 	log     *slog.Logger
 	metrics Metrics
 	// measured is whether Config.Metrics was set: without it, nothing is
@@ -52,7 +52,7 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	return &Consumer{
 		cfg:        cfg,
-		backoff:    backoff.Policy(cfg.Backoff),
+		backoff:    cfg.Backoff,
 		log:        cfg.Logger.With("group", cfg.Group),
 		metrics:    cfg.Metrics,
 		measured:   measured,

@@ -35,6 +35,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
@@ -477,7 +478,7 @@ func TestCrashloopMemberProcess(t *testing.T) {
 		Topics:      []string{os.Getenv(crashTopic)},
 		Workers:     workers,
 		MaxAttempts: 1,
-		Backoff:     consumer.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+		Backoff:     backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
 		Retry:       retrytopics.Config{Delays: crashTiers, CreateTopics: true},
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {

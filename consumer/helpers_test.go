@@ -12,6 +12,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
@@ -43,7 +44,7 @@ func (f *fixture) config(t *testing.T, h consumer.Handler) consumer.Config {
 		Group:           f.group,
 		Topics:          []string{f.topic},
 		Handler:         h,
-		Backoff:         consumer.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+		Backoff:         backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
 		AttemptTimeout:  5 * time.Second,
 		ShutdownTimeout: 5 * time.Second,
 		Logger:          testkit.Logger(t),

@@ -16,10 +16,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
-	"github.com/courierkit/courier/internal/backoff"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -432,7 +432,7 @@ func TestConfigAtItsBoundsRuns(t *testing.T) {
 	cfg.Workers = consumer.MaxWorkers
 	cfg.MaxAttempts = consumer.MaxMaxAttempts
 	cfg.MaxDeadLettersInFlight = consumer.MaxMaxDeadLettersInFlight
-	cfg.Backoff = consumer.Backoff{Base: consumer.MaxBackoff, Max: consumer.MaxBackoff, Factor: backoff.MaxFactor, Jitter: 1}
+	cfg.Backoff = backoff.Backoff{Base: consumer.MaxBackoff, Max: consumer.MaxBackoff, Factor: backoff.MaxFactor, Jitter: 1}
 	cfg.BreakerWait = consumer.MaxBackoff
 	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, r.Client, r.Prefix), Batch: consumer.MaxDedupeBatch,
 		Lease: consumer.MaxTimeout, BusyWait: consumer.MaxBackoff}

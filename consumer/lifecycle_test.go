@@ -11,6 +11,7 @@ import (
 	"github.com/IBM/sarama"
 	"go.uber.org/goleak"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/internal/testkit"
 )
@@ -39,7 +40,7 @@ func TestShutdownFinishesInFlightHandlers(t *testing.T) {
 			return errors.New("try again in an hour")
 		}
 	}))
-	cfg.Backoff = consumer.Backoff{Base: time.Hour, Max: time.Hour}
+	cfg.Backoff = backoff.Backoff{Base: time.Hour, Max: time.Hour}
 	cfg.ShutdownTimeout = time.Minute
 	stop := run(t, newConsumer(t, cfg))
 	<-started

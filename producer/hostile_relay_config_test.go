@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
 )
@@ -33,9 +34,9 @@ func TestHostileRelayConfig(t *testing.T) {
 		{"workers 65", producer.RelayConfig{Brokers: brokers, Workers: 65}, "Workers", "use 1 to 64"},
 		{"poll interval negative", producer.RelayConfig{Brokers: brokers, PollInterval: -time.Second}, "PollInterval", "or 0 for the default of 1s"},
 		{"max retries negative", producer.RelayConfig{Brokers: brokers, MaxRetries: -2}, "MaxRetries", "or 0 for the default of 10"},
-		{"factor below 1", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Factor: 0.5}}, "Backoff.Factor", "from 1 to 100"},
-		{"jitter above 1", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Jitter: 1.5}}, "Backoff.Jitter", "from 0 to 1"},
-		{"backoff max below base", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Base: time.Minute, Max: time.Second}}, "Backoff.Max", "raise Max"},
+		{"factor below 1", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Factor: 0.5}}, "Backoff.Factor", "from 1 to 100"},
+		{"jitter above 1", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Jitter: 1.5}}, "Backoff.Jitter", "from 0 to 1"},
+		{"backoff max below base", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Base: time.Minute, Max: time.Second}}, "Backoff.Max", "raise Max"},
 		{"breaker failures negative", producer.RelayConfig{Brokers: brokers, Breaker: producer.Breaker{ConsecutiveFailures: -1}}, "Breaker.ConsecutiveFailures", "or 0 for the default of 5"},
 		{"dead-letter suffix slash", producer.RelayConfig{Brokers: brokers, DeadLetterSuffix: "/dlq"}, "DeadLetterSuffix", ""},
 		{"source too long", producer.RelayConfig{Brokers: brokers, Source: strings.Repeat("s", producer.MaxSourceBytes+1)}, "Source: text is longer than courier allows: 257 bytes", ""},
@@ -46,11 +47,11 @@ func TestHostileRelayConfig(t *testing.T) {
 		{"broker empty", producer.RelayConfig{Brokers: []string{""}}, "Brokers[0]", "host:port"},
 		{"second broker bad", producer.RelayConfig{Brokers: []string{"localhost:9092", "kafka\n1:9092"}}, "Brokers[1]", "host:port"},
 		{"broker without host", producer.RelayConfig{Brokers: []string{":9092"}}, "Brokers[0]", "host:port"},
-		{"factor NaN", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Factor: nan}}, "Backoff.Factor", "from 1 to 100"},
-		{"factor +Inf", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Factor: inf}}, "Backoff.Factor", "from 1 to 100"},
-		{"factor huge", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Factor: 1e6}}, "Backoff.Factor", "from 1 to 100"},
-		{"jitter NaN", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Jitter: nan}}, "Backoff.Jitter", "from 0 to 1"},
-		{"jitter +Inf", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Jitter: inf}}, "Backoff.Jitter", "from 0 to 1"},
+		{"factor NaN", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Factor: nan}}, "Backoff.Factor", "from 1 to 100"},
+		{"factor +Inf", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Factor: inf}}, "Backoff.Factor", "from 1 to 100"},
+		{"factor huge", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Factor: 1e6}}, "Backoff.Factor", "from 1 to 100"},
+		{"jitter NaN", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Jitter: nan}}, "Backoff.Jitter", "from 0 to 1"},
+		{"jitter +Inf", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Jitter: inf}}, "Backoff.Jitter", "from 0 to 1"},
 		{"batch size 1<<50", producer.RelayConfig{Brokers: brokers, BatchSize: 1 << 50}, "BatchSize", "use 1 to 100000"},
 		{"batch size above bound", producer.RelayConfig{Brokers: brokers, BatchSize: producer.MaxBatchSize + 1}, "BatchSize", "use 1 to 100000"},
 		{"workers 1<<40", producer.RelayConfig{Brokers: brokers, Workers: 1 << 40}, "Workers", "use 1 to 64"},
@@ -66,8 +67,8 @@ func TestHostileRelayConfig(t *testing.T) {
 		{"poll interval 2h", producer.RelayConfig{Brokers: brokers, PollInterval: 2 * time.Hour}, "PollInterval", "use 1ms to 1h0m0s"},
 		{"probe interval 1ns", producer.RelayConfig{Brokers: brokers, ProbeInterval: time.Nanosecond}, "ProbeInterval", "use 1ms to 1h0m0s"},
 		{"probe interval max duration", producer.RelayConfig{Brokers: brokers, ProbeInterval: math.MaxInt64}, "ProbeInterval", "use 1ms to 1h0m0s"},
-		{"backoff base 1ns", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Base: time.Nanosecond}}, "Backoff.Base", "use 1ms to 1h0m0s"},
-		{"backoff max 2h", producer.RelayConfig{Brokers: brokers, Backoff: producer.Backoff{Max: 2 * time.Hour}}, "Backoff.Max", "use 1ms to 1h0m0s"},
+		{"backoff base 1ns", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Base: time.Nanosecond}}, "Backoff.Base", "use 1ms to 1h0m0s"},
+		{"backoff max 2h", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Max: 2 * time.Hour}}, "Backoff.Max", "use 1ms to 1h0m0s"},
 		{"publish timeout 1ms", producer.RelayConfig{Brokers: brokers, PublishTimeout: time.Millisecond}, "PublishTimeout", "use 100ms to 24h0m0s"},
 		{"publish timeout 1<<62", producer.RelayConfig{Brokers: brokers, PublishTimeout: 1 << 62}, "PublishTimeout", "use 100ms to 24h0m0s"},
 		{"shutdown timeout 1<<62", producer.RelayConfig{Brokers: brokers, ShutdownTimeout: 1 << 62}, "ShutdownTimeout", "to 24h0m0s"},
@@ -103,7 +104,7 @@ func TestRelayConfigBounds(t *testing.T) {
 		BatchSize: 1, Workers: 1, MaxRetries: 1, CleanupBatch: 1,
 		PollInterval: producer.MinInterval, ProbeInterval: producer.MinInterval,
 		CleanupInterval: producer.MinInterval, StatsInterval: producer.MinInterval,
-		Backoff:        producer.Backoff{Base: producer.MinInterval, Max: producer.MinInterval, Factor: 1, Jitter: 0},
+		Backoff:        backoff.Backoff{Base: producer.MinInterval, Max: producer.MinInterval, Factor: 1, Jitter: 0},
 		Breaker:        producer.Breaker{ConsecutiveFailures: 1, HalfOpenProbes: 1, OpenFor: time.Nanosecond},
 		PublishTimeout: producer.MinPublishTimeout, ShutdownTimeout: time.Nanosecond, Retention: time.Nanosecond,
 		Metrics: &recordedMetrics{},
@@ -113,7 +114,7 @@ func TestRelayConfigBounds(t *testing.T) {
 		CleanupBatch: producer.MaxCleanupBatch,
 		PollInterval: producer.MaxInterval, ProbeInterval: producer.MaxInterval,
 		CleanupInterval: producer.MaxTimeout, StatsInterval: producer.MaxTimeout,
-		Backoff:        producer.Backoff{Base: producer.MaxInterval, Max: producer.MaxInterval, Factor: 100, Jitter: 1},
+		Backoff:        backoff.Backoff{Base: producer.MaxInterval, Max: producer.MaxInterval, Factor: 100, Jitter: 1},
 		Breaker:        producer.Breaker{ConsecutiveFailures: producer.MaxBreakerCount, HalfOpenProbes: producer.MaxBreakerCount, OpenFor: producer.MaxTimeout},
 		PublishTimeout: producer.MaxTimeout, ShutdownTimeout: producer.MaxTimeout, Retention: producer.MaxRetention,
 		Metrics: &recordedMetrics{},

@@ -19,8 +19,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/dlq"
-	"github.com/courierkit/courier/internal/backoff"
 	"github.com/courierkit/courier/internal/kafkaaddr"
 	"github.com/courierkit/courier/internal/pgname"
 )
@@ -87,20 +87,6 @@ const (
 	// negative one keeps the history forever.
 	MaxRetention = 10 * 365 * 24 * time.Hour
 )
-
-// Backoff schedules publish retries: failed attempt n waits
-// Base·Factor^(n-1), spread by ±Jitter, capped at Max. Zero fields take
-// their defaults: 1s, 2, 30s, no jitter (so 1, 2, 4, 8, 16, 30, 30 s …).
-// Base and Max run from MinInterval (1ms) to MaxInterval (1h), Factor from
-// 1 to 100.
-type Backoff struct {
-	Base   time.Duration
-	Factor float64
-	Max    time.Duration
-	// Jitter spreads each delay uniformly over ±Jitter of itself, between 0
-	// and 1, so that events failing together do not retry together.
-	Jitter float64
-}
 
 // Breaker configures the circuit breaker around Kafka. While it is open the
 // relay claims nothing and counts no attempts. It hears only of Kafka being
@@ -187,8 +173,10 @@ type RelayConfig struct {
 	// rolling restart of the brokers. At most MaxMaxRetries (the 32-bit
 	// retry_count's largest value). Defaults to 10.
 	MaxRetries int
-	// Backoff schedules the retries.
-	Backoff Backoff
+	// Backoff schedules the retries. Zero fields take their defaults:
+	// Base 1s, Factor 2, Max 30s, no jitter (so 1, 2, 4, 8, 16, 30, 30 s
+	// …). Base and Max run from MinInterval (1ms) to MaxInterval (1h).
+	Backoff backoff.Backoff
 	// HoldKeyOnDeadLetter keeps the later events of a key waiting while an
 	// earlier one is dead-lettered, until it is requeued or purged. By
 	// default (false) the key moves on.
@@ -303,7 +291,7 @@ type Relay struct {
 	publisher Publisher
 	ownsPub   bool
 	breaker   *gobreaker.TwoStepCircuitBreaker[struct{}]
-	backoff   backoff.Policy
+	backoff   backoff.Backoff
 	log       *slog.Logger
 	metrics   RelayMetrics
 
@@ -354,7 +342,7 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 		pool:    pool,
 		table:   table,
 		store:   newStore(table, cfg.HoldKeyOnDeadLetter, cfg.DiscardPublished),
-		backoff: backoff.Policy(cfg.Backoff),
+		backoff: cfg.Backoff,
 		log:     cfg.Logger.With("table", table.String()),
 		metrics: cfg.Metrics,
 	}
@@ -416,10 +404,8 @@ func (c *RelayConfig) setDefaults() error {
 	); err != nil {
 		return err
 	}
-	if c.Backoff.Factor == 0 {
-		c.Backoff.Factor = DefaultBackoffFactor
-	}
-	if err := backoff.Policy(c.Backoff).Validate(); err != nil {
+	c.Backoff = c.Backoff.WithDefaults(backoff.Backoff{Factor: DefaultBackoffFactor})
+	if err := c.Backoff.Validate(); err != nil {
 		return fmt.Errorf("Backoff.%w", err)
 	}
 	if c.Retention > MaxRetention {

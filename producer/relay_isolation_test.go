@@ -23,6 +23,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
 )
@@ -80,7 +81,7 @@ func isolationConfig() producer.RelayConfig {
 		Sarama:       saramaCfg,
 		PollInterval: 20 * time.Millisecond,
 		MaxRetries:   8,
-		Backoff:      producer.Backoff{Base: 100 * time.Millisecond, Max: 400 * time.Millisecond},
+		Backoff:      backoff.Backoff{Base: 100 * time.Millisecond, Max: 400 * time.Millisecond},
 	}
 }
 

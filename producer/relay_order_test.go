@@ -14,6 +14,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
 )
@@ -119,7 +120,7 @@ func TestThreeRelaysKeepKeyOrderUnderProduceFaults(t *testing.T) {
 		saramaCfg.Producer.Retry.Max = 0 // let the faults reach the relay
 		relay := newRelay(t, pg, k, producer.RelayConfig{
 			Sarama: saramaCfg, PollInterval: 50 * time.Millisecond, Metrics: metrics,
-			MaxRetries: 1000, Backoff: producer.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+			MaxRetries: 1000, Backoff: backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
 			Breaker: producer.Breaker{OpenFor: 100 * time.Millisecond},
 		})
 		runRelay(t, relay)

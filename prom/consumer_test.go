@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/sony/gobreaker/v2"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
@@ -91,7 +92,7 @@ func TestConsumerFeedsTheMetrics(t *testing.T) {
 		Sarama:  k.Config(),
 		Group:   "g." + testkit.UniqueName(t, 100),
 		Topics:  []string{topic},
-		Backoff: consumer.Backoff{Base: time.Millisecond, Max: time.Millisecond},
+		Backoff: backoff.Backoff{Base: time.Millisecond, Max: time.Millisecond},
 		Metrics: metrics,
 		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 			switch {

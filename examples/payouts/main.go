@@ -42,6 +42,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/internal/pspstub"
@@ -204,7 +205,7 @@ func run(ctx context.Context, cfg config) error {
 		Topics:      []string{cfg.Topic},
 		Handler:     payOrder(psp, breaker, log),
 		MaxAttempts: cfg.MaxAttempts,
-		Backoff:     consumer.Backoff{Base: cfg.Backoff},
+		Backoff:     backoff.Backoff{Base: cfg.Backoff},
 		Retry:       retrytopics.Config{Delays: cfg.RetryDelays, CreateTopics: true},
 		Dedupe:      consumer.DedupeConfig{Store: seen},
 		Logger:      log, // logs "message dead-lettered" with the error; OnDeadLetter could page someone

@@ -28,6 +28,7 @@ import (
 	"github.com/sony/gobreaker/v2"
 	"github.com/twmb/franz-go/pkg/kfake"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
@@ -456,7 +457,7 @@ func (d *run) worker() (*consumer.Consumer, error) {
 	sc.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
 	return consumer.New(consumer.Config{
 		Brokers: d.broker.ListenAddrs(), Sarama: sc, Group: group, Topics: []string{topic},
-		MaxAttempts: 6, Backoff: consumer.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
+		MaxAttempts: 6, Backoff: backoff.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		Workers: 8,
 		Retry:   retrytopics.Config{Delays: []time.Duration{500 * time.Millisecond, time.Second}, CreateTopics: true},
 		Dedupe:  consumer.DedupeConfig{Store: store},

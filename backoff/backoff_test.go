@@ -6,11 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/courierkit/courier/internal/backoff"
+	"github.com/courierkit/courier/backoff"
 )
 
 func TestDelayDoublesUpToTheCap(t *testing.T) {
-	p := backoff.Policy{Base: time.Second, Factor: 2, Max: 30 * time.Second}
+	p := backoff.Backoff{Base: time.Second, Factor: 2, Max: 30 * time.Second}
 	want := []time.Duration{1, 2, 4, 8, 16, 30, 30}
 	for i, w := range want {
 		if got := p.Delay(i+1, nil); got != w*time.Second {
@@ -23,7 +23,7 @@ func TestDelayDoublesUpToTheCap(t *testing.T) {
 }
 
 func TestJitterStaysWithinItsBand(t *testing.T) {
-	p := backoff.Policy{Base: time.Second, Factor: 2, Max: time.Hour, Jitter: 0.25}
+	p := backoff.Backoff{Base: time.Second, Factor: 2, Max: time.Hour, Jitter: 0.25}
 	for _, r := range []float64{0, 0.5, 0.999999} {
 		got := p.Delay(3, func() float64 { return r })
 		if got < 3*time.Second || got > 5*time.Second {
@@ -36,25 +36,25 @@ func TestJitterStaysWithinItsBand(t *testing.T) {
 }
 
 func TestValidateNamesTheField(t *testing.T) {
-	valid := backoff.Policy{Base: time.Second, Factor: 2, Max: time.Minute, Jitter: 0.2}
+	valid := backoff.Backoff{Base: time.Second, Factor: 2, Max: time.Minute, Jitter: 0.2}
 	if err := valid.Validate(); err != nil {
 		t.Fatalf("valid policy: %v", err)
 	}
 	for _, tc := range []struct {
 		name  string
-		edit  func(*backoff.Policy)
+		edit  func(*backoff.Backoff)
 		field string
 	}{
-		{"zero base", func(p *backoff.Policy) { p.Base = 0 }, "Base"},
-		{"negative base", func(p *backoff.Policy) { p.Base = -time.Second }, "Base"},
-		{"max below base", func(p *backoff.Policy) { p.Max = time.Millisecond }, "Max"},
-		{"NaN factor", func(p *backoff.Policy) { p.Factor = math.NaN() }, "Factor"},
-		{"infinite factor", func(p *backoff.Policy) { p.Factor = math.Inf(1) }, "Factor"},
-		{"factor below 1", func(p *backoff.Policy) { p.Factor = 0.5 }, "Factor"},
-		{"huge factor", func(p *backoff.Policy) { p.Factor = 1e9 }, "Factor"},
-		{"NaN jitter", func(p *backoff.Policy) { p.Jitter = math.NaN() }, "Jitter"},
-		{"infinite jitter", func(p *backoff.Policy) { p.Jitter = math.Inf(1) }, "Jitter"},
-		{"negative jitter", func(p *backoff.Policy) { p.Jitter = -0.1 }, "Jitter"},
+		{"zero base", func(p *backoff.Backoff) { p.Base = 0 }, "Base"},
+		{"negative base", func(p *backoff.Backoff) { p.Base = -time.Second }, "Base"},
+		{"max below base", func(p *backoff.Backoff) { p.Max = time.Millisecond }, "Max"},
+		{"NaN factor", func(p *backoff.Backoff) { p.Factor = math.NaN() }, "Factor"},
+		{"infinite factor", func(p *backoff.Backoff) { p.Factor = math.Inf(1) }, "Factor"},
+		{"factor below 1", func(p *backoff.Backoff) { p.Factor = 0.5 }, "Factor"},
+		{"huge factor", func(p *backoff.Backoff) { p.Factor = 1e9 }, "Factor"},
+		{"NaN jitter", func(p *backoff.Backoff) { p.Jitter = math.NaN() }, "Jitter"},
+		{"infinite jitter", func(p *backoff.Backoff) { p.Jitter = math.Inf(1) }, "Jitter"},
+		{"negative jitter", func(p *backoff.Backoff) { p.Jitter = -0.1 }, "Jitter"},
 	} {
 		p := valid
 		tc.edit(&p)
@@ -67,7 +67,7 @@ func TestValidateNamesTheField(t *testing.T) {
 // TestDelayStaysWithinZeroAndMax: whatever a policy holds, a delay is never
 // negative nor above Max.
 func TestDelayStaysWithinZeroAndMax(t *testing.T) {
-	for _, p := range []backoff.Policy{
+	for _, p := range []backoff.Backoff{
 		{Base: time.Second, Factor: math.NaN(), Max: time.Minute},
 		{Base: time.Second, Factor: math.Inf(1), Max: time.Minute},
 		{Base: time.Second, Factor: 2, Max: time.Minute, Jitter: 5},
@@ -79,5 +79,19 @@ func TestDelayStaysWithinZeroAndMax(t *testing.T) {
 				t.Errorf("%+v attempt %d: %v, want within 0 and %v", p, attempt+1, d, p.Max)
 			}
 		}
+	}
+}
+
+func TestWithDefaultsFillsOnlyZeroFields(t *testing.T) {
+	def := backoff.Backoff{Base: time.Second, Factor: 2, Max: 30 * time.Second, Jitter: 0.2}
+	set := backoff.Backoff{Base: 3 * time.Second, Factor: 1.5, Max: time.Minute, Jitter: 0.5}
+	if got := set.WithDefaults(def); got != set {
+		t.Errorf("a Backoff with every field set became %+v", got)
+	}
+	if got := (backoff.Backoff{}).WithDefaults(def); got != def {
+		t.Errorf("the zero Backoff became %+v, want the defaults %+v", got, def)
+	}
+	if got := (backoff.Backoff{Jitter: backoff.NoJitter}).WithDefaults(def); got.Jitter != 0 {
+		t.Errorf("NoJitter became Jitter %v, want 0", got.Jitter)
 	}
 }
