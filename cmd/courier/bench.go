@@ -14,7 +14,7 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/cmd/courier/internal/bench"
 	"github.com/courierkit/courier/internal/redact"
 )
 

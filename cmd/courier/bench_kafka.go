@@ -6,7 +6,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kfake"
 
-	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/cmd/courier/internal/bench"
 )
 
 // benchKafka is the Kafka a bench command runs against: the brokers given,

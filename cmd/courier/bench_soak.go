@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/cmd/courier/internal/bench"
 	"github.com/courierkit/courier/internal/redact"
 )
 

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/cmd/courier/internal/bench"
 	"github.com/courierkit/courier/internal/testkit"
 )
 

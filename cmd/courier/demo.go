@@ -8,7 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/courierkit/courier/internal/demo"
+	"github.com/courierkit/courier/cmd/courier/internal/demo"
 	"github.com/courierkit/courier/internal/redact"
 )
 

@@ -45,7 +45,6 @@ import (
 	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
-	"github.com/courierkit/courier/internal/pspstub"
 	"github.com/courierkit/courier/producer"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -152,7 +151,7 @@ func run(ctx context.Context, cfg config) error {
 
 	pspURL := cfg.PSPURL
 	if pspURL == "" {
-		stub, err := pspstub.Start()
+		stub, err := Start()
 		if err != nil {
 			return err
 		}
@@ -161,12 +160,12 @@ func run(ctx context.Context, cfg config) error {
 			stub.Close()
 		}()
 		if cfg.PSPFailFor > 0 {
-			stub.SetModeFor(pspstub.ModeFail, cfg.PSPFailFor)
+			stub.SetModeFor(ModeFail, cfg.PSPFailFor)
 		}
 		pspURL = stub.URL()
 		log.Info("started an in-process PSP", "url", pspURL, "failing_for", cfg.PSPFailFor)
 	}
-	psp := pspstub.NewClient(pspURL, cfg.PSPTimeout)
+	psp := NewClient(pspURL, cfg.PSPTimeout)
 	defer psp.Close()
 
 	// One breaker for every call to the PSP.
@@ -220,7 +219,7 @@ func run(ctx context.Context, cfg config) error {
 
 // payOrder returns the handler: it pays an OrderCreated event through the
 // breaker, with the event's id as the PSP's idempotency key.
-func payOrder(psp *pspstub.Client, breaker *consumer.Breaker, log *slog.Logger) consumer.Handler {
+func payOrder(psp *Client, breaker *consumer.Breaker, log *slog.Logger) consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 		if t, ok := m.Headers.Lookup(producer.HeaderType); ok && string(t) != "OrderCreated" {
 			return nil // another event of the topic: not ours to pay
@@ -232,7 +231,7 @@ func payOrder(psp *pspstub.Client, breaker *consumer.Breaker, log *slog.Logger) 
 		if err := json.Unmarshal(m.Value, &o); err != nil {
 			return consumer.Permanent(fmt.Errorf("the value is not an OrderCreated JSON: %w", err))
 		}
-		p := pspstub.Payout{ID: m.ID, OrderID: o.OrderID, AmountCents: o.AmountCents, Currency: o.Currency}
+		p := Payout{ID: m.ID, OrderID: o.OrderID, AmountCents: o.AmountCents, Currency: o.Currency}
 		// Pay marks a PSP that is down (503, timeout) consumer.Unavailable,
 		// which the breaker counts; a 500 for this payout it does not.
 		err := breaker.Do(ctx, func(ctx context.Context) error { return psp.Pay(ctx, p) })

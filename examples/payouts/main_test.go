@@ -14,7 +14,6 @@ import (
 
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
-	"github.com/courierkit/courier/internal/pspstub"
 	"github.com/courierkit/courier/internal/testkit"
 )
 
@@ -26,12 +25,12 @@ import (
 func TestPayoutsSurviveAnOutage(t *testing.T) {
 	k := testkit.NewKafka(t)
 	rdb := testkit.NewRedis(t)
-	psp, err := pspstub.Start()
+	psp, err := Start()
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(psp.Close)
-	psp.SetMode(pspstub.ModeFail)
+	psp.SetMode(ModeFail)
 
 	topic := k.Topic(t, 2)
 	cfg, err := parseConfig(nil, func(string) string { return "" })
@@ -100,7 +99,7 @@ func TestPayoutsSurviveAnOutage(t *testing.T) {
 	if got := psp.Paid(); got != 0 {
 		t.Fatalf("Paid() = %d while the PSP was down", got)
 	}
-	psp.SetMode(pspstub.ModeOK)
+	psp.SetMode(ModeOK)
 	testkit.WaitFor(t, 30*time.Second, "every valid order paid and every poison order dead-lettered", func() bool {
 		return psp.Paid() == len(valid) && metrics.count(consumer.OutcomeDeadLettered) == len(poison)
 	})

@@ -11,8 +11,8 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/courierkit/courier/cmd/courier/internal/pspstub"
 	"github.com/courierkit/courier/consumer"
-	"github.com/courierkit/courier/internal/pspstub"
 	"github.com/courierkit/courier/internal/testkit"
 )
 

@@ -1,13 +1,13 @@
-package producer_test
+package bench_test
 
 // Benchmarks of the relay, each beside a baseline measured in the same run on
 // the same PostgreSQL and the same broker (figures, not asserted wall-clock
-// times), with internal/bench's harness, which `courier bench
+// times), with cmd/courier/internal/bench's harness, which `courier bench
 // relay` runs too. They need PostgreSQL (COURIER_TEST_DATABASE_URL) and use
 // an in-process kfake broker unless COURIER_TEST_KAFKA_BROKERS names a
 // cluster. They never run in a plain `go test`; run them with
 //
-//	go test -run '^$' -bench . -benchtime 1x ./producer/
+//	go test -run '^$' -bench Relay -benchtime 1x ./cmd/courier/internal/bench/
 //
 // -benchtime 1x drains each backlog once per throughput configuration and
 // runs one paced phase per latency sub-benchmark. -benchtime 5x drains five
@@ -20,7 +20,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/cmd/courier/internal/bench"
 	"github.com/courierkit/courier/internal/testkit"
 )
 

@@ -3,7 +3,7 @@ package demo_test
 import (
 	"os"
 
-	"github.com/courierkit/courier/internal/demo"
+	"github.com/courierkit/courier/cmd/courier/internal/demo"
 )
 
 // The summary `courier demo` ends with, here from counts of a run.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/cmd/courier/internal/bench"
 )
 
 // Three runs of 1,000 items: the median run took 250ms, whatever the

@@ -1,13 +1,13 @@
-package consumer_test
+package bench_test
 
 // BenchmarkConsume measures the runner beside a raw Sarama consumer group in
-// the same run on the same broker, with internal/bench's harness, which
+// the same run on the same broker, with cmd/courier/internal/bench's harness, which
 // `courier bench consume` runs too. It prints figures and asserts none: a
 // wall-clock bound would fail on a loaded machine, not on a slow consumer. It uses an in-process kfake broker unless
 // COURIER_TEST_KAFKA_BROKERS names a cluster. It never runs in a plain
 // `go test`; run it with
 //
-//	go test -run '^$' -bench Consume -benchtime 5x ./consumer/
+//	go test -run '^$' -bench Consume -benchtime 5x ./cmd/courier/internal/bench/
 //
 // Each iteration consumes one backlog with every configuration, taking
 // turns (about 10s an iteration on two cores); the figures are medians.
@@ -18,7 +18,7 @@ import (
 	"os"
 	"testing"
 
-	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/cmd/courier/internal/bench"
 	"github.com/courierkit/courier/internal/testkit"
 )
 

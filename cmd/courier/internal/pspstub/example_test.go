@@ -7,8 +7,8 @@ import (
 	"log"
 	"time"
 
+	"github.com/courierkit/courier/cmd/courier/internal/pspstub"
 	"github.com/courierkit/courier/consumer"
-	"github.com/courierkit/courier/internal/pspstub"
 )
 
 // A PSP that pays each payout once, fails on demand, and whose client's

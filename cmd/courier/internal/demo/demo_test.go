@@ -9,7 +9,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/courierkit/courier/internal/demo"
+	"github.com/courierkit/courier/cmd/courier/internal/demo"
 	"github.com/courierkit/courier/internal/testkit"
 )
 

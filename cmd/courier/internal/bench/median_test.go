@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/courierkit/courier/internal/bench"
+	"github.com/courierkit/courier/cmd/courier/internal/bench"
 )
 
 func TestMedianRate(t *testing.T) {
