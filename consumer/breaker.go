@@ -16,15 +16,17 @@ import (
 	"time"
 
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/courierkit/courier/internal/breakerdefault"
 )
 
 // Breaker defaults.
 const (
-	DefaultBreakerFailures = 5
-	DefaultBreakerOpenFor  = 30 * time.Second
-	DefaultBreakerProbes   = 1
+	DefaultBreakerFailures = breakerdefault.Failures // 5, as the relay's
+	DefaultBreakerOpenFor  = breakerdefault.OpenFor  // 30s, as the relay's
+	DefaultBreakerProbes   = breakerdefault.Probes   // 1, as the relay's
 	// MaxBreakerCount bounds ConsecutiveFailures and HalfOpenProbes.
-	MaxBreakerCount = 10_000
+	MaxBreakerCount = breakerdefault.MaxCount
 )
 
 // halfOpenRecheck is how long a caller that a half-open breaker turned away

@@ -21,6 +21,7 @@ import (
 
 	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/breakerdefault"
 	"github.com/courierkit/courier/internal/kafkaaddr"
 	"github.com/courierkit/courier/internal/pgname"
 )
@@ -45,9 +46,9 @@ const (
 	DefaultBackoffFactor    = 2.0
 	DefaultBackoffMax       = 30 * time.Second
 	DefaultDeadLetterSuffix = ".dlq"
-	DefaultBreakerFailures  = 5
-	DefaultBreakerOpenFor   = 30 * time.Second
-	DefaultBreakerProbes    = 1
+	DefaultBreakerFailures  = breakerdefault.Failures // 5, as the consumer's
+	DefaultBreakerOpenFor   = breakerdefault.OpenFor  // 30s, as the consumer's
+	DefaultBreakerProbes    = breakerdefault.Probes   // 1, as the consumer's
 	DefaultPublishTimeout   = 30 * time.Second
 	DefaultShutdownTimeout  = 10 * time.Second
 	DefaultRetention        = 7 * 24 * time.Hour
@@ -69,7 +70,7 @@ const (
 	MaxMaxRetries = math.MaxInt32
 	// MaxBreakerCount bounds Breaker.ConsecutiveFailures and
 	// Breaker.HalfOpenProbes, as consumer.MaxBreakerCount does.
-	MaxBreakerCount = 10_000
+	MaxBreakerCount = breakerdefault.MaxCount
 	// MinInterval is the shortest PollInterval, ProbeInterval,
 	// CleanupInterval, StatsInterval and Backoff.Base: shorter ones would
 	// make the relay loop on the database.
