@@ -7,7 +7,7 @@ export PATH := $(PATH):/usr/local/go/bin
 COURIER_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 export COURIER_TEST_DATABASE_URL
 
-.PHONY: help test services deps migrate vet fuzz bench soak demo
+.PHONY: help test services deps migrate vet fuzz bench soak demo install
 
 ## help: list the targets
 help:
@@ -25,6 +25,11 @@ fuzz:
 ## demo: run the whole pipeline once on an embedded Kafka broker and count every event (seconds)
 demo: services
 	$(GO) run ./cmd/courier demo --database-url "$(COURIER_TEST_DATABASE_URL)"
+
+## install: build the courier CLI into $(go env GOBIN), or $(go env GOPATH)/bin (courier has no release yet, so `go install …@latest` cannot fetch it)
+install:
+	$(GO) install ./cmd/courier
+	@bin=$$($(GO) env GOBIN); echo "installed: $${bin:-$$($(GO) env GOPATH)/bin}/courier"
 
 ## services: bring PostgreSQL and Redis up on 127.0.0.1 (installing them if missing)
 services:

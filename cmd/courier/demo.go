@@ -69,7 +69,7 @@ under courier:demo:. The broker's data stays in --data-dir/kafka, which
 		"PostgreSQL to run in (env COURIER_DATABASE_URL)")
 	f.StringVar(&cfg.RedisURL, "redis-url", envOr("COURIER_REDIS_URL", "redis://127.0.0.1:6379/0"), "Redis for dedupe (env COURIER_REDIS_URL)")
 	f.StringVar(&cfg.Schema, "schema", demo.DefaultSchema, "schema the demo drops and creates for its tables")
-	f.StringVar(&cfg.DataDir, "data-dir", demo.DefaultDataDir, "directory for the embedded broker's data (emptied first)")
+	f.StringVar(&cfg.DataDir, "data-dir", "", "directory for the embedded broker's data, emptied first (default .courier-demo/<schema>)")
 	f.IntVar(&cfg.Orders, "orders", demo.DefaultOrders, "orders to enqueue")
 	f.IntVar(&cfg.Poison, "poison", demo.DefaultPoison, "orders with a negative amount, which land in the dead-letter topic until replayed")
 	f.IntVar(&cfg.Slow, "slow", demo.DefaultSlow, "orders a fraud check holds up: they fail every attempt in process and are paid from a retry topic")

@@ -12,6 +12,8 @@ func TestDemoUsageErrorsExitTwo(t *testing.T) {
 		{"demo", "--poison", "-1"},
 		{"demo", "--timeout", "0s"},
 		{"demo", "--psp-outage", "-1s"},
+		{"demo", "--schema", "public"}, // the demo drops its schema: only courier_demo… is taken
+		{"demo", "--schema", "courier_demo/../x"},
 		{"demo", "--output", "yaml"},
 		{"demo", "extra"},
 	} {

@@ -16,6 +16,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"text/tabwriter"
@@ -33,6 +34,7 @@ import (
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/pgname"
 	"github.com/courierkit/courier/internal/rediskeys"
 	"github.com/courierkit/courier/migrations"
 	"github.com/courierkit/courier/producer"
@@ -41,16 +43,26 @@ import (
 
 // Defaults of Config.
 const (
-	DefaultOrders      = 300
-	DefaultPoison      = 3
-	DefaultSlow        = 4
-	DefaultDuplicates  = 20
-	DefaultSchema      = "courier_demo"
-	DefaultRedisPrefix = "courier:demo:"
-	DefaultDataDir     = ".courier-demo"
-	DefaultPSPOutage   = 2 * time.Second
-	DefaultTimeout     = time.Minute
+	DefaultOrders     = 300
+	DefaultPoison     = 3
+	DefaultSlow       = 4
+	DefaultDuplicates = 20
+	DefaultSchema     = "courier_demo"
+	DefaultPSPOutage  = 2 * time.Second
+	DefaultTimeout    = time.Minute
 )
+
+// DefaultRedisPrefix and DefaultDataDir are Config.RedisPrefix's and
+// Config.DataDir's defaults: each demo schema has keys and broker data of
+// its own, so two demos on other schemas never share them.
+func DefaultRedisPrefix(schema string) string { return "courier:demo:" + schema + ":" }
+
+// DefaultDataDir: see DefaultRedisPrefix.
+func DefaultDataDir(schema string) string { return filepath.Join(".courier-demo", schema) }
+
+// DevListen is the address the closing hint starts `courier dev` on: not
+// 9092, which a `courier dev` of the README's tour may hold already.
+const DevListen = "127.0.0.1:19092"
 
 // The demo's topic, consumer group and Redis prefix.
 const (
@@ -66,14 +78,16 @@ type Config struct {
 	// RedisURL is the Redis for dedupe. Required.
 	RedisURL string
 	// RedisPrefix starts the demo's Redis keys; keys under it are deleted
-	// first. Defaults to "courier:demo:".
+	// first. Defaults to "courier:demo:<Schema>:".
 	RedisPrefix string
 	// Schema holds the demo's outbox and orders tables; it is dropped and
-	// created again. Defaults to "courier_demo".
+	// created again, so it must start with "courier_demo". One demo runs on
+	// a schema at a time: a second one is refused while the first runs.
+	// Defaults to "courier_demo".
 	Schema string
 	// DataDir keeps the embedded broker's data (under DataDir/kafka), so
 	// `courier dev --data-dir DataDir/kafka` serves it after the demo. It
-	// is emptied first. Defaults to ".courier-demo".
+	// is emptied first. Defaults to ".courier-demo/<Schema>".
 	DataDir string
 	// Orders is how many orders are enqueued. Defaults to 300.
 	Orders int
@@ -105,11 +119,15 @@ func (c Config) withDefaults() (Config, error) {
 	if c.Schema == "" {
 		c.Schema = DefaultSchema
 	}
+	if _, err := pgname.NewTable(c.Schema, "orders"); err != nil || !strings.HasPrefix(c.Schema, DefaultSchema) {
+		return c, fmt.Errorf("%w: Schema %q: the demo drops its schema first, so it only takes a plain lower-case name starting with %s (courier_demo2, courier_demo_alice)",
+			ErrInvalidConfig, c.Schema, DefaultSchema)
+	}
 	if c.RedisPrefix == "" {
-		c.RedisPrefix = DefaultRedisPrefix
+		c.RedisPrefix = DefaultRedisPrefix(c.Schema)
 	}
 	if c.DataDir == "" {
-		c.DataDir = DefaultDataDir
+		c.DataDir = DefaultDataDir(c.Schema)
 	}
 	if c.PSPOutage == 0 {
 		c.PSPOutage = DefaultPSPOutage
@@ -134,6 +152,10 @@ func (c Config) withDefaults() (Config, error) {
 // ErrInvalidConfig is matched by the error of Run for a Config it cannot
 // use.
 var ErrInvalidConfig = errors.New("demo: invalid config")
+
+// ErrBusy is matched by the error of Run when another demo runs on the
+// same schema of the same database.
+var ErrBusy = errors.New("demo: schema in use")
 
 // Summary counts what happened to the events.
 type Summary struct {
@@ -222,6 +244,17 @@ func (d *run) close() {
 // setUp starts the broker and the PSP stub, and prepares PostgreSQL and
 // Redis.
 func (d *run) setUp(ctx context.Context) error {
+	var err error
+	if d.pool, err = pgxpool.New(ctx, d.cfg.DatabaseURL); err == nil {
+		err = d.pool.Ping(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("demo: PostgreSQL: %w (is it running? try `make services`)", err)
+	}
+	d.closers = append(d.closers, d.pool.Close)
+	if err := d.lockSchema(ctx); err != nil {
+		return err
+	}
 	kafkaDir := filepath.Join(d.cfg.DataDir, "kafka")
 	if err := os.RemoveAll(kafkaDir); err != nil {
 		return fmt.Errorf("demo: empty %s: %w", kafkaDir, err)
@@ -237,13 +270,6 @@ func (d *run) setUp(ctx context.Context) error {
 	d.closers = append(d.closers, broker.Close)
 	d.summary.Broker, d.summary.DataDir, d.summary.Schema, d.summary.RedisPrefix = broker.ListenAddrs()[0], kafkaDir, d.cfg.Schema, d.cfg.RedisPrefix
 
-	if d.pool, err = pgxpool.New(ctx, d.cfg.DatabaseURL); err == nil {
-		err = d.pool.Ping(ctx)
-	}
-	if err != nil {
-		return fmt.Errorf("demo: PostgreSQL: %w (is it running? try `make services`)", err)
-	}
-	d.closers = append(d.closers, d.pool.Close)
 	schema := pgx.Identifier{d.cfg.Schema}.Sanitize()
 	if _, err := d.pool.Exec(ctx, "DROP SCHEMA IF EXISTS "+schema+" CASCADE; CREATE SCHEMA "+schema+
 		"; CREATE TABLE "+schema+".orders (id text PRIMARY KEY, amount_cents bigint NOT NULL, currency text NOT NULL, created_at timestamptz NOT NULL DEFAULT now())"); err != nil {
@@ -276,6 +302,30 @@ func (d *run) setUp(ctx context.Context) error {
 	d.closers = append(d.closers, d.psp.Close)
 	fmt.Fprintf(d.w, "courier demo: the whole pipeline on an embedded Kafka broker (%s)\n", d.summary.Broker)
 	fmt.Fprintf(d.w, "  PostgreSQL schema %s, Redis keys %s*, broker data in %s\n\n", d.cfg.Schema, d.cfg.RedisPrefix, kafkaDir)
+	return nil
+}
+
+// lockSchema takes a session advisory lock on the demo's schema, held on a
+// connection of its own until the run ends, so a second demo on the same
+// schema is refused before it drops the schema, the Redis keys or the broker
+// data of the first.
+func (d *run) lockSchema(ctx context.Context) error {
+	conn, err := d.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("demo: PostgreSQL: %w (is it running? try `make services`)", err)
+	}
+	var locked bool
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock(hashtextextended('courier demo ' || $1, 0))", d.cfg.Schema).Scan(&locked); err != nil {
+		conn.Release()
+		return fmt.Errorf("demo: lock schema %s: %w", d.cfg.Schema, err)
+	}
+	if !locked {
+		conn.Release()
+		return fmt.Errorf("%w: another courier demo is running on schema %s of this database; wait for it to finish, or run this one on a schema of its own (--schema %s2)",
+			ErrBusy, d.cfg.Schema, d.cfg.Schema)
+	}
+	// Closing the connection (not returning it to the pool) ends the lock.
+	d.closers = append(d.closers, func() { _ = conn.Hijack().Close(context.Background()) })
 	return nil
 }
 
@@ -651,9 +701,9 @@ func WriteSummary(w io.Writer, s Summary, databaseURL, redisURL string) error {
 finished in %.1fs. Inspect what it left:
   psql %q -c "SELECT count(*) AS published, min(published_at), max(published_at) FROM %s.courier_outbox_published"
   redis-cli -u %q --scan --pattern '%sdedupe:*' | head
-  courier dev --data-dir %s &      # serves the demo's topics on 127.0.0.1:9092
-  kcat -b 127.0.0.1:9092 -t orders.dlq -C -e -f '%%k %%h\n'
-  courier dlq list orders.dlq
-`, s.Seconds, databaseURL, s.Schema, redisURL, s.RedisPrefix, s.DataDir)
+  courier dev --data-dir %s --listen %s &   # the demo's topics, beside a courier dev on 9092
+  kcat -b %[7]s -t orders.dlq -C -e -f '%%k %%h\n'
+  courier dlq list orders.dlq --brokers %[7]s
+`, s.Seconds, databaseURL, s.Schema, redisURL, s.RedisPrefix, s.DataDir, DevListen)
 	return err
 }

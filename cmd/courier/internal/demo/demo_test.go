@@ -3,6 +3,9 @@ package demo_test
 import (
 	"bytes"
 	"context"
+	"errors"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -22,7 +25,7 @@ func TestDemoCountsEveryEvent(t *testing.T) {
 	before := goleak.IgnoreCurrent()
 	cfg := demo.Config{
 		DatabaseURL: pg.URL, RedisURL: testkit.RedisURL(), RedisPrefix: r.Prefix,
-		Schema: pg.FreshSchema(t), DataDir: t.TempDir(),
+		Schema: demoSchema(t, pg), DataDir: t.TempDir(),
 		Orders: 60, Poison: 2, Slow: 2, Duplicates: 5, PSPOutage: 500 * time.Millisecond, Timeout: 45 * time.Second,
 	}
 	var narration bytes.Buffer
@@ -56,6 +59,60 @@ func TestDemoCountsEveryEvent(t *testing.T) {
 	for _, want := range []string{"0  lost", "psql", "redis-cli", "kcat", "courier dlq list orders.dlq"} {
 		if !strings.Contains(summary.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, summary.String())
+		}
+	}
+}
+
+// demoSchema is a schema of the test's own that the demo takes (its name
+// starts with courier_demo), dropped when the test ends.
+func demoSchema(t *testing.T, pg *testkit.PG) string {
+	name := "courier_demo_" + testkit.UniqueName(t, 40)
+	pg.DropSchemaAtCleanup(t, pg.Pool, name)
+	return name
+}
+
+// TestDemoRefusesASchemaInUse: while another demo holds the schema, Run
+// is refused with ErrBusy before it touches the schema, Redis or the
+// broker data, and the other demo's schema is left standing.
+func TestDemoRefusesASchemaInUse(t *testing.T) {
+	pg := testkit.Postgres(t)
+	ctx := context.Background()
+	schema := demoSchema(t, pg)
+	if _, err := pg.Pool.Exec(ctx, "CREATE SCHEMA "+schema+"; CREATE TABLE "+schema+".orders (id text)"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pg.Pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock(hashtextextended('courier demo ' || $1, 0))", schema); err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Exec(ctx, "SELECT pg_advisory_unlock_all()")
+	dataDir := t.TempDir()
+	kept := dataDir + "/kafka/kept"
+	if err := os.MkdirAll(kept, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	_, err = demo.Run(ctx, demo.Config{DatabaseURL: pg.URL, RedisURL: testkit.RedisURL(), Schema: schema, DataDir: dataDir, Timeout: 10 * time.Second}, io.Discard)
+	if !errors.Is(err, demo.ErrBusy) || !strings.Contains(err.Error(), "--schema "+schema+"2") {
+		t.Fatalf("Run on a schema in use: %v, want ErrBusy with the --schema hint", err)
+	}
+	var tables int
+	if err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE schemaname = $1", schema).Scan(&tables); err != nil || tables != 1 {
+		t.Errorf("the other demo's schema has %d tables (%v), want its 1 untouched", tables, err)
+	}
+	if _, err := os.Stat(kept); err != nil {
+		t.Errorf("the other demo's broker data was touched: %v", err)
+	}
+}
+
+func TestDemoRefusesASchemaItMustNotDrop(t *testing.T) {
+	for _, schema := range []string{"public", "orders", "courier_demo; DROP", "Courier_Demo", "courier_demo/../x"} {
+		_, err := demo.Run(context.Background(), demo.Config{DatabaseURL: "postgres://unused", RedisURL: "redis://unused", Schema: schema}, io.Discard)
+		if !errors.Is(err, demo.ErrInvalidConfig) || !strings.Contains(err.Error(), "starting with courier_demo") {
+			t.Errorf("Schema %q: %v, want ErrInvalidConfig naming the rule", schema, err)
 		}
 	}
 }

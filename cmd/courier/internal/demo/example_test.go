@@ -11,7 +11,7 @@ func ExampleWriteSummary() {
 	s := demo.Summary{
 		Enqueued: 300, Published: 300, Handled: 300, Retried: 150, SentToRetryTopics: 4, DeadLettered: 3,
 		Replayed: 3, DuplicatesSuppressed: 20, BreakerOpened: 2, Paid: 300, Seconds: 5,
-		Schema: "courier_demo", RedisPrefix: "courier:demo:", DataDir: ".courier-demo/kafka",
+		Schema: "courier_demo", RedisPrefix: "courier:demo:courier_demo:", DataDir: ".courier-demo/courier_demo/kafka",
 	}
 	_ = demo.WriteSummary(os.Stdout, s, "postgres://postgres@127.0.0.1:5432/test", "redis://127.0.0.1:6379/0")
 	// Output:
@@ -29,8 +29,8 @@ func ExampleWriteSummary() {
 	//
 	// finished in 5.0s. Inspect what it left:
 	//   psql "postgres://postgres@127.0.0.1:5432/test" -c "SELECT count(*) AS published, min(published_at), max(published_at) FROM courier_demo.courier_outbox_published"
-	//   redis-cli -u "redis://127.0.0.1:6379/0" --scan --pattern 'courier:demo:dedupe:*' | head
-	//   courier dev --data-dir .courier-demo/kafka &      # serves the demo's topics on 127.0.0.1:9092
-	//   kcat -b 127.0.0.1:9092 -t orders.dlq -C -e -f '%k %h\n'
-	//   courier dlq list orders.dlq
+	//   redis-cli -u "redis://127.0.0.1:6379/0" --scan --pattern 'courier:demo:courier_demo:dedupe:*' | head
+	//   courier dev --data-dir .courier-demo/courier_demo/kafka --listen 127.0.0.1:19092 &   # the demo's topics, beside a courier dev on 9092
+	//   kcat -b 127.0.0.1:19092 -t orders.dlq -C -e -f '%k %h\n'
+	//   courier dlq list orders.dlq --brokers 127.0.0.1:19092
 }
