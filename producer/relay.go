@@ -301,6 +301,9 @@ type Relay struct {
 	presence *presence // divides the keys among the workers of every relay
 
 	vacuumFailed atomic.Bool // the failure to vacuum the queue was logged
+	// unreachable is set while no broker answers, so that the outage is
+	// logged once when it starts and once when it ends.
+	unreachable atomic.Bool
 
 	// stuck are the ids of events whose outcome PostgreSQL refused, left
 	// where they were: this relay claims them no more (see isolate).
@@ -731,6 +734,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	// or refused by a broker says it did; one no broker answered says it
 	// did not (see failUnavailable).
 	answered, unreachable := false, false
+	var unreachableErr error
 	now := r.cfg.Now()
 	var dead []deadCandidate
 	for i, e := range send {
@@ -754,7 +758,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		case class == failUnavailable:
 			// Kafka could not take it: no attempt is counted; the event
 			// waits a moment so that others get their turn.
-			unreachable = true
+			unreachable, unreachableErr = true, errs[i]
 			res.Deferred++
 			status := StatusPending // a new event waits; a waiting one keeps its status
 			if e.from == fromWaiting {
@@ -780,10 +784,35 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	default:
 		done(errNotTried)
 	}
+	r.noteReachable(answered, unreachableErr)
 	if len(dead) > 0 {
 		r.recordDead(ctx, dead, res, &out, stop)
 	}
 	return out
+}
+
+// noteReachable logs, once each, that no broker answers (with the brokers
+// and what the first deferred record met) and that one answers again.
+func (r *Relay) noteReachable(answered bool, unreachableErr error) {
+	switch {
+	case answered:
+		if r.unreachable.CompareAndSwap(true, false) {
+			r.log.Info("Kafka answers again; publishing the events that waited", "brokers", r.brokersText())
+		}
+	case unreachableErr != nil:
+		if r.unreachable.CompareAndSwap(false, true) {
+			r.log.Warn("cannot reach Kafka; events wait in the outbox, none lost, and are published once a broker answers",
+				"brokers", r.brokersText(), "error", unreachableErr)
+		}
+	}
+}
+
+// brokersText names the brokers the relay publishes to, for a log line.
+func (r *Relay) brokersText() string {
+	if len(r.cfg.Brokers) == 0 {
+		return "those of RelayConfig.Publisher"
+	}
+	return strings.Join(r.cfg.Brokers, ",")
 }
 
 // recordDead gives up on dead and adds the outcome to out; stop holds back

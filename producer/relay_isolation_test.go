@@ -12,8 +12,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"net"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -455,5 +458,65 @@ func runToError(t *testing.T, r *producer.Relay) error {
 		<-done
 		t.Fatal("Run did not return within 10s on an outbox that is not ready")
 		return nil
+	}
+}
+
+// TestRelaySaysOnceThatItCannotReachKafka: with no broker answering, the
+// relay logs once (not once a batch) that it cannot reach Kafka, naming
+// the brokers, and once that Kafka answers again when a record goes
+// through.
+func TestRelaySaysOnceThatItCannotReachKafka(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	clock := newFakeClock()
+	enqueue(t, pg, out, orderCreated("o-1"))
+	logs := &syncBuffer{}
+	cfg := isolationConfig()
+	cfg.Now = clock.Now
+	cfg.Sarama.Metadata.Retry.Max = 0
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
+	relay := newRelay(t, pg, &testkit.Kafka{Brokers: []string{"127.0.0.1:1", "127.0.0.1:2"}}, cfg) // closed ports
+	for range 3 {
+		if res := runOnce(t, relay); res.Deferred != 1 {
+			t.Fatalf("%+v, want the event deferred", res)
+		}
+		clock.Advance(time.Second)
+	}
+	said := func(msg string) []string {
+		var found []string
+		for _, l := range logs.lines() {
+			if strings.Contains(l, msg) {
+				found = append(found, l)
+			}
+		}
+		return found
+	}
+	down := said("cannot reach Kafka")
+	if len(down) != 1 || !strings.Contains(down[0], "brokers=127.0.0.1:1,127.0.0.1:2") || !strings.Contains(down[0], "none lost") {
+		t.Fatalf("after 3 batches without a broker the relay said %q, want one line naming both brokers", down)
+	}
+
+	// Through a Publisher that fails as an unreachable broker, then works.
+	pub := &fakePublisher{}
+	pub.setFail(func(*sarama.ProducerMessage) error {
+		return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+	})
+	logs2 := &syncBuffer{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs2, nil))
+	cfg.Publisher = pub
+	relay2 := newRelay(t, pg, nil, cfg)
+	clock.Advance(time.Minute)
+	if res := runOnce(t, relay2); res.Deferred != 1 {
+		t.Fatalf("%+v, want the event deferred", res)
+	}
+	pub.setFail(nil)
+	clock.Advance(time.Minute)
+	if res := runOnce(t, relay2); res.Published != 1 {
+		t.Fatalf("%+v, want the event published", res)
+	}
+	logs = logs2
+	if down, up := said("cannot reach Kafka"), said("Kafka answers again"); len(down) != 1 || len(up) != 1 ||
+		!strings.Contains(down[0], "RelayConfig.Publisher") {
+		t.Errorf("the relay said %q and %q, want one line each, the first naming the Publisher", down, up)
 	}
 }
