@@ -63,7 +63,7 @@ func (o *outboxOptions) open(cmd *cobra.Command) (*outboxSession, error) {
 	s := &outboxSession{table: table, pool: pool}
 	if err := requireOutboxTable(cmd.Context(), pool, table); err != nil {
 		s.Close()
-		return nil, err
+		return nil, o.db.reached(pool, err)
 	}
 	if s.Admin, err = producer.NewAdmin(pool, producer.AdminConfig{Schema: table.Schema, Table: table.Name}); err != nil {
 		s.Close()
@@ -129,6 +129,17 @@ func (f *dbFlags) pool(ctx context.Context, minConns int32, appName string) (*pg
 			cfg.ConnConfig.Host, cfg.ConnConfig.Port, redact.String(err.Error(), secrets), cfg.ConnConfig.ConnectTimeout)
 	}
 	return pool, nil
+}
+
+// reached adds to err the database pool reached, and, when --database-url
+// was empty, that libpq's PG* variables and defaults chose it: a "table
+// does not exist" then says where it looked.
+func (f *dbFlags) reached(pool *pgxpool.Pool, err error) error {
+	where := "in " + databaseName(pool.Config().ConnConfig)
+	if f.url == "" {
+		where += "; --database-url (COURIER_DATABASE_URL) is not set, so libpq's PG* variables and defaults chose this database: set it to name yours"
+	}
+	return fmt.Errorf("%w (%s)", err, where)
 }
 
 // parseReason is why pgx could not parse a connection string, without the

@@ -229,7 +229,7 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	}
 	defer pool.Close()
 	if err := requireOutboxTable(ctx, pool, table); err != nil {
-		return stoppedWhileStarting(ctx, log, err)
+		return stoppedWhileStarting(ctx, log, db.reached(pool, err))
 	}
 	// Wrong brokers or credentials fail the start instead of deferring
 	// every event.

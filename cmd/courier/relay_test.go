@@ -199,6 +199,30 @@ func TestRelayMissingTableNamesMigrate(t *testing.T) {
 	if code != exitFailure || !strings.Contains(errOut, "courier migrate up --schema "+pg.Schema+" --table orders_outbox") {
 		t.Errorf("relay without the outbox table: exit %d, want %d naming `courier migrate`\n%s%s", code, exitFailure, out, errOut)
 	}
+	if want := "(in postgres@127.0.0.1:5432/test)"; !strings.Contains(errOut, want) {
+		t.Errorf("relay without the outbox table does not say where it looked, %s:\n%s", want, errOut)
+	}
+}
+
+// TestMissingTableNamesTheDatabaseLibpqChose: without --database-url the
+// PG* variables choose the database; a missing table then names it and
+// says that --database-url was not set.
+func TestMissingTableNamesTheDatabaseLibpqChose(t *testing.T) {
+	pg := testkit.Postgres(t)
+	t.Setenv("COURIER_DATABASE_URL", "")
+	t.Setenv("PGHOST", "127.0.0.1")
+	t.Setenv("PGPORT", "5432")
+	t.Setenv("PGUSER", "postgres")
+	t.Setenv("PGDATABASE", "test")
+	for _, args := range [][]string{
+		{"relay", "--schema", pg.Schema, "--table", "orders_outbox", "--brokers", "127.0.0.1:1"},
+		{"outbox", "stats", "--schema", pg.Schema, "--table", "orders_outbox"},
+	} {
+		code, _, errOut := courier(t, args...)
+		if code != exitFailure || !strings.Contains(errOut, "in postgres@127.0.0.1:5432/test; --database-url (COURIER_DATABASE_URL) is not set") {
+			t.Errorf("courier %v without --database-url: exit %d, want %d naming the database libpq chose\n%s", args, code, exitFailure, errOut)
+		}
+	}
 }
 
 func TestRelayUnreachableKafka(t *testing.T) {
