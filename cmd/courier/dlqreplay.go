@@ -213,7 +213,10 @@ func replayLine(topic string, r dlq.ReplayedRecord) string {
 		return fmt.Sprintf("%-10s  %s: %s", r.Action, place, cell(&r.Reason, 200))
 	}
 	env := r.Entry.Envelope
-	what := fmt.Sprintf("key %s, %s: %s", cell(keyText(env), 40), cell(ptr(string(env.ErrorKind)), 40), cell(ptr(errorSummary(env.Error)), 80))
+	// The kind leads the error already ("permanent: …" from
+	// consumer.Permanent): say it once.
+	errText := strings.TrimPrefix(errorSummary(env.Error), string(env.ErrorKind)+": ")
+	what := fmt.Sprintf("key %s, %s: %s", cell(keyText(env), 40), cell(ptr(string(env.ErrorKind)), 40), cell(ptr(errText), 80))
 	switch r.Action {
 	case dlq.ActionMoved:
 		return fmt.Sprintf("%-10s  %s → %s %d@%d  %s", r.Action, place, r.To, r.ToPartition, r.ToOffset, what)
@@ -224,9 +227,11 @@ func replayLine(topic string, r dlq.ReplayedRecord) string {
 }
 
 func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) error {
+	moved := "moved"
 	switch {
 	case r.DryRun:
 		fmt.Fprintf(w, "dry run: %d record(s) of %s would move; nothing was written or committed\n", r.Moved, cfg.Topic)
+		moved = "would move"
 	case r.Total == 0:
 		fmt.Fprintf(w, "nothing to replay: group %s has read %s to its end\n", cfg.Group, cfg.Topic)
 	default:
@@ -238,7 +243,7 @@ func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) e
 		n     int
 		note  string
 	}{
-		{"moved", r.Moved, ""},
+		{moved, r.Moved, ""},
 		{"already replayed", r.AlreadyReplayed, "by an earlier run of this group"},
 		{"left out by filters", r.NotSelected, "they stay for a later run"},
 		{"refused", r.Refused, fmt.Sprintf("replayed %d times already; fix the cause, then raise --max-replays", cfg.MaxReplays)},
@@ -282,8 +287,12 @@ func (p *progress) update(r dlq.ReplayReport) {
 	} else if r.Total <= r.Read {
 		eta = "0s"
 	}
-	counts := fmt.Sprintf("%d/%d read, %d moved, %d already replayed, %d left out, %d refused, %d corrupt, %d skipped, ETA %s",
-		r.Read, r.Total, r.Moved, r.AlreadyReplayed, r.NotSelected, r.Refused, r.Corrupt, r.Skipped, eta)
+	moved := "moved"
+	if r.DryRun {
+		moved = "would move"
+	}
+	counts := fmt.Sprintf("%d/%d read, %d %s, %d already replayed, %d left out, %d refused, %d corrupt, %d skipped, ETA %s",
+		r.Read, r.Total, r.Moved, moved, r.AlreadyReplayed, r.NotSelected, r.Refused, r.Corrupt, r.Skipped, eta)
 	if !p.tty {
 		if time.Since(p.last) >= plainEvery {
 			p.last = time.Now()

@@ -34,3 +34,31 @@ func TestReplayProgressWritesPlainLinesElsewhere(t *testing.T) {
 		t.Fatalf("plain progress = %q", got)
 	}
 }
+
+// TestReplayDryRunSaysWouldMove: a dry run's summary and progress say
+// "would move", never "moved", since nothing was written.
+func TestReplayDryRunSaysWouldMove(t *testing.T) {
+	t.Parallel()
+	var out bytes.Buffer
+	report := dlq.ReplayReport{DryRun: true, Total: 3, Read: 3, Moved: 3}
+	if err := printReplaySummary(&out, dlq.ReplayConfig{Topic: "orders.dlq"}, report); err != nil {
+		t.Fatal(err)
+	}
+	p := &progress{w: &out}
+	p.update(report)
+	if got := out.String(); strings.Contains(got, "moved") || strings.Count(got, "would move") != 3 {
+		t.Errorf("dry-run summary and progress:\n%s\nwant \"would move\" three times and no \"moved\"", got)
+	}
+}
+
+// TestReplayLineSaysTheKindOnce: an error that starts with its kind
+// (consumer.Permanent's "permanent: …") is printed with the kind once.
+func TestReplayLineSaysTheKindOnce(t *testing.T) {
+	t.Parallel()
+	key := "order-1"
+	env := dlq.Envelope{OriginalTopic: "orders", ErrorKind: dlq.KindPermanent, Error: "permanent: invalid amount -5", OriginalKey: &key}
+	line := replayLine("orders.dlq", dlq.ReplayedRecord{Entry: dlq.Entry{Envelope: env}, Action: dlq.ActionMoved, To: "orders"})
+	if strings.Contains(line, "permanent: permanent:") || !strings.Contains(line, "permanent: invalid amount -5") {
+		t.Errorf("replay line %q, want the kind said once before the error", line)
+	}
+}
