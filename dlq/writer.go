@@ -46,7 +46,7 @@ func (c WriterConfig) Validate() error {
 
 // Writer renders dead letters as the records of their dead-letter topics
 // (Record), and writes them through a record.Publisher (Write). The
-// consumer and the relay write their dead letters with one.
+// consumer writes its dead letters with one.
 type Writer struct {
 	pub record.Publisher
 	cfg WriterConfig
