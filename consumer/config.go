@@ -329,7 +329,7 @@ func (c *Config) setDefaults() error {
 	if c.DeadLetterSuffix == "" {
 		c.DeadLetterSuffix = DefaultDeadLetterSuffix
 	}
-	if err := (dlq.PublisherConfig{Suffix: c.DeadLetterSuffix}).Validate(); err != nil {
+	if err := (dlq.WriterConfig{Suffix: c.DeadLetterSuffix}).Validate(); err != nil {
 		return fmt.Errorf("%w: DeadLetterSuffix: %w", ErrInvalidConfig, err)
 	}
 	if c.Client != nil {

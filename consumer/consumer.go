@@ -13,6 +13,7 @@ import (
 
 	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -112,7 +113,7 @@ type kafka struct {
 	dlqClient sarama.Client
 	group     sarama.ConsumerGroup
 	producer  sarama.SyncProducer
-	publisher *dlq.Publisher
+	publisher *dlq.Writer
 	drained   chan struct{} // closed when the group's errors are drained
 }
 
@@ -154,7 +155,7 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 		return nil, fmt.Errorf("consumer: dead-letter producer: %w", err)
 	}
 	// The suffix was validated by New.
-	k.publisher, _ = dlq.NewPublisher(k.producer, dlq.PublisherConfig{Suffix: c.cfg.DeadLetterSuffix, Raw: c.cfg.DeadLetterRaw})
+	k.publisher, _ = dlq.NewWriter(record.NewSyncPublisher(k.producer), dlq.WriterConfig{Suffix: c.cfg.DeadLetterSuffix, Raw: c.cfg.DeadLetterRaw})
 	go func() {
 		defer close(k.drained)
 		for err := range k.group.Errors() {
@@ -251,7 +252,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 type groupHandler struct {
 	c        *Consumer
 	group    sarama.ConsumerGroup
-	dlq      *dlq.Publisher
+	dlq      *dlq.Writer
 	producer sarama.SyncProducer // writes to retry topics
 }
 

@@ -287,7 +287,7 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 			return err
 		}
 	}
-	w, err := d.p.dlq.Publish(d.p.workCtx, env)
+	w, err := d.p.dlq.Write(d.p.workCtx, env)
 	if err != nil {
 		return err
 	}

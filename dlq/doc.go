@@ -7,9 +7,11 @@
 // Build an envelope from the failed record and the failure with New, then
 // turn it into the dead-letter record with Envelope.Record (envelope mode,
 // the default) or Envelope.RawRecord (raw mode), and produce that record to
-// Topic(original, suffix). Publisher does all of that through a Sarama
-// SyncProducer, and falls back to raw mode for an envelope too large for
-// the broker:
+// Topic(original, suffix). A Writer does all of that through a
+// record.Publisher (record.NewSyncPublisher of a Sarama SyncProducer), and
+// falls back to raw mode for an envelope too large for the broker;
+// Writer.Record renders the record alone, for a caller publishing it among
+// others:
 //
 //   - Envelope mode: key = the original key, value = the JSON envelope
 //     (Encode), headers = the dlq_* context headers (Envelope.Headers) plus

@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/courierkit/courier/internal/topicname"
+	"github.com/courierkit/courier/record"
 )
 
 // EnvelopeVersion is the envelope version this package writes and reads.
@@ -90,13 +91,11 @@ func fieldErr(field string, sentinel error, format string, args ...any) error {
 	return &EnvelopeError{Field: field, Err: fmt.Errorf("%w: %s", sentinel, fmt.Sprintf(format, args...))}
 }
 
-// Header is one Kafka record header. It has the shape of
-// sarama.RecordHeader: convert with Header{Key: h.Key, Value: h.Value}. A nil
-// Value is a null header value, distinct from an empty one; a nil Key is the
-// empty name (Kafka has no null header names).
-type Header struct {
-	Key, Value []byte
-}
+// Header is one Kafka record header, record.Header: a nil Value is a null
+// header value, distinct from an empty one; a nil Key is the empty name
+// (Kafka has no null header names). Convert a sarama.RecordHeader h with
+// Header(h).
+type Header = record.Header
 
 // Original is the record that failed, as read from Kafka or as the relay
 // would have published it.

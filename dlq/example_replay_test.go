@@ -9,6 +9,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/record"
 )
 
 // A scheduled replay job: once the PSP is back, move the dead letters that
@@ -52,17 +53,18 @@ func deadLetter(brokers []string, key, errText string) {
 	if err != nil {
 		log.Fatal(err)
 	}
-	defer producer.Close()
+	pub := record.NewSyncPublisher(producer)
+	defer pub.Close() // closes producer
 	env, err := dlq.New(dlq.Original{Topic: "payouts", Partition: 0, Offset: 0, Key: []byte(key), Value: []byte(`{}`)},
 		dlq.Failure{Error: errText, Kind: dlq.KindRetriesExhausted})
 	if err != nil {
 		log.Fatal(err)
 	}
-	pub, err := dlq.NewPublisher(producer, dlq.PublisherConfig{})
+	w, err := dlq.NewWriter(pub, dlq.WriterConfig{})
 	if err != nil {
 		log.Fatal(err)
 	}
-	if _, err := pub.Publish(context.Background(), env); err != nil {
+	if _, err := w.Write(context.Background(), env); err != nil {
 		log.Fatal(err)
 	}
 }

@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/courierkit/courier/record"
 )
 
 // DefaultSuffix makes the dead-letter topic of a topic: "orders" →
@@ -129,37 +131,33 @@ func (e Envelope) Headers() []Header {
 	return headers
 }
 
-// Record is a Kafka record to produce to a dead-letter topic.
-type Record struct {
-	Key, Value []byte
-	Headers    []Header
-}
-
 // Record returns the envelope-mode dead-letter record of e: the original
 // key, the encoded envelope as value, and Headers plus
-// dlq_format=envelope.
-func (e Envelope) Record() (Record, error) {
+// dlq_format=envelope. Its Topic is left empty for the writer to set
+// (Writer.Record sets Topic(e.OriginalTopic, suffix)), as are its timestamp
+// (the producer's clock) and place.
+func (e Envelope) Record() (*record.Record, error) {
 	value, err := Encode(e) // validates e
 	if err != nil {
-		return Record{}, err
+		return nil, err
 	}
 	key, err := decodeText("original_key", e.OriginalKey, e.OriginalKeyBase64)
 	if err != nil {
-		return Record{}, err
+		return nil, err
 	}
 	headers := append(e.Headers(), Header{Key: []byte(HeaderFormat), Value: []byte(FormatEnvelope)})
-	return Record{Key: key, Value: value, Headers: headers}, nil
+	return &record.Record{Key: key, Value: value, Headers: headers}, nil
 }
 
 // RawRecord returns the raw-mode dead-letter record of e: the original key
 // and value untouched, the original headers in order without those named
 // dlq_*, then Headers and dlq_format=raw. Error, correlation id and consumer
 // group are cut to MaxHeaderValueBytes, so FromRaw gives them back shorter
-// than the envelope holds them.
-func (e Envelope) RawRecord() (Record, error) {
+// than the envelope holds them. Its Topic is left empty, as Record's is.
+func (e Envelope) RawRecord() (*record.Record, error) {
 	o, err := e.Original()
 	if err != nil {
-		return Record{}, err
+		return nil, err
 	}
 	var headers []Header
 	for _, h := range o.Headers {
@@ -169,7 +167,7 @@ func (e Envelope) RawRecord() (Record, error) {
 	}
 	headers = append(headers, e.Headers()...)
 	headers = append(headers, Header{Key: []byte(HeaderFormat), Value: []byte(FormatRaw)})
-	return Record{Key: o.Key, Value: o.Value, Headers: headers}, nil
+	return &record.Record{Key: o.Key, Value: o.Value, Headers: headers}, nil
 }
 
 // Read returns the envelope of any dead-letter record: FromRaw when its

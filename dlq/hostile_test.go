@@ -14,6 +14,7 @@ import (
 
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/record"
 )
 
 // hostileRecord is a record a hostile or broken writer puts in a
@@ -43,13 +44,13 @@ func rawRecord(change func(headers []dlq.Header) []dlq.Header) hostileRecord {
 	return func(t *testing.T, topic, dlqTopic string) *sarama.ProducerMessage {
 		rec := deadLetterRecord(t, dlq.Original{Topic: topic, Partition: 0, Offset: 7, Key: []byte("raw"), Value: []byte("raw value")}, true)
 		rec.Headers = change(rec.Headers)
-		return rec.Message(dlqTopic)
+		return messageTo(dlqTopic, rec)
 	}
 }
 
 // deadLetterRecord is the dead-letter record (raw mode if raw) of o,
 // failed with "boom".
-func deadLetterRecord(t *testing.T, o dlq.Original, raw bool) dlq.Record {
+func deadLetterRecord(t *testing.T, o dlq.Original, raw bool) *record.Record {
 	t.Helper()
 	env, err := dlq.New(o, dlq.Failure{Error: "boom", Kind: dlq.KindPermanent})
 	if err != nil {
@@ -63,6 +64,12 @@ func deadLetterRecord(t *testing.T, o dlq.Original, raw bool) dlq.Record {
 		t.Fatal(err)
 	}
 	return rec
+}
+
+// messageTo is the Sarama message that writes rec to topic.
+func messageTo(topic string, rec *record.Record) *sarama.ProducerMessage {
+	rec.Topic = topic
+	return record.Message(rec)
 }
 
 // setHeader replaces the value of the context header name (nil: drop it).
@@ -146,7 +153,7 @@ func TestHostileDLQ(t *testing.T) {
 			k.CreateTopic(t, dlqTopic, 1)
 			good := func(key string) {
 				rec := deadLetterRecord(t, dlq.Original{Topic: topic, Partition: 1, Offset: 3, Key: []byte(key), Value: []byte(`{"k":"` + key + `"}`)}, false)
-				if _, _, err := producer.SendMessage(rec.Message(dlqTopic)); err != nil {
+				if _, _, err := producer.SendMessage(messageTo(dlqTopic, rec)); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -210,7 +217,7 @@ func TestHostileDLQSkippedRecordStaysForALaterRun(t *testing.T) {
 	f.failed(t, "a", "boom")
 	missing := f.topic + ".later"
 	rec := deadLetterRecord(t, dlq.Original{Topic: missing, Partition: 0, Offset: 1, Key: []byte("b"), Value: []byte(`{}`)}, false)
-	if _, _, err := f.producer.SendMessage(rec.Message(f.dlqTopic)); err != nil {
+	if _, _, err := f.producer.SendMessage(messageTo(f.dlqTopic, rec)); err != nil {
 		t.Fatal(err)
 	}
 	report, _ := f.mustReplay(t, dlq.ReplayConfig{})

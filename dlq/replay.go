@@ -14,6 +14,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/courierkit/courier/internal/topicname"
+	"github.com/courierkit/courier/record"
 )
 
 // ReplayCountHeader is the header a replayed record carries: how many
@@ -424,34 +425,27 @@ func (r *replayer) message(e Entry) (msg *sarama.ProducerMessage, skip string, e
 	if err != nil { // Read validated it; this is a bug
 		return nil, "", fmt.Errorf("dlq: restore the original of %s/%d offset %d: %w", r.cfg.Topic, e.Partition, e.Offset, err)
 	}
-	msg = &sarama.ProducerMessage{Topic: o.Topic}
+	target := o.Topic
 	if r.cfg.To != "" {
-		msg.Topic = r.cfg.To
+		target = r.cfg.To
 	} else if skip := loopTarget(r.cfg.Topic, o.Topic); skip != "" {
-		return msg, skip, nil
+		return &sarama.ProducerMessage{Topic: target}, skip, nil
 	}
-	count, err := r.partitionCount(msg.Topic)
+	count, err := r.partitionCount(target)
 	if errors.Is(err, ErrNoTargetTopic) {
-		return msg, err.Error(), nil
+		return &sarama.ProducerMessage{Topic: target}, err.Error(), nil
 	}
 	if err != nil {
 		return nil, "", err
 	}
-	if o.Key != nil {
-		msg.Key = sarama.ByteEncoder(o.Key)
-	}
-	if o.Value != nil {
-		msg.Value = sarama.ByteEncoder(o.Value)
-	}
-	msg.Headers = make([]sarama.RecordHeader, 0, len(o.Headers)+1)
+	headers := make([]Header, 0, len(o.Headers)+1)
 	for _, h := range o.Headers {
 		if string(h.Key) != ReplayCountHeader {
-			msg.Headers = append(msg.Headers, sarama.RecordHeader(h))
+			headers = append(headers, h)
 		}
 	}
-	msg.Headers = append(msg.Headers, sarama.RecordHeader{
-		Key: []byte(ReplayCountHeader), Value: []byte(strconv.Itoa(e.Envelope.ReplayCount + 1)),
-	})
+	headers = append(headers, Header{Key: []byte(ReplayCountHeader), Value: []byte(strconv.Itoa(e.Envelope.ReplayCount + 1))})
+	msg = record.Message(&record.Record{Topic: target, Key: o.Key, Value: o.Value, Headers: headers})
 	if r.cfg.To == "" && o.Partition >= 0 && o.Partition < count {
 		msg.Partition = o.Partition
 	} else if msg.Partition, err = sarama.NewMurmur2Partitioner(msg.Topic).Partition(msg, count); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/record"
 )
 
 // replayFixture is a main topic, its dead-letter topic and a producer to
@@ -51,11 +52,11 @@ func (f *replayFixture) deadLetter(t *testing.T, o dlq.Original, failure dlq.Fai
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := dlq.NewPublisher(f.producer, dlq.PublisherConfig{Raw: raw})
+	writer, err := dlq.NewWriter(record.NewSyncPublisher(f.producer), dlq.WriterConfig{Raw: raw})
 	if err != nil {
 		t.Fatal(err)
 	}
-	w, err := pub.Publish(context.Background(), env)
+	w, err := writer.Write(context.Background(), env)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/record"
 )
 
 // binary runs the built courier binary and returns its exit code and
@@ -60,7 +61,7 @@ func newDLQFixture(t *testing.T, partitions int32) *dlqFixture {
 // topic, as a consumer would.
 func (f *dlqFixture) deadLetters(t *testing.T, n int, errText string) {
 	t.Helper()
-	pub, err := dlq.NewPublisher(f.producer, dlq.PublisherConfig{})
+	pub, err := dlq.NewWriter(record.NewSyncPublisher(f.producer), dlq.WriterConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +73,7 @@ func (f *dlqFixture) deadLetters(t *testing.T, n int, errText string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pub.Publish(context.Background(), env); err != nil {
+		if _, err := pub.Write(context.Background(), env); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -300,7 +301,7 @@ func TestDLQCommandErrors(t *testing.T) {
 func TestDLQTextOutputEscapesControlCharacters(t *testing.T) {
 	t.Parallel()
 	f := newDLQFixture(t, 1)
-	pub, err := dlq.NewPublisher(f.producer, dlq.PublisherConfig{})
+	pub, err := dlq.NewWriter(record.NewSyncPublisher(f.producer), dlq.WriterConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -310,7 +311,7 @@ func TestDLQTextOutputEscapesControlCharacters(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pub.Publish(context.Background(), env); err != nil {
+	if _, err := pub.Write(context.Background(), env); err != nil {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{

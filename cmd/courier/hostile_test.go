@@ -20,6 +20,7 @@ import (
 
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/record"
 )
 
 // closedPort returns an address nothing listens on.
@@ -117,7 +118,8 @@ func sendDeadLetter(t *testing.T, f *dlqFixture, o dlq.Original, failure dlq.Fai
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.send(t, rec.Message(f.dlqName))
+	rec.Topic = f.dlqName
+	f.send(t, record.Message(rec))
 }
 
 // TestHostileCLI runs the command line as a careless or hostile operator

@@ -17,6 +17,7 @@ import (
 
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/record"
 )
 
 // TestReplayJobMovesOnlyRecentTimeouts fills a dead-letter topic with
@@ -257,7 +258,7 @@ func (l letter) original() dlq.Original {
 func writeDeadLetters(t *testing.T, k *testkit.Kafka, topic string, letters []letter) {
 	t.Helper()
 	p := k.Producer(t)
-	pub, err := dlq.NewPublisher(p, dlq.PublisherConfig{})
+	pub, err := dlq.NewWriter(record.NewSyncPublisher(p), dlq.WriterConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +277,7 @@ func writeDeadLetters(t *testing.T, k *testkit.Kafka, topic string, letters []le
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := pub.Publish(context.Background(), env); err != nil {
+		if _, err := pub.Write(context.Background(), env); err != nil {
 			t.Fatal(err)
 		}
 	}
