@@ -13,9 +13,10 @@
 //     fixed, and every event counted (TestPipelineCountsEveryEvent);
 //   - the wire-format tests, which read what courier writes with kcat
 //     and redis-cli, and feed courier a record kcat produced (TestKcat…);
-//   - the kill tests that span packages, e.g. a `courier dlq replay`
-//     process SIGKILLed part way through dead letters another package
-//     wrote.
+//   - the kill tests that span packages: a `courier relay` SIGKILLed
+//     between its publish and its settle, whose batch comes twice and is
+//     handled once through dedupe, and a `courier dlq replay` SIGKILLed
+//     part way through dead letters package dlq wrote.
 //
 // Tests that exercise one package's own unit stay with that package.
 //
