@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -498,54 +497,5 @@ func TestDeadLetterWriteFailingAtShutdown(t *testing.T) {
 	}
 	if handled.get("fine") == 0 {
 		t.Error("fine never handled")
-	}
-}
-
-// TestKcatReadsDeadLetters: the dead-letter topic is readable with kcat,
-// which shows the key, the dlq_* headers and the JSON envelope as
-// documented.
-func TestKcatReadsDeadLetters(t *testing.T) {
-	t.Parallel()
-	kcat, err := exec.LookPath("kcat")
-	if err != nil {
-		t.Fatalf("kcat is not installed (apt-get install kcat): %v", err)
-	}
-	f := newFixture(t, 1)
-	f.produce(t, f.topic, &sarama.ProducerMessage{
-		Key:     sarama.StringEncoder("tx_xyz"),
-		Value:   sarama.StringEncoder(`{"payout_id":"p-1"}`),
-		Headers: []sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("id-1")}, {Key: []byte("ce_correlationid"), Value: []byte("tx_xyz")}},
-	})
-	run(t, newConsumer(t, f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		return errors.New("psp timeout")
-	}))))
-	testkit.WaitFor(t, 10*time.Second, "offset 1 committed", func() bool { return f.committed(t, 0) == 1 })
-
-	out, err := exec.Command(kcat, "-C", "-b", f.k.Brokers[0], "-t", f.dlq, "-e", "-q", "-f", "key=%k\\nheaders=%h\\nvalue=%s\\n").CombinedOutput()
-	if err != nil {
-		t.Fatalf("kcat: %v\n%s", err, out)
-	}
-	t.Logf("kcat output:\n%s", out)
-	for _, want := range []string{
-		"key=tx_xyz\n",
-		"dlq_envelope_version=1",
-		"dlq_original_topic=" + f.topic,
-		"dlq_original_partition=0",
-		"dlq_original_offset=0",
-		"dlq_error=psp timeout",
-		"dlq_error_kind=retries_exhausted",
-		"dlq_retry_count=" + strconv.Itoa(consumer.DefaultMaxAttempts),
-		"dlq_consumer_group=" + f.group,
-		"dlq_correlation_id=tx_xyz",
-		"dlq_format=envelope",
-		`value={"envelope_version":1,"original_topic":"` + f.topic + `","original_partition":0,"original_offset":0,`,
-		`"original_key":"tx_xyz"`,
-		`"original_headers":{"ce_correlationid":"tx_xyz","ce_id":"id-1"}`,
-		`"original_message":{"payout_id":"p-1"},"original_message_base64":null,"error":"psp timeout","error_kind":"retries_exhausted","retry_count":` + strconv.Itoa(consumer.DefaultMaxAttempts) + `,`,
-		`"correlation_id":"tx_xyz","consumer_group":"` + f.group + `","replay_count":0}`,
-	} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("kcat output lacks %q", want)
-		}
 	}
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
@@ -403,77 +402,6 @@ func TestKeyOrderAcrossRetryTiers(t *testing.T) {
 	keys, err := r.Client.Keys(context.Background(), r.Prefix+"*").Result()
 	if err != nil || len(keys) != 0 {
 		t.Errorf("Redis keeps %q (%v) after every message settled, want nothing parked", keys, err)
-	}
-}
-
-// TestKcatAndRedisCliReadRetryState reads what the consumer leaves behind
-// with real clients: kcat a record waiting in a retry tier, redis-cli the
-// dedupe mark of a handled message.
-func TestKcatAndRedisCliReadRetryState(t *testing.T) {
-	t.Parallel()
-	kcat, err := exec.LookPath("kcat")
-	if err != nil {
-		t.Fatalf("kcat is not installed (apt-get install kcat): %v", err)
-	}
-	redisCli, err := exec.LookPath("redis-cli")
-	if err != nil {
-		t.Fatalf("redis-cli is not installed (apt-get install redis-tools): %v", err)
-	}
-	f := newFixture(t, 1)
-	r := testkit.NewRedis(t)
-	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		if string(m.Key) == "tx_xyz" {
-			return errors.New("psp timeout")
-		}
-		return nil
-	}))
-	f.withRetry(t, &cfg, time.Minute)
-	store := f.redisDedupe(t, r.Client, r.Prefix)
-	cfg.Dedupe = consumer.DedupeConfig{Store: store, Lease: 10 * time.Second}
-	f.produce(t, f.topic, &sarama.ProducerMessage{
-		Key:     sarama.StringEncoder("tx_xyz"),
-		Value:   sarama.StringEncoder(`{"payout_id":"p-1"}`),
-		Headers: []sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("id-1")}, {Key: []byte("ce_correlationid"), Value: []byte("tx_xyz")}},
-	}, withID("tx_abc", `{"payout_id":"p-2"}`, "id-2"))
-	stop := run(t, newConsumer(t, cfg))
-	testkit.WaitFor(t, 10*time.Second, "offset 2 committed", func() bool { return f.committed(t, 0) == 2 })
-	stop()
-
-	out, err := exec.Command(kcat, "-C", "-b", f.k.Brokers[0], "-t", f.topic+".retry.1m", "-e", "-q", "-f", "key=%k\\nheaders=%h\\nvalue=%s\\n").CombinedOutput()
-	if err != nil {
-		t.Fatalf("kcat: %v\n%s", err, out)
-	}
-	t.Logf("kcat output:\n%s", out)
-	for _, want := range []string{
-		"key=tx_xyz\n",
-		"headers=ce_id=id-1,ce_correlationid=tx_xyz,retry_attempt=1,retry_failed_attempts=1,retry_original_topic=" + f.topic +
-			",retry_original_partition=0,retry_original_offset=0,retry_original_timestamp=",
-		",retry_not_before=", ",retry_first_failed_at=", ",retry_last_error=psp timeout,retry_consumer_group=" + f.group + "\n",
-		`value={"payout_id":"p-1"}`,
-	} {
-		if !strings.Contains(string(out), want) {
-			t.Errorf("kcat output lacks %q", want)
-		}
-	}
-
-	opts := r.Client.Options()
-	cli := func(args ...string) string {
-		out, err := exec.Command(redisCli, append([]string{"-h", strings.Split(opts.Addr, ":")[0], "-p", strings.Split(opts.Addr, ":")[1], "-n", strconv.Itoa(opts.DB)}, args...)...).CombinedOutput()
-		if err != nil {
-			t.Fatalf("redis-cli %v: %v\n%s", args, err, out)
-		}
-		return strings.TrimSpace(string(out))
-	}
-	handled, failed := cli("GET", store.Key("id-2")), cli("EXISTS", store.Key("id-1"))
-	t.Logf("redis-cli GET %s: %s; EXISTS %s: %s", store.Key("id-2"), handled, store.Key("id-1"), failed)
-	if !strings.HasPrefix(handled, "done:") {
-		t.Errorf("the handled message's key holds %q, want done:<unix ms>", handled)
-	}
-	if ttl, _ := strconv.Atoi(cli("TTL", store.Key("id-2"))); ttl < int((23 * time.Hour).Seconds()) {
-		t.Errorf("the mark lives %ds, want the 24h window", ttl)
-	}
-	if failed != "0" {
-		t.Errorf("the failed message's claim is still there (EXISTS = %s); it must be released for its retry", failed)
 	}
 }
 

@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -186,49 +185,6 @@ func TestDLQInspectAndReplayEndToEnd(t *testing.T) {
 	if code != exitOK || !strings.Contains(out, "nothing to replay") {
 		t.Fatalf("second replay: exit %d\n%s", code, out)
 	}
-}
-
-// TestDLQReplayKilledMidRunLosesNothing kills the replay with SIGKILL part
-// way and runs it again: every dead letter reaches the topic, and none
-// twice beyond the batch that was in flight.
-func TestDLQReplayKilledMidRunLosesNothing(t *testing.T) {
-	t.Parallel()
-	const n, batch = 60, 5
-	f := newDLQFixture(t, 1)
-	f.deadLetters(t, n, "psp timeout")
-
-	cmd := exec.Command(testkit.CourierBinary(t), f.args("dlq", "replay", f.dlqName, "--rate", "40", "--batch-size", fmt.Sprint(batch))...)
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	testkit.WaitFor(t, 30*time.Second, "the replay to move a few batches", func() bool { return len(f.k.ReadAll(t, f.topic)) >= 3*batch })
-	if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = cmd.Wait()
-	before := len(f.k.ReadAll(t, f.topic))
-	if before >= n {
-		t.Fatalf("the replay finished (%d records) before it was killed; slow it down", before)
-	}
-
-	code, out, errOut := binary(t, f.args("dlq", "replay", f.dlqName, "--batch-size", fmt.Sprint(batch))...)
-	if code != exitOK {
-		t.Fatalf("replay after the kill: exit %d\n%s\n%s", code, out, errOut)
-	}
-	seen := map[string]int{}
-	got := f.k.ReadAll(t, f.topic)
-	for _, m := range got {
-		seen[string(m.Key)]++
-	}
-	for i := range n {
-		if seen[fmt.Sprint("order-", i)] == 0 {
-			t.Errorf("order-%d was lost", i)
-		}
-	}
-	if dups := len(got) - n; dups > batch {
-		t.Errorf("%d records replayed twice, more than the batch of %d in flight", dups, batch)
-	}
-	t.Logf("killed after %d of %d records; %d written twice", before, n, len(got)-n)
 }
 
 func TestDLQReplayReportsCorruptRecordsAndGoesOn(t *testing.T) {
