@@ -19,6 +19,7 @@ import (
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/record"
 )
 
 // courierProcess is the built courier binary running as a child process.
@@ -83,7 +84,7 @@ func TestDLQReplayKilledMidRunLosesNothing(t *testing.T) {
 	t.Parallel()
 	const n, batch = 60, 5
 	s := newStack(t, 1)
-	pub, err := dlq.NewPublisher(s.k.Producer(t), dlq.PublisherConfig{})
+	pub, err := dlq.NewWriter(record.NewSyncPublisher(s.k.Producer(t)), dlq.WriterConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +93,7 @@ func TestDLQReplayKilledMidRunLosesNothing(t *testing.T) {
 			Value: fmt.Appendf(nil, `{"n":%d}`, i), Headers: []dlq.Header{{Key: []byte("ce_id"), Value: fmt.Appendf(nil, "evt-%d", i)}}}
 		env, err := dlq.New(original, dlq.Failure{Error: "psp timeout", Kind: dlq.KindRetriesExhausted, ConsumerGroup: "payouts"})
 		if err == nil {
-			_, err = pub.Publish(context.Background(), env)
+			_, err = pub.Write(context.Background(), env)
 		}
 		if err != nil {
 			t.Fatal(err)
