@@ -3,7 +3,6 @@ package consumer
 import (
 	"time"
 
-	"github.com/courierkit/courier/dedupe"
 	"github.com/sony/gobreaker/v2"
 )
 
@@ -60,17 +59,14 @@ type Metrics interface {
 // noMetrics is the Metrics used when none is configured.
 type noMetrics struct{}
 
-func (noMetrics) Message(string, Outcome)                {}
-func (noMetrics) HandlerDuration(string, time.Duration)  {}
-func (noMetrics) InFlight(string, int)                   {}
+func (noMetrics) Message(string, Outcome) {}
+
+func (noMetrics) HandlerDuration(string, time.Duration) {}
+
+func (noMetrics) InFlight(string, int) {}
+
 func (noMetrics) BreakerChanged(string, gobreaker.State) {}
-func (noMetrics) Lag(string, int32, int64)               {}
-func (noMetrics) Released(string, int32)                 {}
 
-// noDedupeMetrics is the dedupe.Metrics used when none is configured.
-type noDedupeMetrics struct{}
+func (noMetrics) Lag(string, int32, int64) {}
 
-func (noDedupeMetrics) Hits(int)                              {}
-func (noDedupeMetrics) Error(dedupe.Op)                       {}
-func (noDedupeMetrics) FailedOpen(int)                        {}
-func (noDedupeMetrics) Latency(dedupe.Op, int, time.Duration) {}
+func (noMetrics) Released(string, int32) {}
