@@ -37,7 +37,7 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatalf("New(valid) = %v", err)
 	}
 	full := valid()
-	full.Retry.Delays = []time.Duration{time.Second, time.Minute}
+	full.RetryTopics.Delays = []time.Duration{time.Second, time.Minute}
 	full.KeyOrder = nopKeyOrder{}
 	full.Dedupe.Store = nopStore{}
 	c, err := consumer.New(full)
@@ -59,7 +59,7 @@ func TestConfigValidation(t *testing.T) {
 		{"no handler", func(c *consumer.Config) { c.Handler = nil }, "Handler"},
 		{"negative attempts", func(c *consumer.Config) { c.MaxAttempts = -1 }, "MaxAttempts"},
 		{"negative workers", func(c *consumer.Config) { c.Workers = -2 }, "Workers"},
-		{"negative dead letters in flight", func(c *consumer.Config) { c.MaxDeadLettersInFlight = -1 }, "MaxDeadLettersInFlight"},
+		{"negative dead letters in flight", func(c *consumer.Config) { c.MaxWritesInFlight = -1 }, "MaxWritesInFlight"},
 		{"negative timeout", func(c *consumer.Config) { c.AttemptTimeout = -time.Second }, "AttemptTimeout"},
 		{"negative shutdown", func(c *consumer.Config) { c.ShutdownTimeout = -time.Second }, "ShutdownTimeout"},
 		{"negative breaker wait", func(c *consumer.Config) { c.BreakerWait = -time.Second }, "BreakerWait"},
@@ -74,19 +74,18 @@ func TestConfigValidation(t *testing.T) {
 		{"max below base", func(c *consumer.Config) { c.Backoff.Base, c.Backoff.Max = time.Second, time.Millisecond }, "Backoff.Max"},
 		{"bad suffix", func(c *consumer.Config) { c.DeadLetterSuffix = ".dead letters" }, "DeadLetterSuffix"},
 		{"bad sarama", func(c *consumer.Config) { c.Sarama = sarama.NewConfig(); c.Sarama.ChannelBufferSize = -1 }, "Sarama"},
-		{"zero retry delay", func(c *consumer.Config) { c.Retry.Delays = []time.Duration{time.Second, 0} }, "Delays[1]"},
+		{"zero retry delay", func(c *consumer.Config) { c.RetryTopics.Delays = []time.Duration{time.Second, 0} }, "Delays[1]"},
 		{"bad retry suffix", func(c *consumer.Config) {
-			c.Retry = retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "+r"}
+			c.RetryTopics = retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "+r"}
 		}, "Suffix"},
-		{"two dead-letter suffixes", func(c *consumer.Config) { c.Retry.DeadLetterSuffix = ".dead" }, "Retry.DeadLetterSuffix"},
 		{"retry topic listed", func(c *consumer.Config) {
-			c.Retry.Delays = []time.Duration{time.Second}
+			c.RetryTopics.Delays = []time.Duration{time.Second}
 			c.Topics = []string{"payouts", "payouts.retry.1s"}
 		}, "payouts.retry.1s"},
-		{"key order without tiers", func(c *consumer.Config) { c.KeyOrder = nopKeyOrder{} }, "Retry.Delays"},
+		{"key order without tiers", func(c *consumer.Config) { c.KeyOrder = nopKeyOrder{} }, "RetryTopics.Delays"},
 		{"lease too short", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Lease: 30 * time.Second} }, "Dedupe.Lease"},
 		{"negative busy wait", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, BusyWait: -1} }, "Dedupe.BusyWait"},
-		{"negative batch", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Batch: -1} }, "Dedupe.Batch"},
+		{"negative batch", func(c *consumer.Config) { c.Dedupe, c.TakeBatch = consumer.DedupeConfig{Store: nopStore{}}, -1 }, "TakeBatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -35,7 +35,7 @@ type Consumer struct {
 	// retry topics.
 	topics []string
 	// topologies holds the retry topology of each main topic and each
-	// retry topic (the one it belongs to); empty without Config.Retry.
+	// retry topic (the one it belongs to); empty without Config.RetryTopics.
 	topologies map[string]*retrytopics.Topology
 }
 
@@ -43,8 +43,15 @@ type Consumer struct {
 // not connect to Kafka; Run does.
 func New(cfg Config) (*Consumer, error) {
 	measured := cfg.Metrics != nil
-	if err := cfg.setDefaults(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = noMetrics{}
+	}
+	if cfg.Dedupe.Metrics == nil {
+		cfg.Dedupe.Metrics = noDedupeMetrics{}
 	}
 	topologies, topics, err := cfg.retryTopologies()
 	if err != nil {
@@ -52,7 +59,7 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	return &Consumer{
 		cfg:        cfg,
-		backoff:    cfg.Backoff,
+		backoff:    cfg.Backoff.WithDefaults(backoff.Backoff{}), // NoJitter made 0
 		log:        cfg.Logger.With("group", cfg.Group),
 		metrics:    cfg.Metrics,
 		measured:   measured,
@@ -62,7 +69,7 @@ func New(cfg Config) (*Consumer, error) {
 }
 
 // Topologies returns the retry topology of each topic in Config.Topics, in
-// order; none without Config.Retry. Pass them to retrytopics.Ensure to
+// order; none without Config.RetryTopics. Pass them to retrytopics.Ensure to
 // create the topics ahead of time.
 func (c *Consumer) Topologies() []retrytopics.Topology {
 	var out []retrytopics.Topology
@@ -169,7 +176,7 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 }
 
 // ensureTopics checks that the retry and dead-letter topics exist, creating
-// them with Retry.CreateTopics, and waits while they are missing (logging
+// them with RetryTopics.CreateTopics, and waits while they are missing (logging
 // which). It reports whether they exist (false: ctx ended first).
 func (c *Consumer) ensureTopics(ctx context.Context, brokers []string, cfg *sarama.Config) bool {
 	topologies := c.Topologies()
@@ -180,7 +187,7 @@ func (c *Consumer) ensureTopics(ctx context.Context, brokers []string, cfg *sara
 		admin, err := sarama.NewClusterAdmin(brokers, cfg)
 		if err == nil {
 			var created []string
-			created, err = retrytopics.Ensure(ctx, admin, c.cfg.Retry.CreateTopics, topologies...)
+			created, err = retrytopics.Ensure(ctx, admin, c.cfg.RetryTopics.CreateTopics, topologies...)
 			c.logClose("cluster admin", admin.Close())
 			if len(created) > 0 {
 				c.log.Info("created retry and dead-letter topics", "topics", created)

@@ -160,7 +160,8 @@ func TestDedupeRedisStoppedMidRun(t *testing.T) {
 		handled[m.ID]++
 		return nil
 	}))
-	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, client, "courier:test:"), Metrics: &metrics, Batch: 16, Lease: 10 * time.Second}
+	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, client, "courier:test:"), Metrics: &metrics, Lease: 10 * time.Second}
+	cfg.TakeBatch = 16
 	produce := func(from, to int) {
 		var msgs []*sarama.ProducerMessage
 		for i := from; i < to; i++ {

@@ -17,7 +17,7 @@ import (
 // marked past it) while the partition goes on with the next messages.
 type moves struct {
 	// slots holds a token per write in flight; its capacity is
-	// Config.MaxDeadLettersInFlight.
+	// Config.MaxWritesInFlight.
 	slots chan struct{}
 	wg    sync.WaitGroup
 
@@ -84,7 +84,7 @@ type route struct {
 }
 
 // forward starts writing the message to its route, and reports whether it
-// did (false: the session ended first). With MaxDeadLettersInFlight writes
+// did (false: the session ended first). With MaxWritesInFlight writes
 // of the partition in flight, it waits for one of them to end. The write
 // retries until it succeeds or the session ends; once written, the message
 // is settled.

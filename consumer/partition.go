@@ -70,7 +70,7 @@ type partition struct {
 	clock time.Time
 
 	// topology is the retry topology of the partition's topic (a main
-	// topic or one of its retry topics); nil without Config.Retry.
+	// topic or one of its retry topics); nil without Config.RetryTopics.
 	topology *retrytopics.Topology
 	// tierDelay is the delay of the retry tier the partition's topic is;
 	// 0 for a main topic.
@@ -110,12 +110,12 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		log:          h.c.log.With("topic", claim.Topic(), "partition", claim.Partition()),
 		sessCtx:      sess.Context(),
 		clock:        time.Now(),
-		moves:        moves{slots: make(chan struct{}, h.c.cfg.MaxDeadLettersInFlight)},
+		moves:        moves{slots: make(chan struct{}, h.c.cfg.MaxWritesInFlight)},
 		topology:     h.c.topologies[claim.Topic()],
 		maxBatch:     1,
 	}
 	if h.c.cfg.Dedupe.Store != nil || h.c.cfg.KeyOrder != nil {
-		p.maxBatch = h.c.cfg.Dedupe.Batch
+		p.maxBatch = h.c.cfg.TakeBatch
 		p.tracked = true
 	}
 	p.batch = make([]taken, 0, p.maxBatch)

@@ -36,7 +36,7 @@ type taken struct {
 }
 
 // take blocks for the partition's next message and returns it with the
-// messages that are already waiting behind it, up to Dedupe.Batch (one
+// messages that are already waiting behind it, up to TakeBatch (one
 // message when neither Dedupe nor KeyOrder is on), each recorded as
 // pending. A record of a retry topic is taken only once it is due: the
 // partition pauses until then. It returns nil when the session ends.

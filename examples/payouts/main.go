@@ -205,7 +205,7 @@ func run(ctx context.Context, cfg config) error {
 		Handler:     payOrder(psp, breaker, log),
 		MaxAttempts: cfg.MaxAttempts,
 		Backoff:     backoff.Backoff{Base: cfg.Backoff},
-		Retry:       retrytopics.Config{Delays: cfg.RetryDelays, CreateTopics: true},
+		RetryTopics: retrytopics.Config{Delays: cfg.RetryDelays, CreateTopics: true},
 		Dedupe:      consumer.DedupeConfig{Store: seen},
 		Logger:      log, // logs "message dead-lettered" with the error; OnDeadLetter could page someone
 		Metrics:     cfg.Metrics,

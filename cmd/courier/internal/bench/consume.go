@@ -234,7 +234,7 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 	cases = append(cases, &benchCase{name: RetryTiers, n: cfg.Messages, consume: runner(
 		// One attempt per tier: a failing message leaves its partition at
 		// once (in-process retries would hold the partition up).
-		consumer.Config{MaxAttempts: 1, Retry: retrytopics.Config{Delays: retryTiers.Delays, CreateTopics: true}},
+		consumer.Config{MaxAttempts: 1, RetryTopics: retrytopics.Config{Delays: retryTiers.Delays, CreateTopics: true}},
 		func(_ context.Context, m *consumer.Message, fail bool) error {
 			if fail && m.RetryRound < 2 {
 				return fmt.Errorf("bench: message %s fails in round %d", m.ID, m.RetryRound)
@@ -461,7 +461,7 @@ func (bl *backlog) write(n int) error {
 // created them) and closes its admin client.
 func (bl *backlog) drop() {
 	topics := []string{bl.topic, bl.dlq}
-	if topo, err := retrytopics.New(bl.topic, retryTiers); err == nil {
+	if topo, err := retrytopics.New(bl.topic, retryTiers, consumer.DefaultDeadLetterSuffix); err == nil {
 		topics = append(topics, topo.Topics()...)
 	}
 	for _, topic := range topics {
@@ -605,7 +605,7 @@ func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Mes
 			return 0, err
 		}
 		want := 0
-		if failed.Load() > 0 && len(rc.Retry.Delays) == 0 {
+		if failed.Load() > 0 && len(rc.RetryTopics.Delays) == 0 {
 			want = len(bl.fail)
 		}
 		return took, bl.checkDeadLetters(want)

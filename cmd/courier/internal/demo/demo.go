@@ -458,9 +458,9 @@ func (d *run) worker() (*consumer.Consumer, error) {
 	return consumer.New(consumer.Config{
 		Brokers: d.broker.ListenAddrs(), Sarama: sc, Group: group, Topics: []string{topic},
 		MaxAttempts: 6, Backoff: backoff.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
-		Workers: 8,
-		Retry:   retrytopics.Config{Delays: []time.Duration{500 * time.Millisecond, time.Second}, CreateTopics: true},
-		Dedupe:  consumer.DedupeConfig{Store: store},
+		Workers:     8,
+		RetryTopics: retrytopics.Config{Delays: []time.Duration{500 * time.Millisecond, time.Second}, CreateTopics: true},
+		Dedupe:      consumer.DedupeConfig{Store: store},
 		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 			if m.Attempt > 1 {
 				d.counts.retried.Add(1)
