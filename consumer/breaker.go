@@ -223,8 +223,10 @@ type BreakerConfig struct {
 	CheckTimeout time.Duration
 	// Logger receives state changes. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics receives state changes (BreakerChanged). Defaults to none.
-	Metrics Metrics
+	// Hooks receive state changes: those implementing BreakerChangedHook
+	// are called in order; each must implement one of the *Hook
+	// interfaces (see Hook). Defaults to none.
+	Hooks []Hook
 }
 
 // DefaultBreakerCheckTimeout is BreakerConfig.CheckTimeout's default.
@@ -328,8 +330,9 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = noMetrics{}
+	hooks, err := sortHooks("BreakerConfig.Hooks", cfg.Hooks)
+	if err != nil {
+		return nil, err
 	}
 	b := &Breaker{name: cfg.Name, openFor: cfg.OpenFor, cfg: cfg, log: cfg.Logger.With("breaker", cfg.Name)}
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
@@ -348,7 +351,7 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 				b.openedAt.Store(time.Now().UnixNano())
 			}
 			b.log.Warn("circuit breaker changed", "from", from.String(), "to", to.String())
-			cfg.Metrics.BreakerChanged(cfg.Name, to)
+			hooks.BreakerChanged(cfg.Name, to)
 		},
 	})
 	return b, nil

@@ -196,8 +196,10 @@ type Config struct {
 
 	// Logger receives the consumer's logs. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics receives measurements (see package prom). Defaults to none.
-	Metrics Metrics
+	// Hooks receive measurements: each implements one or more of the
+	// *Hook interfaces (see Hook and package prom), and is called in
+	// order. Defaults to none.
+	Hooks []Hook
 }
 
 // DedupeConfig configures deduplication: before the handler sees a
@@ -228,13 +230,14 @@ type DedupeConfig struct {
 	// 250ms.
 	BusyWait time.Duration
 	// FailOpen makes the consumer handle messages without deduplication
-	// while Store fails, counting them in Metrics.FailedOpen. Defaults to
+	// while Store fails, counting them in FailedOpenHook. Defaults to
 	// false: while Store fails, the partition pauses and asks again (no
 	// duplicates, no loss, but no progress).
 	FailOpen bool
-	// Metrics receives hits, errors and latencies (see package prom).
-	// Defaults to none.
-	Metrics dedupe.Metrics
+	// Hooks receive hits, errors and latencies: each implements one or
+	// more of the dedupe package's *Hook interfaces (see dedupe.Hook and
+	// package prom), and is called in order. Defaults to none.
+	Hooks []dedupe.Hook
 }
 
 // DeadLetter describes a message written to its dead-letter topic.

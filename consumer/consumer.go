@@ -25,11 +25,12 @@ type Consumer struct {
 	cfg     Config
 	backoff backoff.Backoff
 	log     *slog.Logger
-	metrics Metrics
-	// measured is whether Config.Metrics was set: without it, nothing is
-	// measured (the clock is not read for handler durations).
-	measured bool
-	running  atomic.Bool
+	metrics *hooks // Config.Hooks
+	// measured is whether a hook wants handler durations: without one,
+	// the clock is not read for them.
+	measured    bool
+	dedupeHooks *dedupeHooks // Dedupe.Hooks
+	running     atomic.Bool
 
 	// topics are what the group subscribes to: Config.Topics and their
 	// retry topics.
@@ -42,29 +43,31 @@ type Consumer struct {
 // New validates cfg, applies its defaults and returns a Consumer. It does
 // not connect to Kafka; Run does.
 func New(cfg Config) (*Consumer, error) {
-	measured := cfg.Metrics != nil
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = noMetrics{}
+	metrics, err := sortHooks("Hooks", cfg.Hooks)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Dedupe.Metrics == nil {
-		cfg.Dedupe.Metrics = noDedupeMetrics{}
+	dedupeHooks, err := sortDedupeHooks(cfg.Dedupe.Hooks)
+	if err != nil {
+		return nil, err
 	}
 	topologies, topics, err := cfg.retryTopologies()
 	if err != nil {
 		return nil, err
 	}
 	return &Consumer{
-		cfg:        cfg,
-		backoff:    cfg.Backoff.WithDefaults(backoff.Backoff{}), // NoJitter made 0
-		log:        cfg.Logger.With("group", cfg.Group),
-		metrics:    cfg.Metrics,
-		measured:   measured,
-		topics:     topics,
-		topologies: topologies,
+		cfg:         cfg,
+		backoff:     cfg.Backoff.WithDefaults(backoff.Backoff{}), // NoJitter made 0
+		log:         cfg.Logger.With("group", cfg.Group),
+		metrics:     metrics,
+		measured:    len(metrics.handlerDuration) > 0,
+		dedupeHooks: dedupeHooks,
+		topics:      topics,
+		topologies:  topologies,
 	}, nil
 }
 

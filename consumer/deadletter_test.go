@@ -370,7 +370,7 @@ func TestSlowDeadLetterWriteOverlapsHandling(t *testing.T) {
 		return nil
 	}))
 	cfg.OnDeadLetter = func(context.Context, consumer.DeadLetter) { hooked.Add(1) }
-	cfg.Metrics = metrics
+	cfg.Hooks = []consumer.Hook{metrics}
 	run(t, newConsumer(t, cfg))
 
 	testkit.WaitFor(t, 10*time.Second, "the dead-letter write at the broker", func() bool { return held.Load() > 0 })

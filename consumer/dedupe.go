@@ -103,7 +103,7 @@ func (f *dedupeFeature) admit(ctx context.Context, d *delivery) (fate, bool) {
 		return d.move(ctx, d.deadLetterRoute(Permanent(d.refused))), true
 	}
 	if d.claim == dedupe.Processed {
-		f.cfg.Metrics.Hits(1)
+		p.c.dedupeHooks.Hits(1)
 		p.c.metrics.Message(d.m.Topic, OutcomeDeduplicated)
 		d.log().Info("message processed already; skipped", "dedupe_id", d.id)
 		if !d.leaveParked() {
@@ -205,7 +205,7 @@ func (f *dedupeFeature) claim(ids []string) (c claimed, ok bool) {
 			return nil
 		}
 		if err != nil && cfg.FailOpen {
-			cfg.Metrics.FailedOpen(len(ids))
+			p.c.dedupeHooks.FailedOpen(len(ids))
 			p.log.Warn("dedupe store failed; handling the messages without deduplication (Dedupe.FailOpen)", "error", err, "messages", len(ids))
 			c.statuses = make([]dedupe.Status, len(ids)) // Claimed
 			c.failedOpen = true
@@ -219,7 +219,7 @@ func (f *dedupeFeature) claim(ids []string) (c claimed, ok bool) {
 
 // call times one round trip to the store and counts its failure.
 func (f *dedupeFeature) call(ctx context.Context, op dedupe.Op, n int, call func(context.Context) error) error {
-	metrics := f.cfg.Metrics
+	metrics := f.p.c.dedupeHooks
 	start := time.Now()
 	err := call(ctx)
 	metrics.Latency(op, n, time.Since(start))
@@ -415,14 +415,3 @@ func (m *doneMarks) settle(batch []mark) {
 		}
 	}
 }
-
-// noDedupeMetrics is the dedupe.Metrics used when none is configured.
-type noDedupeMetrics struct{}
-
-func (noDedupeMetrics) Hits(int) {}
-
-func (noDedupeMetrics) Error(dedupe.Op) {}
-
-func (noDedupeMetrics) FailedOpen(int) {}
-
-func (noDedupeMetrics) Latency(dedupe.Op, int, time.Duration) {}

@@ -117,7 +117,7 @@
 // # Observing
 //
 // Logs go to Config.Logger with topic, partition, offset, ce_id and
-// correlation_id. Config.Metrics receives counts, durations, in-flight
+// correlation_id. Config.Hooks receive counts, durations, in-flight
 // messages, breaker states and lag; package prom has the Prometheus
 // implementation.
 package consumer

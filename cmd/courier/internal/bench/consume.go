@@ -18,7 +18,6 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -583,7 +582,7 @@ func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Mes
 			}
 			return err
 		})
-		rc.Metrics = settledMetrics{s: s, topic: bl.topic}
+		rc.Hooks = []consumer.Hook{settledMetrics{s: s, topic: bl.topic}}
 		rc.Logger = cfg.Logger
 		c, err := consumer.New(rc)
 		if err != nil {
@@ -652,11 +651,6 @@ func (m settledMetrics) Message(topic string, o consumer.Outcome) {
 		m.s.add()
 	}
 }
-func (settledMetrics) HandlerDuration(string, time.Duration)  {}
-func (settledMetrics) InFlight(string, int)                   {}
-func (settledMetrics) BreakerChanged(string, gobreaker.State) {}
-func (settledMetrics) Lag(string, int32, int64)               {}
-func (settledMetrics) Released(string, int32)                 {}
 
 // checkDeadLetters fails unless the dead-letter topic holds want records,
 // each the envelope of a distinct message meant to fail.

@@ -448,7 +448,7 @@ func (d *run) worker() (*consumer.Consumer, error) {
 		return nil, err
 	}
 	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: 5, OpenFor: 500 * time.Millisecond,
-		Logger: d.log, Metrics: &d.counts})
+		Logger: d.log, Hooks: []consumer.Hook{&d.counts}})
 	if err != nil {
 		return nil, err
 	}
@@ -487,8 +487,8 @@ func (d *run) worker() (*consumer.Consumer, error) {
 			}
 			return err
 		}),
-		Metrics: &d.counts,
-		Logger:  d.log,
+		Hooks:  []consumer.Hook{&d.counts},
+		Logger: d.log,
 	})
 }
 
@@ -593,7 +593,7 @@ func (d *run) count(ctx context.Context, ids []string) error {
 }
 
 // outcomes counts the consumer's outcomes; it is the consumer's and the
-// breaker's Metrics.
+// breaker's hook.
 type outcomes struct {
 	handled, retried, sentToRetry, deadLettered, deduplicated, breakerOpened atomic.Int64
 }
