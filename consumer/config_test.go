@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/retrytopics"
@@ -119,5 +120,37 @@ func TestBreakerConfigValidation(t *testing.T) {
 		if !errors.Is(err, consumer.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("NewBreaker(%+v) = %v, want ErrInvalidConfig naming %s", tc.cfg, err, tc.field)
 		}
+	}
+}
+
+// TestWithDefaults: WithDefaults sets each zero field to its Default
+// constant, keeps what is set (NoJitter included), and changes nothing when
+// called again.
+func TestWithDefaults(t *testing.T) {
+	t.Parallel()
+	cfg := minimalConfig()
+	cfg.Workers = 3
+	cfg.Backoff.Jitter = backoff.NoJitter
+	got := cfg.WithDefaults()
+	for name, pair := range map[string][2]any{
+		"TakeBatch":          {got.TakeBatch, consumer.DefaultTakeBatch},
+		"MaxWritesInFlight":  {got.MaxWritesInFlight, consumer.DefaultMaxWritesInFlight},
+		"MaxAttempts":        {got.MaxAttempts, consumer.DefaultMaxAttempts},
+		"Workers":            {got.Workers, 3},
+		"Backoff.Base":       {got.Backoff.Base, consumer.DefaultBackoffBase},
+		"Backoff.Jitter":     {got.Backoff.Jitter, backoff.NoJitter},
+		"DeadLetterSuffix":   {got.DeadLetterSuffix, consumer.DefaultDeadLetterSuffix},
+		"RetryTopics.Suffix": {got.RetryTopics.Suffix, retrytopics.DefaultSuffix},
+		"Dedupe.Lease":       {got.Dedupe.Lease, consumer.DefaultDedupeLease},
+	} {
+		if pair[0] != pair[1] {
+			t.Errorf("WithDefaults().%s = %v, want %v", name, pair[0], pair[1])
+		}
+	}
+	if again := got.WithDefaults(); again.Backoff != got.Backoff || again.TakeBatch != got.TakeBatch || again.Sarama == nil {
+		t.Errorf("WithDefaults twice: %+v, want %+v", again.Backoff, got.Backoff)
+	}
+	if _, err := consumer.New(got); err != nil {
+		t.Errorf("New(WithDefaults()) = %v", err)
 	}
 }

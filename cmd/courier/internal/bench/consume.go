@@ -568,7 +568,7 @@ func (h marker) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Cons
 
 // runner consumes with a runner configured as rc plus the backlog's
 // brokers, group and topic. handle is told whether the message is one of
-// those meant to fail. Messages are counted as settled through Metrics
+// those meant to fail. Messages are counted as settled through a MessageHook
 // (handled or dead-lettered). Afterwards the dead-letter topic must hold
 // exactly the messages meant to fail when handle failed them, else none.
 func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Message, fail bool) error) consumeFunc {
