@@ -45,6 +45,18 @@ func newDedupeFeature(p *partition) *dedupeFeature {
 	return f
 }
 
+// dedupeClaim is what Dedupe said of a message, and its claim.
+type dedupeClaim struct {
+	// claim is what Dedupe said of the message when it was taken.
+	claim   dedupe.Status
+	claimed bool   // the consumer holds its claim: Done or Release owed
+	refused error  // the store refuses the id: dead-lettered unhandled
+	owner   string // the claim's owner
+	// claimedAt is when the claim was taken or extended (on the
+	// partition's clock).
+	claimedAt time.Duration
+}
+
 // admitBatch claims the ids of the messages that need handling.
 func (f *dedupeFeature) admitBatch(batch []taken) bool {
 	var (

@@ -22,6 +22,19 @@ type keyOrderFeature struct {
 	parked map[string]int
 }
 
+// keyPlace is where a message stands among its key's parked messages.
+type keyPlace struct {
+	// place is where KeyOrder put the message among its key's parked
+	// messages (-1: free) when it was taken.
+	place int
+	// parked: the message is among its key's parked messages, and leaves
+	// them once settled other than by a move to a retry tier.
+	parked bool
+	// firstDue is when the first parked message of its key is due (unix
+	// ms, 0: unknown).
+	firstDue int64
+}
+
 // admitBatch asks KeyOrder where the keyed messages stand.
 func (f *keyOrderFeature) admitBatch(batch []taken) bool {
 	var (

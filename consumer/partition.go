@@ -10,7 +10,6 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -206,31 +205,15 @@ type delivery struct {
 }
 
 // tracking is the state of a message from a retry topic, or taken with
-// Dedupe or KeyOrder on.
+// Dedupe or KeyOrder on: each feature's share is defined in the feature's
+// file (retrytier.go, keyorder.go, dedupe.go).
 type tracking struct {
-	// From the retry headers of a record on a retry topic.
-	retry   *retrytopics.Info // nil for a record of a main topic
-	corrupt error             // malformed retry headers: dead-lettered unhandled
-
+	retryState
 	// id is the message's identity for Dedupe and KeyOrder; "" when
 	// neither is on.
 	id string
-	// place is where KeyOrder put the message among its key's parked
-	// messages (-1: free) when it was taken.
-	place int
-	// parked: the message is among its key's parked messages, and leaves
-	// them once settled other than by a move to a retry tier.
-	parked bool
-	// claim is what Dedupe said of the message when it was taken.
-	claim   dedupe.Status
-	claimed bool   // the consumer holds its claim: Done or Release owed
-	refused error  // the store refuses the id: dead-lettered unhandled
-	owner   string // the claim's owner
-	// firstDue is when the first parked message of its key is due (unix
-	// ms, 0: unknown), and claimedAt when the claim was taken or extended
-	// (on the partition's clock).
-	firstDue  int64
-	claimedAt time.Duration
+	keyPlace
+	dedupeClaim
 }
 
 // newDelivery is the delivery of a record taken from the partition.

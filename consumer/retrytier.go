@@ -10,6 +10,12 @@ import (
 	"github.com/courierkit/courier/retrytopics"
 )
 
+// retryState is what the retry headers of a record on a retry topic say.
+type retryState struct {
+	retry   *retrytopics.Info // nil for a record of a main topic
+	corrupt error             // malformed retry headers: dead-lettered unhandled
+}
+
 // dueAt is when the message may be handled: its retry_not_before, but no
 // later than its tier's delay after the record was written, so that a
 // record whose header points far ahead (a writer with a bad clock) cannot
