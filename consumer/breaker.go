@@ -223,8 +223,10 @@ type BreakerConfig struct {
 	CheckTimeout time.Duration
 	// Logger receives state changes. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics receives state changes (BreakerChanged). Defaults to none.
-	Metrics Metrics
+	// Hooks receive state changes: those implementing BreakerChangedHook
+	// are called in order; each must implement one of the *Hook
+	// interfaces (see Hook). Defaults to none.
+	Hooks []Hook
 }
 
 // DefaultBreakerCheckTimeout is BreakerConfig.CheckTimeout's default.
@@ -279,23 +281,15 @@ type Breaker struct {
 	openedAt atomic.Int64 // unix nanoseconds of the last opening
 }
 
-// NewBreaker validates cfg, applies its defaults and returns a closed
-// Breaker.
-func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
-	if cfg.Name == "" {
-		return nil, fmt.Errorf("%w: BreakerConfig.Name is empty; name the downstream the breaker guards, e.g. \"psp\"", ErrInvalidConfig)
+// WithDefaults returns cfg with every zero field set to its default (the
+// DefaultBreaker* constants, IsUnavailable, slog.Default()).
+func (cfg BreakerConfig) WithDefaults() BreakerConfig {
+	durations, ints := cfg.bounded()
+	for _, f := range durations {
+		f.setDefault()
 	}
-	if err := setDefaults(
-		field[time.Duration]{"BreakerConfig.OpenFor", &cfg.OpenFor, DefaultBreakerOpenFor, MaxTimeout},
-		field[time.Duration]{"BreakerConfig.CheckTimeout", &cfg.CheckTimeout, DefaultBreakerCheckTimeout, MaxTimeout},
-	); err != nil {
-		return nil, err
-	}
-	if err := setDefaults(
-		field[int]{"BreakerConfig.ConsecutiveFailures", &cfg.ConsecutiveFailures, DefaultBreakerFailures, MaxBreakerCount},
-		field[int]{"BreakerConfig.HalfOpenProbes", &cfg.HalfOpenProbes, DefaultBreakerProbes, MaxBreakerCount},
-	); err != nil {
-		return nil, err
+	for _, f := range ints {
+		f.setDefault()
 	}
 	if cfg.IsFailure == nil {
 		cfg.IsFailure = IsUnavailable
@@ -303,8 +297,42 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.Metrics == nil {
-		cfg.Metrics = noMetrics{}
+	return cfg
+}
+
+// bounded lists the numeric fields of cfg with their defaults and bounds.
+func (cfg *BreakerConfig) bounded() ([]field[time.Duration], []field[int]) {
+	return []field[time.Duration]{
+			{"BreakerConfig.OpenFor", &cfg.OpenFor, DefaultBreakerOpenFor, MaxTimeout},
+			{"BreakerConfig.CheckTimeout", &cfg.CheckTimeout, DefaultBreakerCheckTimeout, MaxTimeout},
+		}, []field[int]{
+			{"BreakerConfig.ConsecutiveFailures", &cfg.ConsecutiveFailures, DefaultBreakerFailures, MaxBreakerCount},
+			{"BreakerConfig.HalfOpenProbes", &cfg.HalfOpenProbes, DefaultBreakerProbes, MaxBreakerCount},
+		}
+}
+
+// validate checks cfg, with its defaults applied.
+func (cfg *BreakerConfig) validate() error {
+	if cfg.Name == "" {
+		return fmt.Errorf("%w: BreakerConfig.Name is empty; name the downstream the breaker guards, e.g. \"psp\"", ErrInvalidConfig)
+	}
+	durations, ints := cfg.bounded()
+	if err := checkBounds(durations...); err != nil {
+		return err
+	}
+	return checkBounds(ints...)
+}
+
+// NewBreaker validates cfg, applies its defaults and returns a closed
+// Breaker.
+func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	hooks, err := sortHooks("BreakerConfig.Hooks", cfg.Hooks)
+	if err != nil {
+		return nil, err
 	}
 	b := &Breaker{name: cfg.Name, openFor: cfg.OpenFor, cfg: cfg, log: cfg.Logger.With("breaker", cfg.Name)}
 	b.cb = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
@@ -323,7 +351,7 @@ func NewBreaker(cfg BreakerConfig) (*Breaker, error) {
 				b.openedAt.Store(time.Now().UnixNano())
 			}
 			b.log.Warn("circuit breaker changed", "from", from.String(), "to", to.String())
-			cfg.Metrics.BreakerChanged(cfg.Name, to)
+			hooks.BreakerChanged(cfg.Name, to)
 		},
 	})
 	return b, nil

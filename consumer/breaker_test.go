@@ -132,7 +132,7 @@ func testBreakerPausesConsumption(t *testing.T, fail func(ctx context.Context, p
 	stub := &psp{fail: fail}
 	stub.down.Store(true)
 	metrics := &recorder{}
-	bc := consumer.BreakerConfig{Name: "psp", OpenFor: openFor, Logger: testkit.Logger(t), Metrics: metrics}
+	bc := consumer.BreakerConfig{Name: "psp", OpenFor: openFor, Logger: testkit.Logger(t), Hooks: []consumer.Hook{metrics}}
 	if check {
 		bc.Check = stub.health
 	}
@@ -358,7 +358,7 @@ func TestBreakerLetsAPoisonMessageGo(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1)
 	metrics := &recorder{}
-	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", Logger: testkit.Logger(t), Metrics: metrics})
+	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", Logger: testkit.Logger(t), Hooks: []consumer.Hook{metrics}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -653,7 +653,7 @@ func TestBreakerPoisonTimeout(t *testing.T) {
 			t.Parallel()
 			f := newFixture(t, 1)
 			metrics := &recorder{}
-			bc := consumer.BreakerConfig{Name: "psp", OpenFor: 100 * time.Millisecond, Logger: testkit.Logger(t), Metrics: metrics}
+			bc := consumer.BreakerConfig{Name: "psp", OpenFor: 100 * time.Millisecond, Logger: testkit.Logger(t), Hooks: []consumer.Hook{metrics}}
 			if withCheck {
 				bc.Check = func(context.Context) error { return nil }
 			}

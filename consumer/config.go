@@ -33,21 +33,21 @@ const (
 	DefaultDeadLetterSuffix = dlq.DefaultSuffix
 	DefaultShutdownTimeout  = 10 * time.Second
 
-	DefaultMaxDeadLettersInFlight = 64
+	DefaultMaxWritesInFlight = 64
+	DefaultTakeBatch         = 256
 
 	DefaultDedupeLease    = 2 * time.Minute
 	DefaultDedupeBusyWait = 250 * time.Millisecond
-	DefaultDedupeBatch    = 256
 )
 
 // Bounds of the Config fields: New refuses a value above them, which could
 // only be a mistake (or exhaust memory: the bounds on counts size
 // channels and batches).
 const (
-	MaxMaxAttempts            = 1000
-	MaxWorkers                = 1024
-	MaxMaxDeadLettersInFlight = 10_000
-	MaxDedupeBatch            = 10_000
+	MaxMaxAttempts       = 1000
+	MaxWorkers           = 1024
+	MaxMaxWritesInFlight = 10_000
+	MaxTakeBatch         = 10_000
 	// MaxBackoff bounds Backoff.Base, Backoff.Max and BreakerWait: a longer
 	// wait holds a partition.
 	MaxBackoff = time.Hour
@@ -96,7 +96,7 @@ type Config struct {
 	//
 	// A handler calling a downstream through a Breaker needs at least its
 	// ConsecutiveFailures attempts per message (counting the retry tiers:
-	// MaxAttempts × (1 + len(Retry.Delays))): then, when the downstream is
+	// MaxAttempts × (1 + len(RetryTopics.Delays))): then, when the downstream is
 	// down, the breaker opens before the first message runs out of
 	// attempts, and the messages wait for it instead of being
 	// dead-lettered. List such breakers in Breakers and New refuses a
@@ -126,7 +126,7 @@ type Config struct {
 	// Breakers are the breakers the handler calls its downstreams
 	// through, for New to check MaxAttempts against (see MaxAttempts):
 	// New refuses a Breaker whose ConsecutiveFailures exceed MaxAttempts ×
-	// (1 + len(Retry.Delays)). Listing them changes nothing else.
+	// (1 + len(RetryTopics.Delays)). Listing them changes nothing else.
 	// Defaults to none.
 	Breakers []*Breaker
 
@@ -150,29 +150,36 @@ type Config struct {
 	// e.g. to page the on-call. It runs on the goroutine of the write, so
 	// calls can overlap, also for one partition: return quickly.
 	OnDeadLetter func(context.Context, DeadLetter)
-	// MaxDeadLettersInFlight bounds the dead-letter writes of one partition
-	// in flight at once. A write runs beside the handling: the partition
+	// MaxWritesInFlight bounds the writes of one partition to its retry
+	// topics and dead-letter topic in flight at once. A write runs beside the handling: the partition
 	// goes on with the next messages, and no offset is marked past a
 	// message whose write has not succeeded. At the bound, the partition
 	// waits for a write to end; while a write is failing (and being
 	// retried), it takes no new message. Writes in flight can reach the
 	// dead-letter topic out of offset order. 1 writes one at a time, still
-	// beside the handling. At most 10,000 (MaxMaxDeadLettersInFlight).
+	// beside the handling. At most 10,000 (MaxMaxWritesInFlight).
 	// Defaults to 64.
-	MaxDeadLettersInFlight int
+	MaxWritesInFlight int
 
-	// Retry sends a message whose attempts ran out to retry topics
+	// TakeBatch is the most messages a partition takes at once: the
+	// messages already fetched, up to TakeBatch, are looked up together in
+	// KeyOrder and claimed together in Dedupe, one round trip each. It
+	// matters only with Dedupe.Store or KeyOrder set (otherwise one message
+	// is taken at a time). At most 10,000 (MaxTakeBatch). Defaults to 256.
+	TakeBatch int
+
+	// RetryTopics sends a message whose attempts ran out to retry topics
 	// (<topic>.retry.<delay>, see package retrytopics) before the
 	// dead-letter topic: it waits there, without holding up its partition,
 	// and is handled again, by this consumer, with up to MaxAttempts more
 	// attempts per tier. The consumer subscribes to the retry topics of
-	// every topic in Topics itself. Its DeadLetterSuffix, when set, must
-	// equal DeadLetterSuffix. Defaults to no retry topics.
-	Retry retrytopics.Config
+	// every topic in Topics itself. The dead-letter topic it ends with is
+	// named by DeadLetterSuffix. Defaults to no retry topics.
+	RetryTopics retrytopics.Config
 	// KeyOrder keeps the messages of a key in order across the retry
 	// tiers: while a message of a key waits in a retry tier, later
 	// messages of the key follow it there instead of overtaking it. See
-	// retrytopics.NewRedisKeyOrder. Needs Retry.Delays. Defaults to none:
+	// retrytopics.NewRedisKeyOrder. Needs RetryTopics.Delays. Defaults to none:
 	// a later message of a key may be handled before an earlier one that
 	// is waiting in a retry tier.
 	KeyOrder retrytopics.KeyOrder
@@ -189,8 +196,10 @@ type Config struct {
 
 	// Logger receives the consumer's logs. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics receives measurements (see package prom). Defaults to none.
-	Metrics Metrics
+	// Hooks receive measurements: each implements one or more of the
+	// *Hook interfaces (see Hook and package prom), and is called in
+	// order. Defaults to none.
+	Hooks []Hook
 }
 
 // DedupeConfig configures deduplication: before the handler sees a
@@ -220,17 +229,15 @@ type DedupeConfig struct {
 	// a message claimed elsewhere. At most 1h (MaxBackoff). Defaults to
 	// 250ms.
 	BusyWait time.Duration
-	// Batch is the most messages claimed in one round trip, at most
-	// 10,000 (MaxDedupeBatch). Defaults to 256.
-	Batch int
 	// FailOpen makes the consumer handle messages without deduplication
-	// while Store fails, counting them in Metrics.FailedOpen. Defaults to
+	// while Store fails, counting them in FailedOpenHook. Defaults to
 	// false: while Store fails, the partition pauses and asks again (no
 	// duplicates, no loss, but no progress).
 	FailOpen bool
-	// Metrics receives hits, errors and latencies (see package prom).
-	// Defaults to none.
-	Metrics dedupe.Metrics
+	// Hooks receive hits, errors and latencies: each implements one or
+	// more of the dedupe package's *Hook interfaces (see dedupe.Hook and
+	// package prom), and is called in order. Defaults to none.
+	Hooks []dedupe.Hook
 }
 
 // DeadLetter describes a message written to its dead-letter topic.
@@ -272,9 +279,63 @@ func requireSarama(cfg *sarama.Config) {
 	fitReadTimeout(cfg)
 }
 
-// setDefaults applies the defaults and validates c: every field, and the
+// WithDefaults returns c with every zero field set to its default (the
+// Default* constants), and Sarama set to a copy of itself (or of
+// NewSaramaConfig()) with the fields the consumer relies on. New calls it;
+// it changes nothing it need not, so calling it first does no harm.
+func (c Config) WithDefaults() Config {
+	durations, ints := c.bounded()
+	for _, f := range durations {
+		f.setDefault()
+	}
+	for _, f := range ints {
+		f.setDefault()
+	}
+	jitter := c.Backoff.Jitter
+	c.Backoff = c.Backoff.WithDefaults(backoff.Backoff{Base: DefaultBackoffBase, Factor: DefaultBackoffFactor, Max: DefaultBackoffMax, Jitter: DefaultBackoffJitter})
+	if jitter == backoff.NoJitter {
+		c.Backoff.Jitter = backoff.NoJitter // kept, so that WithDefaults again keeps it too
+	}
+	if c.DeadLetterSuffix == "" {
+		c.DeadLetterSuffix = DefaultDeadLetterSuffix
+	}
+	c.RetryTopics = c.RetryTopics.WithDefaults()
+	c.Dedupe = c.Dedupe.WithDefaults()
+	if c.Client == nil {
+		if c.Sarama == nil {
+			c.Sarama = NewSaramaConfig()
+		}
+		// A copy: consumers sharing one Sarama config must not see each
+		// other's changes, nor race on them while one already runs.
+		sc := *c.Sarama
+		requireSarama(&sc)
+		c.Sarama = &sc
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// bounded lists the numeric fields of c with their defaults and bounds.
+func (c *Config) bounded() ([]field[time.Duration], []field[int]) {
+	return []field[time.Duration]{
+			{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase, MaxBackoff},
+			{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax, MaxBackoff},
+			{"AttemptTimeout", &c.AttemptTimeout, DefaultAttemptTimeout, MaxTimeout},
+			{"BreakerWait", &c.BreakerWait, DefaultBreakerWait, MaxBackoff},
+			{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, MaxTimeout},
+		}, []field[int]{
+			{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts, MaxMaxAttempts},
+			{"Workers", &c.Workers, DefaultWorkers, MaxWorkers},
+			{"MaxWritesInFlight", &c.MaxWritesInFlight, DefaultMaxWritesInFlight, MaxMaxWritesInFlight},
+			{"TakeBatch", &c.TakeBatch, DefaultTakeBatch, MaxTakeBatch},
+		}
+}
+
+// validate checks c, with its defaults applied: every field, and the
 // names derived from Topics.
-func (c *Config) setDefaults() error {
+func (c *Config) validate() error {
 	switch {
 	case c.Client == nil && len(c.Brokers) == 0:
 		return fmt.Errorf("%w: Brokers is empty; set the Kafka bootstrap addresses, e.g. []string{\"localhost:9092\"}", ErrInvalidConfig)
@@ -306,28 +367,15 @@ func (c *Config) setDefaults() error {
 			return fmt.Errorf("%w: Topics[%d] %s is listed twice; list each topic once", ErrInvalidConfig, i, t)
 		}
 	}
-	if err := setDefaults(
-		field[time.Duration]{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase, MaxBackoff},
-		field[time.Duration]{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax, MaxBackoff},
-		field[time.Duration]{"AttemptTimeout", &c.AttemptTimeout, DefaultAttemptTimeout, MaxTimeout},
-		field[time.Duration]{"BreakerWait", &c.BreakerWait, DefaultBreakerWait, MaxBackoff},
-		field[time.Duration]{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, MaxTimeout},
-	); err != nil {
+	durations, ints := c.bounded()
+	if err := checkBounds(durations...); err != nil {
 		return err
 	}
-	if err := setDefaults(
-		field[int]{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts, MaxMaxAttempts},
-		field[int]{"Workers", &c.Workers, DefaultWorkers, MaxWorkers},
-		field[int]{"MaxDeadLettersInFlight", &c.MaxDeadLettersInFlight, DefaultMaxDeadLettersInFlight, MaxMaxDeadLettersInFlight},
-	); err != nil {
+	if err := checkBounds(ints...); err != nil {
 		return err
 	}
-	c.Backoff = c.Backoff.WithDefaults(backoff.Backoff{Factor: DefaultBackoffFactor, Jitter: DefaultBackoffJitter})
-	if err := c.Backoff.Validate(); err != nil {
+	if err := c.Backoff.WithDefaults(backoff.Backoff{}).Validate(); err != nil {
 		return fmt.Errorf("%w: Backoff.%w", ErrInvalidConfig, err)
-	}
-	if c.DeadLetterSuffix == "" {
-		c.DeadLetterSuffix = DefaultDeadLetterSuffix
 	}
 	if err := (dlq.WriterConfig{Suffix: c.DeadLetterSuffix}).Validate(); err != nil {
 		return fmt.Errorf("%w: DeadLetterSuffix: %w", ErrInvalidConfig, err)
@@ -336,18 +384,8 @@ func (c *Config) setDefaults() error {
 		if cc := c.Client.Config(); !cc.Producer.Return.Successes || !cc.Consumer.Offsets.AutoCommit.Enable {
 			return fmt.Errorf("%w: Client's config lacks Producer.Return.Successes or Consumer.Offsets.AutoCommit.Enable; set both before creating the client", ErrInvalidConfig)
 		}
-	} else {
-		if c.Sarama == nil {
-			c.Sarama = NewSaramaConfig()
-		}
-		// A copy: consumers sharing one Sarama config must not see each
-		// other's changes, nor race on them while one already runs.
-		sc := *c.Sarama
-		requireSarama(&sc)
-		c.Sarama = &sc
-		if err := c.Sarama.Validate(); err != nil {
-			return fmt.Errorf("%w: Sarama: %w", ErrInvalidConfig, err)
-		}
+	} else if err := c.Sarama.Validate(); err != nil {
+		return fmt.Errorf("%w: Sarama: %w", ErrInvalidConfig, err)
 	}
 	if n := c.saramaConfig().ChannelBufferSize; n > MaxSaramaChannelBuffer {
 		return fmt.Errorf("%w: Sarama.ChannelBufferSize is %d; use at most %d (Sarama makes channels of that size per partition)", ErrInvalidConfig, n, MaxSaramaChannelBuffer)
@@ -356,19 +394,10 @@ func (c *Config) setDefaults() error {
 		return fmt.Errorf("%w: Sarama's group strategies rebalance cooperatively, which the consumer does not support "+
 			"(a revoked partition's retries and breaker waits would not stop); use an eager strategy such as sarama.NewBalanceStrategySticky()", ErrInvalidConfig)
 	}
-	if err := c.setRetryDefaults(); err != nil {
+	if err := c.validateRetryTopics(); err != nil {
 		return err
 	}
-	if err := c.setDedupeDefaults(); err != nil {
-		return err
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Metrics == nil {
-		c.Metrics = noMetrics{}
-	}
-	return nil
+	return c.validateDedupe()
 }
 
 // field is a config field that 0 sets to its default, with its bound.
@@ -378,18 +407,21 @@ type field[T int | time.Duration] struct {
 	def, max T
 }
 
-// setDefaults sets each zero field to its default and refuses negative
-// ones and those above their bound.
-func setDefaults[T int | time.Duration](fields ...field[T]) error {
+// setDefault sets a zero field to its default.
+func (f field[T]) setDefault() {
+	if *f.value == 0 {
+		*f.value = f.def
+	}
+}
+
+// checkBounds refuses negative fields and those above their bound.
+func checkBounds[T int | time.Duration](fields ...field[T]) error {
 	for _, f := range fields {
 		if *f.value < 0 {
 			return fmt.Errorf("%w: %s is %v; use a positive value, or 0 for the default of %v", ErrInvalidConfig, f.name, *f.value, f.def)
 		}
 		if *f.value > f.max {
 			return fmt.Errorf("%w: %s is %v; use at most %v, or 0 for the default of %v", ErrInvalidConfig, f.name, *f.value, f.max, f.def)
-		}
-		if *f.value == 0 {
-			*f.value = f.def
 		}
 	}
 	return nil
@@ -419,21 +451,15 @@ func cooperative(cfg *sarama.Config) bool {
 	return len(strategies) > 0
 }
 
-// setRetryDefaults validates Retry and KeyOrder.
-func (c *Config) setRetryDefaults() error {
-	switch {
-	case c.Retry.DeadLetterSuffix == "":
-		c.Retry.DeadLetterSuffix = c.DeadLetterSuffix
-	case c.Retry.DeadLetterSuffix != c.DeadLetterSuffix:
-		return fmt.Errorf("%w: Retry.DeadLetterSuffix %q differs from DeadLetterSuffix %q; set only DeadLetterSuffix", ErrInvalidConfig, c.Retry.DeadLetterSuffix, c.DeadLetterSuffix)
-	}
-	if c.KeyOrder != nil && len(c.Retry.Delays) == 0 {
-		return fmt.Errorf("%w: KeyOrder is set but Retry.Delays is empty; KeyOrder keeps keys in order across retry topics, so configure some", ErrInvalidConfig)
+// validateRetryTopics checks RetryTopics and KeyOrder.
+func (c *Config) validateRetryTopics() error {
+	if c.KeyOrder != nil && len(c.RetryTopics.Delays) == 0 {
+		return fmt.Errorf("%w: KeyOrder is set but RetryTopics.Delays is empty; KeyOrder keeps keys in order across retry topics, so configure some", ErrInvalidConfig)
 	}
 	for _, t := range c.Topics {
 		// Also without retry tiers: the dead-letter topic's name.
-		if _, err := retrytopics.New(t, c.Retry); err != nil {
-			return fmt.Errorf("%w: Topics %s with Retry: %w", ErrInvalidConfig, t, err)
+		if _, err := retrytopics.New(t, c.RetryTopics, c.DeadLetterSuffix); err != nil {
+			return fmt.Errorf("%w: Topics %s with RetryTopics: %w", ErrInvalidConfig, t, err)
 		}
 	}
 	return c.checkBreakers()
@@ -442,7 +468,7 @@ func (c *Config) setRetryDefaults() error {
 // checkBreakers refuses a Breaker that an outage would not open before a
 // message runs out of attempts.
 func (c *Config) checkBreakers() error {
-	attempts := c.MaxAttempts * (1 + len(c.Retry.Delays))
+	attempts := c.MaxAttempts * (1 + len(c.RetryTopics.Delays))
 	for i, b := range c.Breakers {
 		switch {
 		case b == nil:
@@ -450,8 +476,8 @@ func (c *Config) checkBreakers() error {
 		case b.cfg.ConsecutiveFailures > attempts:
 			return fmt.Errorf("%w: MaxAttempts %d (× %d with the retry tiers) is below the %d ConsecutiveFailures of Breakers[%d] %q: "+
 				"in an outage messages would be dead-lettered before the breaker opens; raise MaxAttempts to %d, or lower its ConsecutiveFailures",
-				ErrInvalidConfig, c.MaxAttempts, 1+len(c.Retry.Delays), b.cfg.ConsecutiveFailures, i, b.name,
-				(b.cfg.ConsecutiveFailures+len(c.Retry.Delays))/(1+len(c.Retry.Delays)))
+				ErrInvalidConfig, c.MaxAttempts, 1+len(c.RetryTopics.Delays), b.cfg.ConsecutiveFailures, i, b.name,
+				(b.cfg.ConsecutiveFailures+len(c.RetryTopics.Delays))/(1+len(c.RetryTopics.Delays)))
 		}
 	}
 	return nil
@@ -464,13 +490,13 @@ func (c *Config) checkBreakers() error {
 func (c *Config) retryTopologies() (map[string]*retrytopics.Topology, []string, error) {
 	topologies := map[string]*retrytopics.Topology{}
 	subscribed := slices.Clone(c.Topics)
-	if len(c.Retry.Delays) == 0 {
+	if len(c.RetryTopics.Delays) == 0 {
 		return topologies, subscribed, nil
 	}
 	for _, topic := range c.Topics {
-		t, err := retrytopics.New(topic, c.Retry)
+		t, err := retrytopics.New(topic, c.RetryTopics, c.DeadLetterSuffix)
 		if err != nil {
-			return nil, nil, fmt.Errorf("%w: Retry: %w", ErrInvalidConfig, err)
+			return nil, nil, fmt.Errorf("%w: RetryTopics: %w", ErrInvalidConfig, err)
 		}
 		topologies[topic] = &t
 		for _, retry := range t.Topics() {
@@ -486,27 +512,40 @@ func (c *Config) retryTopologies() (map[string]*retrytopics.Topology, []string, 
 	return topologies, subscribed, nil
 }
 
-// setDedupeDefaults validates Dedupe.
-func (c *Config) setDedupeDefaults() error {
-	d := &c.Dedupe
-	// Batch also sizes the batches of KeyOrder without a Store.
-	if err := setDefaults(field[int]{"Dedupe.Batch", &d.Batch, DefaultDedupeBatch, MaxDedupeBatch}); err != nil {
-		return err
+// WithDefaults returns d with every zero field set to its default (the
+// DefaultDedupe* constants).
+func (d DedupeConfig) WithDefaults() DedupeConfig {
+	durations := d.bounded()
+	for _, f := range durations {
+		f.setDefault()
 	}
+	return d
+}
+
+// bounded lists the durations of d with their defaults and bounds.
+func (d *DedupeConfig) bounded() []field[time.Duration] {
+	return []field[time.Duration]{
+		{"Dedupe.Lease", &d.Lease, DefaultDedupeLease, MaxTimeout},
+		{"Dedupe.BusyWait", &d.BusyWait, DefaultDedupeBusyWait, MaxBackoff},
+	}
+}
+
+// validate checks d, with its defaults applied, when it has a Store.
+func (d *DedupeConfig) validate() error {
 	if d.Store == nil {
 		return nil
 	}
-	if err := setDefaults(
-		field[time.Duration]{"Dedupe.Lease", &d.Lease, DefaultDedupeLease, MaxTimeout},
-		field[time.Duration]{"Dedupe.BusyWait", &d.BusyWait, DefaultDedupeBusyWait, MaxBackoff},
-	); err != nil {
+	return checkBounds(d.bounded()...)
+}
+
+// validateDedupe checks Dedupe, and its Lease against the attempts.
+func (c *Config) validateDedupe() error {
+	d := &c.Dedupe
+	if err := d.validate(); err != nil || d.Store == nil {
 		return err
 	}
 	if floor := c.AttemptTimeout + c.Backoff.Max; d.Lease <= floor {
 		return fmt.Errorf("%w: Dedupe.Lease (%v) must exceed AttemptTimeout plus Backoff.Max (%v), or a claim could run out during an attempt; raise it", ErrInvalidConfig, d.Lease, floor)
-	}
-	if d.Metrics == nil {
-		d.Metrics = noDedupeMetrics{}
 	}
 	return nil
 }

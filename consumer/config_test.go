@@ -9,6 +9,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/retrytopics"
@@ -37,7 +38,7 @@ func TestConfigValidation(t *testing.T) {
 		t.Fatalf("New(valid) = %v", err)
 	}
 	full := valid()
-	full.Retry.Delays = []time.Duration{time.Second, time.Minute}
+	full.RetryTopics.Delays = []time.Duration{time.Second, time.Minute}
 	full.KeyOrder = nopKeyOrder{}
 	full.Dedupe.Store = nopStore{}
 	c, err := consumer.New(full)
@@ -59,7 +60,7 @@ func TestConfigValidation(t *testing.T) {
 		{"no handler", func(c *consumer.Config) { c.Handler = nil }, "Handler"},
 		{"negative attempts", func(c *consumer.Config) { c.MaxAttempts = -1 }, "MaxAttempts"},
 		{"negative workers", func(c *consumer.Config) { c.Workers = -2 }, "Workers"},
-		{"negative dead letters in flight", func(c *consumer.Config) { c.MaxDeadLettersInFlight = -1 }, "MaxDeadLettersInFlight"},
+		{"negative dead letters in flight", func(c *consumer.Config) { c.MaxWritesInFlight = -1 }, "MaxWritesInFlight"},
 		{"negative timeout", func(c *consumer.Config) { c.AttemptTimeout = -time.Second }, "AttemptTimeout"},
 		{"negative shutdown", func(c *consumer.Config) { c.ShutdownTimeout = -time.Second }, "ShutdownTimeout"},
 		{"negative breaker wait", func(c *consumer.Config) { c.BreakerWait = -time.Second }, "BreakerWait"},
@@ -74,19 +75,18 @@ func TestConfigValidation(t *testing.T) {
 		{"max below base", func(c *consumer.Config) { c.Backoff.Base, c.Backoff.Max = time.Second, time.Millisecond }, "Backoff.Max"},
 		{"bad suffix", func(c *consumer.Config) { c.DeadLetterSuffix = ".dead letters" }, "DeadLetterSuffix"},
 		{"bad sarama", func(c *consumer.Config) { c.Sarama = sarama.NewConfig(); c.Sarama.ChannelBufferSize = -1 }, "Sarama"},
-		{"zero retry delay", func(c *consumer.Config) { c.Retry.Delays = []time.Duration{time.Second, 0} }, "Delays[1]"},
+		{"zero retry delay", func(c *consumer.Config) { c.RetryTopics.Delays = []time.Duration{time.Second, 0} }, "Delays[1]"},
 		{"bad retry suffix", func(c *consumer.Config) {
-			c.Retry = retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "+r"}
+			c.RetryTopics = retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "+r"}
 		}, "Suffix"},
-		{"two dead-letter suffixes", func(c *consumer.Config) { c.Retry.DeadLetterSuffix = ".dead" }, "Retry.DeadLetterSuffix"},
 		{"retry topic listed", func(c *consumer.Config) {
-			c.Retry.Delays = []time.Duration{time.Second}
+			c.RetryTopics.Delays = []time.Duration{time.Second}
 			c.Topics = []string{"payouts", "payouts.retry.1s"}
 		}, "payouts.retry.1s"},
-		{"key order without tiers", func(c *consumer.Config) { c.KeyOrder = nopKeyOrder{} }, "Retry.Delays"},
+		{"key order without tiers", func(c *consumer.Config) { c.KeyOrder = nopKeyOrder{} }, "RetryTopics.Delays"},
 		{"lease too short", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Lease: 30 * time.Second} }, "Dedupe.Lease"},
 		{"negative busy wait", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, BusyWait: -1} }, "Dedupe.BusyWait"},
-		{"negative batch", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Batch: -1} }, "Dedupe.Batch"},
+		{"negative batch", func(c *consumer.Config) { c.Dedupe, c.TakeBatch = consumer.DedupeConfig{Store: nopStore{}}, -1 }, "TakeBatch"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -120,5 +120,37 @@ func TestBreakerConfigValidation(t *testing.T) {
 		if !errors.Is(err, consumer.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
 			t.Errorf("NewBreaker(%+v) = %v, want ErrInvalidConfig naming %s", tc.cfg, err, tc.field)
 		}
+	}
+}
+
+// TestWithDefaults: WithDefaults sets each zero field to its Default
+// constant, keeps what is set (NoJitter included), and changes nothing when
+// called again.
+func TestWithDefaults(t *testing.T) {
+	t.Parallel()
+	cfg := minimalConfig()
+	cfg.Workers = 3
+	cfg.Backoff.Jitter = backoff.NoJitter
+	got := cfg.WithDefaults()
+	for name, pair := range map[string][2]any{
+		"TakeBatch":          {got.TakeBatch, consumer.DefaultTakeBatch},
+		"MaxWritesInFlight":  {got.MaxWritesInFlight, consumer.DefaultMaxWritesInFlight},
+		"MaxAttempts":        {got.MaxAttempts, consumer.DefaultMaxAttempts},
+		"Workers":            {got.Workers, 3},
+		"Backoff.Base":       {got.Backoff.Base, consumer.DefaultBackoffBase},
+		"Backoff.Jitter":     {got.Backoff.Jitter, backoff.NoJitter},
+		"DeadLetterSuffix":   {got.DeadLetterSuffix, consumer.DefaultDeadLetterSuffix},
+		"RetryTopics.Suffix": {got.RetryTopics.Suffix, retrytopics.DefaultSuffix},
+		"Dedupe.Lease":       {got.Dedupe.Lease, consumer.DefaultDedupeLease},
+	} {
+		if pair[0] != pair[1] {
+			t.Errorf("WithDefaults().%s = %v, want %v", name, pair[0], pair[1])
+		}
+	}
+	if again := got.WithDefaults(); again.Backoff != got.Backoff || again.TakeBatch != got.TakeBatch || again.Sarama == nil {
+		t.Errorf("WithDefaults twice: %+v, want %+v", again.Backoff, got.Backoff)
+	}
+	if _, err := consumer.New(got); err != nil {
+		t.Errorf("New(WithDefaults()) = %v", err)
 	}
 }

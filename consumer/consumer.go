@@ -26,25 +26,34 @@ type Consumer struct {
 	cfg     Config
 	backoff backoff.Backoff
 	log     *slog.Logger
-	metrics Metrics
-	// measured is whether Config.Metrics was set: without it, nothing is
-	// measured (the clock is not read for handler durations).
-	measured bool
-	running  atomic.Bool
+	metrics *hooks // Config.Hooks
+	// measured is whether a hook wants handler durations: without one,
+	// the clock is not read for them.
+	measured    bool
+	dedupeHooks *dedupeHooks // Dedupe.Hooks
+	running     atomic.Bool
 
 	// topics are what the group subscribes to: Config.Topics and their
 	// retry topics.
 	topics []string
 	// topologies holds the retry topology of each main topic and each
-	// retry topic (the one it belongs to); empty without Config.Retry.
+	// retry topic (the one it belongs to); empty without Config.RetryTopics.
 	topologies map[string]*retrytopics.Topology
 }
 
 // New validates cfg, applies its defaults and returns a Consumer. It does
 // not connect to Kafka; Run does.
 func New(cfg Config) (*Consumer, error) {
-	measured := cfg.Metrics != nil
-	if err := cfg.setDefaults(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	metrics, err := sortHooks("Hooks", cfg.Hooks)
+	if err != nil {
+		return nil, err
+	}
+	dedupeHooks, err := sortDedupeHooks(cfg.Dedupe.Hooks)
+	if err != nil {
 		return nil, err
 	}
 	topologies, topics, err := cfg.retryTopologies()
@@ -52,18 +61,19 @@ func New(cfg Config) (*Consumer, error) {
 		return nil, err
 	}
 	return &Consumer{
-		cfg:        cfg,
-		backoff:    cfg.Backoff,
-		log:        cfg.Logger.With("group", cfg.Group),
-		metrics:    cfg.Metrics,
-		measured:   measured,
-		topics:     topics,
-		topologies: topologies,
+		cfg:         cfg,
+		backoff:     cfg.Backoff.WithDefaults(backoff.Backoff{}), // NoJitter made 0
+		log:         cfg.Logger.With("group", cfg.Group),
+		metrics:     metrics,
+		measured:    len(metrics.handlerDuration) > 0,
+		dedupeHooks: dedupeHooks,
+		topics:      topics,
+		topologies:  topologies,
 	}, nil
 }
 
 // Topologies returns the retry topology of each topic in Config.Topics, in
-// order; none without Config.Retry. Pass them to retrytopics.Ensure to
+// order; none without Config.RetryTopics. Pass them to retrytopics.Ensure to
 // create the topics ahead of time.
 func (c *Consumer) Topologies() []retrytopics.Topology {
 	var out []retrytopics.Topology
@@ -170,7 +180,7 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 }
 
 // ensureTopics checks that the retry and dead-letter topics exist, creating
-// them with Retry.CreateTopics, and waits while they are missing (logging
+// them with RetryTopics.CreateTopics, and waits while they are missing (logging
 // which). It reports whether they exist (false: ctx ended first).
 func (c *Consumer) ensureTopics(ctx context.Context, brokers []string, cfg *sarama.Config) bool {
 	topologies := c.Topologies()
@@ -181,7 +191,7 @@ func (c *Consumer) ensureTopics(ctx context.Context, brokers []string, cfg *sara
 		admin, err := sarama.NewClusterAdmin(brokers, cfg)
 		if err == nil {
 			var created []string
-			created, err = retrytopics.Ensure(ctx, admin, c.cfg.Retry.CreateTopics, topologies...)
+			created, err = retrytopics.Ensure(ctx, admin, c.cfg.RetryTopics.CreateTopics, topologies...)
 			c.logClose("cluster admin", admin.Close())
 			if len(created) > 0 {
 				c.log.Info("created retry and dead-letter topics", "topics", created)

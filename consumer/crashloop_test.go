@@ -166,7 +166,7 @@ func crashloop(t *testing.T, total, kills, workers int) {
 	// Everything settles: each message handled (those meant to succeed) or
 	// dead-lettered (those failing every round), and the group's offsets
 	// at the end of every topic it reads.
-	topology, err := retrytopics.New(f.topic, retrytopics.Config{Delays: crashTiers})
+	topology, err := retrytopics.New(f.topic, retrytopics.Config{Delays: crashTiers}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -318,7 +318,7 @@ func waitOrDump(t *testing.T, f *fixture, members []*testkit.Child, timeout time
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Errorf("stalled: timed out after %v waiting for %s", timeout, what)
-			topology, err := retrytopics.New(f.topic, retrytopics.Config{Delays: crashTiers})
+			topology, err := retrytopics.New(f.topic, retrytopics.Config{Delays: crashTiers}, "")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -479,7 +479,7 @@ func TestCrashloopMemberProcess(t *testing.T) {
 		Workers:     workers,
 		MaxAttempts: 1,
 		Backoff:     backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
-		Retry:       retrytopics.Config{Delays: crashTiers, CreateTopics: true},
+		RetryTopics: retrytopics.Config{Delays: crashTiers, CreateTopics: true},
 		Logger:      slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 			n, err := strconv.Atoi(strings.TrimPrefix(m.ID, "id-"))

@@ -369,7 +369,7 @@ func TestSlowDeadLetterWriteOverlapsHandling(t *testing.T) {
 		return nil
 	}))
 	cfg.OnDeadLetter = func(context.Context, consumer.DeadLetter) { hooked.Add(1) }
-	cfg.Metrics = metrics
+	cfg.Hooks = []consumer.Hook{metrics}
 	run(t, newConsumer(t, cfg))
 
 	testkit.WaitFor(t, 10*time.Second, "the dead-letter write at the broker", func() bool { return held.Load() > 0 })
@@ -397,7 +397,7 @@ func TestSlowDeadLetterWriteOverlapsHandling(t *testing.T) {
 	}
 }
 
-// TestDeadLettersInFlightBound: with MaxDeadLettersInFlight 2 and the
+// TestDeadLettersInFlightBound: with MaxWritesInFlight 2 and the
 // broker holding every dead-letter write, the partition starts two writes,
 // handles the third failing message and then waits for a write to end
 // before it takes another message. Once the writes go through, everything
@@ -436,7 +436,7 @@ func TestDeadLettersInFlightBound(t *testing.T) {
 		defer mu.Unlock()
 		written++
 	}
-	cfg.MaxDeadLettersInFlight = bound
+	cfg.MaxWritesInFlight = bound
 	run(t, newConsumer(t, cfg))
 
 	testkit.WaitFor(t, 10*time.Second, "the third failing message handled", func() bool {

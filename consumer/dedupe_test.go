@@ -57,7 +57,7 @@ func TestDedupeHandlesTheSameMessageOnce(t *testing.T) {
 	var metrics dedupeMetrics
 	cfg := f.config(t, failingOnMain(&seen, "flaky")) // handled from its retry tier
 	f.withRetry(t, &cfg, 10*time.Millisecond)
-	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, r.Client, r.Prefix), Metrics: &metrics, Lease: 10 * time.Second}
+	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, r.Client, r.Prefix), Hooks: []dedupe.Hook{&metrics}, Lease: 10 * time.Second}
 	// The same event three times: published, published again (a producer
 	// retry), and replayed from a dead-letter topic (with a replay header).
 	replayed := withID("k", "replay", "event-1")
@@ -160,7 +160,8 @@ func TestDedupeRedisStoppedMidRun(t *testing.T) {
 		handled[m.ID]++
 		return nil
 	}))
-	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, client, "courier:test:"), Metrics: &metrics, Batch: 16, Lease: 10 * time.Second}
+	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, client, "courier:test:"), Hooks: []dedupe.Hook{&metrics}, Lease: 10 * time.Second}
+	cfg.TakeBatch = 16
 	produce := func(from, to int) {
 		var msgs []*sarama.ProducerMessage
 		for i := from; i < to; i++ {
@@ -211,7 +212,7 @@ func TestDedupeFailOpen(t *testing.T) {
 	var metrics dedupeMetrics
 	var handled atomic.Int32
 	cfg := f.config(t, counting(&handled))
-	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, down, "courier:test:"), FailOpen: true, Metrics: &metrics, Lease: 10 * time.Second}
+	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, down, "courier:test:"), FailOpen: true, Hooks: []dedupe.Hook{&metrics}, Lease: 10 * time.Second}
 	f.produce(t, f.topic, record("k", "1"), record("k", "2"), record("k", "3"))
 	f.consumeAll(t, cfg, 3)
 	if handled.Load() != 3 || metrics.failedOpen.Load() != 3 || metrics.errors.Load() == 0 {

@@ -52,7 +52,7 @@
 //     envelope (package dlq), or in raw mode with DeadLetterRaw, and
 //     OnDeadLetter is called. The write runs beside the handling: the
 //     partition goes on with the next messages (up to
-//     MaxDeadLettersInFlight writes at once), and no offset is marked past
+//     MaxWritesInFlight writes at once), and no offset is marked past
 //     the message until it is written. If the write fails, it is retried
 //     with the same backoff until it succeeds or the session ends: the
 //     partition takes no new message meanwhile and nothing past the
@@ -69,7 +69,7 @@
 //
 // # Retry topics
 //
-// With Config.Retry (package retrytopics), a message whose attempts ran out
+// With Config.RetryTopics (package retrytopics), a message whose attempts ran out
 // does not go to the dead-letter topic at once: it moves to its topic's
 // first retry tier, <topic>.retry.<delay>, with its key, value and headers
 // and the retry_* headers, and its offset is committed once that write is
@@ -117,7 +117,7 @@
 // # Observing
 //
 // Logs go to Config.Logger with topic, partition, offset, ce_id and
-// correlation_id. Config.Metrics receives counts, durations, in-flight
+// correlation_id. Config.Hooks receive counts, durations, in-flight
 // messages, breaker states and lag; package prom has the Prometheus
 // implementation.
 package consumer

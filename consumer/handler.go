@@ -56,7 +56,7 @@ type Message struct {
 	// Topic, unless the message comes from a retry topic.
 	OriginalTopic string
 	// RetryRound is 0 on the main topic and n in the nth retry tier (see
-	// Config.Retry).
+	// Config.RetryTopics).
 	RetryRound int
 }
 

@@ -231,7 +231,7 @@ func (c *counter) len() int {
 	return len(c.n)
 }
 
-// recorder is a consumer.Metrics that remembers what it was told.
+// recorder is a consumer.Hook implementing every hook interface, that remembers what it was told.
 type recorder struct {
 	mu       sync.Mutex
 	outcomes map[consumer.Outcome]int

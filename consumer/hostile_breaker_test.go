@@ -101,7 +101,7 @@ func TestHostileBreaker(t *testing.T) {
 	var handled, tried counter
 	var records []*sarama.ProducerMessage
 	for _, tc := range cases {
-		b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: tc.name, Logger: testkit.Logger(t), Metrics: metrics})
+		b, err := consumer.NewBreaker(consumer.BreakerConfig{Name: tc.name, Logger: testkit.Logger(t), Hooks: []consumer.Hook{metrics}})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +130,7 @@ func TestHostileBreaker(t *testing.T) {
 		return err
 	}))
 	cfg.MaxAttempts = 0 // the default, DefaultBreakerFailures
-	cfg.Metrics = metrics
+	cfg.Hooks = []consumer.Hook{metrics}
 	for _, b := range breakers {
 		cfg.Breakers = append(cfg.Breakers, b)
 	}

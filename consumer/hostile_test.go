@@ -352,7 +352,7 @@ func TestHostileConsumerConfig(t *testing.T) {
 		{"dead-letter topic over 249", func(c *consumer.Config) { c.Topics = []string{long[:246]} }, "DeadLetterSuffix"},
 		{"retry topic over 249", func(c *consumer.Config) {
 			c.Topics = []string{long[:242]}
-			c.Retry.Delays = []time.Duration{time.Second}
+			c.RetryTopics.Delays = []time.Duration{time.Second}
 		}, "retry topic"},
 		{"dead-letter suffix makes a name over 249", func(c *consumer.Config) { c.DeadLetterSuffix = "." + long[:248] }, "DeadLetterSuffix"},
 		{"max attempts huge", func(c *consumer.Config) { c.MaxAttempts = 1 << 40 }, "MaxAttempts"},
@@ -370,20 +370,20 @@ func TestHostileConsumerConfig(t *testing.T) {
 		{"breaker nil", func(c *consumer.Config) { c.Breakers = []*consumer.Breaker{nil} }, "Breakers[0]"},
 		{"breaker needing more attempts", func(c *consumer.Config) { c.Breakers = []*consumer.Breaker{breaker(10)} }, "ConsecutiveFailures"},
 		{"breaker beyond attempts of tiers", func(c *consumer.Config) {
-			c.MaxAttempts, c.Retry.Delays = 2, []time.Duration{time.Second}
+			c.MaxAttempts, c.RetryTopics.Delays = 2, []time.Duration{time.Second}
 			c.Breakers = []*consumer.Breaker{breaker(5)}
 		}, "raise MaxAttempts to 3"},
 		{"workers huge", func(c *consumer.Config) { c.Workers = 1 << 40 }, "Workers"},
-		{"dead letters in flight huge", func(c *consumer.Config) { c.MaxDeadLettersInFlight = 1 << 50 }, "MaxDeadLettersInFlight"},
-		{"retry delay of 30 days", func(c *consumer.Config) { c.Retry.Delays = []time.Duration{30 * 24 * time.Hour} }, "Delays[0]"},
-		{"retry delay negative", func(c *consumer.Config) { c.Retry.Delays = []time.Duration{-time.Second} }, "Delays[0]"},
-		{"retry delay below 1ms", func(c *consumer.Config) { c.Retry.Delays = []time.Duration{time.Microsecond} }, "Delays[0]"},
-		{"retry tiers 101", func(c *consumer.Config) { c.Retry.Delays = slices.Repeat([]time.Duration{time.Second}, 101) }, "Delays"},
+		{"dead letters in flight huge", func(c *consumer.Config) { c.MaxWritesInFlight = 1 << 50 }, "MaxWritesInFlight"},
+		{"retry delay of 30 days", func(c *consumer.Config) { c.RetryTopics.Delays = []time.Duration{30 * 24 * time.Hour} }, "Delays[0]"},
+		{"retry delay negative", func(c *consumer.Config) { c.RetryTopics.Delays = []time.Duration{-time.Second} }, "Delays[0]"},
+		{"retry delay below 1ms", func(c *consumer.Config) { c.RetryTopics.Delays = []time.Duration{time.Microsecond} }, "Delays[0]"},
+		{"retry tiers 101", func(c *consumer.Config) { c.RetryTopics.Delays = slices.Repeat([]time.Duration{time.Second}, 101) }, "Delays"},
 		{"retry suffix with a slash", func(c *consumer.Config) {
-			c.Retry = retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "/retry"}
+			c.RetryTopics = retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "/retry"}
 		}, "Suffix"},
-		{"dedupe batch 1<<50", func(c *consumer.Config) { c.Dedupe.Batch = 1 << 50 }, "Dedupe.Batch"},
-		{"dedupe batch 1<<50 with a store", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Batch: 1 << 50} }, "Dedupe.Batch"},
+		{"dedupe batch 1<<50", func(c *consumer.Config) { c.TakeBatch = 1 << 50 }, "TakeBatch"},
+		{"dedupe batch 1<<50 with a store", func(c *consumer.Config) { c.Dedupe, c.TakeBatch = consumer.DedupeConfig{Store: nopStore{}}, 1<<50 }, "TakeBatch"},
 		{"dedupe lease huge", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Lease: math.MaxInt64} }, "Dedupe.Lease"},
 		{"dedupe lease negative", func(c *consumer.Config) { c.Dedupe = consumer.DedupeConfig{Store: nopStore{}, Lease: -time.Minute} }, "Dedupe.Lease"},
 		{"dedupe busy wait huge", func(c *consumer.Config) {
@@ -420,7 +420,7 @@ func TestHostileConsumerConfig(t *testing.T) {
 }
 
 // TestConfigAtItsBoundsRuns: a consumer with every count at its bound
-// (Workers, Dedupe.Batch, MaxDeadLettersInFlight, MaxAttempts) and every
+// (Workers, TakeBatch, MaxWritesInFlight, MaxAttempts) and every
 // wait at its longest, as New accepts it, is assigned a partition and
 // handles its messages without a panic.
 func TestConfigAtItsBoundsRuns(t *testing.T) {
@@ -431,10 +431,11 @@ func TestConfigAtItsBoundsRuns(t *testing.T) {
 	cfg := f.config(t, counting(&handled))
 	cfg.Workers = consumer.MaxWorkers
 	cfg.MaxAttempts = consumer.MaxMaxAttempts
-	cfg.MaxDeadLettersInFlight = consumer.MaxMaxDeadLettersInFlight
+	cfg.MaxWritesInFlight = consumer.MaxMaxWritesInFlight
 	cfg.Backoff = backoff.Backoff{Base: consumer.MaxBackoff, Max: consumer.MaxBackoff, Factor: backoff.MaxFactor, Jitter: 1}
 	cfg.BreakerWait = consumer.MaxBackoff
-	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, r.Client, r.Prefix), Batch: consumer.MaxDedupeBatch,
+	cfg.TakeBatch = consumer.MaxTakeBatch
+	cfg.Dedupe = consumer.DedupeConfig{Store: f.redisDedupe(t, r.Client, r.Prefix),
 		Lease: consumer.MaxTimeout, BusyWait: consumer.MaxBackoff}
 	cfg.AttemptTimeout = consumer.MaxTimeout - consumer.MaxBackoff - time.Hour
 	f.produce(t, f.topic, record("a", "1"), record("b", "2"), record("c", "3"))

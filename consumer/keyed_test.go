@@ -109,7 +109,7 @@ func TestKeyedWorkersCommitBelowTheSlowest(t *testing.T) {
 	}))
 	metrics := &recorder{}
 	cfg.Workers = 4
-	cfg.Metrics = metrics
+	cfg.Hooks = []consumer.Hook{metrics}
 	run(t, newConsumer(t, cfg))
 	// The slow message's worker queue fills up behind it, and then the
 	// dispatch waits; the other workers get through what came before (the

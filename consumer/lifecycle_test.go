@@ -75,7 +75,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 		return nil
 	}))
 	cfg.Workers = 3
-	cfg.Metrics = &recorder{}
+	cfg.Hooks = []consumer.Hook{&recorder{}}
 	stop := run(t, newConsumer(t, cfg))
 	testkit.WaitFor(t, 10*time.Second, "every message settled", func() bool {
 		return f.committed(t, 0)+f.committed(t, 1) == 3
@@ -106,7 +106,7 @@ func TestRebalanceLosesNothing(t *testing.T) {
 	}
 	var metricsA recorder
 	cfgA := f.config(t, handler(&byA))
-	cfgA.Metrics = &metricsA
+	cfgA.Hooks = []consumer.Hook{&metricsA}
 	stopA := run(t, newConsumer(t, cfgA))
 
 	produced := make(chan error, 1)

@@ -1,14 +1,16 @@
 package consumer
 
 import (
+	"fmt"
 	"time"
 
-	"github.com/courierkit/courier/dedupe"
 	"github.com/sony/gobreaker/v2"
+
+	"github.com/courierkit/courier/dedupe"
 )
 
 // Outcome is what became of a message, or of one of its attempts, for
-// Metrics.Message.
+// MessageHook.
 type Outcome string
 
 // Outcomes, the values of the outcome label of
@@ -34,43 +36,162 @@ const (
 	OutcomeDeferred Outcome = "deferred"
 )
 
-// Metrics receives the consumer's measurements. The consumer calls it on its
-// hot path, from many goroutines, so implementations must be safe for
-// concurrent use and return at once: update a counter, never do I/O.
-// Package prom has the Prometheus implementation.
-type Metrics interface {
-	// Message reports an outcome of a message of topic.
+// Hook is a value implementing one or more of the package's *Hook
+// interfaces (MessageHook, HandlerDurationHook, InFlightHook,
+// BreakerChangedHook, LagHook, ReleasedHook), each a measurement it wants;
+// list it in Config.Hooks (and BreakerConfig.Hooks). New sorts the hooks by
+// interface once, and refuses a hook implementing none of them. A new
+// measurement is a new interface, so adding one breaks no hook. The
+// consumer calls hooks on its hot path, from many goroutines: they must be
+// safe for concurrent use and return at once (update a counter, never do
+// I/O). Package prom's ConsumerMetrics implements them all.
+type Hook any
+
+// MessageHook is told each outcome of a message of topic.
+type MessageHook interface {
 	Message(topic string, outcome Outcome)
-	// HandlerDuration reports how long one handler attempt took, failed
-	// or not.
+}
+
+// HandlerDurationHook is told how long one handler attempt took, failed or
+// not.
+type HandlerDurationHook interface {
 	HandlerDuration(topic string, d time.Duration)
-	// InFlight adds delta (+1 or -1) to the messages of topic being
-	// handled, retry waits included.
+}
+
+// InFlightHook is told delta (+1 or -1) of the messages of topic being
+// handled, retry waits included.
+type InFlightHook interface {
 	InFlight(topic string, delta int)
-	// BreakerChanged reports a new state of the named Breaker.
+}
+
+// BreakerChangedHook is told each new state of the named Breaker.
+type BreakerChangedHook interface {
 	BreakerChanged(name string, state gobreaker.State)
-	// Lag reports how many records of a partition follow the last one
-	// whose offset was marked, from the claim's high-water mark.
+}
+
+// LagHook is told how many records of a partition follow the last one
+// whose offset was marked, from the claim's high-water mark.
+type LagHook interface {
 	Lag(topic string, partition int32, lag int64)
-	// Released reports that this consumer no longer holds the partition
-	// (rebalance or shutdown): forget its lag.
+}
+
+// ReleasedHook is told that this consumer no longer holds the partition
+// (rebalance or shutdown): forget its lag.
+type ReleasedHook interface {
 	Released(topic string, partition int32)
 }
 
-// noMetrics is the Metrics used when none is configured.
-type noMetrics struct{}
+// hooks are a list of Hooks sorted by interface.
+type hooks struct {
+	message         []MessageHook
+	handlerDuration []HandlerDurationHook
+	inFlight        []InFlightHook
+	breakerChanged  []BreakerChangedHook
+	lag             []LagHook
+	released        []ReleasedHook
+}
 
-func (noMetrics) Message(string, Outcome)                {}
-func (noMetrics) HandlerDuration(string, time.Duration)  {}
-func (noMetrics) InFlight(string, int)                   {}
-func (noMetrics) BreakerChanged(string, gobreaker.State) {}
-func (noMetrics) Lag(string, int32, int64)               {}
-func (noMetrics) Released(string, int32)                 {}
+// sortHooks sorts list, the Config field named field, by interface; it
+// refuses a hook implementing none of them.
+func sortHooks(field string, list []Hook) (*hooks, error) {
+	h := &hooks{}
+	for i, hook := range list {
+		n := sortHook(hook, &h.message) + sortHook(hook, &h.handlerDuration) + sortHook(hook, &h.inFlight) +
+			sortHook(hook, &h.breakerChanged) + sortHook(hook, &h.lag) + sortHook(hook, &h.released)
+		if n == 0 {
+			return nil, fmt.Errorf("%w: %s[%d] (%T) implements none of MessageHook, HandlerDurationHook, InFlightHook, "+
+				"BreakerChangedHook, LagHook and ReleasedHook; check its method names and signatures", ErrInvalidConfig, field, i, hook)
+		}
+	}
+	return h, nil
+}
 
-// noDedupeMetrics is the dedupe.Metrics used when none is configured.
-type noDedupeMetrics struct{}
+// sortHook appends hook to list when it implements T, and returns 1 then.
+func sortHook[T any](hook Hook, list *[]T) int {
+	if t, ok := hook.(T); ok {
+		*list = append(*list, t)
+		return 1
+	}
+	return 0
+}
 
-func (noDedupeMetrics) Hits(int)                              {}
-func (noDedupeMetrics) Error(dedupe.Op)                       {}
-func (noDedupeMetrics) FailedOpen(int)                        {}
-func (noDedupeMetrics) Latency(dedupe.Op, int, time.Duration) {}
+func (h *hooks) Message(topic string, outcome Outcome) {
+	for _, x := range h.message {
+		x.Message(topic, outcome)
+	}
+}
+
+func (h *hooks) HandlerDuration(topic string, d time.Duration) {
+	for _, x := range h.handlerDuration {
+		x.HandlerDuration(topic, d)
+	}
+}
+
+func (h *hooks) InFlight(topic string, delta int) {
+	for _, x := range h.inFlight {
+		x.InFlight(topic, delta)
+	}
+}
+
+func (h *hooks) BreakerChanged(name string, state gobreaker.State) {
+	for _, x := range h.breakerChanged {
+		x.BreakerChanged(name, state)
+	}
+}
+
+func (h *hooks) Lag(topic string, partition int32, lag int64) {
+	for _, x := range h.lag {
+		x.Lag(topic, partition, lag)
+	}
+}
+
+func (h *hooks) Released(topic string, partition int32) {
+	for _, x := range h.released {
+		x.Released(topic, partition)
+	}
+}
+
+// dedupeHooks are a list of dedupe.Hooks sorted by interface.
+type dedupeHooks struct {
+	hits       []dedupe.HitsHook
+	errors     []dedupe.ErrorHook
+	failedOpen []dedupe.FailedOpenHook
+	latency    []dedupe.LatencyHook
+}
+
+// sortDedupeHooks sorts Dedupe.Hooks by interface; it refuses a hook
+// implementing none of them.
+func sortDedupeHooks(list []dedupe.Hook) (*dedupeHooks, error) {
+	h := &dedupeHooks{}
+	for i, hook := range list {
+		if sortHook(hook, &h.hits)+sortHook(hook, &h.errors)+sortHook(hook, &h.failedOpen)+sortHook(hook, &h.latency) == 0 {
+			return nil, fmt.Errorf("%w: Dedupe.Hooks[%d] (%T) implements none of dedupe.HitsHook, ErrorHook, FailedOpenHook and LatencyHook; "+
+				"check its method names and signatures", ErrInvalidConfig, i, hook)
+		}
+	}
+	return h, nil
+}
+
+func (h *dedupeHooks) Hits(n int) {
+	for _, x := range h.hits {
+		x.Hits(n)
+	}
+}
+
+func (h *dedupeHooks) Error(op dedupe.Op) {
+	for _, x := range h.errors {
+		x.Error(op)
+	}
+}
+
+func (h *dedupeHooks) FailedOpen(n int) {
+	for _, x := range h.failedOpen {
+		x.FailedOpen(n)
+	}
+}
+
+func (h *dedupeHooks) Latency(op dedupe.Op, n int, d time.Duration) {
+	for _, x := range h.latency {
+		x.Latency(op, n, d)
+	}
+}

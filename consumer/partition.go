@@ -2,19 +2,43 @@ package consumer
 
 import (
 	"context"
-	"fmt"
-	"hash/crc32"
 	"log/slog"
-	"slices"
+	"math/rand/v2"
+	"runtime/debug"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
-	"github.com/google/uuid"
 
 	"github.com/courierkit/courier/retrytopics"
 )
+
+// persistIn calls call until it succeeds, pausing the partition meanwhile
+// when pause is set, and reports whether it did (false: ctx ended first).
+// Each failure is logged with what was being done.
+func (p *partition) persistIn(ctx context.Context, what string, pause bool, call func(context.Context) error) bool {
+	err := call(ctx)
+	if err == nil {
+		return true
+	}
+	if pause {
+		p.pause()
+		defer p.resume()
+	}
+	for failures := 1; ; failures++ {
+		if ctx.Err() != nil {
+			return false
+		}
+		delay := p.c.backoff.Delay(failures, rand.Float64)
+		p.log.Warn("cannot "+what+"; is the store up? the partition waits and tries again", "error", err, "failures", failures, "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return false
+		}
+		if err = call(ctx); err == nil {
+			return true
+		}
+	}
+}
 
 // partition handles the messages of one claim.
 type partition struct {
@@ -45,7 +69,7 @@ type partition struct {
 	clock time.Time
 
 	// topology is the retry topology of the partition's topic (a main
-	// topic or one of its retry topics); nil without Config.Retry.
+	// topic or one of its retry topics); nil without Config.RetryTopics.
 	topology *retrytopics.Topology
 	// tierDelay is the delay of the retry tier the partition's topic is;
 	// 0 for a main topic.
@@ -65,22 +89,14 @@ type partition struct {
 	batch    []taken
 	carry    *taken
 
-	// owner tells this partition's dedupe claims from any other's; each
-	// claim call adds its number (claims) to it. Keyed workers claim too
-	// (a message claimed elsewhere is claimed again), hence the atomic.
-	owner  string
-	claims atomic.Uint64
-	// marks sends the dedupe marks of handled messages; nil without
-	// Dedupe.
-	marks *doneMarks
-	// parkedKeys counts, by key, the messages this partition parked in
-	// KeyOrder and has not yet unparked.
-	parkedMu   sync.Mutex
-	parkedKeys map[string]int
+	// keyOrder and dedupe are the partition's features, nil when off;
+	// features lists those on, in the order the spine calls them.
+	keyOrder *keyOrderFeature
+	dedupe   *dedupeFeature
+	features []feature
 
-	mu        sync.Mutex
-	pauses    int                 // waiters holding the partition paused
-	abandoned map[string][]string // claims to release when the partition is given up: ids by owner
+	mu     sync.Mutex
+	pauses int // waiters holding the partition paused
 }
 
 func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) *partition {
@@ -93,12 +109,12 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		log:          h.c.log.With("topic", claim.Topic(), "partition", claim.Partition()),
 		sessCtx:      sess.Context(),
 		clock:        time.Now(),
-		moves:        moves{slots: make(chan struct{}, h.c.cfg.MaxDeadLettersInFlight)},
+		moves:        moves{slots: make(chan struct{}, h.c.cfg.MaxWritesInFlight)},
 		topology:     h.c.topologies[claim.Topic()],
 		maxBatch:     1,
 	}
 	if h.c.cfg.Dedupe.Store != nil || h.c.cfg.KeyOrder != nil {
-		p.maxBatch = h.c.cfg.Dedupe.Batch
+		p.maxBatch = h.c.cfg.TakeBatch
 		p.tracked = true
 	}
 	p.batch = make([]taken, 0, p.maxBatch)
@@ -123,9 +139,13 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 	})
 	p.workCtx = workCtx
 	p.stopWork = func() { stop(); cancel() }
+	if h.c.cfg.KeyOrder != nil && p.topology != nil {
+		p.keyOrder = &keyOrderFeature{p: p, order: h.c.cfg.KeyOrder}
+		p.features = append(p.features, p.keyOrder)
+	}
 	if h.c.cfg.Dedupe.Store != nil {
-		p.owner = fmt.Sprintf("%s/%d/%s", p.topic, p.partition, uuid.NewString())
-		p.marks = newDoneMarks(p)
+		p.dedupe = newDedupeFeature(p)
+		p.features = append(p.features, p.dedupe)
 	}
 	return p
 }
@@ -135,120 +155,11 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 // the messages left unhandled, and releases the partition.
 func (p *partition) close() {
 	p.moves.wg.Wait()
-	if p.marks != nil {
-		p.marks.close()
-		p.finishDedupe()
+	for _, f := range p.features {
+		f.close()
 	}
 	p.stopWork()
 	p.c.metrics.Released(p.topic, p.partition)
-}
-
-// serial handles the messages one at a time, in offset order. Writes to
-// retry and dead-letter topics run beside it (see forward), so offsets are
-// marked up to the lowest message not yet settled.
-func (p *partition) serial() {
-	for {
-		batch := p.take()
-		for i, t := range batch {
-			if !p.process(t.d, t.traced) {
-				for _, left := range batch[i+1:] {
-					left.d.abandon()
-				}
-				return
-			}
-		}
-		if batch == nil {
-			return
-		}
-	}
-}
-
-// workerQueue is how many messages wait for each keyed worker.
-const workerQueue = 4
-
-// keyed handles the messages with n workers, each owning a share of the
-// keys, and marks offsets up to the lowest message not yet settled.
-func (p *partition) keyed(n int) {
-	var (
-		wg     sync.WaitGroup
-		queues = make([]chan taken, n)
-	)
-	for i := range queues {
-		queue := make(chan taken, workerQueue)
-		queues[i] = queue
-		wg.Go(func() {
-			for t := range queue {
-				// After a message is abandoned (the session ended) the
-				// rest of the queue is abandoned by process.
-				p.process(t.d, t.traced)
-			}
-		})
-	}
-	defer func() {
-		for _, q := range queues {
-			close(q)
-		}
-		wg.Wait()
-	}()
-	for {
-		batch := p.take()
-		if batch == nil {
-			return
-		}
-		for i, t := range batch {
-			worker := int(t.d.m.Offset % int64(n)) // keyless: no order to keep
-			if t.d.m.Key != nil {
-				worker = int(crc32.ChecksumIEEE(t.d.m.Key) % uint32(n))
-			}
-			select {
-			case <-p.sessCtx.Done():
-				for _, left := range batch[i:] {
-					left.d.abandon()
-				}
-				return
-			case queues[worker] <- t:
-			}
-		}
-	}
-}
-
-// parkedHere reports whether this partition has a message of key parked in
-// KeyOrder.
-func (p *partition) parkedHere(key []byte) bool {
-	p.parkedMu.Lock()
-	defer p.parkedMu.Unlock()
-	return p.parkedKeys[string(key)] > 0
-}
-
-// parkHere and unparkedHere count the messages of key this partition
-// parked and unparked.
-func (p *partition) parkHere(key []byte) {
-	p.parkedMu.Lock()
-	defer p.parkedMu.Unlock()
-	if p.parkedKeys == nil {
-		p.parkedKeys = map[string]int{}
-	}
-	p.parkedKeys[string(key)]++
-}
-
-func (p *partition) unparkedHere(key []byte) {
-	p.parkedMu.Lock()
-	defer p.parkedMu.Unlock()
-	if p.parkedKeys[string(key)]--; p.parkedKeys[string(key)] <= 0 {
-		delete(p.parkedKeys, string(key))
-	}
-}
-
-// settle records the message at offset as settled, and marks the offset
-// after the last message settled with every one before it.
-func (p *partition) settle(offset int64) {
-	p.pending.finish(offset, p.mark)
-}
-
-// mark marks next as the partition's next offset and reports the lag.
-func (p *partition) mark(next int64) {
-	p.sess.MarkOffset(p.topic, p.partition, next, "")
-	p.c.metrics.Lag(p.topic, p.partition, max(p.claim.HighWaterMarkOffset()-next, 0))
 }
 
 // pause stops fetching the partition until every pause has its resume.
@@ -269,47 +180,98 @@ func (p *partition) resume() {
 	}
 }
 
-// offsets tracks the messages of a partition from when they are taken to
-// when they settle.
-type offsets struct {
-	mu      sync.Mutex
-	started []int64 // in offset order, unfinished or waiting for an earlier one
-	done    []bool  // done[i] for started[i]
-}
-
-func (o *offsets) start(offset int64) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	o.started = append(o.started, offset)
-	o.done = append(o.done, false)
-}
-
-// finish records offset as finished and, when every message before it has
-// finished too, calls mark with the offset after the last finished one. It
-// calls mark under its lock, so the offsets marked only ever go up.
-func (o *offsets) finish(offset int64, mark func(next int64)) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	i, found := slices.BinarySearch(o.started, offset)
-	if !found {
-		return
-	}
-	o.done[i] = true
-	n := 0
-	for n < len(o.done) && o.done[n] {
-		n++
-	}
-	if n == 0 {
-		return
-	}
-	next := o.started[n-1] + 1
-	o.started = slices.Delete(o.started, 0, n)
-	o.done = slices.Delete(o.done, 0, n)
-	mark(next)
-}
-
 // now is the time on the partition's clock: since it started, monotonic.
 func (p *partition) now() time.Duration { return time.Since(p.clock) }
 
 // since is how long ago t was on the partition's clock.
 func (p *partition) since(t time.Duration) time.Duration { return p.now() - t }
+
+// delivery is one message on its way through the attempts.
+type delivery struct {
+	p           *partition
+	m           *Message
+	failed      int // attempts of this delivery that failed and count
+	firstFailed time.Time
+
+	// Retry, dedupe and key order state: nil for a record of a main topic
+	// when neither Dedupe nor KeyOrder is on (most messages pay for none
+	// of it).
+	*tracking
+
+	// What m and the first attempt's context point to: one allocation
+	// for both.
+	msg      Message
+	firstCtx attemptContext
+}
+
+// tracking is the state of a message from a retry topic, or taken with
+// Dedupe or KeyOrder on: each feature's share is defined in the feature's
+// file (retrytier.go, keyorder.go, dedupe.go).
+type tracking struct {
+	retryState
+	// id is the message's identity for Dedupe and KeyOrder; "" when
+	// neither is on.
+	id string
+	keyPlace
+	dedupeClaim
+}
+
+// newDelivery is the delivery of a record taken from the partition.
+func (p *partition) newDelivery(msg *sarama.ConsumerMessage) (d *delivery, traced bool) {
+	d = p.allocDelivery()
+	d.p = p
+	d.m = &d.msg
+	traced = setMessage(d.m, msg)
+	if p.tracked {
+		d.tracking = p.allocTracking()
+	}
+	if p.tierDelay > 0 {
+		d.readRetry()
+	}
+	return d, traced
+}
+
+// deliverySlab is how many deliveries a partition allocates at once: one
+// allocation of many costs less than many of one, and a message is
+// usually settled long before its neighbours are. A handler that keeps a
+// Message keeps its slab alive, 64 deliveries of about 400 bytes.
+const deliverySlab = 64
+
+// allocDelivery returns a zeroed delivery from the partition's slab. Only
+// the goroutine taking messages calls it.
+func (p *partition) allocDelivery() *delivery {
+	if len(p.slab) == 0 {
+		p.slab = make([]delivery, deliverySlab)
+	}
+	d := &p.slab[0]
+	p.slab = p.slab[1:]
+	return d
+}
+
+// allocTracking returns a fresh tracking (place -1: free) from the
+// partition's slab, as allocDelivery does for deliveries.
+func (p *partition) allocTracking() *tracking {
+	if len(p.trackingSlab) == 0 {
+		p.trackingSlab = make([]tracking, deliverySlab)
+	}
+	t := &p.trackingSlab[0]
+	p.trackingSlab = p.trackingSlab[1:]
+	t.place = -1
+	return t
+}
+
+// guard runs a hook of the user's and recovers a panic in it, logging it,
+// so that a bug in a hook cannot take the consumer down.
+func (c *Consumer) guard(hook string, fn func()) {
+	defer func() {
+		if v := recover(); v != nil {
+			c.log.Error(hook+" panicked", "panic", v, "stack", string(debug.Stack()))
+		}
+	}()
+	fn()
+}
+
+// log is the partition's logger with the message's identity.
+func (d *delivery) log() *slog.Logger {
+	return d.p.log.With("offset", d.m.Offset, "ce_id", d.m.ID, "correlation_id", d.m.CorrelationID)
+}

@@ -25,9 +25,9 @@ import (
 // main topic) and sets them in cfg, with one attempt per tier.
 func (f *fixture) withRetry(t *testing.T, cfg *consumer.Config, delays ...time.Duration) retrytopics.Topology {
 	t.Helper()
-	cfg.Retry = retrytopics.Config{Delays: delays}
+	cfg.RetryTopics = retrytopics.Config{Delays: delays}
 	cfg.MaxAttempts = 1
-	topo, err := retrytopics.New(f.topic, cfg.Retry)
+	topo, err := retrytopics.New(f.topic, cfg.RetryTopics, cfg.DeadLetterSuffix)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestRetryTopicsAreCreatedWithTheMainTopicsPartitions(t *testing.T) {
 	var seen calls
 	cfg := f.config(t, failingOnMain(&seen, "v"))
 	cfg.MaxAttempts = 1
-	cfg.Retry = retrytopics.Config{Delays: []time.Duration{10 * time.Millisecond}, CreateTopics: true}
+	cfg.RetryTopics = retrytopics.Config{Delays: []time.Duration{10 * time.Millisecond}, CreateTopics: true}
 	f.produce(t, f.topic, record("k", "v"))
 	stop := run(t, newConsumer(t, cfg))
 	testkit.WaitFor(t, 20*time.Second, "the retry handled", func() bool { return len(seen.all()) == 2 })
@@ -409,7 +409,7 @@ func TestRunStopsWhileWaitingForRetryTopics(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1)
 	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error { return nil }))
-	cfg.Retry = retrytopics.Config{Delays: []time.Duration{time.Second}} // its topic is never created
+	cfg.RetryTopics = retrytopics.Config{Delays: []time.Duration{time.Second}} // its topic is never created
 	logs := &lines{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	stop := run(t, newConsumer(t, cfg))
@@ -451,7 +451,7 @@ func TestRecordTooLargeForItsRetryTopicIsDeadLettered(t *testing.T) {
 		}
 		return nil
 	}))
-	cfg.Retry = retrytopics.Config{Delays: []time.Duration{10 * time.Millisecond}}
+	cfg.RetryTopics = retrytopics.Config{Delays: []time.Duration{10 * time.Millisecond}}
 	cfg.MaxAttempts = 1
 	cfg.KeyOrder = order
 	// The retry topic takes smaller records than the main topic.

@@ -49,18 +49,23 @@ func validName(field, s string) error {
 	return nil
 }
 
-// windowOrDefault refuses a negative window and one above MaxWindow, and
-// turns 0 into DefaultWindow.
-func windowOrDefault(w time.Duration) (time.Duration, error) {
+// windowOrDefault turns a zero window into DefaultWindow.
+func windowOrDefault(w time.Duration) time.Duration {
+	if w == 0 {
+		return DefaultWindow
+	}
+	return w
+}
+
+// validWindow refuses a negative window and one above MaxWindow.
+func validWindow(w time.Duration) error {
 	switch {
 	case w < 0:
-		return 0, fmt.Errorf("%w: Window is %v; use a positive duration, or 0 for the default of %v", ErrInvalidConfig, w, DefaultWindow)
+		return fmt.Errorf("%w: Window is %v; use a positive duration, or 0 for the default of %v", ErrInvalidConfig, w, DefaultWindow)
 	case w > MaxWindow:
-		return 0, fmt.Errorf("%w: Window is %v; use at most %v (ten years), or 0 for the default of %v", ErrInvalidConfig, w, MaxWindow, DefaultWindow)
-	case w == 0:
-		return DefaultWindow, nil
+		return fmt.Errorf("%w: Window is %v; use at most %v (ten years), or 0 for the default of %v", ErrInvalidConfig, w, MaxWindow, DefaultWindow)
 	}
-	return w, nil
+	return nil
 }
 
 // MaxIDBytes is the longest id a store keeps as it is; see StoredID.

@@ -92,37 +92,55 @@ type Inbox struct {
 
 var _ Store = (*Inbox)(nil)
 
+// WithDefaults returns cfg with every zero field set to its default: Table
+// to DefaultInboxTable, Window to DefaultWindow, CleanupBatch to
+// DefaultCleanupBatch and Logger to slog.Default().
+func (cfg InboxConfig) WithDefaults() InboxConfig {
+	if cfg.Table == "" {
+		cfg.Table = DefaultInboxTable
+	}
+	cfg.Window = windowOrDefault(cfg.Window)
+	if cfg.CleanupBatch == 0 {
+		cfg.CleanupBatch = DefaultCleanupBatch
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return cfg
+}
+
+// validate checks cfg, with its defaults applied.
+func (cfg *InboxConfig) validate() error {
+	if _, err := pgname.NewTable(cfg.Schema, cfg.Table); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	if err := validScope(cfg.Scope); err != nil {
+		return err
+	}
+	if err := validWindow(cfg.Window); err != nil {
+		return err
+	}
+	switch {
+	case cfg.CleanupBatch < 0:
+		return fmt.Errorf("%w: CleanupBatch is %d; use a positive number of rows, or 0 for the default of %d", ErrInvalidConfig, cfg.CleanupBatch, DefaultCleanupBatch)
+	case cfg.CleanupBatch > MaxCleanupBatch:
+		return fmt.Errorf("%w: CleanupBatch is %d; use at most %d rows, or 0 for the default of %d", ErrInvalidConfig, cfg.CleanupBatch, MaxCleanupBatch, DefaultCleanupBatch)
+	}
+	return nil
+}
+
 // NewInbox validates cfg, applies its defaults and returns an inbox that
 // reads and cleans up through db. It does not contact PostgreSQL.
 func NewInbox(db DB, cfg InboxConfig) (*Inbox, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: the DB is nil; pass a *pgxpool.Pool", ErrInvalidConfig)
 	}
-	if cfg.Table == "" {
-		cfg.Table = DefaultInboxTable
-	}
-	table, err := pgname.NewTable(cfg.Schema, cfg.Table)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if err := validScope(cfg.Scope); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	window, err := windowOrDefault(cfg.Window)
-	if err != nil {
-		return nil, err
-	}
-	switch {
-	case cfg.CleanupBatch < 0:
-		return nil, fmt.Errorf("%w: CleanupBatch is %d; use a positive number of rows, or 0 for the default of %d", ErrInvalidConfig, cfg.CleanupBatch, DefaultCleanupBatch)
-	case cfg.CleanupBatch > MaxCleanupBatch:
-		return nil, fmt.Errorf("%w: CleanupBatch is %d; use at most %d rows, or 0 for the default of %d", ErrInvalidConfig, cfg.CleanupBatch, MaxCleanupBatch, DefaultCleanupBatch)
-	case cfg.CleanupBatch == 0:
-		cfg.CleanupBatch = DefaultCleanupBatch
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
+	table, _ := pgname.NewTable(cfg.Schema, cfg.Table) // validated
+	window := cfg.Window
 	// The window is a validated integer, so it is safe in the SQL text.
 	cutoff := "now() - interval '" + strconv.FormatInt(window.Microseconds(), 10) + " microseconds'"
 	return &Inbox{

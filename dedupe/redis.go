@@ -86,31 +86,46 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*Redis, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: the client is nil; pass a *redis.Client or *redis.ClusterClient", ErrInvalidConfig)
 	}
-	if err := validScope(cfg.Scope); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if strings.Contains(cfg.Scope, ":") {
-		return nil, fmt.Errorf("%w: Scope %q contains ':', which separates the scope from the id in a key; use another separator, e.g. %q",
-			ErrInvalidConfig, cfg.Scope, strings.ReplaceAll(cfg.Scope, ":", "."))
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	if err := validName("Prefix", cfg.Prefix); err != nil {
-		return nil, err
-	}
-	window, err := windowOrDefault(cfg.Window)
-	if err != nil {
-		return nil, err
-	}
-	if window < time.Millisecond {
-		return nil, fmt.Errorf("%w: Window is %v; Redis expires keys in whole milliseconds: use at least 1ms", ErrInvalidConfig, window)
 	}
 	return &Redis{
 		client:       client,
 		keyPrefix:    cfg.Prefix + cfg.Scope + ":",
-		windowMillis: window.Milliseconds(),
+		windowMillis: cfg.Window.Milliseconds(),
 	}, nil
+}
+
+// WithDefaults returns cfg with every zero field set to its default: Prefix
+// to DefaultPrefix and Window to DefaultWindow.
+func (cfg RedisConfig) WithDefaults() RedisConfig {
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	cfg.Window = windowOrDefault(cfg.Window)
+	return cfg
+}
+
+// validate checks cfg, with its defaults applied.
+func (cfg *RedisConfig) validate() error {
+	if err := validScope(cfg.Scope); err != nil {
+		return err
+	}
+	if strings.Contains(cfg.Scope, ":") {
+		return fmt.Errorf("%w: Scope %q contains ':', which separates the scope from the id in a key; use another separator, e.g. %q",
+			ErrInvalidConfig, cfg.Scope, strings.ReplaceAll(cfg.Scope, ":", "."))
+	}
+	if err := validName("Prefix", cfg.Prefix); err != nil {
+		return err
+	}
+	if err := validWindow(cfg.Window); err != nil {
+		return err
+	}
+	if cfg.Window < time.Millisecond {
+		return fmt.Errorf("%w: Window is %v; Redis expires keys in whole milliseconds: use at least 1ms", ErrInvalidConfig, cfg.Window)
+	}
+	return nil
 }
 
 // Key returns the Redis key of id, e.g. "courier:dedupe:payouts:evt-1":

@@ -70,10 +70,10 @@ type Store interface {
 	Release(ctx context.Context, owner string, ids []string) error
 }
 
-// Op names a Store operation in Metrics.
+// Op names a Store operation in ErrorHook and LatencyHook.
 type Op string
 
-// The operations Metrics reports.
+// The operations the hooks report.
 const (
 	OpClaim   Op = "claim"
 	OpExtend  Op = "extend"
@@ -81,19 +81,34 @@ const (
 	OpRelease Op = "release"
 )
 
-// Metrics receives measurements of deduplication. The consumer calls it on
-// its hot path, so implementations must be safe for concurrent use and
-// return at once. Package prom has the Prometheus implementation.
-type Metrics interface {
-	// Hits reports n messages skipped because their ids were processed
-	// already.
+// Hook is a value implementing one or more of the package's *Hook
+// interfaces (HitsHook, ErrorHook, FailedOpenHook, LatencyHook), each a
+// measurement of deduplication it wants; list it in the consumer's
+// DedupeConfig.Hooks, which refuses a hook implementing none of them. A new
+// measurement is a new interface, so adding one breaks no hook. The
+// consumer calls hooks on its hot path: they must be safe for concurrent
+// use and return at once. Package prom's DedupeMetrics implements them all.
+type Hook any
+
+// HitsHook is told of n messages skipped because their ids were processed
+// already.
+type HitsHook interface {
 	Hits(n int)
-	// Error reports a failed round trip of op.
+}
+
+// ErrorHook is told of a failed round trip of op.
+type ErrorHook interface {
 	Error(op Op)
-	// FailedOpen reports n messages processed without deduplication
-	// because the store failed and the consumer fails open.
+}
+
+// FailedOpenHook is told of n messages processed without deduplication
+// because the store failed and the consumer fails open.
+type FailedOpenHook interface {
 	FailedOpen(n int)
-	// Latency reports how long one round trip of op took, for a batch of
-	// n ids.
+}
+
+// LatencyHook is told how long one round trip of op took, for a batch of n
+// ids.
+type LatencyHook interface {
 	Latency(op Op, n int, d time.Duration)
 }

@@ -11,7 +11,7 @@ import (
 // The topics a pipeline test sets up besides its main topic: one per retry
 // tier, then the dead-letter topic, as the consumer names them.
 func Example() {
-	topology, err := retrytopics.New("orders", retrytopics.Config{Delays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}})
+	topology, err := retrytopics.New("orders", retrytopics.Config{Delays: []time.Duration{50 * time.Millisecond, 100 * time.Millisecond}}, "")
 	if err != nil {
 		fmt.Println(err)
 		return

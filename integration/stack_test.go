@@ -88,8 +88,8 @@ func (s *stack) consumerConfig(t *testing.T, h consumer.Handler) consumer.Config
 // the main topic's partitions.
 func (s *stack) retryTiers(t *testing.T, cfg *consumer.Config, delays ...time.Duration) {
 	t.Helper()
-	cfg.Retry = retrytopics.Config{Delays: delays}
-	topology, err := retrytopics.New(s.topic, cfg.Retry)
+	cfg.RetryTopics = retrytopics.Config{Delays: delays}
+	topology, err := retrytopics.New(s.topic, cfg.RetryTopics, cfg.DeadLetterSuffix)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -42,8 +42,9 @@ type ConsumerConfig struct {
 	Buckets []float64
 }
 
-// ConsumerMetrics is the Prometheus implementation of consumer.Metrics;
-// pass it as consumer.Config.Metrics and consumer.BreakerConfig.Metrics.
+// ConsumerMetrics is the Prometheus implementation of the consumer's hook
+// interfaces (consumer.Hook); list it in consumer.Config.Hooks and
+// consumer.BreakerConfig.Hooks.
 // Its methods are safe for concurrent use and never block on I/O.
 type ConsumerMetrics struct {
 	messages     *prometheus.CounterVec
@@ -53,7 +54,15 @@ type ConsumerMetrics struct {
 	lag          *prometheus.GaugeVec
 }
 
-var _ consumer.Metrics = (*ConsumerMetrics)(nil)
+// ConsumerMetrics implements every consumer hook interface.
+var (
+	_ consumer.MessageHook         = (*ConsumerMetrics)(nil)
+	_ consumer.HandlerDurationHook = (*ConsumerMetrics)(nil)
+	_ consumer.InFlightHook        = (*ConsumerMetrics)(nil)
+	_ consumer.BreakerChangedHook  = (*ConsumerMetrics)(nil)
+	_ consumer.LagHook             = (*ConsumerMetrics)(nil)
+	_ consumer.ReleasedHook        = (*ConsumerMetrics)(nil)
+)
 
 // NewConsumerMetrics creates the consumer's metrics and registers them on
 // reg. It returns an error, and registers nothing, if cfg is invalid or a

@@ -93,7 +93,7 @@ func TestConsumerFeedsTheMetrics(t *testing.T) {
 		Group:   "g." + testkit.UniqueName(t, 100),
 		Topics:  []string{topic},
 		Backoff: backoff.Backoff{Base: time.Millisecond, Max: time.Millisecond},
-		Metrics: metrics,
+		Hooks:   []consumer.Hook{metrics},
 		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 			switch {
 			case string(m.Value) == "poison":

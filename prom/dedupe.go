@@ -46,8 +46,8 @@ type DedupeConfig struct {
 // dedupeOps are the operations whose series exist from the start, at 0.
 var dedupeOps = [...]dedupe.Op{dedupe.OpClaim, dedupe.OpExtend, dedupe.OpDone, dedupe.OpRelease}
 
-// DedupeMetrics is the Prometheus implementation of dedupe.Metrics; pass it
-// as consumer.DedupeConfig.Metrics. Its methods are safe for concurrent use
+// DedupeMetrics is the Prometheus implementation of the dedupe hook
+// interfaces (dedupe.Hook); list it in consumer.DedupeConfig.Hooks. Its methods are safe for concurrent use
 // and never block on I/O.
 type DedupeMetrics struct {
 	hits     prometheus.Counter
@@ -59,7 +59,13 @@ type DedupeMetrics struct {
 	opSeconds [len(dedupeOps)]prometheus.Observer
 }
 
-var _ dedupe.Metrics = (*DedupeMetrics)(nil)
+// DedupeMetrics implements every dedupe hook interface.
+var (
+	_ dedupe.HitsHook       = (*DedupeMetrics)(nil)
+	_ dedupe.ErrorHook      = (*DedupeMetrics)(nil)
+	_ dedupe.FailedOpenHook = (*DedupeMetrics)(nil)
+	_ dedupe.LatencyHook    = (*DedupeMetrics)(nil)
+)
 
 // NewDedupeMetrics creates the deduplication metrics and registers them on
 // reg. It returns an error, and registers nothing, if cfg is invalid or a

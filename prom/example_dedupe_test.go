@@ -21,7 +21,7 @@ func ExampleNewDedupeMetrics() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = consumer.DedupeConfig{Metrics: metrics /* Store: a dedupe.Redis or dedupe.Inbox */}
+	_ = consumer.DedupeConfig{Hooks: []dedupe.Hook{metrics} /* Store: a dedupe.Redis or dedupe.Inbox */}
 
 	// What the consumer reports around its store:
 	metrics.Latency(dedupe.OpClaim, 256, 800*time.Microsecond)

@@ -107,8 +107,8 @@ func ExampleNewConsumerMetrics() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = consumer.Config{Metrics: metrics}
-	_ = consumer.BreakerConfig{Name: "psp", Metrics: metrics}
+	_ = consumer.Config{Hooks: []consumer.Hook{metrics}}
+	_ = consumer.BreakerConfig{Name: "psp", Hooks: []consumer.Hook{metrics}}
 
 	metrics.Message("payouts", consumer.OutcomeHandled)
 	metrics.HandlerDuration("payouts", 12*time.Millisecond)

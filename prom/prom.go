@@ -35,8 +35,8 @@
 // # Consumer metrics
 //
 // NewConsumerMetrics registers the consumer's metrics and returns a
-// *ConsumerMetrics to pass as consumer.Config.Metrics, and as
-// consumer.BreakerConfig.Metrics for the breakers its handlers use:
+// *ConsumerMetrics to list in consumer.Config.Hooks, and in
+// consumer.BreakerConfig.Hooks for the breakers its handlers use:
 //
 //	courier_consumer_messages_total   counter    messages per topic and outcome: handled, retried, dead_lettered, deduplicated
 //	courier_consumer_handler_seconds  histogram  one handler attempt, per topic
@@ -54,7 +54,7 @@
 // # Dedupe metrics
 //
 // NewDedupeMetrics registers the metrics of the consumer's deduplication
-// and returns a *DedupeMetrics to pass as consumer.DedupeConfig.Metrics:
+// and returns a *DedupeMetrics to list in consumer.DedupeConfig.Hooks:
 //
 //	courier_dedupe_hits_total       counter    messages skipped: their ids were processed already
 //	courier_dedupe_errors_total     counter    failed round trips to the store, per op: claim, extend, done, release

@@ -18,7 +18,7 @@ func TestEnsure(t *testing.T) {
 	t.Parallel()
 	k := testkit.NewKafka(t, testkit.InProcess())
 	main := k.Topic(t, 6)
-	topo, err := retrytopics.New(main, retrytopics.Config{Delays: []time.Duration{time.Second, time.Second, time.Minute}})
+	topo, err := retrytopics.New(main, retrytopics.Config{Delays: []time.Duration{time.Second, time.Second, time.Minute}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -52,7 +52,7 @@ func TestEnsure(t *testing.T) {
 	if created, err := retrytopics.Ensure(ctx, admin, false, topo); err != nil || len(created) != 0 {
 		t.Errorf("Ensure once they exist: created %q, %v", created, err)
 	}
-	orphan, _ := retrytopics.New("no-such-topic", retrytopics.Config{Delays: []time.Duration{time.Second}})
+	orphan, _ := retrytopics.New("no-such-topic", retrytopics.Config{Delays: []time.Duration{time.Second}}, "")
 	if _, err := retrytopics.Ensure(ctx, admin, true, orphan); !errors.Is(err, retrytopics.ErrMissingTopics) || !strings.Contains(err.Error(), "main topic no-such-topic") {
 		t.Errorf("Ensure of a missing main topic: %v", err)
 	}

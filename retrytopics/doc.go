@@ -29,7 +29,7 @@
 // Strip removes them again, which is how a dead letter or a replay gets the
 // original headers back.
 //
-// The consumer (consumer.Config.Retry) does the rest: it sends failed
+// The consumer (consumer.Config.RetryTopics) does the rest: it sends failed
 // messages to the next tier, consumes the retry topics with the same
 // handler, and waits for each record's retry_not_before with the partition
 // paused, never sleeping in the handler.

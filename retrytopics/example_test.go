@@ -14,7 +14,7 @@ import (
 func ExampleNew() {
 	topo, err := retrytopics.New("orders", retrytopics.Config{
 		Delays: []time.Duration{5 * time.Second, time.Minute, time.Minute, 10 * time.Minute},
-	})
+	}, "")
 	if err != nil {
 		log.Fatal(err)
 	}

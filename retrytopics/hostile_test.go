@@ -135,7 +135,7 @@ func TestHostileRetryTopics(t *testing.T) {
 	} {
 		t.Run("config/"+tc.name, func(t *testing.T) {
 			t.Parallel()
-			_, err := retrytopics.New(tc.topic, tc.cfg)
+			_, err := retrytopics.New(tc.topic, tc.cfg, "")
 			if !errors.Is(err, retrytopics.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.field) {
 				t.Errorf("New(%q) = %v, want ErrInvalidConfig naming %s", tc.topic, err, tc.field)
 			}

@@ -59,32 +59,48 @@ type RedisKeyOrder struct {
 
 var _ KeyOrder = (*RedisKeyOrder)(nil)
 
-// NewRedisKeyOrder validates cfg, applies its defaults and returns a
-// RedisKeyOrder on client, which it does not close.
-func NewRedisKeyOrder(client redis.UniversalClient, cfg RedisKeyOrderConfig) (*RedisKeyOrder, error) {
-	switch {
-	case client == nil:
-		return nil, fmt.Errorf("%w: the Redis client is nil; pass one from redis.NewClient", ErrInvalidConfig)
-	case cfg.Scope == "":
-		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.Scope is empty; set it to the consumer group", ErrInvalidConfig)
-	case strings.ContainsAny(cfg.Scope+cfg.Prefix, "{}"):
-		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.Scope or Prefix contains '{' or '}', which Redis Cluster reads as a hash tag; remove them", ErrInvalidConfig)
-	case cfg.TTL < 0:
-		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.TTL is %v; use a positive value, or 0 for the default of %v", ErrInvalidConfig, cfg.TTL, DefaultKeyOrderTTL)
-	case cfg.TTL > 0 && cfg.TTL < time.Millisecond, cfg.TTL > MaxKeyOrderTTL:
-		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.TTL is %v; use 1ms to %v, or 0 for the default of %v", ErrInvalidConfig, cfg.TTL, MaxKeyOrderTTL, DefaultKeyOrderTTL)
-	}
-	if err := ValidGroup(cfg.Scope); err != nil {
-		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.Scope %q %w", ErrInvalidConfig, short(cfg.Scope), err)
-	}
-	if err := ValidGroup(cfg.Prefix); err != nil {
-		return nil, fmt.Errorf("%w: RedisKeyOrderConfig.Prefix %q %w", ErrInvalidConfig, short(cfg.Prefix), err)
-	}
+// WithDefaults returns cfg with every zero field set to its default: Prefix
+// to DefaultKeyOrderPrefix and TTL to DefaultKeyOrderTTL.
+func (cfg RedisKeyOrderConfig) WithDefaults() RedisKeyOrderConfig {
 	if cfg.Prefix == "" {
 		cfg.Prefix = DefaultKeyOrderPrefix
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = DefaultKeyOrderTTL
+	}
+	return cfg
+}
+
+// validate checks cfg, with its defaults applied.
+func (cfg *RedisKeyOrderConfig) validate() error {
+	switch {
+	case cfg.Scope == "":
+		return fmt.Errorf("%w: RedisKeyOrderConfig.Scope is empty; set it to the consumer group", ErrInvalidConfig)
+	case strings.ContainsAny(cfg.Scope+cfg.Prefix, "{}"):
+		return fmt.Errorf("%w: RedisKeyOrderConfig.Scope or Prefix contains '{' or '}', which Redis Cluster reads as a hash tag; remove them", ErrInvalidConfig)
+	case cfg.TTL < 0:
+		return fmt.Errorf("%w: RedisKeyOrderConfig.TTL is %v; use a positive value, or 0 for the default of %v", ErrInvalidConfig, cfg.TTL, DefaultKeyOrderTTL)
+	case cfg.TTL < time.Millisecond, cfg.TTL > MaxKeyOrderTTL:
+		return fmt.Errorf("%w: RedisKeyOrderConfig.TTL is %v; use 1ms to %v, or 0 for the default of %v", ErrInvalidConfig, cfg.TTL, MaxKeyOrderTTL, DefaultKeyOrderTTL)
+	}
+	if err := ValidGroup(cfg.Scope); err != nil {
+		return fmt.Errorf("%w: RedisKeyOrderConfig.Scope %q %w", ErrInvalidConfig, short(cfg.Scope), err)
+	}
+	if err := ValidGroup(cfg.Prefix); err != nil {
+		return fmt.Errorf("%w: RedisKeyOrderConfig.Prefix %q %w", ErrInvalidConfig, short(cfg.Prefix), err)
+	}
+	return nil
+}
+
+// NewRedisKeyOrder validates cfg, applies its defaults and returns a
+// RedisKeyOrder on client, which it does not close.
+func NewRedisKeyOrder(client redis.UniversalClient, cfg RedisKeyOrderConfig) (*RedisKeyOrder, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: the Redis client is nil; pass one from redis.NewClient", ErrInvalidConfig)
+	}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
 	}
 	return &RedisKeyOrder{client: client, cfg: cfg, ttl: strconv.FormatInt(cfg.TTL.Milliseconds(), 10)}, nil
 }

@@ -43,9 +43,6 @@ type Config struct {
 	// Suffix makes a tier's topic: <topic><Suffix>.<delay>. Defaults to
 	// ".retry".
 	Suffix string
-	// DeadLetterSuffix makes the dead-letter topic: <topic><suffix>.
-	// Defaults to ".dlq" (dlq.DefaultSuffix).
-	DeadLetterSuffix string
 	// CreateTopics makes the consumer create the missing retry and
 	// dead-letter topics when it starts, with the main topic's partition
 	// count and replication factor (see Ensure). Defaults to false: a
@@ -74,27 +71,46 @@ type Topology struct {
 	DeadLetter string
 }
 
-// New returns the topology of topic under cfg, or an error naming the
-// field at fault.
-func New(topic string, cfg Config) (Topology, error) {
+// WithDefaults returns c with every zero field set to its default: Suffix
+// to DefaultSuffix.
+func (c Config) WithDefaults() Config {
+	if c.Suffix == "" {
+		c.Suffix = DefaultSuffix
+	}
+	return c
+}
+
+// validate checks c's Delays, whatever the topic.
+func (c Config) validate() error {
+	if len(c.Delays) > MaxTiers {
+		return fmt.Errorf("%w: Delays has %d tiers; use at most %d", ErrInvalidConfig, len(c.Delays), MaxTiers)
+	}
+	for i, d := range c.Delays {
+		if d < time.Millisecond || d%time.Millisecond != 0 || d > MaxDelay {
+			return fmt.Errorf("%w: Delays[%d] is %v; use a whole number of milliseconds from 1ms to %v (e.g. 5*time.Second)",
+				ErrInvalidConfig, i, d, MaxDelay)
+		}
+	}
+	return nil
+}
+
+// New returns the topology of topic under cfg, whose dead-letter topic is
+// <topic><deadLetterSuffix> ("" for dlq.DefaultSuffix, ".dlq"; a consumer
+// passes its Config.DeadLetterSuffix), or an error naming the field at
+// fault.
+func New(topic string, cfg Config, deadLetterSuffix string) (Topology, error) {
 	if err := topicname.Validate(topic); err != nil {
 		return Topology{}, fmt.Errorf("%w: topic %w", ErrInvalidConfig, err)
 	}
-	if cfg.Suffix == "" {
-		cfg.Suffix = DefaultSuffix
-	}
-	t := Topology{Topic: topic, DeadLetter: dlq.Topic(topic, cfg.DeadLetterSuffix)}
+	cfg = cfg.WithDefaults()
+	t := Topology{Topic: topic, DeadLetter: dlq.Topic(topic, deadLetterSuffix)}
 	if err := topicname.Validate(t.DeadLetter); err != nil {
-		return Topology{}, fmt.Errorf("%w: DeadLetterSuffix %q: the dead-letter topic %w", ErrInvalidConfig, cfg.DeadLetterSuffix, err)
+		return Topology{}, fmt.Errorf("%w: DeadLetterSuffix %q: the dead-letter topic %w", ErrInvalidConfig, deadLetterSuffix, err)
 	}
-	if len(cfg.Delays) > MaxTiers {
-		return Topology{}, fmt.Errorf("%w: Delays has %d tiers; use at most %d", ErrInvalidConfig, len(cfg.Delays), MaxTiers)
+	if err := cfg.validate(); err != nil {
+		return Topology{}, err
 	}
 	for i, d := range cfg.Delays {
-		if d < time.Millisecond || d%time.Millisecond != 0 || d > MaxDelay {
-			return Topology{}, fmt.Errorf("%w: Delays[%d] is %v; use a whole number of milliseconds from 1ms to %v (e.g. 5*time.Second)",
-				ErrInvalidConfig, i, d, MaxDelay)
-		}
 		tier := Tier{Round: i + 1, Topic: TopicName(topic, cfg.Suffix, d), Delay: d}
 		if err := topicname.Validate(tier.Topic); err != nil {
 			return Topology{}, fmt.Errorf("%w: Suffix %q: the retry topic %w", ErrInvalidConfig, cfg.Suffix, err)

@@ -11,7 +11,7 @@ import (
 )
 
 func TestNewNamesTheTiers(t *testing.T) {
-	topo, err := retrytopics.New("orders", retrytopics.Config{Delays: []time.Duration{5 * time.Second, time.Minute, time.Minute, 10 * time.Minute}})
+	topo, err := retrytopics.New("orders", retrytopics.Config{Delays: []time.Duration{5 * time.Second, time.Minute, time.Minute, 10 * time.Minute}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +41,7 @@ func TestNewNamesTheTiers(t *testing.T) {
 }
 
 func TestSuffixes(t *testing.T) {
-	topo, err := retrytopics.New("orders", retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "-payouts-retry", DeadLetterSuffix: "-dead"})
+	topo, err := retrytopics.New("orders", retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "-payouts-retry"}, "-dead")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,16 +67,17 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 		topic string
 		cfg   retrytopics.Config
 		want  string
+		dlq   string // the dead-letter suffix
 	}{
-		{"zero delay", "orders", retrytopics.Config{Delays: []time.Duration{0}}, "Delays[0]"},
-		{"sub-millisecond delay", "orders", retrytopics.Config{Delays: []time.Duration{time.Second, 1500 * time.Microsecond}}, "Delays[1]"},
-		{"bad suffix", "orders", retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "/retry"}, "Suffix"},
-		{"bad dead-letter suffix", "orders", retrytopics.Config{DeadLetterSuffix: " dlq"}, "DeadLetterSuffix"},
-		{"bad topic", "", retrytopics.Config{}, "topic"},
-		{"too long", strings.Repeat("o", 245), retrytopics.Config{Delays: []time.Duration{time.Second}}, "249"},
+		{"zero delay", "orders", retrytopics.Config{Delays: []time.Duration{0}}, "Delays[0]", ""},
+		{"sub-millisecond delay", "orders", retrytopics.Config{Delays: []time.Duration{time.Second, 1500 * time.Microsecond}}, "Delays[1]", ""},
+		{"bad suffix", "orders", retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "/retry"}, "Suffix", ""},
+		{"bad dead-letter suffix", "orders", retrytopics.Config{}, "DeadLetterSuffix", " dlq"},
+		{"bad topic", "", retrytopics.Config{}, "topic", ""},
+		{"too long", strings.Repeat("o", 245), retrytopics.Config{Delays: []time.Duration{time.Second}}, "249", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := retrytopics.New(tc.topic, tc.cfg)
+			_, err := retrytopics.New(tc.topic, tc.cfg, tc.dlq)
 			if !errors.Is(err, retrytopics.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("New: %v; want ErrInvalidConfig naming %q", err, tc.want)
 			}
@@ -85,7 +86,7 @@ func TestNewRejectsInvalidConfig(t *testing.T) {
 }
 
 func TestHolding(t *testing.T) {
-	topo, err := retrytopics.New("orders", retrytopics.Config{Delays: []time.Duration{time.Minute, 5 * time.Second, 10 * time.Minute}})
+	topo, err := retrytopics.New("orders", retrytopics.Config{Delays: []time.Duration{time.Minute, 5 * time.Second, 10 * time.Minute}}, "")
 	if err != nil {
 		t.Fatal(err)
 	}

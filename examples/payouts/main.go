@@ -69,8 +69,8 @@ type config struct {
 	BreakerFailures int           // consecutive PSP failures that open the breaker
 	BreakerOpenFor  time.Duration // how long the open breaker waits before a probe
 
-	Logger  *slog.Logger     // nil: slog.Default()
-	Metrics consumer.Metrics // nil: none; e.g. prom.NewConsumerMetrics
+	Logger *slog.Logger    // nil: slog.Default()
+	Hooks  []consumer.Hook // none: no measurements; e.g. prom.NewConsumerMetrics
 }
 
 // parseConfig reads the flags in args, with defaults from getenv.
@@ -174,7 +174,7 @@ func run(ctx context.Context, cfg config) error {
 		ConsecutiveFailures: cfg.BreakerFailures,
 		OpenFor:             cfg.BreakerOpenFor,
 		Logger:              log,
-		Metrics:             cfg.Metrics,
+		Hooks:               cfg.Hooks,
 	})
 	if err != nil {
 		return err
@@ -205,10 +205,10 @@ func run(ctx context.Context, cfg config) error {
 		Handler:     payOrder(psp, breaker, log),
 		MaxAttempts: cfg.MaxAttempts,
 		Backoff:     backoff.Backoff{Base: cfg.Backoff},
-		Retry:       retrytopics.Config{Delays: cfg.RetryDelays, CreateTopics: true},
+		RetryTopics: retrytopics.Config{Delays: cfg.RetryDelays, CreateTopics: true},
 		Dedupe:      consumer.DedupeConfig{Store: seen},
 		Logger:      log, // logs "message dead-lettered" with the error; OnDeadLetter could page someone
-		Metrics:     cfg.Metrics,
+		Hooks:       cfg.Hooks,
 	})
 	if err != nil {
 		return err

@@ -48,7 +48,7 @@ func TestPayoutsSurviveAnOutage(t *testing.T) {
 	cfg.Backoff = 10 * time.Millisecond
 	cfg.BreakerOpenFor = 100 * time.Millisecond
 	cfg.Logger = testkit.Logger(t, "circuit breaker changed", "psp: 503")
-	cfg.Metrics = metrics
+	cfg.Hooks = []consumer.Hook{metrics}
 	if k.Cluster == nil { // a real cluster: remove the topics the worker creates
 		t.Cleanup(func() { deleteTopics(t, k, topic+".retry.1s", topic+".retry.2s", topic+".dlq") })
 	}
@@ -181,7 +181,7 @@ func TestParseConfig(t *testing.T) {
 	}
 }
 
-// recorder is a consumer.Metrics counting outcomes and breaker openings.
+// recorder is a consumer.Hook counting outcomes and breaker openings.
 type recorder struct {
 	mu       sync.Mutex
 	outcomes map[consumer.Outcome]int

@@ -18,7 +18,6 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/google/uuid"
 	"github.com/redis/go-redis/v9"
-	"github.com/sony/gobreaker/v2"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
@@ -234,7 +233,7 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 	cases = append(cases, &benchCase{name: RetryTiers, n: cfg.Messages, consume: runner(
 		// One attempt per tier: a failing message leaves its partition at
 		// once (in-process retries would hold the partition up).
-		consumer.Config{MaxAttempts: 1, Retry: retrytopics.Config{Delays: retryTiers.Delays, CreateTopics: true}},
+		consumer.Config{MaxAttempts: 1, RetryTopics: retrytopics.Config{Delays: retryTiers.Delays, CreateTopics: true}},
 		func(_ context.Context, m *consumer.Message, fail bool) error {
 			if fail && m.RetryRound < 2 {
 				return fmt.Errorf("bench: message %s fails in round %d", m.ID, m.RetryRound)
@@ -461,7 +460,7 @@ func (bl *backlog) write(n int) error {
 // created them) and closes its admin client.
 func (bl *backlog) drop() {
 	topics := []string{bl.topic, bl.dlq}
-	if topo, err := retrytopics.New(bl.topic, retryTiers); err == nil {
+	if topo, err := retrytopics.New(bl.topic, retryTiers, consumer.DefaultDeadLetterSuffix); err == nil {
 		topics = append(topics, topo.Topics()...)
 	}
 	for _, topic := range topics {
@@ -569,7 +568,7 @@ func (h marker) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Cons
 
 // runner consumes with a runner configured as rc plus the backlog's
 // brokers, group and topic. handle is told whether the message is one of
-// those meant to fail. Messages are counted as settled through Metrics
+// those meant to fail. Messages are counted as settled through a MessageHook
 // (handled or dead-lettered). Afterwards the dead-letter topic must hold
 // exactly the messages meant to fail when handle failed them, else none.
 func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Message, fail bool) error) consumeFunc {
@@ -583,7 +582,7 @@ func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Mes
 			}
 			return err
 		})
-		rc.Metrics = settledMetrics{s: s, topic: bl.topic}
+		rc.Hooks = []consumer.Hook{settledMetrics{s: s, topic: bl.topic}}
 		rc.Logger = cfg.Logger
 		c, err := consumer.New(rc)
 		if err != nil {
@@ -605,7 +604,7 @@ func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Mes
 			return 0, err
 		}
 		want := 0
-		if failed.Load() > 0 && len(rc.Retry.Delays) == 0 {
+		if failed.Load() > 0 && len(rc.RetryTopics.Delays) == 0 {
 			want = len(bl.fail)
 		}
 		return took, bl.checkDeadLetters(want)
@@ -652,11 +651,6 @@ func (m settledMetrics) Message(topic string, o consumer.Outcome) {
 		m.s.add()
 	}
 }
-func (settledMetrics) HandlerDuration(string, time.Duration)  {}
-func (settledMetrics) InFlight(string, int)                   {}
-func (settledMetrics) BreakerChanged(string, gobreaker.State) {}
-func (settledMetrics) Lag(string, int32, int64)               {}
-func (settledMetrics) Released(string, int32)                 {}
 
 // checkDeadLetters fails unless the dead-letter topic holds want records,
 // each the envelope of a distinct message meant to fail.

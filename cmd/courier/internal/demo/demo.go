@@ -498,7 +498,7 @@ func (d *run) worker() (*consumer.Consumer, error) {
 		return nil, err
 	}
 	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{Name: "psp", ConsecutiveFailures: 5, OpenFor: 500 * time.Millisecond,
-		Logger: d.log, Metrics: &d.counts})
+		Logger: d.log, Hooks: []consumer.Hook{&d.counts}})
 	if err != nil {
 		return nil, err
 	}
@@ -508,9 +508,9 @@ func (d *run) worker() (*consumer.Consumer, error) {
 	return consumer.New(consumer.Config{
 		Brokers: d.broker.ListenAddrs(), Sarama: sc, Group: group, Topics: []string{topic},
 		MaxAttempts: 6, Backoff: backoff.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
-		Workers: 8,
-		Retry:   retrytopics.Config{Delays: []time.Duration{500 * time.Millisecond, time.Second}, CreateTopics: true},
-		Dedupe:  consumer.DedupeConfig{Store: store},
+		Workers:     8,
+		RetryTopics: retrytopics.Config{Delays: []time.Duration{500 * time.Millisecond, time.Second}, CreateTopics: true},
+		Dedupe:      consumer.DedupeConfig{Store: store},
 		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 			if m.Attempt > 1 {
 				d.counts.retried.Add(1)
@@ -537,8 +537,8 @@ func (d *run) worker() (*consumer.Consumer, error) {
 			}
 			return err
 		}),
-		Metrics: &d.counts,
-		Logger:  d.log,
+		Hooks:  []consumer.Hook{&d.counts},
+		Logger: d.log,
 	})
 }
 
@@ -643,7 +643,7 @@ func (d *run) count(ctx context.Context, ids []string) error {
 }
 
 // outcomes counts the consumer's outcomes; it is the consumer's and the
-// breaker's Metrics.
+// breaker's hook.
 type outcomes struct {
 	handled, retried, sentToRetry, deadLettered, deduplicated, breakerOpened atomic.Int64
 }

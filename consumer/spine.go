@@ -1,0 +1,314 @@
+// The spine of a partition: take → process → settle.
+//
+// take (with admitBatch) takes a batch of messages, process runs each
+// through handle (admit, attempts, then a move to a retry tier or the
+// dead-letter topic when they fail), and handled, moved and abandon settle
+// it. The features plug in at fixed points:
+//
+//   - dedupe (dedupe.go) and key order (keyorder.go) are features: each
+//     partition builds the ones configured (see newPartition), and the
+//     spine calls them, in that order, through the feature interface
+//     below, when a batch is taken (admitBatch), before a message's
+//     attempts (admit) and when the partition is given up (close). Their
+//     per-partition state lives in their own types; a message's share of
+//     it lives in its tracking.
+//   - retry tiers (retrytier.go) read the retry headers of a record when
+//     it is taken, hold it until it is due, and pick the next tier.
+//   - attempts (attempts.go) run the handler, with its retries and
+//     breaker waits.
+//   - dead letters (deadletter.go) and the writes that move a message on
+//     (moves.go) run beside the spine, and settle the message once
+//     written.
+//   - offsets (offsets.go) mark an offset once every message before it
+//     is settled.
+package consumer
+
+import (
+	"context"
+	"hash/crc32"
+	"sync"
+)
+
+// taken is a message taken from the partition, not yet handed to a worker.
+type taken struct {
+	d      *delivery
+	traced bool
+}
+
+// take blocks for the partition's next message and returns it with the
+// messages that are already waiting behind it, up to TakeBatch (one
+// message when neither Dedupe nor KeyOrder is on), each recorded as
+// pending. A record of a retry topic is taken only once it is due: the
+// partition pauses until then. It returns nil when the session ends.
+func (p *partition) take() []taken {
+	batch := p.batch[:0]
+	first := p.carry
+	p.carry = nil
+	if first == nil {
+		select {
+		case <-p.sessCtx.Done():
+			return nil
+		case msg, ok := <-p.claim.Messages():
+			if !ok {
+				return nil
+			}
+			d, traced := p.newDelivery(msg)
+			p.pending.start(msg.Offset)
+			first = &taken{d, traced}
+		}
+	}
+	if !p.waitMoves() || !p.waitDue(first.d) {
+		return nil
+	}
+	batch = append(batch, *first)
+	for len(batch) < p.maxBatch {
+		select {
+		case msg, ok := <-p.claim.Messages():
+			if !ok {
+				return p.admitBatch(batch)
+			}
+			d, traced := p.newDelivery(msg)
+			p.pending.start(msg.Offset)
+			if !d.due() {
+				p.carry = &taken{d, traced}
+				return p.admitBatch(batch)
+			}
+			batch = append(batch, taken{d, traced})
+		default:
+			return p.admitBatch(batch)
+		}
+	}
+	return p.admitBatch(batch)
+}
+
+// admitBatch gives each message of batch its identity and hands the batch
+// to the features (KeyOrder looks up where the keyed messages stand, Dedupe
+// claims their ids), one round trip each for the whole batch. It returns
+// nil when the session ends first.
+func (p *partition) admitBatch(batch []taken) []taken {
+	p.batch = batch
+	if len(p.features) == 0 {
+		return batch
+	}
+	for _, t := range batch {
+		t.d.id = p.c.identity(t.d)
+	}
+	for _, f := range p.features {
+		if !f.admitBatch(batch) {
+			return nil
+		}
+	}
+	return batch
+}
+
+// feature is a consumer feature that decides, before the attempts, what
+// needs none: key order, dedupe. The spine calls the partition's features
+// in order.
+type feature interface {
+	// admitBatch looks up (in one round trip for the batch) what the
+	// feature needs to know of each message of a batch just taken, and
+	// reports whether it could (false: the session ended first).
+	admitBatch(batch []taken) bool
+	// admit runs just before d's attempts. done reports that d needs no
+	// attempt, and f what became of it.
+	admit(ctx context.Context, d *delivery) (f fate, done bool)
+	// close runs when the partition is given up, once its writes in
+	// flight have ended.
+	close()
+}
+
+// serial handles the messages one at a time, in offset order. Writes to
+// retry and dead-letter topics run beside it (see forward), so offsets are
+// marked up to the lowest message not yet settled.
+func (p *partition) serial() {
+	for {
+		batch := p.take()
+		for i, t := range batch {
+			if !p.process(t.d, t.traced) {
+				for _, left := range batch[i+1:] {
+					left.d.abandon()
+				}
+				return
+			}
+		}
+		if batch == nil {
+			return
+		}
+	}
+}
+
+// workerQueue is how many messages wait for each keyed worker.
+const workerQueue = 4
+
+// keyed handles the messages with n workers, each owning a share of the
+// keys, and marks offsets up to the lowest message not yet settled.
+func (p *partition) keyed(n int) {
+	var (
+		wg     sync.WaitGroup
+		queues = make([]chan taken, n)
+	)
+	for i := range queues {
+		queue := make(chan taken, workerQueue)
+		queues[i] = queue
+		wg.Go(func() {
+			for t := range queue {
+				// After a message is abandoned (the session ended) the
+				// rest of the queue is abandoned by process.
+				p.process(t.d, t.traced)
+			}
+		})
+	}
+	defer func() {
+		for _, q := range queues {
+			close(q)
+		}
+		wg.Wait()
+	}()
+	for {
+		batch := p.take()
+		if batch == nil {
+			return
+		}
+		for i, t := range batch {
+			worker := int(t.d.m.Offset % int64(n)) // keyless: no order to keep
+			if t.d.m.Key != nil {
+				worker = int(crc32.ChecksumIEEE(t.d.m.Key) % uint32(n))
+			}
+			select {
+			case <-p.sessCtx.Done():
+				for _, left := range batch[i:] {
+					left.d.abandon()
+				}
+				return
+			case queues[worker] <- t:
+			}
+		}
+	}
+}
+
+// process handles d until it is handled (then it settles it), handed to a
+// write (which settles it once written), or abandoned, and reports whether
+// it was not abandoned. Abandoned means the session ended first: the
+// message stays unsettled, for the next owner of the partition.
+func (p *partition) process(d *delivery, traced bool) bool {
+	if p.sessCtx.Err() != nil {
+		d.abandon()
+		return false
+	}
+	m := d.m
+	p.c.metrics.InFlight(m.Topic, 1)
+	ctx := p.workCtx
+	if traced {
+		ctx = traceContext.Extract(ctx, headerCarrier(m.Headers))
+	}
+	switch d.handle(ctx) {
+	case fateHandled:
+		p.c.metrics.Message(m.Topic, OutcomeHandled)
+		p.c.metrics.InFlight(m.Topic, -1)
+		d.handled()
+		return true
+	case fateSkipped:
+		p.c.metrics.InFlight(m.Topic, -1)
+		return true
+	case fateMoving:
+		return true // the write counts it out of flight and settles it
+	default:
+		p.c.metrics.InFlight(m.Topic, -1)
+		d.abandon()
+		return false
+	}
+}
+
+// fate is where a message's handling leaves it.
+type fate int
+
+const (
+	fateAbandoned fate = iota // the session ended first
+	fateHandled               // the handler returned nil
+	fateMoving                // its write to a retry or dead-letter topic started
+	fateSkipped               // settled without handling: processed already, or another group's
+)
+
+// handle settles what needs no handling, defers a message whose key waits
+// in a retry tier, runs the attempts, waits out open breakers, and starts
+// the write to a retry tier or the dead-letter topic when the attempts
+// fail.
+func (d *delivery) handle(ctx context.Context) fate {
+	switch {
+	case d.foreign():
+		d.p.settle(d.m.Offset)
+		return fateSkipped
+	case d.malformed() != nil:
+		d.log().Error("malformed retry record; dead-lettering it unhandled", "error", d.corrupt)
+		return d.move(ctx, d.deadLetterRoute(Permanent(d.corrupt)))
+	}
+	for _, feat := range d.p.features {
+		if f, done := feat.admit(ctx, d); done {
+			return f
+		}
+	}
+	for {
+		ok, err := d.attempts(ctx)
+		switch {
+		case ok:
+			return fateHandled
+		case d.p.sessCtx.Err() != nil:
+			return fateAbandoned
+		}
+		if wait, open := d.p.c.breakerWait(err); open {
+			if !d.waitBreaker(wait, err) {
+				return fateAbandoned
+			}
+			continue
+		}
+		return d.move(ctx, d.failedRoute(err))
+	}
+}
+
+// move starts the write of the message to r.
+func (d *delivery) move(ctx context.Context, r route) fate {
+	if !d.forward(ctx, r) {
+		return fateAbandoned
+	}
+	return fateMoving
+}
+
+// handled settles a message the handler handled. It leaves its key's parked
+// messages first, and with Dedupe its id is marked processed before its
+// offset is (the marks of a partition go to the store in batches, beside
+// the handling).
+func (d *delivery) handled() {
+	unparked := d.leaveParked()
+	if d.holdsClaim() {
+		d.p.dedupe.done(d, unparked) // marked processed even when it stays parked
+		return
+	}
+	if unparked {
+		d.p.settle(d.m.Offset)
+	}
+}
+
+// moved settles a message once written to r: its claim is released, so
+// that its next delivery (from the retry tier, or a replay of the dead
+// letter) is handled; and, unless it went to a retry tier, it leaves its
+// key's parked messages.
+func (d *delivery) moved(r route) {
+	p := d.p
+	if d.holdsClaim() && !p.dedupe.release(d) {
+		d.abandon() // released when the partition is given up
+		return
+	}
+	if r.tier == nil && !d.leaveParked() {
+		return
+	}
+	p.settle(d.m.Offset)
+}
+
+// abandon records that the message will not be settled by this partition:
+// its claim is released when the partition is given up, so that the next
+// owner need not wait for the lease to run out.
+func (d *delivery) abandon() {
+	if d.holdsClaim() {
+		d.p.dedupe.abandon(d)
+	}
+}
