@@ -442,14 +442,6 @@ type copier interface {
 // server, for a round trip or two more.
 const copyMin = 32
 
-// copyColumns are the queue's columns a COPY may write, in the order of
-// row.
-var copyColumns = []string{
-	"id", "topic", "partition_key", "event_type", "aggregate_type", "aggregate_id", "tenant_id",
-	"correlation_id", "causation_id", "idempotency_key", "payload", "content_type", "headers",
-	"max_retries", "not_before",
-}
-
 // copyRows is a batch as a pgx.CopyFromSource, row by row in slice order,
 // of the columns some event of the batch sets: a column left out costs the
 // COPY nothing, where a column of NULLs costs it about as much as one of

@@ -85,9 +85,7 @@ func (f *dbFlags) outboxTable() (pgname.Table, error) {
 // outbox when its tables do not exist (or are of an older version), rather
 // than with PostgreSQL's "relation does not exist" at the first query.
 func requireOutboxTable(ctx context.Context, db producer.DBTX, table pgname.Table) error {
-	var exists, current bool
-	err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL", table.String(), table.Derived("waiting")).
-		Scan(&exists, &current)
+	exists, current, err := producer.LookupOutbox(ctx, db, table.Schema, table.Name)
 	switch {
 	case err != nil:
 		return fmt.Errorf("look up the outbox table %s: %w", table, err)
