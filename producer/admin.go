@@ -34,12 +34,23 @@ var ErrNotFound = errors.New("producer: no such event in the outbox")
 // ErrInvalidFilter is matched by the errors of a Filter the call cannot use.
 var ErrInvalidFilter = errors.New("producer: invalid filter")
 
-// NewAdmin returns an Admin working through db, usually a *pgxpool.Pool.
+// WithDefaults returns c with an empty Schema and Table set to their
+// defaults, "public" and "courier_outbox".
+func (c AdminConfig) WithDefaults() AdminConfig {
+	c.Schema, c.Table = defaultNames(c.Schema, c.Table)
+	return c
+}
+
+// validate refuses a schema or table name PostgreSQL cannot take.
+func (c AdminConfig) validate() (pgname.Table, error) { return pgname.NewTable(c.Schema, c.Table) }
+
+// NewAdmin returns an Admin working through db, usually a *pgxpool.Pool. A
+// nil db or a bad cfg is an error matching ErrInvalidConfig.
 func NewAdmin(db DBTX, cfg AdminConfig) (*Admin, error) {
 	if db == nil {
-		return nil, errors.New("producer: NewAdmin needs a database handle; got nil")
+		return nil, fmt.Errorf("%w: NewAdmin needs a database handle (a *pgxpool.Pool, *pgx.Conn or pgx.Tx); got nil", ErrInvalidConfig)
 	}
-	table, err := pgname.NewTable(cfg.Schema, cfg.Table)
+	table, err := cfg.WithDefaults().validate()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -121,14 +132,17 @@ type Record struct {
 	ContentType    string
 	Headers        map[string]string
 	Status         string
-	RetryCount     int
-	MaxRetries     *int
-	LastError      *string
-	LastAttemptAt  *time.Time
-	FirstFailedAt  *time.Time
-	NextAttemptAt  time.Time
-	CreatedAt      time.Time
-	PublishedAt    *time.Time
+	// Attempts is how many publish attempts failed: column retry_count.
+	Attempts int
+	// MaxAttempts is the event's own Event.MaxAttempts, nil for the
+	// relay's: column max_retries.
+	MaxAttempts   *int
+	LastError     *string
+	LastAttemptAt *time.Time
+	FirstFailedAt *time.Time
+	NextAttemptAt time.Time
+	CreatedAt     time.Time
+	PublishedAt   *time.Time
 }
 
 // records returns the rows of Record of the given statuses as one

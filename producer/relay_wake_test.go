@@ -177,7 +177,7 @@ func TestBreakerOpensWhileBrokerIsDown(t *testing.T) {
 	// come from one loop, in order. (With several, a claim another worker
 	// started before the breaker opened completes, but publishes nothing.)
 	relay := newRelay(t, pg, k, producer.RelayConfig{Sarama: saramaCfg, Metrics: metrics, PollInterval: 20 * time.Millisecond,
-		Workers: 1, Breaker: producer.Breaker{OpenFor: 300 * time.Millisecond}})
+		Workers: 1, Breaker: producer.BreakerConfig{OpenFor: 300 * time.Millisecond}})
 	runRelay(t, relay)
 
 	testkit.WaitFor(t, 30*time.Second, "the breaker to open and then probe again", func() bool {
@@ -281,7 +281,7 @@ func TestShutdownTimeoutLeavesTheEventPending(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}
-	if row := rowOf(t, pg, id); row.Status != producer.StatusPending || row.RetryCount != 0 {
+	if row := rowOf(t, pg, id); row.Status != producer.StatusPending || row.Attempts != 0 {
 		t.Fatalf("an event cut off by the shutdown timeout is %+v, want pending with no attempt counted", row)
 	}
 }

@@ -55,16 +55,16 @@ type claimedEvent struct {
 	Payload       []byte
 	ContentType   string
 	Headers       map[string]string
-	MaxRetries    *int
+	MaxAttempts   *int
 	CreatedAt     time.Time
 	// scheduled says a new event's NotBefore is ahead; blocked that its
 	// key has events waiting before it.
 	scheduled bool
 	blocked   bool
-	// status, RetryCount, LastError and FirstFailedAt are a waiting
-	// event's state; a new event has none.
+	// status, Attempts (retry_count), LastError and FirstFailedAt are a
+	// waiting event's state; a new event has none.
 	status        string
-	RetryCount    int
+	Attempts      int
 	LastError     *string
 	FirstFailedAt *time.Time
 	// invalid says why the row cannot be published as it stands: written
@@ -83,7 +83,7 @@ func scanQueued(row pgx.CollectableRow) (claimedEvent, error) {
 	var headers []byte
 	var created pgtype.Timestamptz
 	err := row.Scan(&e.tid, &e.seq, &e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
-		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxRetries,
+		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxAttempts,
 		&created, &e.scheduled, &e.blocked)
 	if err == nil {
 		e.check(headers, created)
@@ -96,8 +96,8 @@ func scanWaiting(row pgx.CollectableRow) (claimedEvent, error) {
 	var headers []byte
 	var created, firstFailed pgtype.Timestamptz
 	err := row.Scan(&e.seq, &e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
-		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxRetries,
-		&created, &e.status, &e.RetryCount, &e.LastError, &firstFailed)
+		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxAttempts,
+		&created, &e.status, &e.Attempts, &e.LastError, &firstFailed)
 	if err == nil {
 		if firstFailed.Valid && firstFailed.InfinityModifier == pgtype.Finite {
 			e.FirstFailedAt = &firstFailed.Time

@@ -43,7 +43,7 @@ func TestRelayFeedsTheMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	relay, err := producer.NewRelay(pg.Pool, producer.RelayConfig{Schema: pg.Schema, Brokers: k.Brokers, Metrics: metrics,
-		MaxRetries: 1, StatsInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		MaxAttempts: 1, StatsInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

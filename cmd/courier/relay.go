@@ -29,7 +29,7 @@ import (
 // relayFlags are the options of courier relay besides the database and
 // Kafka connections. Each also comes from a COURIER_* variable (bindEnv).
 type relayFlags struct {
-	batchSize, workers, maxRetries                          int
+	batchSize, workers, maxAttempts                         int
 	pollInterval, probeInterval, retention, cleanupInterval time.Duration
 	shutdownTimeout                                         time.Duration
 	pollOnly, structured, publishDeadLetters, holdKey       bool
@@ -45,7 +45,7 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.probeInterval, "probe-interval", producer.DefaultProbeInterval, "longest gap between two looks for new events when none came for a while (one small query each)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", producer.DefaultPollInterval, "how often a worker claims even when no look found new events")
 	fs.BoolVar(&f.pollOnly, "poll-only", false, "accepted for PgBouncer in transaction pooling mode, which the relay supports in any mode (it uses no LISTEN)")
-	fs.IntVar(&f.maxRetries, "max-retries", producer.DefaultMaxRetries, "failed attempts that dead-letter an event that sets no MaxRetries of its own")
+	fs.IntVar(&f.maxAttempts, "max-attempts", producer.DefaultMaxAttempts, "failed attempts that dead-letter an event that sets no MaxAttempts of its own")
 	fs.StringVar(&f.source, "source", producer.DefaultSource, "CloudEvents source (ce_source) of the published events, e.g. the service name")
 	fs.BoolVar(&f.structured, "structured", false, "publish each event as a JSON CloudEvent (structured mode) instead of its payload with ce_ headers")
 	fs.BoolVar(&f.publishDeadLetters, "publish-dead-letters", false, "also write each dead-lettered event to <topic><dead-letter-suffix> as a dlq envelope")
@@ -57,9 +57,10 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address, e.g. :9090 (empty: off)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "least severe level logged: debug (Sarama's own logs too), info, warn or error")
-	bindEnv(fs, "batch-size", "workers", "probe-interval", "poll-interval", "poll-only", "max-retries", "source", "structured",
+	bindEnv(fs, "batch-size", "workers", "probe-interval", "poll-interval", "poll-only", "max-attempts", "source", "structured",
 		"publish-dead-letters", "dead-letter-suffix", "hold-key-on-dead-letter", "retention", "cleanup-interval",
 		"shutdown-timeout", "metrics-addr", "log-format", "log-level")
+	renameFlag(fs, "max-retries", "max-attempts")
 }
 
 // validate checks what the relay's own validation would take for its
@@ -68,7 +69,7 @@ func (f *relayFlags) validate() error {
 	for _, n := range []struct {
 		flag       string
 		value, max int
-	}{{"--batch-size", f.batchSize, producer.MaxBatchSize}, {"--max-retries", f.maxRetries, producer.MaxMaxRetries}} {
+	}{{"--batch-size", f.batchSize, producer.MaxBatchSize}, {"--max-attempts", f.maxAttempts, producer.MaxMaxAttempts}} {
 		if n.value < 1 || n.value > n.max {
 			return usageError{fmt.Errorf("%s %d: use 1 to %d", n.flag, n.value, n.max)}
 		}
@@ -130,7 +131,7 @@ func (f *relayFlags) relayConfig() producer.RelayConfig {
 		ProbeInterval:       f.probeInterval,
 		PollInterval:        f.pollInterval,
 		PollOnly:            f.pollOnly,
-		MaxRetries:          f.maxRetries,
+		MaxAttempts:         f.maxAttempts,
 		HoldKeyOnDeadLetter: f.holdKey,
 		PublishDeadLetters:  f.publishDeadLetters,
 		DeadLetterSuffix:    f.deadLetterSuffix,
@@ -173,11 +174,11 @@ Every flag also comes from an environment variable: COURIER_ and the flag's
 name in capitals with _ for -, e.g. COURIER_BATCH_SIZE=500.`,
 		Example: `  courier relay --database-url postgres://app@db:5432/shop --schema shop --brokers kafka-1:9092,kafka-2:9092
   courier relay --source orders-service --metrics-addr :9090 --log-format json
-  courier relay --max-retries 10 --publish-dead-letters --hold-key-on-dead-letter
+  courier relay --max-attempts 10 --publish-dead-letters --hold-key-on-dead-letter
   COURIER_DATABASE_URL=postgres://app@db/shop COURIER_BROKERS=kafka:9092 courier relay --poll-only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnv(cmd.Flags()); err != nil {
+			if err := applyEnv(cmd.Flags(), cmd.ErrOrStderr()); err != nil {
 				return err
 			}
 			if err := out.validate(); err != nil {
@@ -421,23 +422,63 @@ const envAnnotation = "courier_env"
 func bindEnv(fs *pflag.FlagSet, names ...string) {
 	for _, name := range names {
 		f := fs.Lookup(name)
-		env := "COURIER_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		env := envName(name)
 		f.Usage += " (env " + env + ")"
 		_ = fs.SetAnnotation(name, envAnnotation, []string{env})
 	}
 }
 
+// renamedAnnotation marks a flag kept under its old name, hidden: it names
+// the flag that replaced it. envAliasAnnotation names the old variable of
+// a renamed flag's replacement.
+const (
+	renamedAnnotation  = "courier_renamed_to"
+	envAliasAnnotation = "courier_env_alias"
+)
+
+// envName is the COURIER_* variable of the flag name.
+func envName(name string) string {
+	return "COURIER_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// renameFlag keeps the flag old working as a hidden alias of the flag
+// named replacement (registered and bound by bindEnv), and old's variable
+// as an alias of replacement's; applyEnv says on stderr, in one line each,
+// what replaced them when they are used.
+func renameFlag(fs *pflag.FlagSet, old, replacement string) {
+	f := fs.Lookup(replacement)
+	fs.Var(f.Value, old, "replaced by --"+replacement)
+	_ = fs.MarkHidden(old)
+	_ = fs.SetAnnotation(old, renamedAnnotation, []string{replacement})
+	_ = fs.SetAnnotation(replacement, envAliasAnnotation, []string{envName(old)})
+}
+
 // applyEnv sets each flag bound by bindEnv that the command line left
-// unset from its environment variable, if that is set; a bad value is a
-// usage error naming the variable.
-func applyEnv(fs *pflag.FlagSet) error {
+// unset from its environment variable, if that is set (or else from the
+// old variable of a renamed flag); a bad value is a usage error naming the
+// variable. A renamed flag or variable in use gets a line on stderr naming
+// its replacement.
+func applyEnv(fs *pflag.FlagSet, stderr io.Writer) error {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if to := f.Annotations[renamedAnnotation]; len(to) > 0 && f.Changed {
+			fmt.Fprintf(stderr, "courier: --%s is deprecated, use --%s\n", f.Name, to[0])
+			fs.Lookup(to[0]).Changed = true
+		}
+	})
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
 		env := f.Annotations[envAnnotation]
 		if err != nil || len(env) == 0 || f.Changed {
 			return
 		}
-		if value, ok := os.LookupEnv(env[0]); ok {
+		value, ok := os.LookupEnv(env[0])
+		if alias := f.Annotations[envAliasAnnotation]; !ok && len(alias) > 0 {
+			if value, ok = os.LookupEnv(alias[0]); ok {
+				fmt.Fprintf(stderr, "courier: %s is deprecated, use %s\n", alias[0], env[0])
+				env = alias
+			}
+		}
+		if ok {
 			if setErr := f.Value.Set(value); setErr != nil {
 				err = usageError{fmt.Errorf("%s=%q (for --%s): %w", env[0], value, f.Name, setErr)}
 			}
