@@ -107,7 +107,7 @@ func TestRelayConfigBounds(t *testing.T) {
 		Backoff:        backoff.Backoff{Base: producer.MinInterval, Max: producer.MinInterval, Factor: 1, Jitter: 0},
 		Breaker:        producer.BreakerConfig{ConsecutiveFailures: 1, HalfOpenProbes: 1, OpenFor: time.Nanosecond},
 		PublishTimeout: producer.MinPublishTimeout, ShutdownTimeout: time.Nanosecond, Retention: time.Nanosecond,
-		Metrics: &recordedMetrics{},
+		Hooks: []producer.Hook{&recordedMetrics{}},
 	}
 	highest := producer.RelayConfig{
 		BatchSize: producer.MaxBatchSize, Workers: producer.MaxWorkers, MaxAttempts: producer.MaxMaxAttempts,
@@ -117,7 +117,7 @@ func TestRelayConfigBounds(t *testing.T) {
 		Backoff:        backoff.Backoff{Base: producer.MaxInterval, Max: producer.MaxInterval, Factor: 100, Jitter: 1},
 		Breaker:        producer.BreakerConfig{ConsecutiveFailures: producer.MaxBreakerCount, HalfOpenProbes: producer.MaxBreakerCount, OpenFor: producer.MaxTimeout},
 		PublishTimeout: producer.MaxTimeout, ShutdownTimeout: producer.MaxTimeout, Retention: producer.MaxRetention,
-		Metrics: &recordedMetrics{},
+		Hooks: []producer.Hook{&recordedMetrics{}},
 	}
 	forever := producer.RelayConfig{Retention: -1}
 	brokers := producer.RelayConfig{Brokers: []string{"kafka-1:1", "[::1]:65535", "127.0.0.1:9092"}}

@@ -228,9 +228,13 @@ type RelayConfig struct {
 
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics receives measurements (see package prom). Defaults to none.
-	Metrics RelayMetrics
-	// StatsInterval is how often the relay measures the backlog for Metrics.
+	// Hooks receive the relay's measurements, each those of the hook
+	// interfaces it implements (see Hook; package prom has one for
+	// Prometheus). NewRelay refuses a hook that implements none. Defaults
+	// to none.
+	Hooks []Hook
+	// StatsInterval is how often the relay measures the backlog for the
+	// BacklogHook hooks.
 	// From MinInterval (1ms) to MaxTimeout (24h). Defaults to 15s.
 	StatsInterval time.Duration
 
@@ -297,7 +301,7 @@ type Relay struct {
 	breaker   *gobreaker.TwoStepCircuitBreaker[struct{}]
 	backoff   backoff.Backoff
 	log       *slog.Logger
-	metrics   RelayMetrics
+	metrics   hooks
 
 	dbClock bool // Now was not injected: due checks use the database clock
 
@@ -339,6 +343,10 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
+	metrics, err := newHooks(cfg.Hooks)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	r := &Relay{
 		dbClock: dbClock,
 		cfg:     cfg,
@@ -347,7 +355,7 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 		store:   newStore(table, cfg.HoldKeyOnDeadLetter, cfg.DiscardPublished),
 		backoff: cfg.Backoff,
 		log:     cfg.Logger.With("table", table.String()),
-		metrics: cfg.Metrics,
+		metrics: metrics,
 	}
 	for range cfg.Workers {
 		r.wake = append(r.wake, make(chan struct{}, 1))
@@ -398,9 +406,6 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
-	}
-	if c.Metrics == nil {
-		c.Metrics = noMetrics{}
 	}
 	if c.Now == nil {
 		c.Now = time.Now

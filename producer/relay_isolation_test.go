@@ -93,7 +93,7 @@ func newRig(t *testing.T, c isolation) *rig {
 	k := testkit.NewKafka(t, testkit.InProcess(), testkit.KfakeOptions(c.kafka...))
 	r := &rig{t: t, pg: pg, out: out, k: k, topic: k.Topic(t, isolationPartitions), metrics: &recordedMetrics{}}
 	cfg := isolationConfig()
-	cfg.Metrics = r.metrics
+	cfg.Hooks = []producer.Hook{r.metrics}
 	if c.relay != nil {
 		c.relay(&cfg)
 	}

@@ -42,7 +42,7 @@ func TestRelayFeedsTheMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay, err := producer.NewRelay(pg.Pool, producer.RelayConfig{Schema: pg.Schema, Brokers: k.Brokers, Metrics: metrics,
+	relay, err := producer.NewRelay(pg.Pool, producer.RelayConfig{Schema: pg.Schema, Brokers: k.Brokers, Hooks: []producer.Hook{metrics},
 		MaxAttempts: 1, StatsInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)

@@ -246,11 +246,11 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	if err != nil {
 		return err
 	}
-	tally := &relayTally{next: metrics}
+	tally := &relayTally{}
 	cfg := flags.relayConfig()
 	cfg.Schema, cfg.Table = table.Schema, table.Name
 	cfg.Brokers, cfg.Sarama = brokers, saramaCfg
-	cfg.Logger, cfg.Metrics = log, tally
+	cfg.Logger, cfg.Hooks = log, []producer.Hook{tally, metrics}
 	relay, err := producer.NewRelay(pool, cfg)
 	if err != nil {
 		return usageError{fmt.Errorf("relay options: %w", err)}
@@ -361,15 +361,19 @@ func (m *metricsServer) stop(log *slog.Logger) {
 	<-m.served
 }
 
-// relayTally counts what the relay did, for the summary courier relay
-// prints when it stops, and passes every measurement on to next.
+// relayTally is a relay hook that counts what the relay did, for the
+// summary courier relay prints when it stops.
 type relayTally struct {
-	next                                             producer.RelayMetrics
 	claims, published, publishFailures, deadLettered atomic.Int64
 }
 
-// relayTally must be usable as RelayConfig.Metrics.
-var _ producer.RelayMetrics = (*relayTally)(nil)
+// relayTally hears of the claims, publishes, failures and dead letters.
+var (
+	_ producer.ClaimedHook       = (*relayTally)(nil)
+	_ producer.PublishedHook     = (*relayTally)(nil)
+	_ producer.PublishFailedHook = (*relayTally)(nil)
+	_ producer.DeadLetteredHook  = (*relayTally)(nil)
+)
 
 // relaySummary is what courier relay prints when it stops.
 type relaySummary struct {
@@ -387,31 +391,17 @@ func (t *relayTally) summary(ran time.Duration) relaySummary {
 }
 
 // Claimed counts a claim query.
-func (t *relayTally) Claimed(events int) { t.claims.Add(1); t.next.Claimed(events) }
+func (t *relayTally) Claimed(int) { t.claims.Add(1) }
 
 // Published counts an acknowledged event.
-func (t *relayTally) Published(topic string, latency time.Duration) {
-	t.published.Add(1)
-	t.next.Published(topic, latency)
-}
+func (t *relayTally) Published(string, time.Duration) { t.published.Add(1) }
 
 // PublishFailed counts a failed publish (an attempt, or a deferral while
 // Kafka is unreachable).
-func (t *relayTally) PublishFailed(topic, reason string) {
-	t.publishFailures.Add(1)
-	t.next.PublishFailed(topic, reason)
-}
+func (t *relayTally) PublishFailed(string, string) { t.publishFailures.Add(1) }
 
 // DeadLettered counts a dead-lettered event.
-func (t *relayTally) DeadLettered(topic string) { t.deadLettered.Add(1); t.next.DeadLettered(topic) }
-
-// BreakerChanged passes the new state on.
-func (t *relayTally) BreakerChanged(state producer.BreakerState) { t.next.BreakerChanged(state) }
-
-// Backlog passes the backlog on.
-func (t *relayTally) Backlog(waiting int64, oldestDueAge time.Duration) {
-	t.next.Backlog(waiting, oldestDueAge)
-}
+func (t *relayTally) DeadLettered(string) { t.deadLettered.Add(1) }
 
 // envAnnotation is the flag annotation that names a flag's environment
 // variable.
