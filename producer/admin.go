@@ -77,7 +77,7 @@ func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return s, a.wrap("count events", err)
 	}
-	sql := a.store.names.statsSQL(legacy)
+	sql := a.store.names.statsFor(legacy)
 	var pending, failed, published, dead int64
 	var oldest *time.Time
 	var age *time.Duration
@@ -223,7 +223,7 @@ func (a *Admin) Requeue(ctx context.Context, f Filter) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	sql := a.store.names.requeueSQL(where, slices.Contains(statuses, StatusFailed), slices.Contains(statuses, StatusDeadLettered))
+	sql := a.store.names.requeueFor(where, slices.Contains(statuses, StatusFailed), slices.Contains(statuses, StatusDeadLettered))
 	var n int64
 	if err := a.db.QueryRow(ctx, sql, args...).Scan(&n, nil); err != nil {
 		return 0, a.wrap("requeue events", err)

@@ -3,8 +3,9 @@ package producer
 // This file owns the SQL of an outbox: its column list (eventColumns),
 // every statement the enqueue, the relay, the admin and the layout check
 // send, and their rendering for one schema and table (outboxNames.render).
-// The code that runs them is in store.go, admin.go, outbox.go and
-// layout.go; none of it writes SQL of its own.
+// The code that runs them is in store.go, admin.go, outbox.go, layout.go
+// and presence.go; beside transaction control (BEGIN, COMMIT, ROLLBACK and
+// savepoints) none of it writes SQL of its own.
 
 import (
 	"fmt"
@@ -523,9 +524,9 @@ SELECT (SELECT count(*) FROM {queue}) + (SELECT count(*) FROM {waiting} WHERE st
     CASE WHEN at <= now() THEN at END, CASE WHEN at <= now() THEN now() - at END
 FROM due`
 
-// statsSQL renders statsSQL, with the events of the legacy table among the
+// statsFor renders statsSQL, with the events of the legacy table among the
 // published ones when legacy.
-func (n outboxNames) statsSQL(legacy bool) string {
+func (n outboxNames) statsFor(legacy bool) string {
 	sql := n.render(statsSQL, false)
 	if legacy {
 		sql = strings.Replace(sql, "/*legacy*/", "+ (SELECT count(*) FROM "+n.legacy+")", 1)
@@ -607,9 +608,9 @@ w AS (
     RETURNING 1)
 SELECT (SELECT count(*) FROM f) + (SELECT count(*) FROM w), nextval('{seq}')`
 
-// requeueSQL renders requeueSQL for the events matching where, failed ones
+// requeueFor renders requeueSQL for the events matching where, failed ones
 // when failed, dead letters when dead.
-func (n outboxNames) requeueSQL(where string, failed, dead bool) string {
+func (n outboxNames) requeueFor(where string, failed, dead bool) string {
 	return n.render(strings.NewReplacer("{where}", where, "{requeue_failed}", fmt.Sprint(failed),
 		"{requeue_dead}", fmt.Sprint(dead)).Replace(requeueSQL), false)
 }
