@@ -34,12 +34,23 @@ var ErrNotFound = errors.New("producer: no such event in the outbox")
 // ErrInvalidFilter is matched by the errors of a Filter the call cannot use.
 var ErrInvalidFilter = errors.New("producer: invalid filter")
 
-// NewAdmin returns an Admin working through db, usually a *pgxpool.Pool.
+// WithDefaults returns c with an empty Schema and Table set to their
+// defaults, "public" and "courier_outbox".
+func (c AdminConfig) WithDefaults() AdminConfig {
+	c.Schema, c.Table = defaultNames(c.Schema, c.Table)
+	return c
+}
+
+// validate refuses a schema or table name PostgreSQL cannot take.
+func (c AdminConfig) validate() (pgname.Table, error) { return pgname.NewTable(c.Schema, c.Table) }
+
+// NewAdmin returns an Admin working through db, usually a *pgxpool.Pool. A
+// nil db or a bad cfg is an error matching ErrInvalidConfig.
 func NewAdmin(db DBTX, cfg AdminConfig) (*Admin, error) {
 	if db == nil {
-		return nil, errors.New("producer: NewAdmin needs a database handle; got nil")
+		return nil, fmt.Errorf("%w: NewAdmin needs a database handle (a *pgxpool.Pool, *pgx.Conn or pgx.Tx); got nil", ErrInvalidConfig)
 	}
-	table, err := pgname.NewTable(cfg.Schema, cfg.Table)
+	table, err := cfg.WithDefaults().validate()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -66,10 +77,7 @@ func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	if err != nil {
 		return s, a.wrap("count events", err)
 	}
-	sql := a.store.names.render(statsSQL, false)
-	if legacy {
-		sql = strings.Replace(sql, "/*legacy*/", "+ (SELECT count(*) FROM "+a.store.names.legacy+")", 1)
-	}
+	sql := a.store.names.statsFor(legacy)
 	var pending, failed, published, dead int64
 	var oldest *time.Time
 	var age *time.Duration
@@ -82,19 +90,6 @@ func (a *Admin) Stats(ctx context.Context) (Stats, error) {
 	}
 	return s, nil
 }
-
-// statsSQL counts the events of each status, and finds when the oldest due
-// event became due: the queue's head, or the earliest due waiting event.
-const statsSQL = `
-WITH due AS (SELECT LEAST(
-    (SELECT COALESCE(not_before, created_at) FROM {queue} ORDER BY seq LIMIT 1),
-    (SELECT min(next_attempt_at) FROM {waiting})) AS at)
-SELECT (SELECT count(*) FROM {queue}) + (SELECT count(*) FROM {waiting} WHERE status = 'pending'),
-    (SELECT count(*) FROM {waiting} WHERE status = 'failed'),
-    (SELECT count(*) FROM {published}) /*legacy*/,
-    (SELECT count(*) FROM {dead}),
-    CASE WHEN at <= now() THEN at END, CASE WHEN at <= now() THEN now() - at END
-FROM due`
 
 // Filter selects events for List, Requeue and Purge. Empty fields match
 // everything; the fields that are set must all match.
@@ -137,73 +132,37 @@ type Record struct {
 	ContentType    string
 	Headers        map[string]string
 	Status         string
-	RetryCount     int
-	MaxRetries     *int
-	LastError      *string
-	LastAttemptAt  *time.Time
-	FirstFailedAt  *time.Time
-	NextAttemptAt  time.Time
-	CreatedAt      time.Time
-	PublishedAt    *time.Time
+	// Attempts is how many publish attempts failed: column retry_count.
+	Attempts int
+	// MaxAttempts is the event's own Event.MaxAttempts, nil for the
+	// relay's: column max_retries.
+	MaxAttempts   *int
+	LastError     *string
+	LastAttemptAt *time.Time
+	FirstFailedAt *time.Time
+	NextAttemptAt time.Time
+	CreatedAt     time.Time
+	PublishedAt   *time.Time
 }
-
-// recordSources are the tables of an outbox as rows of Record, by status.
-// Each names its columns in Record's order; the filters of Filter.where
-// apply to all of them.
-var recordSources = map[string]string{
-	StatusPending: `SELECT id, seq, ` + recordEventColumns + `, 'pending'::text AS status, 0 AS retry_count, max_retries,
-    NULL::text AS last_error, NULL::timestamptz AS last_attempt_at, NULL::timestamptz AS first_failed_at,
-    COALESCE(not_before, created_at) AS next_attempt_at, created_at, NULL::timestamptz AS published_at
-FROM {queue}
-UNION ALL
-SELECT id, seq, ` + recordEventColumns + `, status, retry_count, max_retries, last_error, last_attempt_at,
-    first_failed_at, next_attempt_at, created_at, NULL FROM {waiting} WHERE status = 'pending'`,
-	StatusFailed: `SELECT id, seq, ` + recordEventColumns + `, status, retry_count, max_retries, last_error, last_attempt_at,
-    first_failed_at, next_attempt_at, created_at, NULL::timestamptz AS published_at FROM {waiting} WHERE status = 'failed'`,
-	StatusDeadLettered: `SELECT id, seq, ` + recordEventColumns + `, 'dead_lettered'::text AS status, retry_count, max_retries,
-    last_error, last_attempt_at, first_failed_at, dead_lettered_at AS next_attempt_at, created_at,
-    NULL::timestamptz AS published_at FROM {dead}`,
-	StatusPublished: `SELECT id, seq, ` + recordEventColumns + `, 'published'::text AS status, retry_count, max_retries,
-    last_error, published_at AS last_attempt_at, first_failed_at, created_at AS next_attempt_at, created_at, published_at
-FROM {published}`,
-}
-
-// legacySource is the published events of a table of version 1, while one
-// is left (see the migrations package).
-const legacySource = `SELECT id, seq, ` + recordEventColumns + `, status, retry_count, max_retries, last_error,
-    last_attempt_at, first_failed_at, next_attempt_at, created_at, published_at FROM {legacy}`
-
-// recordEventColumns are the event columns in Record's order, after ID and
-// Seq.
-const recordEventColumns = `topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
-    correlation_id, causation_id, idempotency_key, payload, content_type, COALESCE(headers, '{}'::jsonb) AS headers`
 
 // records returns the rows of Record of the given statuses as one
 // subquery, with the legacy table when there is one.
 func (a *Admin) records(ctx context.Context, statuses []string) (string, error) {
-	var parts []string
-	for _, st := range []string{StatusPending, StatusFailed, StatusDeadLettered, StatusPublished} {
-		if slices.Contains(statuses, st) {
-			parts = append(parts, recordSources[st])
-		}
-	}
+	legacy := false
 	if slices.Contains(statuses, StatusPublished) {
-		legacy, err := a.hasLegacy(ctx)
-		if err != nil {
+		var err error
+		if legacy, err = a.hasLegacy(ctx); err != nil {
 			return "", err
 		}
-		if legacy {
-			parts = append(parts, strings.ReplaceAll(legacySource, "{legacy}", a.store.names.legacy))
-		}
 	}
-	return "(" + a.store.names.render(strings.Join(parts, "\nUNION ALL\n"), false) + ") r", nil
+	return a.store.names.recordsSQL(statuses, legacy), nil
 }
 
 // hasLegacy reports whether a table of version 1 still holds published
 // events beside the new ones.
 func (a *Admin) hasLegacy(ctx context.Context) (bool, error) {
 	var ok bool
-	err := a.db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", a.store.names.legacy).Scan(&ok)
+	err := a.db.QueryRow(ctx, existsSQL, a.store.names.legacy).Scan(&ok)
 	return ok, err
 }
 
@@ -222,8 +181,7 @@ func (a *Admin) List(ctx context.Context, f Filter) ([]Record, error) {
 		limit = 100
 	}
 	args = append(args, f.AfterSeq, limit)
-	sql := fmt.Sprintf("SELECT * FROM %s WHERE %s AND seq > $%d ORDER BY seq LIMIT $%d", from, where, len(args)-1, len(args))
-	return a.query(ctx, "list events", sql, args...)
+	return a.query(ctx, "list events", listSQL(from, where, len(args)), args...)
 }
 
 func (a *Admin) query(ctx context.Context, what, sql string, args ...any) ([]Record, error) {
@@ -244,7 +202,7 @@ func (a *Admin) Get(ctx context.Context, id uuid.UUID) (Record, error) {
 	if err != nil {
 		return Record{}, a.wrap("get event", err)
 	}
-	records, err := a.query(ctx, "get event", "SELECT * FROM "+from+" WHERE id = $1 LIMIT 1", id)
+	records, err := a.query(ctx, "get event", getSQL(from), id)
 	if err != nil {
 		return Record{}, err
 	}
@@ -265,36 +223,13 @@ func (a *Admin) Requeue(ctx context.Context, f Filter) (int64, error) {
 	if err != nil {
 		return 0, err
 	}
-	failed, dead := "false", "false"
-	if slices.Contains(statuses, StatusFailed) {
-		failed = "true"
-	}
-	if slices.Contains(statuses, StatusDeadLettered) {
-		dead = "true"
-	}
-	sql := a.store.names.render(strings.NewReplacer("{where}", where, "{requeue_failed}", failed, "{requeue_dead}", dead).Replace(requeueSQL), false)
+	sql := a.store.names.requeueFor(where, slices.Contains(statuses, StatusFailed), slices.Contains(statuses, StatusDeadLettered))
 	var n int64
 	if err := a.db.QueryRow(ctx, sql, args...).Scan(&n, nil); err != nil {
 		return 0, a.wrap("requeue events", err)
 	}
 	return n, nil
 }
-
-// requeueSQL makes the matching failed events pending and due, and moves
-// the matching dead letters back to waiting, pending and due; then it
-// advances the queue's sequence, which wakes the relays.
-const requeueSQL = `
-WITH f AS (
-    UPDATE {waiting} SET status = 'pending', retry_count = 0, first_failed_at = NULL, next_attempt_at = now()
-    WHERE {requeue_failed} AND status = 'failed' AND {where}
-    RETURNING 1),
-d AS (DELETE FROM {dead} WHERE {requeue_dead} AND {where} RETURNING *),
-w AS (
-    INSERT INTO {waiting} (seq, ` + eventColumns + `, created_at, status, retry_count, last_error, last_attempt_at,
-        first_failed_at, next_attempt_at)
-    SELECT seq, ` + eventColumns + `, created_at, 'pending', 0, last_error, last_attempt_at, NULL, now() FROM d
-    RETURNING 1)
-SELECT (SELECT count(*) FROM f) + (SELECT count(*) FROM w), nextval('{seq}')`
 
 // Purge deletes the dead-lettered (or, if f.Statuses says so, published)
 // events matching f and returns how many it deleted. It refuses pending and
@@ -326,7 +261,7 @@ func (a *Admin) Purge(ctx context.Context, f Filter) (int64, error) {
 		} else if table == a.store.names.published {
 			cond = strings.ReplaceAll(cond, "last_attempt_at", "published_at")
 		}
-		tag, err := a.db.Exec(ctx, "DELETE FROM "+table+" WHERE "+cond, args...)
+		tag, err := a.db.Exec(ctx, purgeSQL(table, cond), args...)
 		if err != nil {
 			return n, a.wrap("purge events", err)
 		}

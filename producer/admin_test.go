@@ -115,7 +115,7 @@ func TestAdminStatsAndList(t *testing.T) {
 	}
 
 	rec, err := f.admin.Get(ctx, f.dead)
-	if err != nil || rec.Status != "dead_lettered" || rec.RetryCount != 1 || rec.LastError == nil || rec.Key == nil || *rec.Key != "o-3" {
+	if err != nil || rec.Status != "dead_lettered" || rec.Attempts != 1 || rec.LastError == nil || rec.Key == nil || *rec.Key != "o-3" {
 		t.Fatalf("Get = %+v, %v", rec, err)
 	}
 	if _, err := f.admin.Get(ctx, uuid.New()); !errors.Is(err, producer.ErrNotFound) {
@@ -148,7 +148,7 @@ func TestAdminRequeueResetsAndWakesTheRelays(t *testing.T) {
 	}
 	for _, id := range []uuid.UUID{f.failed, f.dead} {
 		rec, err := f.admin.Get(ctx, id)
-		if err != nil || rec.Status != "pending" || rec.RetryCount != 0 || rec.FirstFailedAt != nil || time.Since(rec.NextAttemptAt) < 0 {
+		if err != nil || rec.Status != "pending" || rec.Attempts != 0 || rec.FirstFailedAt != nil || time.Since(rec.NextAttemptAt) < 0 {
 			t.Fatalf("requeued event %+v, %v: want pending, retry_count 0, due now", rec, err)
 		}
 	}

@@ -54,7 +54,7 @@ func (r *Relay) deadLetter(ctx context.Context, dead []deadCandidate, res *Batch
 				res.Failed++
 				msg := fmt.Sprintf("%s (dead-letter topic %s refused the envelope, will retry: %v)", letter.Error, topic, err)
 				settlements[i] = settlement{e: e, fate: fateWait, status: StatusFailed, attempted: d.attempted,
-					err: dlq.TruncateError(msg), delay: r.backoff.Delay(letter.RetryCount, rand.Float64)}
+					err: dlq.TruncateError(msg), delay: r.backoff.Delay(letter.Attempts, rand.Float64)}
 				r.logFailure(ctx, slog.LevelError, "dead-letter publish failed; will retry", e, err, "dlq_topic", topic)
 				continue
 			}
@@ -65,7 +65,7 @@ func (r *Relay) deadLetter(ctx context.Context, dead []deadCandidate, res *Batch
 		settlements[i] = settlement{e: e, fate: fateDead, attempted: d.attempted, err: letter.Error}
 		recorded = append(recorded, letter)
 		r.logFailure(ctx, slog.LevelError, "event dead-lettered", e, errors.New(letter.Error),
-			"retry_count", letter.RetryCount, "permanent", letter.Permanent)
+			"retry_count", letter.Attempts, "permanent", letter.Permanent)
 	}
 	return settlements, recorded
 }
@@ -78,12 +78,12 @@ func (e *claimedEvent) deadLetter(err error, attempted bool, now time.Time) Dead
 		Type:          e.Type,
 		Error:         dlq.TruncateError(err.Error()),
 		Permanent:     classify(err) == failPermanent,
-		RetryCount:    e.RetryCount,
+		Attempts:      e.Attempts,
 		FirstFailedAt: now,
 		FailedAt:      now,
 	}
 	if attempted {
-		d.RetryCount++
+		d.Attempts++
 	}
 	if e.FirstFailedAt != nil {
 		d.FirstFailedAt = *e.FirstFailedAt
@@ -121,7 +121,7 @@ func (r *Relay) deadLetterRecord(e *claimedEvent, d DeadLetter) (*sarama.Produce
 	if d.Permanent {
 		kind = dlq.KindPermanent
 	}
-	env, err := dlq.New(o, dlq.Failure{Error: d.Error, Kind: kind, RetryCount: d.RetryCount,
+	env, err := dlq.New(o, dlq.Failure{Error: d.Error, Kind: kind, RetryCount: d.Attempts,
 		FailedAt: d.FailedAt, FirstFailedAt: d.FirstFailedAt, CorrelationID: d.CorrelationID})
 	if err != nil {
 		return nil, err

@@ -60,9 +60,10 @@ type Event struct {
 	// reports the first one's ID. Empty means no idempotency. At most 2048
 	// bytes (MaxKeyBytes).
 	IdempotencyKey string
-	// MaxRetries caps the relay's publish retries for this event before it is
-	// dead-lettered. Zero uses the relay's default. From 0 to 2147483647.
-	MaxRetries int
+	// MaxAttempts is how many failed publish attempts dead-letter this
+	// event (column max_retries). Zero uses the relay's
+	// RelayConfig.MaxAttempts. From 0 to 2147483647.
+	MaxAttempts int
 	// NotBefore delays publishing until this time. Zero means at once.
 	// Between the years 1 and 9999 (UTC).
 	NotBefore time.Time
@@ -80,7 +81,7 @@ var (
 	ErrReservedHeader     = errors.New("header name is reserved by courier")
 	ErrInvalidHeader      = errors.New("header is not valid")
 	ErrInvalidText        = errors.New("text must be valid UTF-8 without NUL bytes")
-	ErrInvalidMaxRetries  = errors.New("max retries is out of range")
+	ErrInvalidMaxAttempts = errors.New("max attempts is out of range")
 	ErrTooLong            = errors.New("text is longer than courier allows")
 	// ErrRecordTooLarge is an event whose Kafka record, as the relay
 	// publishes it (key, payload, headers, the relay's ce_ headers and
@@ -203,8 +204,8 @@ func normalize(e Event, maxPayload int, trace map[string]string) (Event, error) 
 			"the relay's ce_ headers and Kafka's framing %d), limit %d (Config.MaxPayloadBytes)",
 			ErrRecordTooLarge, size, len(e.Key), len(e.Payload), headerBytes, size-len(e.Key)-len(e.Payload)-headerBytes, maxPayload))
 	}
-	if e.MaxRetries < 0 || e.MaxRetries > math.MaxInt32 {
-		return fail("MaxRetries", fmt.Errorf("%w: got %d; use 0 for the relay's default, or 1 to %d", ErrInvalidMaxRetries, e.MaxRetries, math.MaxInt32))
+	if e.MaxAttempts < 0 || e.MaxAttempts > math.MaxInt32 {
+		return fail("MaxAttempts", fmt.Errorf("%w: got %d; use 0 for the relay's default, or 1 to %d", ErrInvalidMaxAttempts, e.MaxAttempts, math.MaxInt32))
 	}
 	if !e.NotBefore.IsZero() && (e.NotBefore.Before(minNotBefore) || !e.NotBefore.Before(maxNotBefore)) {
 		return fail("NotBefore", fmt.Errorf("%w: %s; use a time between the years 1 and 9999, or the zero time for at once",

@@ -68,7 +68,7 @@ func TestInvalidEventsAreRefusedAndNothingIsWritten(t *testing.T) {
 		{"header value not UTF-8", out, with(func(e *producer.Event) { e.Headers = map[string]string{"x-bin": "\xff\xfe"} }), producer.ErrInvalidHeader, "Headers[x-bin]"},
 		{"NUL in key", out, with(func(e *producer.Event) { e.Key = "a\x00b" }), producer.ErrInvalidText, "Key"},
 		{"invalid UTF-8 tenant", out, with(func(e *producer.Event) { e.TenantID = "\xc3\x28" }), producer.ErrInvalidText, "TenantID"},
-		{"negative max retries", out, with(func(e *producer.Event) { e.MaxRetries = -1 }), producer.ErrInvalidMaxRetries, "MaxRetries"},
+		{"negative max retries", out, with(func(e *producer.Event) { e.MaxAttempts = -1 }), producer.ErrInvalidMaxAttempts, "MaxAttempts"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := tc.outbox.EnqueueBatch(context.Background(), pg.Pool, []producer.Event{ok, ok, tc.event, ok})

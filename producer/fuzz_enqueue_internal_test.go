@@ -61,9 +61,9 @@ func FuzzEnqueueValidation(f *testing.F) {
 		}
 	}
 	f.Fuzz(func(t *testing.T, topic, key, typ string, payload []byte, contentType, hName, hValue, tenant, idem string,
-		maxRetries, notBefore int64, ownID, sameID bool) {
+		maxAttempts, notBefore int64, ownID, sameID bool) {
 		e := Event{Topic: topic, Key: key, Type: typ, Payload: payload, ContentType: contentType, TenantID: tenant,
-			IdempotencyKey: idem, MaxRetries: int(maxRetries)}
+			IdempotencyKey: idem, MaxAttempts: int(maxAttempts)}
 		if hName != "" || hValue != "" {
 			e.Headers = map[string]string{hName: hValue}
 		}
@@ -119,7 +119,7 @@ func checkRefusal(t *testing.T, err error, batch []Event) {
 		t.Fatalf("refused with %v (%T), want an *EventError", err, err)
 	}
 	fields := []string{"ID", "Topic", "Key", "Type", "Payload", "ContentType", "Headers", "AggregateType", "AggregateID",
-		"TenantID", "CorrelationID", "CausationID", "IdempotencyKey", "MaxRetries", "NotBefore"}
+		"TenantID", "CorrelationID", "CausationID", "IdempotencyKey", "MaxAttempts", "NotBefore"}
 	named := false
 	for _, f := range fields {
 		named = named || evErr.Field == f || strings.HasPrefix(evErr.Field, "Headers[") && strings.HasSuffix(evErr.Field, "]")
@@ -128,7 +128,7 @@ func checkRefusal(t *testing.T, err error, batch []Event) {
 		t.Fatalf("refused with %q: want an event of the batch and one of its fields named", err)
 	}
 	sentinels := []error{ErrEmptyTopic, ErrInvalidTopic, ErrMissingType, ErrPayloadTooLarge, ErrInvalidJSON,
-		ErrInvalidContentType, ErrReservedHeader, ErrInvalidHeader, ErrInvalidText, ErrInvalidMaxRetries, ErrTooLong,
+		ErrInvalidContentType, ErrReservedHeader, ErrInvalidHeader, ErrInvalidText, ErrInvalidMaxAttempts, ErrTooLong,
 		ErrRecordTooLarge, ErrInvalidTime, ErrDuplicateID}
 	for _, s := range sentinels {
 		if errors.Is(err, s) {
@@ -182,7 +182,7 @@ func storable(e Event) string {
 		return "the type is empty"
 	case len(e.Topic)+len(e.Key) > 2600 || len(e.Topic)+len(e.IdempotencyKey) > 2600:
 		return "an index entry would be over a B-tree page's limit"
-	case e.MaxRetries < 0 || e.MaxRetries > math.MaxInt32:
+	case e.MaxAttempts < 0 || e.MaxAttempts > math.MaxInt32:
 		return "max retries is not an int4 >= 0"
 	case !e.NotBefore.IsZero() && (e.NotBefore.Before(pgMinTime) || !e.NotBefore.Before(pgEndTime)):
 		return "NotBefore is out of timestamptz's range"

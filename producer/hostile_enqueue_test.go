@@ -81,8 +81,8 @@ func hostileEvents() []hostileEvent {
 		{"tenant id over 2048 bytes", func(e *producer.Event) { e.TenantID = strings.Repeat("t", 4096) }, producer.ErrTooLong, "TenantID", "4096 bytes"},
 		{"NUL in the correlation id", func(e *producer.Event) { e.CorrelationID = "\x00corr" }, producer.ErrInvalidText, "CorrelationID", `\x00`},
 		{"causation id not UTF-8", func(e *producer.Event) { e.CausationID = "\x80" }, producer.ErrInvalidText, "CausationID", `\x80`},
-		{"negative max retries", func(e *producer.Event) { e.MaxRetries = -1 }, producer.ErrInvalidMaxRetries, "MaxRetries", "-1"},
-		{"max retries past int4", func(e *producer.Event) { e.MaxRetries = 1 << 40 }, producer.ErrInvalidMaxRetries, "MaxRetries", "2147483647"},
+		{"negative max retries", func(e *producer.Event) { e.MaxAttempts = -1 }, producer.ErrInvalidMaxAttempts, "MaxAttempts", "-1"},
+		{"max retries past int4", func(e *producer.Event) { e.MaxAttempts = 1 << 40 }, producer.ErrInvalidMaxAttempts, "MaxAttempts", "2147483647"},
 		{"payload over 1 MiB", func(e *producer.Event) {
 			e.ContentType = "application/octet-stream"
 			e.Payload = make([]byte, producer.DefaultMaxPayloadBytes+1)

@@ -33,11 +33,11 @@ func TestHostileRelayConfig(t *testing.T) {
 		{"workers negative", producer.RelayConfig{Brokers: brokers, Workers: -1}, "Workers", "use 1 to 64"},
 		{"workers 65", producer.RelayConfig{Brokers: brokers, Workers: 65}, "Workers", "use 1 to 64"},
 		{"poll interval negative", producer.RelayConfig{Brokers: brokers, PollInterval: -time.Second}, "PollInterval", "or 0 for the default of 1s"},
-		{"max retries negative", producer.RelayConfig{Brokers: brokers, MaxRetries: -2}, "MaxRetries", "or 0 for the default of 10"},
+		{"max retries negative", producer.RelayConfig{Brokers: brokers, MaxAttempts: -2}, "MaxAttempts", "or 0 for the default of 10"},
 		{"factor below 1", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Factor: 0.5}}, "Backoff.Factor", "from 1 to 100"},
 		{"jitter above 1", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Jitter: 1.5}}, "Backoff.Jitter", "from 0 to 1"},
 		{"backoff max below base", producer.RelayConfig{Brokers: brokers, Backoff: backoff.Backoff{Base: time.Minute, Max: time.Second}}, "Backoff.Max", "raise Max"},
-		{"breaker failures negative", producer.RelayConfig{Brokers: brokers, Breaker: producer.Breaker{ConsecutiveFailures: -1}}, "Breaker.ConsecutiveFailures", "or 0 for the default of 5"},
+		{"breaker failures negative", producer.RelayConfig{Brokers: brokers, Breaker: producer.BreakerConfig{ConsecutiveFailures: -1}}, "Breaker.ConsecutiveFailures", "or 0 for the default of 5"},
 		{"dead-letter suffix slash", producer.RelayConfig{Brokers: brokers, DeadLetterSuffix: "/dlq"}, "DeadLetterSuffix", ""},
 		{"source too long", producer.RelayConfig{Brokers: brokers, Source: strings.Repeat("s", producer.MaxSourceBytes+1)}, "Source: text is longer than courier allows: 257 bytes", ""},
 		{"source NUL", producer.RelayConfig{Brokers: brokers, Source: "orders\x00"}, `Source: text must be valid UTF-8 without NUL bytes: "orders\x00"`, ""},
@@ -57,12 +57,12 @@ func TestHostileRelayConfig(t *testing.T) {
 		{"workers 1<<40", producer.RelayConfig{Brokers: brokers, Workers: 1 << 40}, "Workers", "use 1 to 64"},
 		{"cleanup batch 1<<50", producer.RelayConfig{Brokers: brokers, CleanupBatch: 1 << 50}, "CleanupBatch", "use 1 to 1000000"},
 		{"cleanup batch negative", producer.RelayConfig{Brokers: brokers, CleanupBatch: -5}, "CleanupBatch", "or 0 for the default of 1000"},
-		{"max retries 1<<40", producer.RelayConfig{Brokers: brokers, MaxRetries: 1 << 40}, "MaxRetries", "use 1 to 2147483647"},
-		{"max retries past int32", producer.RelayConfig{Brokers: brokers, MaxRetries: math.MaxInt32 + 1}, "MaxRetries", "use 1 to 2147483647"},
-		{"breaker failures 1<<32", producer.RelayConfig{Brokers: brokers, Breaker: producer.Breaker{ConsecutiveFailures: 1 << 32}}, "Breaker.ConsecutiveFailures", "use 1 to 10000"},
-		{"breaker probes 1<<32", producer.RelayConfig{Brokers: brokers, Breaker: producer.Breaker{HalfOpenProbes: 1 << 32}}, "Breaker.HalfOpenProbes", "use 1 to 10000"},
-		{"breaker probes negative", producer.RelayConfig{Brokers: brokers, Breaker: producer.Breaker{HalfOpenProbes: -1}}, "Breaker.HalfOpenProbes", "or 0 for the default of 1"},
-		{"breaker open for a year", producer.RelayConfig{Brokers: brokers, Breaker: producer.Breaker{OpenFor: 365 * 24 * time.Hour}}, "Breaker.OpenFor", "to 24h0m0s"},
+		{"max retries 1<<40", producer.RelayConfig{Brokers: brokers, MaxAttempts: 1 << 40}, "MaxAttempts", "use 1 to 2147483647"},
+		{"max retries past int32", producer.RelayConfig{Brokers: brokers, MaxAttempts: math.MaxInt32 + 1}, "MaxAttempts", "use 1 to 2147483647"},
+		{"breaker failures 1<<32", producer.RelayConfig{Brokers: brokers, Breaker: producer.BreakerConfig{ConsecutiveFailures: 1 << 32}}, "Breaker.ConsecutiveFailures", "use 1 to 10000"},
+		{"breaker probes 1<<32", producer.RelayConfig{Brokers: brokers, Breaker: producer.BreakerConfig{HalfOpenProbes: 1 << 32}}, "Breaker.HalfOpenProbes", "use 1 to 10000"},
+		{"breaker probes negative", producer.RelayConfig{Brokers: brokers, Breaker: producer.BreakerConfig{HalfOpenProbes: -1}}, "Breaker.HalfOpenProbes", "or 0 for the default of 1"},
+		{"breaker open for a year", producer.RelayConfig{Brokers: brokers, Breaker: producer.BreakerConfig{OpenFor: 365 * 24 * time.Hour}}, "Breaker.OpenFor", "to 24h0m0s"},
 		{"poll interval 1ns", producer.RelayConfig{Brokers: brokers, PollInterval: time.Nanosecond}, "PollInterval", "use 1ms to 1h0m0s"},
 		{"poll interval 2h", producer.RelayConfig{Brokers: brokers, PollInterval: 2 * time.Hour}, "PollInterval", "use 1ms to 1h0m0s"},
 		{"probe interval 1ns", producer.RelayConfig{Brokers: brokers, ProbeInterval: time.Nanosecond}, "ProbeInterval", "use 1ms to 1h0m0s"},
@@ -81,8 +81,8 @@ func TestHostileRelayConfig(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			relay, err := producer.NewRelay(pg.Pool, tc.cfg)
-			if relay != nil || !errors.Is(err, producer.ErrInvalidRelayConfig) {
-				t.Fatalf("NewRelay = %v, %v; want ErrInvalidRelayConfig", relay, err)
+			if relay != nil || !errors.Is(err, producer.ErrInvalidConfig) {
+				t.Fatalf("NewRelay = %v, %v; want ErrInvalidConfig", relay, err)
 			}
 			if msg := err.Error(); !strings.Contains(msg, tc.field) || !strings.Contains(msg, tc.says) {
 				t.Errorf("NewRelay: %q; want it to name %s and say %q", msg, tc.field, tc.says)
@@ -90,8 +90,8 @@ func TestHostileRelayConfig(t *testing.T) {
 		})
 	}
 	t.Run("nil pool", func(t *testing.T) {
-		if _, err := producer.NewRelay(nil, producer.RelayConfig{Brokers: brokers}); !errors.Is(err, producer.ErrInvalidRelayConfig) || !strings.Contains(err.Error(), "pgxpool.Pool is nil") {
-			t.Errorf("NewRelay(nil pool) = %v, want ErrInvalidRelayConfig naming the pool", err)
+		if _, err := producer.NewRelay(nil, producer.RelayConfig{Brokers: brokers}); !errors.Is(err, producer.ErrInvalidConfig) || !strings.Contains(err.Error(), "pgxpool.Pool is nil") {
+			t.Errorf("NewRelay(nil pool) = %v, want ErrInvalidConfig naming the pool", err)
 		}
 	})
 }
@@ -101,23 +101,23 @@ func TestHostileRelayConfig(t *testing.T) {
 func TestRelayConfigBounds(t *testing.T) {
 	t.Parallel()
 	lowest := producer.RelayConfig{
-		BatchSize: 1, Workers: 1, MaxRetries: 1, CleanupBatch: 1,
+		BatchSize: 1, Workers: 1, MaxAttempts: 1, CleanupBatch: 1,
 		PollInterval: producer.MinInterval, ProbeInterval: producer.MinInterval,
 		CleanupInterval: producer.MinInterval, StatsInterval: producer.MinInterval,
 		Backoff:        backoff.Backoff{Base: producer.MinInterval, Max: producer.MinInterval, Factor: 1, Jitter: 0},
-		Breaker:        producer.Breaker{ConsecutiveFailures: 1, HalfOpenProbes: 1, OpenFor: time.Nanosecond},
+		Breaker:        producer.BreakerConfig{ConsecutiveFailures: 1, HalfOpenProbes: 1, OpenFor: time.Nanosecond},
 		PublishTimeout: producer.MinPublishTimeout, ShutdownTimeout: time.Nanosecond, Retention: time.Nanosecond,
-		Metrics: &recordedMetrics{},
+		Hooks: []producer.Hook{&recordedMetrics{}},
 	}
 	highest := producer.RelayConfig{
-		BatchSize: producer.MaxBatchSize, Workers: producer.MaxWorkers, MaxRetries: producer.MaxMaxRetries,
+		BatchSize: producer.MaxBatchSize, Workers: producer.MaxWorkers, MaxAttempts: producer.MaxMaxAttempts,
 		CleanupBatch: producer.MaxCleanupBatch,
 		PollInterval: producer.MaxInterval, ProbeInterval: producer.MaxInterval,
 		CleanupInterval: producer.MaxTimeout, StatsInterval: producer.MaxTimeout,
 		Backoff:        backoff.Backoff{Base: producer.MaxInterval, Max: producer.MaxInterval, Factor: 100, Jitter: 1},
-		Breaker:        producer.Breaker{ConsecutiveFailures: producer.MaxBreakerCount, HalfOpenProbes: producer.MaxBreakerCount, OpenFor: producer.MaxTimeout},
+		Breaker:        producer.BreakerConfig{ConsecutiveFailures: producer.MaxBreakerCount, HalfOpenProbes: producer.MaxBreakerCount, OpenFor: producer.MaxTimeout},
 		PublishTimeout: producer.MaxTimeout, ShutdownTimeout: producer.MaxTimeout, Retention: producer.MaxRetention,
-		Metrics: &recordedMetrics{},
+		Hooks: []producer.Hook{&recordedMetrics{}},
 	}
 	forever := producer.RelayConfig{Retention: -1}
 	brokers := producer.RelayConfig{Brokers: []string{"kafka-1:1", "[::1]:65535", "127.0.0.1:9092"}}

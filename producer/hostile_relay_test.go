@@ -215,7 +215,7 @@ func TestHostileRelay(t *testing.T) {
 			bad: func(r *rig) (uuid.UUID, error) {
 				return r.insert("topic, partition_key, event_type, payload, content_type, max_retries", "$2, 'k-bad', 'Bad', '{}', 'application/json', -3")
 			},
-			status: producer.StatusPublished, // the relay's MaxRetries applies, not "given up on untried"
+			status: producer.StatusPublished, // the relay's MaxAttempts applies, not "given up on untried"
 		}},
 		{name: "schema that does not exist", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
 			return pg.FreshSchema(t), "courier_outbox"

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/courierkit/courier/internal/pgname"
 )
 
 // ErrOutboxNotReady is matched (errors.Is) by the error Run returns at start
@@ -55,35 +57,6 @@ func (e *OutboxNotReadyError) Unwrap() error { return e.Err }
 
 // Is matches ErrOutboxNotReady.
 func (e *OutboxNotReadyError) Is(target error) bool { return target == ErrOutboxNotReady }
-
-// layoutColumns are the columns the relay, the enqueue and the admin read
-// or write, by table suffix ("" is the queue itself): the current layout.
-var layoutColumns = []struct {
-	suffix  string
-	columns string
-}{
-	{"", "seq, " + eventColumns + ", not_before, created_at"},
-	{"waiting", "seq, " + eventColumns + ", created_at, status, retry_count, last_error, last_attempt_at, first_failed_at, next_attempt_at"},
-	{"dead", "seq, " + eventColumns + ", created_at, retry_count, last_error, last_attempt_at, first_failed_at, dead_lettered_at"},
-	{"published", "seq, " + eventColumns + ", created_at, retry_count, last_error, first_failed_at, published_at"},
-	{"keys", "topic, idempotency_key, event_id, created_at"},
-	{"seq", "last_value, is_called"},
-}
-
-// layoutSQL lists what of the layout is missing: the schema ($1), the
-// relations ($2), the columns ($3 of the relation $4), the indexes by a
-// hash of topic and key ($6 of the relation $5).
-const layoutSQL = `
-SELECT (SELECT CASE WHEN to_regnamespace($1) IS NULL THEN ARRAY['schema ' || $1] ELSE '{}' END)
-    || ARRAY(SELECT 'table ' || r FROM unnest($2::text[]) WITH ORDINALITY AS r(r, i) WHERE to_regclass(r) IS NULL ORDER BY i)
-    || ARRAY(SELECT 'column ' || c.r || '.' || c.c FROM unnest($4::text[], $3::text[]) WITH ORDINALITY AS c(r, c, i)
-        WHERE to_regclass(c.r) IS NOT NULL AND NOT EXISTS (
-            SELECT FROM pg_attribute a WHERE a.attrelid = to_regclass(c.r) AND a.attname = c.c AND NOT a.attisdropped)
-        ORDER BY i)
-    || ARRAY(SELECT 'index ' || x.i || ' on a hash of topic and key' FROM unnest($5::text[], $6::text[]) WITH ORDINALITY AS x(r, i, n)
-        WHERE to_regclass(x.r) IS NOT NULL AND NOT EXISTS (
-            SELECT FROM pg_index p WHERE p.indexrelid = to_regclass(x.i) AND pg_get_indexdef(p.indexrelid) LIKE '%hashtextextended(%')
-        ORDER BY n)`
 
 // layoutKeyIndexes are the tables, by suffix, whose index by key must be
 // on a hash of topic and key (migration 5, see keyHash): the relay's
@@ -158,4 +131,19 @@ func (r *Relay) ready(ctx context.Context) error {
 		r.log.Error("checking the outbox tables failed; retrying", "error", err, "retry_in", delay)
 		sleep(ctx, delay, nil)
 	}
+}
+
+// LookupOutbox reports whether the outbox table schema.table exists, and
+// whether it is current: an outbox of an older courier lacks
+// <table>_waiting and the other tables. It is a quick check for a tool
+// about to use the outbox; the relay's own check at start (see
+// ErrOutboxNotReady) also looks at every column. A bad schema or table name
+// matches ErrInvalidConfig.
+func LookupOutbox(ctx context.Context, db DBTX, schema, table string) (exists, current bool, err error) {
+	t, err := pgname.NewTable(schema, table)
+	if err != nil {
+		return false, false, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	err = db.QueryRow(ctx, outboxTablesSQL, t.String(), t.Derived("waiting")).Scan(&exists, &current)
+	return exists, current, err
 }

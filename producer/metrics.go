@@ -1,6 +1,10 @@
 package producer
 
-import "time"
+import (
+	"fmt"
+	"slices"
+	"time"
+)
 
 // BreakerState is the state of the relay's circuit breaker around Kafka.
 type BreakerState int
@@ -23,33 +27,121 @@ func (s BreakerState) String() string {
 	}
 }
 
-// RelayMetrics receives the relay's measurements. The relay calls it on its
-// hot path, so implementations must return at once: update a counter, never
-// do I/O. package prom has the Prometheus implementation.
-type RelayMetrics interface {
-	// Claimed reports one claim query and how many events it locked.
+// Hook is a value implementing one or more of the hook interfaces:
+// ClaimedHook, PublishedHook, PublishFailedHook, DeadLetteredHook,
+// BreakerChangedHook and BacklogHook. RelayConfig.Hooks takes any number
+// of them; the relay calls each for the measurements of the interfaces it
+// implements, so a hook implements only what it needs, and a measurement
+// added later breaks no hook. The relay calls them on its hot path:
+// return at once (update a counter, never do I/O). package prom has a
+// hook implementing them all.
+type Hook any
+
+// ClaimedHook hears of each claim query and how many events it locked.
+type ClaimedHook interface {
 	Claimed(events int)
-	// Published reports an event the broker acknowledged, with the time from
-	// its enqueue to the acknowledgement.
+}
+
+// PublishedHook hears of each event the broker acknowledged, with the time
+// from its enqueue to the acknowledgement.
+type PublishedHook interface {
 	Published(topic string, latency time.Duration)
-	// PublishFailed reports a failed publish attempt; reason is
-	// "retriable", "broker_unavailable" or "permanent".
+}
+
+// PublishFailedHook hears of each failed publish attempt; reason is
+// "retriable", "broker_unavailable" or "permanent".
+type PublishFailedHook interface {
 	PublishFailed(topic, reason string)
-	// DeadLettered reports an event that became dead_lettered.
+}
+
+// DeadLetteredHook hears of each event that became dead_lettered.
+type DeadLetteredHook interface {
 	DeadLettered(topic string)
-	// BreakerChanged reports a new circuit breaker state.
+}
+
+// BreakerChangedHook hears of each new state of the circuit breaker.
+type BreakerChangedHook interface {
 	BreakerChanged(state BreakerState)
-	// Backlog reports the events waiting to be published (pending or failed)
-	// and the age of the oldest due one, every RelayConfig.StatsInterval.
+}
+
+// BacklogHook hears, every RelayConfig.StatsInterval, of the events
+// waiting to be published (pending or failed) and the age of the oldest due
+// one. Without one, the relay does not measure the backlog.
+type BacklogHook interface {
 	Backlog(waiting int64, oldestDueAge time.Duration)
 }
 
-// noMetrics is the RelayMetrics used when none is configured.
-type noMetrics struct{}
+// hooks are RelayConfig.Hooks sorted by interface, once, at NewRelay, so
+// that a measurement costs no type assertion; each is called in the order
+// of RelayConfig.Hooks.
+type hooks struct {
+	claimed        []ClaimedHook
+	published      []PublishedHook
+	publishFailed  []PublishFailedHook
+	deadLettered   []DeadLetteredHook
+	breakerChanged []BreakerChangedHook
+	backlog        []BacklogHook
+}
 
-func (noMetrics) Claimed(int)                     {}
-func (noMetrics) Published(string, time.Duration) {}
-func (noMetrics) PublishFailed(string, string)    {}
-func (noMetrics) DeadLettered(string)             {}
-func (noMetrics) BreakerChanged(BreakerState)     {}
-func (noMetrics) Backlog(int64, time.Duration)    {}
+// newHooks sorts hs by interface; a hook implementing none of them is
+// refused, by its index and type.
+func newHooks(hs []Hook) (hooks, error) {
+	var h hooks
+	for i, hook := range hs {
+		matched := []bool{
+			appendIf(&h.claimed, hook), appendIf(&h.published, hook), appendIf(&h.publishFailed, hook),
+			appendIf(&h.deadLettered, hook), appendIf(&h.breakerChanged, hook), appendIf(&h.backlog, hook),
+		}
+		if !slices.Contains(matched, true) {
+			return hooks{}, fmt.Errorf("Hooks[%d] is a %T, which implements none of ClaimedHook, PublishedHook, PublishFailedHook, "+
+				"DeadLetteredHook, BreakerChangedHook and BacklogHook; give it one of their methods, or leave it out", i, hook)
+		}
+	}
+	return h, nil
+}
+
+// appendIf appends hook to *s when it implements T, and reports whether
+// it does.
+func appendIf[T any](s *[]T, hook Hook) bool {
+	t, ok := hook.(T)
+	if ok {
+		*s = append(*s, t)
+	}
+	return ok
+}
+
+func (h *hooks) Claimed(events int) {
+	for _, x := range h.claimed {
+		x.Claimed(events)
+	}
+}
+
+func (h *hooks) Published(topic string, latency time.Duration) {
+	for _, x := range h.published {
+		x.Published(topic, latency)
+	}
+}
+
+func (h *hooks) PublishFailed(topic, reason string) {
+	for _, x := range h.publishFailed {
+		x.PublishFailed(topic, reason)
+	}
+}
+
+func (h *hooks) DeadLettered(topic string) {
+	for _, x := range h.deadLettered {
+		x.DeadLettered(topic)
+	}
+}
+
+func (h *hooks) BreakerChanged(state BreakerState) {
+	for _, x := range h.breakerChanged {
+		x.BreakerChanged(state)
+	}
+}
+
+func (h *hooks) Backlog(waiting int64, oldestDueAge time.Duration) {
+	for _, x := range h.backlog {
+		x.Backlog(waiting, oldestDueAge)
+	}
+}

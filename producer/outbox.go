@@ -7,6 +7,7 @@ package producer
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -52,8 +53,38 @@ type Config struct {
 	MaxPayloadBytes int
 }
 
-// ErrInvalidConfig is matched by every error NewOutbox returns.
+// ErrInvalidConfig is matched by every error of a bad configuration: those
+// NewOutbox, NewRelay and NewAdmin return (and LookupOutbox for a bad
+// name). Each names the field and what to set it to.
 var ErrInvalidConfig = errors.New("producer: invalid config")
+
+// WithDefaults returns c with every zero field set to its default: Schema
+// "public", Table "courier_outbox", MaxPayloadBytes DefaultMaxPayloadBytes.
+func (c Config) WithDefaults() Config {
+	c.Schema, c.Table = defaultNames(c.Schema, c.Table)
+	if c.MaxPayloadBytes == 0 {
+		c.MaxPayloadBytes = DefaultMaxPayloadBytes
+	}
+	return c
+}
+
+// defaultNames are schema and table, each defaulted: "public" and
+// "courier_outbox".
+func defaultNames(schema, table string) (string, string) {
+	return cmp.Or(schema, pgname.DefaultSchema), cmp.Or(table, pgname.DefaultTable)
+}
+
+// validate refuses what c, its defaults applied, cannot run with.
+func (c Config) validate() (pgname.Table, error) {
+	table, err := pgname.NewTable(c.Schema, c.Table)
+	if err != nil {
+		return table, err
+	}
+	if c.MaxPayloadBytes < 0 {
+		return table, fmt.Errorf("MaxPayloadBytes is %d; use a positive size, or 0 for the default of %d", c.MaxPayloadBytes, DefaultMaxPayloadBytes)
+	}
+	return table, nil
+}
 
 // DBTX is what Enqueue needs from PostgreSQL: a pgx.Tx, *pgx.Conn,
 // *pgxpool.Pool and *pgxpool.Conn all satisfy it, and so does the DBTX
@@ -82,17 +113,13 @@ type Outbox struct {
 	store      *store
 }
 
-// NewOutbox validates cfg and returns an Outbox.
+// NewOutbox applies cfg's defaults, validates it and returns an Outbox. Its
+// errors match ErrInvalidConfig.
 func NewOutbox(cfg Config) (*Outbox, error) {
-	table, err := pgname.NewTable(cfg.Schema, cfg.Table)
+	cfg = cfg.WithDefaults()
+	table, err := cfg.validate()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-	}
-	if cfg.MaxPayloadBytes < 0 {
-		return nil, fmt.Errorf("%w: MaxPayloadBytes is %d; use a positive size, or 0 for the default of %d", ErrInvalidConfig, cfg.MaxPayloadBytes, DefaultMaxPayloadBytes)
-	}
-	if cfg.MaxPayloadBytes == 0 {
-		cfg.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	return &Outbox{table: table, maxPayload: cfg.MaxPayloadBytes, store: newStore(table, false, false)}, nil
 }
@@ -355,7 +382,7 @@ type columns struct {
 	payload                                    [][]byte
 	contentType                                []string
 	headers                                    [][]byte // JSON, nil for none
-	maxRetries                                 []int32
+	maxAttempts                                []int32
 	notBefore                                  []pgtype.Timestamptz
 	keyed                                      bool // some event has an idempotency key
 	// ownIDs are the ids the caller chose (Enqueue assigned the others),
@@ -375,7 +402,7 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 		eventType: make([]string, n), aggregateType: make([]string, n), aggregateID: make([]string, n),
 		tenantID: make([]string, n), correlationID: make([]string, n), causationID: make([]string, n),
 		idempotencyKey: make([]string, n), payload: make([][]byte, n), contentType: make([]string, n),
-		headers: make([][]byte, n), maxRetries: make([]int32, n), notBefore: make([]pgtype.Timestamptz, n),
+		headers: make([][]byte, n), maxAttempts: make([]int32, n), notBefore: make([]pgtype.Timestamptz, n),
 	}
 	trace := traceHeaders(ctx)
 	// The batch's ids come from one read of the system's randomness, not
@@ -424,7 +451,7 @@ func (o *Outbox) columns(ctx context.Context, events []Event) (*columns, error) 
 		c.correlationID[i], c.causationID[i], c.idempotencyKey[i] = e.CorrelationID, e.CausationID, e.IdempotencyKey
 		c.payload[i], c.contentType[i], c.headers[i] = payload, e.ContentType, headers
 		c.keyed = c.keyed || e.IdempotencyKey != ""
-		c.maxRetries[i] = int32(e.MaxRetries) // normalize bounds it
+		c.maxAttempts[i] = int32(e.MaxAttempts) // normalize bounds it
 		c.notBefore[i] = pgtype.Timestamptz{Time: e.NotBefore, Valid: !e.NotBefore.IsZero()}
 	}
 	return c, nil
@@ -441,14 +468,6 @@ type copier interface {
 // copy: COPY writes rows in bulk, several times cheaper per row for the
 // server, for a round trip or two more.
 const copyMin = 32
-
-// copyColumns are the queue's columns a COPY may write, in the order of
-// row.
-var copyColumns = []string{
-	"id", "topic", "partition_key", "event_type", "aggregate_type", "aggregate_id", "tenant_id",
-	"correlation_id", "causation_id", "idempotency_key", "payload", "content_type", "headers",
-	"max_retries", "not_before",
-}
 
 // copyRows is a batch as a pgx.CopyFromSource, row by row in slice order,
 // of the columns some event of the batch sets: a column left out costs the
@@ -476,7 +495,7 @@ func newCopyRows(cols *columns) *copyRows {
 func (r *copyRows) Next() bool { r.next++; return r.next < len(r.cols.id) }
 func (r *copyRows) Err() error { return nil }
 
-// Values is the row's values, empty texts and a zero MaxRetries as NULL
+// Values is the row's values, empty texts and a zero MaxAttempts as NULL
 // as the INSERT statements store them.
 func (r *copyRows) Values() ([]any, error) {
 	for i, col := range r.keep {
@@ -535,10 +554,10 @@ func (c *columns) value(col, i int, forCopy bool) any {
 		}
 		return string(c.headers[i]) // a jsonb parameter, as text
 	case "max_retries":
-		if c.maxRetries[i] == 0 && forCopy {
+		if c.maxAttempts[i] == 0 && forCopy {
 			return nil
 		}
-		return c.maxRetries[i]
+		return c.maxAttempts[i]
 	default: // not_before
 		if !c.notBefore[i].Valid && forCopy {
 			return nil
@@ -561,6 +580,6 @@ func (c *columns) args() []any {
 	return []any{
 		c.id, c.topic, c.partitionKey, c.eventType, c.aggregateType, c.aggregateID, c.tenantID,
 		c.correlationID, c.causationID, c.idempotencyKey, c.payload, c.contentType, c.headers,
-		c.maxRetries, c.notBefore,
+		c.maxAttempts, c.notBefore,
 	}
 }

@@ -111,7 +111,7 @@ func TestEnqueueStoresEveryField(t *testing.T) {
 		CorrelationID:  "corr-1",
 		CausationID:    "cause-1",
 		IdempotencyKey: "capture-pay-1",
-		MaxRetries:     2,
+		MaxAttempts:    2,
 		NotBefore:      notBefore,
 	}
 	res, err := out.Enqueue(ctx, pg.Pool, ev)
@@ -132,7 +132,7 @@ func TestEnqueueStoresEveryField(t *testing.T) {
 		       status, retry_count, created_at
 		FROM courier_events`).Scan(&got.ID, &got.Topic, &got.Key, &got.Type, &got.Payload, &got.ContentType, &got.Headers,
 		&got.AggregateType, &got.AggregateID, &got.TenantID, &got.CorrelationID, &got.CausationID, &got.IdempotencyKey,
-		&got.MaxRetries, &got.NotBefore, &status, &retryCount, &createdAt)
+		&got.MaxAttempts, &got.NotBefore, &status, &retryCount, &createdAt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -518,7 +518,7 @@ func TestEnqueueBatchCopiesLargeBatches(t *testing.T) {
 			if i%3 == 0 {
 				ev.Key, ev.AggregateType, ev.AggregateID, ev.TenantID = "", "Order", fmt.Sprint(i), "acme"
 				ev.Headers = map[string]string{"x-n": fmt.Sprint(i)}
-				ev.MaxRetries, ev.NotBefore = 2, time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
+				ev.MaxAttempts, ev.NotBefore = 2, time.Date(2031, 1, 1, 0, 0, 0, 0, time.UTC)
 			}
 			events = append(events, ev)
 		}

@@ -50,12 +50,6 @@ type presence struct {
 	held  []int32   // every relay's, sorted, at the last refresh
 }
 
-// presenceLockKey is the first key of the slot locks of a table: a
-// non-negative hash of its name, so that pg_locks shows it as it is.
-func presenceLockKey(table string) string {
-	return fmt.Sprintf("(hashtext('courier relay presence %s') & 2147483647)", table)
-}
-
 // shares are the shares worker index claims from: its part of every
 // relay's held slots, or, without them, its part of this relay's workers.
 func (p *presence) shares(index int) []int32 {
@@ -100,9 +94,7 @@ func (p *presence) hold(ctx context.Context) error {
 		p.mu.Unlock()
 		_ = conn.Close(context.WithoutCancel(ctx)) // ends the session: the slots free
 	}()
-	key := presenceLockKey(p.r.table.String())
-	rows, err := conn.Query(ctx, fmt.Sprintf("SELECT s FROM generate_series(0, %d) AS s WHERE pg_try_advisory_lock(%s, s) LIMIT $1",
-		maxSlots-1, key), p.r.cfg.Workers)
+	rows, err := conn.Query(ctx, takeSlotsSQL(p.r.table.String()), p.r.cfg.Workers)
 	if err != nil {
 		return err
 	}
@@ -113,8 +105,7 @@ func (p *presence) hold(ctx context.Context) error {
 	if len(slots) < p.r.cfg.Workers {
 		return fmt.Errorf("producer: %d of the %d relay slots of %s are taken; more workers than that cannot share its keys", maxSlots-len(slots), maxSlots, p.r.table)
 	}
-	refresh := "SELECT objid::int4 FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 2 AND granted " +
-		"AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) AND classid::bigint = " + key + " ORDER BY 1"
+	refresh := heldSlotsSQL(p.r.table.String())
 	wait := presenceSettle
 	for {
 		rows, err := conn.Query(ctx, refresh)

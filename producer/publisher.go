@@ -55,7 +55,7 @@ const (
 	// replicas, any other retriable error code), or the publish failed in a
 	// way that does not say Kafka is unreachable. The refusal is the
 	// event's, its topic's or its partition's, not Kafka's: count an
-	// attempt, retry after a backoff, dead-letter after MaxRetries; the
+	// attempt, retry after a backoff, dead-letter after MaxAttempts; the
 	// breaker does not hear of it, so other topics and keys go on.
 	failRetriable failureClass = iota
 	// failUnavailable: no broker answered (connection refused or reset, a

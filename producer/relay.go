@@ -36,16 +36,16 @@ const (
 	MaxWorkers           = shareCount
 	DefaultPollInterval  = time.Second
 	DefaultProbeInterval = 100 * time.Millisecond
-	// DefaultMaxRetries with the default Backoff dead-letters an event that
+	// DefaultMaxAttempts with the default Backoff dead-letters an event that
 	// keeps failing after 10 attempts over about 2.5 minutes (1+2+4+8+16 s,
 	// then 30 s four times: 151 s of backoff), longer than a leader
 	// election or one broker's restart in a rolling restart takes, and
 	// longer than the Java producer's delivery.timeout.ms (2 minutes).
-	DefaultMaxRetries       = 10
+	DefaultMaxAttempts      = 10
 	DefaultBackoffBase      = time.Second
 	DefaultBackoffFactor    = 2.0
 	DefaultBackoffMax       = 30 * time.Second
-	DefaultDeadLetterSuffix = ".dlq"
+	DefaultDeadLetterSuffix = dlq.DefaultSuffix
 	DefaultBreakerFailures  = breakerdefault.Failures // 5, as the consumer's
 	DefaultBreakerOpenFor   = breakerdefault.OpenFor  // 30s, as the consumer's
 	DefaultBreakerProbes    = breakerdefault.Probes   // 1, as the consumer's
@@ -65,11 +65,11 @@ const (
 	MaxBatchSize = 100_000
 	// MaxCleanupBatch bounds RelayConfig.CleanupBatch.
 	MaxCleanupBatch = 1_000_000
-	// MaxMaxRetries bounds RelayConfig.MaxRetries, as it bounds
-	// Event.MaxRetries: the table's retry_count is a 32-bit integer.
-	MaxMaxRetries = math.MaxInt32
-	// MaxBreakerCount bounds Breaker.ConsecutiveFailures and
-	// Breaker.HalfOpenProbes, as consumer.MaxBreakerCount does.
+	// MaxMaxAttempts bounds RelayConfig.MaxAttempts, as it bounds
+	// Event.MaxAttempts: the table's retry_count is a 32-bit integer.
+	MaxMaxAttempts = math.MaxInt32
+	// MaxBreakerCount bounds BreakerConfig.ConsecutiveFailures and
+	// BreakerConfig.HalfOpenProbes, as consumer.MaxBreakerCount does.
 	MaxBreakerCount = breakerdefault.MaxCount
 	// MinInterval is the shortest PollInterval, ProbeInterval,
 	// CleanupInterval, StatsInterval and Backoff.Base: shorter ones would
@@ -81,7 +81,7 @@ const (
 	// MinPublishTimeout is the shortest PublishTimeout: a shorter one would
 	// cut every batch short, so that no event is ever published.
 	MinPublishTimeout = 100 * time.Millisecond
-	// MaxTimeout bounds PublishTimeout, ShutdownTimeout, Breaker.OpenFor,
+	// MaxTimeout bounds PublishTimeout, ShutdownTimeout, BreakerConfig.OpenFor,
 	// CleanupInterval and StatsInterval.
 	MaxTimeout = 24 * time.Hour
 	// MaxRetention bounds a positive RelayConfig.Retention (10 years); a
@@ -89,7 +89,7 @@ const (
 	MaxRetention = 10 * 365 * 24 * time.Hour
 )
 
-// Breaker configures the circuit breaker around Kafka. While it is open the
+// BreakerConfig configures the circuit breaker around Kafka. While it is open the
 // relay claims nothing and counts no attempts. It hears only of Kafka being
 // unreachable: a batch none of whose records any broker answered (a refused
 // connection, a network error or timeout, no broker left to ask). A broker
@@ -97,7 +97,7 @@ const (
 // unknown topic, no leader, too few in-sync replicas, a record too large)
 // fails those events alone, which retry and dead-letter on their own, and
 // counts as Kafka reachable. Zero fields take defaults.
-type Breaker struct {
+type BreakerConfig struct {
 	// ConsecutiveFailures of Kafka being unreachable open the breaker.
 	// At most MaxBreakerCount (10,000). Defaults to 5.
 	ConsecutiveFailures int
@@ -165,15 +165,15 @@ type RelayConfig struct {
 	// naming it, and the workers of every relay divide the keys among them.
 	PollOnly bool
 
-	// MaxRetries is how many failed attempts dead-letter an event that does
-	// not set Event.MaxRetries. An attempt fails when a broker refuses the
+	// MaxAttempts is how many failed attempts dead-letter an event that does
+	// not set Event.MaxAttempts. An attempt fails when a broker refuses the
 	// event (no such topic, no leader for its partition, too few in-sync
 	// replicas, …); while no broker answers at all, attempts are not
 	// counted. With the default Backoff, 10 attempts span about 2.5 minutes
-	// (see DefaultMaxRetries); a lower value may dead-letter events during a
-	// rolling restart of the brokers. At most MaxMaxRetries (the 32-bit
-	// retry_count's largest value). Defaults to 10.
-	MaxRetries int
+	// (see DefaultMaxAttempts); a lower value may dead-letter events during a
+	// rolling restart of the brokers. At most MaxMaxAttempts (the 32-bit
+	// retry_count column's largest value). Defaults to 10.
+	MaxAttempts int
 	// Backoff schedules the retries. Zero fields take their defaults:
 	// Base 1s, Factor 2, Max 30s, no jitter (so 1, 2, 4, 8, 16, 30, 30 s
 	// …). Base and Max run from MinInterval (1ms) to MaxInterval (1h).
@@ -186,7 +186,8 @@ type RelayConfig struct {
 	// <topic><DeadLetterSuffix> as a dlq envelope. Dead-lettered events
 	// always stay in the table until purged. Defaults to false.
 	PublishDeadLetters bool
-	// DeadLetterSuffix names the dead-letter topic. Defaults to ".dlq".
+	// DeadLetterSuffix names the dead-letter topic. Defaults to
+	// DefaultDeadLetterSuffix, dlq.DefaultSuffix (".dlq").
 	DeadLetterSuffix string
 	// OnDeadLetter is called once for each dead-lettered event, after it is
 	// recorded, e.g. to page the on-call. It runs on the relay's goroutine:
@@ -194,7 +195,7 @@ type RelayConfig struct {
 	OnDeadLetter func(context.Context, DeadLetter)
 
 	// Breaker configures the circuit breaker around Kafka.
-	Breaker Breaker
+	Breaker BreakerConfig
 	// PublishTimeout bounds the publishing of one batch; events it cuts
 	// short count no attempt and are published again. From
 	// MinPublishTimeout (100ms) to MaxTimeout (24h). Defaults to 30s.
@@ -227,9 +228,13 @@ type RelayConfig struct {
 
 	// Logger receives the relay's logs. Defaults to slog.Default().
 	Logger *slog.Logger
-	// Metrics receives measurements (see package prom). Defaults to none.
-	Metrics RelayMetrics
-	// StatsInterval is how often the relay measures the backlog for Metrics.
+	// Hooks receive the relay's measurements, each those of the hook
+	// interfaces it implements (see Hook; package prom has one for
+	// Prometheus). NewRelay refuses a hook that implements none. Defaults
+	// to none.
+	Hooks []Hook
+	// StatsInterval is how often the relay measures the backlog for the
+	// BacklogHook hooks.
 	// From MinInterval (1ms) to MaxTimeout (24h). Defaults to 15s.
 	StatsInterval time.Duration
 
@@ -251,8 +256,10 @@ type DeadLetter struct {
 	Error string
 	// Permanent is true when no retry could have helped (e.g. the record is
 	// larger than the broker accepts) and false when retries ran out.
-	Permanent     bool
-	RetryCount    int
+	Permanent bool
+	// Attempts is how many publish attempts failed (column retry_count;
+	// retry_count in the dlq envelope).
+	Attempts      int
 	FirstFailedAt time.Time
 	FailedAt      time.Time
 }
@@ -294,7 +301,7 @@ type Relay struct {
 	breaker   *gobreaker.TwoStepCircuitBreaker[struct{}]
 	backoff   backoff.Backoff
 	log       *slog.Logger
-	metrics   RelayMetrics
+	metrics   hooks
 
 	dbClock bool // Now was not injected: due checks use the database clock
 
@@ -316,9 +323,6 @@ type Relay struct {
 	wake     []chan struct{} // one per worker
 }
 
-// ErrInvalidRelayConfig is matched by every configuration error of NewRelay.
-var ErrInvalidRelayConfig = errors.New("producer: invalid relay config")
-
 // errUnavailable is what the breaker is told when Kafka was unreachable.
 var errUnavailable = errors.New("kafka unreachable")
 
@@ -326,19 +330,25 @@ var errUnavailable = errors.New("kafka unreachable")
 // Kafka (every record failed to build): it counts neither way.
 var errNotTried = errors.New("nothing sent to kafka")
 
-// NewRelay validates cfg, applies its defaults and returns a Relay on pool.
-// Call Run to start it.
+// NewRelay applies cfg's defaults (see RelayConfig.WithDefaults), validates
+// it and returns a Relay on pool. Call Run to start it. Every error of a bad
+// config or a nil pool matches ErrInvalidConfig and names the field.
 func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 	if pool == nil {
-		return nil, fmt.Errorf("%w: the pgxpool.Pool is nil", ErrInvalidRelayConfig)
+		return nil, fmt.Errorf("%w: the pgxpool.Pool is nil", ErrInvalidConfig)
 	}
 	table, err := pgname.NewTable(cfg.Schema, cfg.Table)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidRelayConfig, err)
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	dbClock := cfg.Now == nil
-	if err := cfg.setDefaults(); err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidRelayConfig, err)
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	metrics, err := newHooks(cfg.Hooks)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	r := &Relay{
 		dbClock: dbClock,
@@ -348,7 +358,7 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 		store:   newStore(table, cfg.HoldKeyOnDeadLetter, cfg.DiscardPublished),
 		backoff: cfg.Backoff,
 		log:     cfg.Logger.With("table", table.String()),
-		metrics: cfg.Metrics,
+		metrics: metrics,
 	}
 	for range cfg.Workers {
 		r.wake = append(r.wake, make(chan struct{}, 1))
@@ -357,7 +367,7 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 	r.publisher = cfg.Publisher
 	if r.publisher == nil {
 		if r.publisher, err = NewSaramaPublisher(cfg.Brokers, cfg.Sarama); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidRelayConfig, err)
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		r.ownsPub = true
 	}
@@ -374,7 +384,68 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 	return r, nil
 }
 
-func (c *RelayConfig) setDefaults() error {
+// WithDefaults returns c with every zero field that has a default set to
+// it: Schema "public", Table "courier_outbox", the Default* constants,
+// slog.Default() for Logger, time.Now for Now. Sarama and Publisher stay as
+// they are (NewRelay builds the producer), and a negative Retention stays
+// negative (forever).
+func (c RelayConfig) WithDefaults() RelayConfig {
+	c.Schema, c.Table = defaultNames(c.Schema, c.Table)
+	for _, f := range c.durationFields() {
+		f.setDefault()
+	}
+	for _, f := range c.intFields() {
+		f.setDefault()
+	}
+	c.Backoff = c.Backoff.WithDefaults(backoff.Backoff{Factor: DefaultBackoffFactor})
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.Source == "" {
+		c.Source = DefaultSource
+	}
+	if c.DeadLetterSuffix == "" {
+		c.DeadLetterSuffix = DefaultDeadLetterSuffix
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// durationFields and intFields are c's bounded fields, with their defaults
+// and ranges.
+func (c *RelayConfig) durationFields() []bound[time.Duration] {
+	return []bound[time.Duration]{
+		{"PollInterval", &c.PollInterval, DefaultPollInterval, MinInterval, MaxInterval},
+		{"ProbeInterval", &c.ProbeInterval, DefaultProbeInterval, MinInterval, MaxInterval},
+		{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase, MinInterval, MaxInterval},
+		{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax, MinInterval, MaxInterval},
+		{"Breaker.OpenFor", &c.Breaker.OpenFor, DefaultBreakerOpenFor, 1, MaxTimeout},
+		{"PublishTimeout", &c.PublishTimeout, DefaultPublishTimeout, MinPublishTimeout, MaxTimeout},
+		{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, 1, MaxTimeout},
+		{"CleanupInterval", &c.CleanupInterval, DefaultCleanupInterval, MinInterval, MaxTimeout},
+		{"StatsInterval", &c.StatsInterval, DefaultStatsInterval, MinInterval, MaxTimeout},
+	}
+}
+
+func (c *RelayConfig) intFields() []bound[int] {
+	return []bound[int]{
+		{"BatchSize", &c.BatchSize, DefaultBatchSize, 1, MaxBatchSize},
+		{"Workers", &c.Workers, DefaultWorkers, 1, MaxWorkers},
+		{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts, 1, MaxMaxAttempts},
+		{"Breaker.ConsecutiveFailures", &c.Breaker.ConsecutiveFailures, DefaultBreakerFailures, 1, MaxBreakerCount},
+		{"Breaker.HalfOpenProbes", &c.Breaker.HalfOpenProbes, DefaultBreakerProbes, 1, MaxBreakerCount},
+		{"CleanupBatch", &c.CleanupBatch, DefaultCleanupBatch, 1, MaxCleanupBatch},
+	}
+}
+
+// validate refuses what c, its defaults applied, cannot run with, naming
+// the field and its range.
+func (c RelayConfig) validate() error {
 	if c.Publisher == nil && len(c.Brokers) == 0 {
 		return errors.New("Brokers is empty; set the Kafka bootstrap addresses, e.g. []string{\"localhost:9092\"}")
 	}
@@ -385,59 +456,23 @@ func (c *RelayConfig) setDefaults() error {
 			}
 		}
 	}
-	if err := boundFields(
-		bound[time.Duration]{"PollInterval", &c.PollInterval, DefaultPollInterval, MinInterval, MaxInterval},
-		bound[time.Duration]{"ProbeInterval", &c.ProbeInterval, DefaultProbeInterval, MinInterval, MaxInterval},
-		bound[time.Duration]{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase, MinInterval, MaxInterval},
-		bound[time.Duration]{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax, MinInterval, MaxInterval},
-		bound[time.Duration]{"Breaker.OpenFor", &c.Breaker.OpenFor, DefaultBreakerOpenFor, 1, MaxTimeout},
-		bound[time.Duration]{"PublishTimeout", &c.PublishTimeout, DefaultPublishTimeout, MinPublishTimeout, MaxTimeout},
-		bound[time.Duration]{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, 1, MaxTimeout},
-		bound[time.Duration]{"CleanupInterval", &c.CleanupInterval, DefaultCleanupInterval, MinInterval, MaxTimeout},
-		bound[time.Duration]{"StatsInterval", &c.StatsInterval, DefaultStatsInterval, MinInterval, MaxTimeout},
-	); err != nil {
+	if err := checkBounds(c.durationFields()); err != nil {
 		return err
 	}
-	if err := boundFields(
-		bound[int]{"BatchSize", &c.BatchSize, DefaultBatchSize, 1, MaxBatchSize},
-		bound[int]{"Workers", &c.Workers, DefaultWorkers, 1, MaxWorkers},
-		bound[int]{"MaxRetries", &c.MaxRetries, DefaultMaxRetries, 1, MaxMaxRetries},
-		bound[int]{"Breaker.ConsecutiveFailures", &c.Breaker.ConsecutiveFailures, DefaultBreakerFailures, 1, MaxBreakerCount},
-		bound[int]{"Breaker.HalfOpenProbes", &c.Breaker.HalfOpenProbes, DefaultBreakerProbes, 1, MaxBreakerCount},
-		bound[int]{"CleanupBatch", &c.CleanupBatch, DefaultCleanupBatch, 1, MaxCleanupBatch},
-	); err != nil {
+	if err := checkBounds(c.intFields()); err != nil {
 		return err
 	}
-	c.Backoff = c.Backoff.WithDefaults(backoff.Backoff{Factor: DefaultBackoffFactor})
 	if err := c.Backoff.Validate(); err != nil {
 		return fmt.Errorf("Backoff.%w", err)
 	}
 	if c.Retention > MaxRetention {
 		return fmt.Errorf("Retention is %v; use at most %v, a negative duration to keep published events forever, or 0 for the default of %v", c.Retention, MaxRetention, DefaultRetention)
 	}
-	if c.Retention == 0 {
-		c.Retention = DefaultRetention
-	}
-	if c.Source == "" {
-		c.Source = DefaultSource
-	}
 	if err := checkText(c.Source, MaxSourceBytes); err != nil {
 		return fmt.Errorf("Source: %w (Enqueue counts a ce_source of at most %d bytes in the records it accepts)", err, MaxSourceBytes)
 	}
-	if c.DeadLetterSuffix == "" {
-		c.DeadLetterSuffix = DefaultDeadLetterSuffix
-	}
 	if err := validTopic("t" + c.DeadLetterSuffix); err != nil {
 		return fmt.Errorf("DeadLetterSuffix %q: %w", c.DeadLetterSuffix, err)
-	}
-	if c.Logger == nil {
-		c.Logger = slog.Default()
-	}
-	if c.Metrics == nil {
-		c.Metrics = noMetrics{}
-	}
-	if c.Now == nil {
-		c.Now = time.Now
 	}
 	return nil
 }
@@ -449,14 +484,16 @@ type bound[T int | time.Duration] struct {
 	def, min, max T
 }
 
-// boundFields sets each zero field to its default and refuses the others
-// outside their range.
-func boundFields[T int | time.Duration](fields ...bound[T]) error {
+// setDefault sets a zero field to its default.
+func (f bound[T]) setDefault() {
+	if *f.value == 0 {
+		*f.value = f.def
+	}
+}
+
+// checkBounds refuses fields outside their range.
+func checkBounds[T int | time.Duration](fields []bound[T]) error {
 	for _, f := range fields {
-		if *f.value == 0 {
-			*f.value = f.def
-			continue
-		}
 		if *f.value < f.min || *f.value > f.max {
 			return fmt.Errorf("%s is %v; use %v to %v, or 0 for the default of %v", f.name, *f.value, f.min, f.max, f.def)
 		}
@@ -708,7 +745,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	var send []*claimedEvent
 	var redead []deadCandidate
 	for _, e := range events {
-		if e.RetryCount >= r.maxRetries(e) {
+		if e.Attempts >= r.maxAttempts(e) {
 			redead = append(redead, deadCandidate{e: e, err: errors.New(lastError(e))})
 		} else {
 			send = append(send, e)
@@ -766,14 +803,14 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			}
 			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: status,
 				err: dlq.TruncateError(errs[i].Error()), delay: r.backoff.Delay(1, rand.Float64)})
-		case class == failPermanent || e.RetryCount+1 >= r.maxRetries(e):
+		case class == failPermanent || e.Attempts+1 >= r.maxAttempts(e):
 			dead = append(dead, deadCandidate{e: e, err: errs[i], attempted: true})
 		default:
 			res.Failed++
-			delay := r.backoff.Delay(e.RetryCount+1, rand.Float64)
+			delay := r.backoff.Delay(e.Attempts+1, rand.Float64)
 			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: StatusFailed, attempted: true,
 				err: dlq.TruncateError(errs[i].Error()), delay: delay})
-			r.logFailure(ctx, slog.LevelWarn, "publish failed; will retry", e, errs[i], "retry_count", e.RetryCount+1, "retry_in", delay)
+			r.logFailure(ctx, slog.LevelWarn, "publish failed; will retry", e, errs[i], "retry_count", e.Attempts+1, "retry_in", delay)
 		}
 	}
 	switch {
@@ -980,14 +1017,14 @@ func (r *Relay) record(e *claimedEvent) (*sarama.ProducerMessage, error) {
 	return e.binaryRecord(r.cfg.Source), nil
 }
 
-// maxRetries is the event's own MaxRetries, or the relay's: a row whose
+// maxAttempts is the event's own MaxAttempts, or the relay's: a row whose
 // max_retries is not positive (Enqueue writes none such) takes the relay's,
 // rather than being given up on untried.
-func (r *Relay) maxRetries(e *claimedEvent) int {
-	if e.MaxRetries != nil && *e.MaxRetries > 0 {
-		return *e.MaxRetries
+func (r *Relay) maxAttempts(e *claimedEvent) int {
+	if e.MaxAttempts != nil && *e.MaxAttempts > 0 {
+		return *e.MaxAttempts
 	}
-	return r.cfg.MaxRetries
+	return r.cfg.MaxAttempts
 }
 
 func (r *Relay) logFailure(ctx context.Context, level slog.Level, msg string, e *claimedEvent, err error, attrs ...any) {

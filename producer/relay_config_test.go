@@ -24,7 +24,7 @@ func TestRelayStartsWhileKafkaIsDown(t *testing.T) {
 	if res.Deferred != 1 {
 		t.Fatalf("batch %+v, want the event deferred", res)
 	}
-	if row := rowOf(t, pg, id); row.RetryCount != 0 || row.Status != producer.StatusPending {
+	if row := rowOf(t, pg, id); row.Attempts != 0 || row.Status != producer.StatusPending {
 		t.Fatalf("row %+v, want untouched", row)
 	}
 }

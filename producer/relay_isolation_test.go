@@ -83,7 +83,7 @@ func isolationConfig() producer.RelayConfig {
 	return producer.RelayConfig{
 		Sarama:       saramaCfg,
 		PollInterval: 20 * time.Millisecond,
-		MaxRetries:   8,
+		MaxAttempts:  8,
 		Backoff:      backoff.Backoff{Base: 100 * time.Millisecond, Max: 400 * time.Millisecond},
 	}
 }
@@ -96,7 +96,7 @@ func newRig(t *testing.T, c isolation) *rig {
 	k := testkit.NewKafka(t, testkit.InProcess(), testkit.KfakeOptions(c.kafka...))
 	r := &rig{t: t, pg: pg, out: out, k: k, topic: k.Topic(t, isolationPartitions), metrics: &recordedMetrics{}}
 	cfg := isolationConfig()
-	cfg.Metrics = r.metrics
+	cfg.Hooks = []producer.Hook{r.metrics}
 	if c.relay != nil {
 		c.relay(&cfg)
 	}
@@ -196,7 +196,7 @@ func runIsolation(t *testing.T, c isolation) (*rig, uuid.UUID) {
 	if bad != uuid.Nil && c.retries > 0 {
 		testkit.WaitFor(t, 60*time.Second, fmt.Sprintf("the bad event to fail %d times", c.retries), func() bool {
 			row := r.row(bad)
-			return row.RetryCount >= c.retries || row.Status == producer.StatusDeadLettered
+			return row.Attempts >= c.retries || row.Status == producer.StatusDeadLettered
 		})
 	}
 	r.enqueueHealthy("after", 24, 12)
@@ -216,10 +216,10 @@ func runIsolation(t *testing.T, c isolation) (*rig, uuid.UUID) {
 		case !strings.Contains(*row.LastError, c.want):
 			t.Errorf("the bad event was %s with %q, want an error naming %q", want, *row.LastError, c.want)
 		default:
-			t.Logf("%s after %d attempt(s) with: %s", want, row.RetryCount, *row.LastError)
+			t.Logf("%s after %d attempt(s) with: %s", want, row.Attempts, *row.LastError)
 		}
-		if c.retries > 0 && row.RetryCount < c.retries {
-			t.Errorf("the bad event was given up on after %d attempts, want its retries (at least %d)", row.RetryCount, c.retries)
+		if c.retries > 0 && row.Attempts < c.retries {
+			t.Errorf("the bad event was given up on after %d attempts, want its retries (at least %d)", row.Attempts, c.retries)
 		}
 	}
 	if r.breakerOpened() || r.relay.Breaker() != producer.BreakerClosed {
@@ -287,7 +287,7 @@ func (r *rig) failEvent(id uuid.UUID, key string, code *kerr.Error) {
 
 // TestMissingTopicFailsAloneAndIsDeadLettered: an event for a topic that
 // does not exist (the broker creates none) fails attempt after attempt with
-// its backoff and is dead-lettered after MaxRetries, naming the topic, while
+// its backoff and is dead-lettered after MaxAttempts, naming the topic, while
 // the events of a healthy topic enqueued before, beside and after it are
 // all published, and the breaker never opens.
 func TestMissingTopicFailsAloneAndIsDeadLettered(t *testing.T) {
@@ -299,7 +299,7 @@ func TestMissingTopicFailsAloneAndIsDeadLettered(t *testing.T) {
 		retries: 6,
 	})
 	row := r.row(bad)
-	if row.RetryCount != 8 || !strings.Contains(*row.LastError, "does not exist") {
+	if row.Attempts != 8 || !strings.Contains(*row.LastError, "does not exist") {
 		t.Errorf("missing topic's event %+v, want dead-lettered after its 8 attempts, saying the topic does not exist", row)
 	}
 	// The attempts were spread by the backoff: 100, 200, 400 ms, then 400.
@@ -374,11 +374,11 @@ func TestPoisonKeyFailsAloneOnItsPartition(t *testing.T) {
 				return
 			}
 			for _, id := range later {
-				if row := r.row(id); row.Status != producer.StatusPending || row.RetryCount != 0 {
+				if row := r.row(id); row.Status != producer.StatusPending || row.Attempts != 0 {
 					t.Errorf("with the key held, the later event %s is %+v, want pending and untried", id, row)
 				}
 			}
-			if row := r.row(bad); row.RetryCount != 8 {
+			if row := r.row(bad); row.Attempts != 8 {
 				t.Errorf("poison %+v, want dead-lettered after 8 attempts", row)
 			}
 		})
@@ -410,7 +410,7 @@ func TestBreakerOpensWhenNoBrokerAnswers(t *testing.T) {
 	if res := runOnce(t, relay); !res.BreakerOpen || res.Claimed != 0 {
 		t.Fatalf("with the breaker open the relay did %+v, want nothing claimed", res)
 	}
-	if row := rowOf(t, pg, id); row.RetryCount != 0 || row.Status != producer.StatusPending {
+	if row := rowOf(t, pg, id); row.Attempts != 0 || row.Status != producer.StatusPending {
 		t.Fatalf("row %+v, want pending with no attempt counted", row)
 	}
 }

@@ -23,7 +23,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	enqueue(t, pg, out, ev)
 	before := goleak.IgnoreCurrent()
 
-	relay := newRelay(t, pg, k, producer.RelayConfig{Metrics: &recordedMetrics{}})
+	relay := newRelay(t, pg, k, producer.RelayConfig{Hooks: []producer.Hook{&recordedMetrics{}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- relay.Run(ctx) }()

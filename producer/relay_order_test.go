@@ -119,9 +119,9 @@ func TestThreeRelaysKeepKeyOrderUnderProduceFaults(t *testing.T) {
 		saramaCfg := producer.NewSaramaConfig()
 		saramaCfg.Producer.Retry.Max = 0 // let the faults reach the relay
 		relay := newRelay(t, pg, k, producer.RelayConfig{
-			Sarama: saramaCfg, PollInterval: 50 * time.Millisecond, Metrics: metrics,
-			MaxRetries: 1000, Backoff: backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
-			Breaker: producer.Breaker{OpenFor: 100 * time.Millisecond},
+			Sarama: saramaCfg, PollInterval: 50 * time.Millisecond, Hooks: []producer.Hook{metrics},
+			MaxAttempts: 1000, Backoff: backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+			Breaker: producer.BreakerConfig{OpenFor: 100 * time.Millisecond},
 		})
 		runRelay(t, relay)
 	}

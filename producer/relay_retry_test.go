@@ -21,7 +21,7 @@ import (
 // eventRow is the delivery state of one outbox row.
 type eventRow struct {
 	Status        string
-	RetryCount    int
+	Attempts      int
 	LastError     *string
 	LastAttemptAt *time.Time
 	NextAttemptAt time.Time
@@ -32,7 +32,7 @@ func rowOf(t *testing.T, pg *testkit.PG, id uuid.UUID) eventRow {
 	var r eventRow
 	err := pg.Pool.QueryRow(context.Background(),
 		"SELECT status, retry_count, last_error, last_attempt_at, next_attempt_at FROM courier_events WHERE id = $1", id).
-		Scan(&r.Status, &r.RetryCount, &r.LastError, &r.LastAttemptAt, &r.NextAttemptAt)
+		Scan(&r.Status, &r.Attempts, &r.LastError, &r.LastAttemptAt, &r.NextAttemptAt)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestBackoffScheduleAndDeadLetter(t *testing.T) {
 	var mu sync.Mutex
 	var letters []producer.DeadLetter
 	relay := newRelay(t, pg, nil, producer.RelayConfig{
-		Publisher: pub, Now: clock.Now, PublishDeadLetters: true, MaxRetries: 6,
+		Publisher: pub, Now: clock.Now, PublishDeadLetters: true, MaxAttempts: 6,
 		OnDeadLetter: func(_ context.Context, d producer.DeadLetter) {
 			mu.Lock()
 			defer mu.Unlock()
@@ -105,8 +105,8 @@ func TestBackoffScheduleAndDeadLetter(t *testing.T) {
 	wantDelays := []time.Duration{1, 2, 4, 8, 16}
 	for attempt, delay := range wantDelays {
 		row := rowOf(t, pg, failing)
-		if row.Status != producer.StatusFailed || row.RetryCount != attempt+1 {
-			t.Fatalf("after failure %d: status %s retry_count %d", attempt+1, row.Status, row.RetryCount)
+		if row.Status != producer.StatusFailed || row.Attempts != attempt+1 {
+			t.Fatalf("after failure %d: status %s retry_count %d", attempt+1, row.Status, row.Attempts)
 		}
 		if got := row.NextAttemptAt.Sub(*row.LastAttemptAt); got != delay*time.Second {
 			t.Fatalf("after failure %d: next attempt in %v, want %v", attempt+1, got, delay*time.Second)
@@ -128,8 +128,8 @@ func TestBackoffScheduleAndDeadLetter(t *testing.T) {
 	// The 6th failure dead-letters it. The event behind it failed with it
 	// (one record batch) and was released: it goes out in the next batch.
 	row := rowOf(t, pg, failing)
-	if row.Status != producer.StatusDeadLettered || row.RetryCount != 6 {
-		t.Fatalf("after 6 failures: status %s retry_count %d, want dead_lettered 6", row.Status, row.RetryCount)
+	if row.Status != producer.StatusDeadLettered || row.Attempts != 6 {
+		t.Fatalf("after 6 failures: status %s retry_count %d, want dead_lettered 6", row.Status, row.Attempts)
 	}
 	if res := runOnce(t, relay); res.Published != 1 {
 		t.Fatalf("the batch after the dead letter %+v, want the event behind it published", res)
@@ -138,7 +138,7 @@ func TestBackoffScheduleAndDeadLetter(t *testing.T) {
 		t.Fatalf("published %v, want %s then %s", got, other, behind)
 	}
 	mu.Lock()
-	if len(letters) != 1 || letters[0].EventID != failing || letters[0].RetryCount != 6 || letters[0].Permanent ||
+	if len(letters) != 1 || letters[0].EventID != failing || letters[0].Attempts != 6 || letters[0].Permanent ||
 		letters[0].CorrelationID != "corr-1" || letters[0].Key != "o-1" {
 		t.Fatalf("OnDeadLetter got %+v, want one retries-exhausted letter for %s", letters, failing)
 	}
@@ -173,22 +173,22 @@ func TestBackoffScheduleAndDeadLetter(t *testing.T) {
 	}
 }
 
-func TestPerEventMaxRetries(t *testing.T) {
+func TestPerEventMaxAttempts(t *testing.T) {
 	t.Parallel()
 	pg, out := setup(t)
 	clock := newFakeClock()
 	pub := &fakePublisher{}
 	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now})
 	ev := orderCreated("o-1")
-	ev.MaxRetries = 2
+	ev.MaxAttempts = 2
 	id := enqueue(t, pg, out, ev)
 	pub.setFail(failID(id, sarama.ErrUnknown))
 	runOnce(t, relay)
 	clock.Advance(time.Second)
 	if res := runOnce(t, relay); res.DeadLettered != 1 {
-		t.Fatalf("second failure with MaxRetries 2: %+v, want dead-lettered", res)
+		t.Fatalf("second failure with MaxAttempts 2: %+v, want dead-lettered", res)
 	}
-	if row := rowOf(t, pg, id); row.Status != producer.StatusDeadLettered || row.RetryCount != 2 {
+	if row := rowOf(t, pg, id); row.Status != producer.StatusDeadLettered || row.Attempts != 2 {
 		t.Fatalf("row %+v, want dead_lettered after 2", row)
 	}
 }
@@ -271,7 +271,7 @@ func TestPoisonEventIsDeadLetteredAtOnce(t *testing.T) {
 			ids = append(ids, enqueue(t, pg, out, next))
 			defer func() {
 				row := rowOf(t, pg, poisonID)
-				if row.Status != producer.StatusDeadLettered || row.RetryCount != 1 || row.LastError == nil {
+				if row.Status != producer.StatusDeadLettered || row.Attempts != 1 || row.LastError == nil {
 					t.Errorf("poison row %+v, want dead_lettered on its first attempt", row)
 				} else {
 					t.Logf("poison dead-lettered with: %s", *row.LastError)
@@ -303,14 +303,14 @@ func TestUnreachableKafkaCountsNoAttempt(t *testing.T) {
 		pub := &fakePublisher{}
 		pub.setFail(func(*sarama.ProducerMessage) error { return cause })
 		relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now,
-			Breaker: producer.Breaker{ConsecutiveFailures: 1000}})
+			Breaker: producer.BreakerConfig{ConsecutiveFailures: 1000}})
 		id := enqueue(t, pg, out, orderCreated("o-1"))
 		res := runOnce(t, relay)
 		if res.Deferred != 1 || res.Failed+res.DeadLettered != 0 {
 			t.Fatalf("%v: batch %+v, want the event deferred", cause, res)
 		}
 		row := rowOf(t, pg, id)
-		if row.Status != producer.StatusPending || row.RetryCount != 0 || row.LastAttemptAt != nil ||
+		if row.Status != producer.StatusPending || row.Attempts != 0 || row.LastAttemptAt != nil ||
 			row.NextAttemptAt.Sub(clock.Now()) != time.Second {
 			t.Fatalf("%v: row %+v: want pending, no attempt counted, retried in 1s", cause, row)
 		}
@@ -318,7 +318,7 @@ func TestUnreachableKafkaCountsNoAttempt(t *testing.T) {
 			clock.Advance(time.Second)
 			runOnce(t, relay)
 		}
-		if row := rowOf(t, pg, id); row.Status != producer.StatusPending || row.RetryCount != 0 {
+		if row := rowOf(t, pg, id); row.Status != producer.StatusPending || row.Attempts != 0 {
 			t.Fatalf("%v: after 10 deferrals the row is %+v", cause, row)
 		}
 		pub.setFail(nil)
@@ -383,7 +383,7 @@ func TestFailedDeadLetterWriteKeepsKeyOrder(t *testing.T) {
 			pg, out := setup(t)
 			clock := newFakeClock()
 			pub := &fakePublisher{}
-			relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now, PublishDeadLetters: true, MaxRetries: 1})
+			relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now, PublishDeadLetters: true, MaxAttempts: 1})
 			first := enqueue(t, pg, out, orderCreated("o-1"))
 			second := enqueue(t, pg, out, orderCreated("o-1"))
 			mainAttempts := 0
@@ -400,7 +400,7 @@ func TestFailedDeadLetterWriteKeepsKeyOrder(t *testing.T) {
 			if res.Published != 0 || res.Failed != 1 {
 				t.Fatalf("batch %+v: the key must stop while its dead letter is not written", res)
 			}
-			if row := rowOf(t, pg, first); row.Status != producer.StatusFailed || row.RetryCount != 1 {
+			if row := rowOf(t, pg, first); row.Status != producer.StatusFailed || row.Attempts != 1 {
 				t.Fatalf("first event %+v, want failed with its one attempt", row)
 			}
 
@@ -416,7 +416,7 @@ func TestFailedDeadLetterWriteKeepsKeyOrder(t *testing.T) {
 			if res.DeadLettered != 1 || res.Published != 1 || mainAttempts != 0 {
 				t.Fatalf("batch %+v after %d new main attempts: want the dead letter written without a new attempt, then the key moving on", res, mainAttempts)
 			}
-			if row := rowOf(t, pg, first); row.Status != producer.StatusDeadLettered || row.RetryCount != 1 {
+			if row := rowOf(t, pg, first); row.Status != producer.StatusDeadLettered || row.Attempts != 1 {
 				t.Fatalf("first event %+v, want dead_lettered with retry_count 1", row)
 			}
 			if got := pub.ackedIDs("orders"); !slices.Equal(got, []string{second.String()}) {
@@ -449,7 +449,7 @@ func TestRefusedEventHoldsItsKeyWhenKeysHold(t *testing.T) {
 	if row := rowOf(t, pg, poison); row.Status != producer.StatusDeadLettered {
 		t.Fatalf("oversized event %+v, want dead_lettered", row)
 	}
-	if row := rowOf(t, pg, behind); row.Status != producer.StatusPending || row.RetryCount != 0 {
+	if row := rowOf(t, pg, behind); row.Status != producer.StatusPending || row.Attempts != 0 {
 		t.Fatalf("event behind it %+v, want pending and untried", row)
 	}
 }

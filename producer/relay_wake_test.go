@@ -46,7 +46,7 @@ func TestIdleRelayWakesWithoutNotify(t *testing.T) {
 	k := testkit.NewKafka(t)
 	topic := k.Topic(t, 1)
 	metrics := &recordedMetrics{}
-	relay := newRelay(t, pg, k, producer.RelayConfig{PollInterval: time.Minute, Metrics: metrics, StatsInterval: time.Hour})
+	relay := newRelay(t, pg, k, producer.RelayConfig{PollInterval: time.Minute, Hooks: []producer.Hook{metrics}, StatsInterval: time.Hour})
 	runRelay(t, relay)
 	c := consume(t, k, topic)
 	// The relay's first claims (at start) are behind it once it idles.
@@ -98,7 +98,7 @@ func TestWakeUpFollowsACommitThatComesLate(t *testing.T) {
 	k := testkit.NewKafka(t)
 	topic := k.Topic(t, 1)
 	metrics := &recordedMetrics{}
-	relay := newRelay(t, pg, k, producer.RelayConfig{PollInterval: time.Minute, Metrics: metrics, StatsInterval: time.Hour})
+	relay := newRelay(t, pg, k, producer.RelayConfig{PollInterval: time.Minute, Hooks: []producer.Hook{metrics}, StatsInterval: time.Hour})
 	runRelay(t, relay)
 	c := consume(t, k, topic)
 	ctx := context.Background()
@@ -176,8 +176,8 @@ func TestBreakerOpensWhileBrokerIsDown(t *testing.T) {
 	// One worker, so that the claims and breaker changes the metrics record
 	// come from one loop, in order. (With several, a claim another worker
 	// started before the breaker opened completes, but publishes nothing.)
-	relay := newRelay(t, pg, k, producer.RelayConfig{Sarama: saramaCfg, Metrics: metrics, PollInterval: 20 * time.Millisecond,
-		Workers: 1, Breaker: producer.Breaker{OpenFor: 300 * time.Millisecond}})
+	relay := newRelay(t, pg, k, producer.RelayConfig{Sarama: saramaCfg, Hooks: []producer.Hook{metrics}, PollInterval: 20 * time.Millisecond,
+		Workers: 1, Breaker: producer.BreakerConfig{OpenFor: 300 * time.Millisecond}})
 	runRelay(t, relay)
 
 	testkit.WaitFor(t, 30*time.Second, "the breaker to open and then probe again", func() bool {
@@ -281,7 +281,7 @@ func TestShutdownTimeoutLeavesTheEventPending(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v, want nil", err)
 	}
-	if row := rowOf(t, pg, id); row.Status != producer.StatusPending || row.RetryCount != 0 {
+	if row := rowOf(t, pg, id); row.Status != producer.StatusPending || row.Attempts != 0 {
 		t.Fatalf("an event cut off by the shutdown timeout is %+v, want pending with no attempt counted", row)
 	}
 }

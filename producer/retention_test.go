@@ -147,7 +147,7 @@ func TestDiscardPublishedKeepsNoHistory(t *testing.T) {
 	if n := countRows(t, pg.Pool, "true"); n != 1 {
 		t.Fatalf("%d events left in the outbox, want only the failed one", n)
 	}
-	if row := rowOf(t, pg, failing); row.Status != producer.StatusFailed || row.RetryCount != 1 {
+	if row := rowOf(t, pg, failing); row.Status != producer.StatusFailed || row.Attempts != 1 {
 		t.Fatalf("the failed event: %+v, want failed after one attempt", row)
 	}
 }

@@ -28,7 +28,7 @@ func (r *Relay) Run(ctx context.Context) error {
 	}
 	wg.Go(func() { r.every(ctx, r.cfg.CleanupInterval, r.maintain) })
 	wg.Go(func() { r.every(ctx, vacuumInterval, r.vacuum) })
-	if _, none := r.metrics.(noMetrics); !none {
+	if len(r.metrics.backlog) > 0 {
 		wg.Go(func() { r.every(ctx, r.cfg.StatsInterval, r.measureBacklog) })
 	}
 	var workers sync.WaitGroup

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/courierkit/courier/dlq"
-	"github.com/courierkit/courier/internal/pgname"
 )
 
 // Event statuses, as Admin reports them.
@@ -26,324 +25,6 @@ const (
 	StatusPublished    = "published"
 	StatusDeadLettered = "dead_lettered"
 )
-
-// store owns every SQL statement on an outbox: the enqueue, the relay's
-// claim and settle, the wake-up probe, retention and the admin queries. The
-// outbox is five tables named after the configured one (see the migrations
-// package): the queue of new events itself, <table>_waiting, <table>_dead,
-// <table>_published (partitioned by day) and <table>_keys, plus
-// <table>_legacy while a table of version 1 still holds published events.
-type store struct {
-	names   outboxNames
-	hold    bool // HoldKeyOnDeadLetter: a dead letter holds the later events of its key
-	discard bool // DiscardPublished: a published event is deleted, not kept
-
-	insertOne, insertMany, insertKeyed, claimIDs, unclaim, lookupKeys string
-
-	lockShares, claimQueue, claimWaiting string
-
-	publishQueue, publishWaiting, parkQueue, updateWaiting, deadQueue, deadWaiting string
-	discardQueue, discardWaiting                                                   string
-
-	probe, backlog string
-}
-
-// outboxNames are the schema-qualified names of an outbox's objects.
-type outboxNames struct {
-	table                                      pgname.Table
-	queue, waiting, dead, published, keys, seq string
-	legacy, partitionDefault                   string
-}
-
-func newOutboxNames(t pgname.Table) outboxNames {
-	return outboxNames{
-		table:            t,
-		queue:            t.String(),
-		waiting:          t.Derived("waiting"),
-		dead:             t.Derived("dead"),
-		published:        t.Derived("published"),
-		keys:             t.Derived("keys"),
-		seq:              t.Derived("seq"),
-		legacy:           t.Derived("legacy"),
-		partitionDefault: t.Derived("published_default"),
-	}
-}
-
-// render fills the placeholders of a statement: {queue}, {waiting}, {dead},
-// {published}, {keys}, {seq}, {now} (see dbNow), {share} (see shareOf) and
-// {held} (see heldBy).
-func (n outboxNames) render(sql string, hold bool) string {
-	held := "false"
-	if hold {
-		held = "true"
-	}
-	return strings.NewReplacer(
-		"{queue}", n.queue, "{waiting}", n.waiting, "{dead}", n.dead, "{published}", n.published,
-		"{keys}", n.keys, "{seq}", n.seq, "{now}", dbNow, "{hold}", held,
-	).Replace(sql)
-}
-
-// newStore makes the statements of table: a dead letter holds its key
-// with holdOnDeadLetter, and a published event is deleted rather than kept
-// in the history with discardPublished.
-func newStore(table pgname.Table, holdOnDeadLetter, discardPublished bool) *store {
-	n := newOutboxNames(table)
-	r := func(sql string) string { return n.render(sql, holdOnDeadLetter) }
-	return &store{
-		names:          n,
-		hold:           holdOnDeadLetter,
-		discard:        discardPublished,
-		insertOne:      r(insertOneSQL),
-		insertMany:     r(insertManySQL),
-		insertKeyed:    r(insertKeyedSQL),
-		claimIDs:       r(claimIDsSQL),
-		unclaim:        r(unclaimSQL),
-		lookupKeys:     r(lookupKeysSQL),
-		lockShares:     fmt.Sprintf(lockSharesSQL, shareLockKey(table)),
-		claimQueue:     r(claimQueueSQL),
-		claimWaiting:   r(claimWaitingSQL),
-		publishQueue:   r(publishQueueSQL),
-		publishWaiting: r(publishWaitingSQL),
-		discardQueue:   r(discardQueueSQL),
-		discardWaiting: r(discardWaitingSQL),
-		parkQueue:      r(parkQueueSQL),
-		updateWaiting:  r(updateWaitingSQL),
-		deadQueue:      r(deadQueueSQL),
-		deadWaiting:    r(deadWaitingSQL),
-		probe:          r(probeSQL),
-		backlog:        r(backlogSQL),
-	}
-}
-
-// dbNow is "now" in the relay's statements: the injected clock's time ($1)
-// in tests, the database clock when $1 is NULL. Due times are written by
-// the database clock (created_at, NotBefore), so comparing them with the
-// same clock keeps a skewed application host from delaying fresh events.
-const dbNow = "COALESCE($1::timestamptz, statement_timestamp())"
-
-// eventColumns are the columns every table of an outbox has, in the order
-// the enqueue writes them and the claim reads them.
-const eventColumns = `id, topic, partition_key, event_type, aggregate_type, aggregate_id, tenant_id,
-    correlation_id, causation_id, idempotency_key, payload, content_type, headers, max_retries`
-
-// claimedColumns are the columns of eventColumns a claim reads (all but
-// the idempotency key, which publishing does not need), of table alias a.
-func claimedColumns(a string) string {
-	cols := strings.Split(strings.Join(strings.Fields(eventColumns), " "), ", ")
-	cols = slices.DeleteFunc(cols, func(c string) bool { return c == "idempotency_key" })
-	for i, c := range cols {
-		cols[i] = a + "." + c
-	}
-	return strings.Join(cols, ", ")
-}
-
-// ---- enqueue ----
-
-// insertOneSQL writes one event without an idempotency key: one row, the
-// queue's primary key its one index entry.
-const insertOneSQL = `
-INSERT INTO {queue} (` + eventColumns + `, not_before)
-VALUES ($1, $2, NULLIF($3, ''), $4, NULLIF($5, ''), NULLIF($6, ''), NULLIF($7, ''), NULLIF($8, ''),
-    NULLIF($9, ''), NULLIF($10, ''), $11, $12, $13, NULLIF($14, 0), $15)`
-
-// enqueueArrays is the batch as one array per column, rows in slice order.
-const enqueueArrays = `unnest(
-    $1::uuid[], $2::text[], $3::text[], $4::text[], $5::text[], $6::text[], $7::text[],
-    $8::text[], $9::text[], $10::text[], $11::bytea[], $12::text[], $13::jsonb[],
-    $14::int4[], $15::timestamptz[]
-) WITH ORDINALITY AS e(` + eventColumns + `, not_before, ord)`
-
-const enqueueValues = `e.id, e.topic, NULLIF(e.partition_key, ''), e.event_type, NULLIF(e.aggregate_type, ''),
-    NULLIF(e.aggregate_id, ''), NULLIF(e.tenant_id, ''), NULLIF(e.correlation_id, ''),
-    NULLIF(e.causation_id, ''), NULLIF(e.idempotency_key, ''), e.payload, e.content_type, e.headers,
-    NULLIF(e.max_retries, 0), e.not_before`
-
-// insertManySQL writes a batch without idempotency keys in one statement,
-// in slice order, so the queue's seq follows it.
-const insertManySQL = `
-INSERT INTO {queue} (` + eventColumns + `, not_before)
-SELECT ` + enqueueValues + `
-FROM ` + enqueueArrays + `
-ORDER BY e.ord`
-
-// insertKeyedSQL writes a batch some of whose events carry an idempotency
-// key or an id of the caller's own ($16, the array of those ids): each key
-// is claimed in {keys} first, and an event whose (topic, key) is taken is
-// not written; then the own id of each event still to write is claimed
-// in {keys} too, under the empty topic (which no event has), and if one
-// was taken, no event is written. A key or id another transaction holds
-// and has not committed makes the insert wait for it, as a unique index
-// would; claims are taken in the order of their keys, so two batches that
-// share some never wait for each other both ways. It returns a row per
-// claim made and event written: ('key', the event's id) for a key, ('id',
-// id) for an id, and ('queue', id) for an event. An ordinary event (its id
-// assigned by Enqueue, unique by construction, and no key) claims nothing
-// and never comes here.
-const insertKeyedSQL = `
-WITH e AS (SELECT * FROM ` + enqueueArrays + `),
-k AS (
-    INSERT INTO {keys} (topic, idempotency_key, event_id)
-    SELECT e.topic, e.idempotency_key, e.id FROM e WHERE e.idempotency_key <> '' ORDER BY e.topic, e.idempotency_key, e.ord
-    ON CONFLICT DO NOTHING
-    RETURNING event_id),
-w AS (SELECT * FROM e WHERE e.idempotency_key = '' OR e.id IN (SELECT event_id FROM k)),
-i AS (
-    INSERT INTO {keys} (topic, idempotency_key, event_id)
-    SELECT '', w.id::text, w.id FROM w WHERE w.id = ANY($16::uuid[]) ORDER BY w.id
-    ON CONFLICT DO NOTHING
-    RETURNING event_id),
-q AS (
-    INSERT INTO {queue} (` + eventColumns + `, not_before)
-    SELECT ` + enqueueValues + `
-    FROM w AS e
-    WHERE (SELECT count(*) FROM i) = (SELECT count(*) FROM w WHERE w.id = ANY($16::uuid[]))
-    ORDER BY e.ord
-    RETURNING id)
-SELECT 'queue', id FROM q
-UNION ALL SELECT 'key', event_id FROM k
-UNION ALL SELECT 'id', event_id FROM i`
-
-// claimIDsSQL claims ids of the caller's own ($1) in {keys}, as
-// insertKeyedSQL does, for a batch without idempotency keys that is then
-// copied. It returns the ids claimed.
-const claimIDsSQL = `
-INSERT INTO {keys} (topic, idempotency_key, event_id)
-SELECT '', d.id::text, d.id FROM unnest($1::uuid[]) AS d(id) ORDER BY d.id
-ON CONFLICT DO NOTHING
-RETURNING event_id`
-
-// unclaimSQL deletes the claims ($1 topics, $2 keys, $3 event ids) of a
-// batch insertKeyedSQL refused for an id taken.
-const unclaimSQL = `
-DELETE FROM {keys} k
-USING unnest($1::text[], $2::text[], $3::uuid[]) AS d(topic, idempotency_key, event_id)
-WHERE k.topic = d.topic AND k.idempotency_key = d.idempotency_key AND k.event_id = d.event_id`
-
-// lookupKeysSQL finds the events that hold the idempotency keys of
-// duplicates.
-const lookupKeysSQL = `
-SELECT k.topic, k.idempotency_key, k.event_id
-FROM unnest($1::text[], $2::text[]) AS d(topic, idempotency_key)
-JOIN {keys} k ON k.topic = d.topic AND k.idempotency_key = d.idempotency_key`
-
-// ---- claim ----
-
-// shareCount is how many shares the keys of a table are split into, by a
-// hash of the key (events without a key by their seq). A claim holds a
-// transaction-scoped advisory lock on every share it claims from, so at any
-// moment the events of one key are claimed by at most one transaction, in
-// whichever relay: no relay can publish a key's event while another still
-// holds an earlier one, and no claim needs a row lock. Every relay must use
-// the same count; it bounds RelayConfig.Workers.
-const shareCount = 64
-
-// shareOf is the share of the event of table alias a.
-func shareOf(a string) string {
-	return fmt.Sprintf("(CASE WHEN %[1]s.partition_key IS NULL THEN %[1]s.seq %% %[2]d ELSE mod(mod(hashtextextended(%[1]s.partition_key, 0), %[2]d) + %[2]d, %[2]d) END)",
-		a, shareCount)
-}
-
-// claimedShares is the array of shares lockSharesSQL took.
-const claimedShares = "((SELECT current_setting('courier.claim_shares')::int[])::int[])"
-
-// shareLockKey is the first key of the share locks of a table (the share is
-// the second): a hash of the table's name, so that relays of different tables
-// never wait on each other.
-func shareLockKey(table pgname.Table) string {
-	return fmt.Sprintf("hashtext('courier relay %s')", table)
-}
-
-// lockSharesSQL tunes the claim's transaction (see claimSettings) and takes
-// a transaction-scoped lock on every share of $2 that no other transaction
-// holds, noting them in the setting courier.claim_shares for the claim. The
-// locks come first, in a statement of their own, so that the claim's
-// snapshot is taken after them: a relay that held a share until it
-// committed has its outcomes (an event moved to waiting) visible to the
-// claim that follows it.
-const lockSharesSQL = claimSettings + `,
-    set_config('courier.claim_shares', COALESCE((
-        SELECT array_agg(s) FROM unnest($2::int[]) AS s
-        WHERE pg_try_advisory_xact_lock(%s, s)), '{}')::text, true)`
-
-// claimSettings tunes the claim's transaction:
-//   - should the relay stall without dying, PostgreSQL ends the transaction
-//     after $1 ms idle and frees its shares for the others;
-//   - should it die while a statement runs, PostgreSQL notices within a
-//     second;
-//   - a lock another transaction holds for over 10s fails the claim (logged,
-//     and retried) instead of stalling the worker;
-//   - no JIT: the planner's cost estimate for a claim over a large backlog
-//     crosses jit_above_cost, and compiling costs more than the claim;
-//   - asynchronous commit: the transaction only records what Kafka already
-//     acknowledged, so a PostgreSQL crash that forgets its last commits
-//     (wal_writer_delay, 200ms by default) only makes the relay publish those
-//     events again — duplicates with the same ce_id, in the same order — and
-//     the relay does not wait for a WAL flush per batch.
-const claimSettings = `SELECT
-    set_config('idle_in_transaction_session_timeout', $1, true),
-    set_config('client_connection_check_interval', '1000', true),
-    set_config('lock_timeout', '10s', true),
-    set_config('jit', 'off', true),
-    set_config('synchronous_commit', 'off', true)`
-
-// keyHash is the hash of the (topic, key) of the event of alias a, as the
-// key indexes of {waiting} and {dead} hold it (migration 0005): they index
-// a hash rather than the topic and key themselves, which PostgreSQL cannot
-// index beyond about 2,700 bytes.
-func keyHash(a string) string { return keyHashOf(a+".topic", a+".partition_key") }
-
-// keyHashOf is the hash of the SQL expressions topic and key, as keyHash.
-func keyHashOf(topic, key string) string {
-	return fmt.Sprintf("hashtextextended(%s, hashtextextended(%s, 0))", key, topic)
-}
-
-// sameKey is true when the events of aliases a and b have the same topic
-// and key: it compares their hashes first, which the key indexes find.
-func sameKey(a, b string) string {
-	return fmt.Sprintf("%s = %s AND %[3]s.topic = %[4]s.topic AND %[3]s.partition_key = %[4]s.partition_key",
-		keyHash(a), keyHash(b), a, b)
-}
-
-// heldByDead is true when an event of alias a, with a key, is held back
-// by an event of its key in {dead} (with HoldKeyOnDeadLetter) that is
-// older.
-func heldByDead(a string) string {
-	return fmt.Sprintf(`({hold} AND %[1]s.partition_key IS NOT NULL AND EXISTS (
-    SELECT FROM {dead} h WHERE %[2]s AND h.seq < %[1]s.seq))`, a, sameKey("h", a))
-}
-
-// claimQueueSQL reads up to $2 new events of the claimed shares in seq
-// order. blocked marks an event whose key has events waiting (or, with
-// HoldKeyOnDeadLetter, an older dead letter): it must wait behind them, and
-// the relay moves it to {waiting} instead of publishing it. The check looks
-// up the event's key only when something waits at all, as is rare while
-// Kafka is healthy. No row is locked: the share locks make this claim the
-// only reader of these events that will write them.
-var claimQueueSQL = `
-SELECT q.ctid, q.seq, ` + claimedColumns("q") + `, q.created_at, COALESCE(q.not_before > {now}, false) AS scheduled,
-    q.partition_key IS NOT NULL AND NOT (SELECT NOT EXISTS (SELECT FROM {waiting}) AND NOT ({hold} AND EXISTS (SELECT FROM {dead})))
-    AND (EXISTS (SELECT FROM {waiting} w WHERE ` + sameKey("w", "q") + `)
-         OR ` + heldByDead("q") + `) AS blocked
-FROM {queue} q
-WHERE ` + shareOf("q") + ` = ANY ` + claimedShares + `
-ORDER BY q.seq
-LIMIT $2`
-
-// claimWaitingSQL reads up to $2 waiting events of the claimed shares that
-// are due and not behind an event of their key that is not (nor, with
-// HoldKeyOnDeadLetter, behind an older dead letter), in seq order.
-var claimWaitingSQL = `
-SELECT w.seq, ` + claimedColumns("w") + `, w.created_at,
-    w.status, w.retry_count, w.last_error, w.first_failed_at
-FROM {waiting} w
-WHERE ` + shareOf("w") + ` = ANY ` + claimedShares + `
-  AND w.next_attempt_at <= {now}
-  AND (w.partition_key IS NULL OR NOT EXISTS (
-      SELECT FROM {waiting} b
-      WHERE ` + sameKey("b", "w") + ` AND b.seq < w.seq AND b.next_attempt_at > {now}))
-  AND NOT ` + heldByDead("w") + `
-ORDER BY w.seq
-LIMIT $2`
 
 // source says which table a claimed event came from.
 type source uint8
@@ -374,16 +55,16 @@ type claimedEvent struct {
 	Payload       []byte
 	ContentType   string
 	Headers       map[string]string
-	MaxRetries    *int
+	MaxAttempts   *int
 	CreatedAt     time.Time
 	// scheduled says a new event's NotBefore is ahead; blocked that its
 	// key has events waiting before it.
 	scheduled bool
 	blocked   bool
-	// status, RetryCount, LastError and FirstFailedAt are a waiting
-	// event's state; a new event has none.
+	// status, Attempts (retry_count), LastError and FirstFailedAt are a
+	// waiting event's state; a new event has none.
 	status        string
-	RetryCount    int
+	Attempts      int
 	LastError     *string
 	FirstFailedAt *time.Time
 	// invalid says why the row cannot be published as it stands: written
@@ -402,7 +83,7 @@ func scanQueued(row pgx.CollectableRow) (claimedEvent, error) {
 	var headers []byte
 	var created pgtype.Timestamptz
 	err := row.Scan(&e.tid, &e.seq, &e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
-		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxRetries,
+		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxAttempts,
 		&created, &e.scheduled, &e.blocked)
 	if err == nil {
 		e.check(headers, created)
@@ -415,8 +96,8 @@ func scanWaiting(row pgx.CollectableRow) (claimedEvent, error) {
 	var headers []byte
 	var created, firstFailed pgtype.Timestamptz
 	err := row.Scan(&e.seq, &e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
-		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxRetries,
-		&created, &e.status, &e.RetryCount, &e.LastError, &firstFailed)
+		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxAttempts,
+		&created, &e.status, &e.Attempts, &e.LastError, &firstFailed)
 	if err == nil {
 		if firstFailed.Valid && firstFailed.InfinityModifier == pgtype.Finite {
 			e.FirstFailedAt = &firstFailed.Time
@@ -547,88 +228,6 @@ func (c *claim) abort() {
 		_ = c.conn.Close(ctx)
 	}
 }
-
-// ---- settle ----
-
-// publishQueueSQL moves published new events, found by ctid, to the
-// history; publishWaitingSQL moves published waiting events, by seq.
-const publishQueueSQL = `
-WITH m AS (DELETE FROM {queue} WHERE ctid = ANY($2::tid[]) RETURNING *)
-INSERT INTO {published} (seq, ` + eventColumns + `, created_at, retry_count, published_at)
-SELECT seq, ` + eventColumns + `, created_at, 0, {now} FROM m`
-
-const publishWaitingSQL = `
-WITH m AS (DELETE FROM {waiting} WHERE seq = ANY($2::bigint[]) RETURNING *)
-INSERT INTO {published} (seq, ` + eventColumns + `, created_at, retry_count, last_error, first_failed_at, published_at)
-SELECT seq, ` + eventColumns + `, created_at, retry_count, last_error, first_failed_at, {now} FROM m`
-
-// discardQueueSQL and discardWaitingSQL delete published events, for a
-// relay that keeps no history.
-const (
-	discardQueueSQL   = `DELETE FROM {queue} WHERE ctid = ANY($1::tid[])`
-	discardWaitingSQL = `DELETE FROM {waiting} WHERE seq = ANY($1::bigint[])`
-)
-
-// outcomeArrays are a settlement's arrays: seq, new status, whether an
-// attempt is counted, the error to record, the delay of the next attempt.
-const outcomeArrays = `unnest($2::bigint[], $3::text[], $4::bool[], $5::text[], $6::float8[]) AS u(seq, status, attempted, error, delay_ms)`
-
-// parkQueueSQL moves new events to {waiting}: failed ones, those Kafka
-// could not take, those whose NotBefore is ahead, and those behind any of
-// these in their key. Each waits until its NotBefore and its delay passed.
-const parkQueueSQL = `
-WITH m AS (
-    DELETE FROM {queue} q USING ` + outcomeArrays + ` WHERE q.seq = u.seq
-    RETURNING q.*, u.status AS new_status, u.attempted, u.error, u.delay_ms)
-INSERT INTO {waiting} (seq, ` + eventColumns + `, created_at, status, retry_count, last_error, last_attempt_at,
-    first_failed_at, next_attempt_at)
-SELECT seq, ` + eventColumns + `, created_at, new_status, CASE WHEN attempted THEN 1 ELSE 0 END, error,
-    CASE WHEN attempted THEN {now} END, CASE WHEN attempted THEN {now} END,
-    GREATEST(COALESCE(not_before, {now}), {now} + COALESCE(delay_ms, 0) * interval '1 millisecond')
-FROM m`
-
-// neverDue is the due time of a waiting event that waits for an operator
-// to requeue or purge it (see fallback): the last day Admin and the
-// clients that read the tables can all represent, where infinity is not a
-// time to most of them.
-const neverDue = "9999-12-31T00:00:00Z"
-
-// updateWaitingSQL records the outcome of waiting events that stay waiting.
-// An empty status keeps the event's; an infinite delay makes it wait until
-// an operator requeues or purges it (neverDue).
-const updateWaitingSQL = `
-UPDATE {waiting} w SET
-    status          = COALESCE(NULLIF(u.status, ''), w.status),
-    retry_count     = w.retry_count + CASE WHEN u.attempted THEN 1 ELSE 0 END,
-    last_error      = COALESCE(u.error, w.last_error),
-    last_attempt_at = CASE WHEN u.attempted THEN {now} ELSE w.last_attempt_at END,
-    first_failed_at = CASE WHEN u.attempted THEN COALESCE(w.first_failed_at, {now}) ELSE w.first_failed_at END,
-    next_attempt_at = CASE WHEN u.delay_ms = 'Infinity' THEN '` + neverDue + `'
-                      ELSE {now} + COALESCE(u.delay_ms, 0) * interval '1 millisecond' END
-FROM ` + outcomeArrays + `
-WHERE w.seq = u.seq`
-
-// deadQueueSQL and deadWaitingSQL move dead-lettered events to {dead}.
-const deadQueueSQL = `
-WITH m AS (
-    DELETE FROM {queue} q USING ` + outcomeArrays + ` WHERE q.seq = u.seq
-    RETURNING q.*, u.attempted, u.error)
-INSERT INTO {dead} (seq, ` + eventColumns + `, created_at, retry_count, last_error, last_attempt_at, first_failed_at,
-    dead_lettered_at)
-SELECT seq, ` + eventColumns + `, created_at, CASE WHEN attempted THEN 1 ELSE 0 END, error,
-    CASE WHEN attempted THEN {now} END, CASE WHEN attempted THEN {now} END, {now}
-FROM m`
-
-const deadWaitingSQL = `
-WITH m AS (
-    DELETE FROM {waiting} w USING ` + outcomeArrays + ` WHERE w.seq = u.seq
-    RETURNING w.*, u.attempted, u.error)
-INSERT INTO {dead} (seq, ` + eventColumns + `, created_at, retry_count, last_error, last_attempt_at, first_failed_at,
-    dead_lettered_at)
-SELECT seq, ` + eventColumns + `, created_at, retry_count + CASE WHEN attempted THEN 1 ELSE 0 END, COALESCE(error, last_error),
-    CASE WHEN attempted THEN {now} ELSE last_attempt_at END,
-    CASE WHEN attempted THEN COALESCE(first_failed_at, {now}) ELSE first_failed_at END, {now}
-FROM m`
 
 // fate is what becomes of one event of a batch.
 type fate uint8
@@ -848,19 +447,6 @@ func dataError(err error) bool {
 	return ok && len(pgErr.Code) == 5 && slices.Contains([]string{"22", "23", "54"}, pgErr.Code[:2])
 }
 
-// ---- wake-up ----
-
-// probeSQL is the relay's look for new work, cheap enough to run every few
-// milliseconds: the queue's sequence (which every enqueue advances, before
-// it commits), the transactions in progress (an enqueue seen in the
-// sequence commits when its transaction leaves that list), and whether a
-// waiting event fell due since the last look ($2).
-const probeSQL = `
-SELECT s.last_value, s.is_called, pg_current_snapshot()::text,
-    EXISTS (SELECT FROM {waiting} w WHERE w.next_attempt_at > $2 AND w.next_attempt_at <= {now}),
-    {now}
-FROM {seq} s`
-
 // probeResult is what one probe saw.
 type probeResult struct {
 	seq      int64
@@ -878,21 +464,6 @@ func (s *store) probeNow(ctx context.Context, db DBTX, now pgtype.Timestamptz, s
 	}
 	return p, nil
 }
-
-// wakeSQL advances the queue's sequence, which every relay's probe sees:
-// the admin's way to wake the relays after it changed what they may claim.
-func (s *store) wakeSQL() string { return "SELECT nextval('" + s.names.seq + "')" }
-
-// ---- metrics ----
-
-// backlogSQL counts the events waiting to be published and measures how
-// long the oldest due one has been due: the queue's oldest by its head, the
-// waiting ones by the due index.
-const backlogSQL = `
-SELECT (SELECT count(*) FROM {queue}) + (SELECT count(*) FROM {waiting}),
-    COALESCE(EXTRACT(EPOCH FROM {now} - LEAST(
-        (SELECT COALESCE(not_before, created_at) FROM {queue} ORDER BY seq LIMIT 1),
-        (SELECT min(next_attempt_at) FROM {waiting}))), 0)`
 
 // backlog returns the number of events waiting to be published and how long
 // the oldest due one has been due (0 when none is due).
@@ -919,12 +490,6 @@ const partitionDay = "20060102"
 // lacks the rights, PostgreSQL refused the lock) does not fill the default
 // partition at once.
 const partitionsAhead = 3
-
-// maintainLockKey is the advisory lock that lets one transaction at a time
-// change the history's partitions.
-func maintainLockKey(table pgname.Table) string {
-	return fmt.Sprintf("hashtext('courier maintain %s')", table)
-}
 
 // beginner is what retention needs from the database: a transaction for
 // the partition changes. *pgxpool.Pool, *pgx.Conn and pgx.Tx (a savepoint)
@@ -965,10 +530,8 @@ func (s *store) maintain(ctx context.Context, db beginner, now pgtype.Timestampt
 	}
 	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
 	var today time.Time
-	q := "SELECT pg_try_advisory_xact_lock(" + maintainLockKey(s.names.table) + ", 0), " + dbNow + ", " +
-		"set_config('lock_timeout', '1s', true), to_regclass($2) IS NOT NULL"
 	var legacy bool
-	if err := tx.QueryRow(ctx, q, now, s.names.legacy).Scan(&ok, &today, nil, &legacy); err != nil || !ok {
+	if err := tx.QueryRow(ctx, s.names.maintainBeginSQL(), now, s.names.legacy).Scan(&ok, &today, nil, &legacy); err != nil || !ok {
 		return c, false, s.maintainErr(err)
 	}
 	parts, err := s.partitions(ctx, tx)
@@ -985,7 +548,7 @@ func (s *store) maintain(ctx context.Context, db beginner, now pgtype.Timestampt
 		// Events of that day that found no partition are in the default
 		// one, which PostgreSQL will not split: they leave it by retention.
 		var stray bool
-		err := tx.QueryRow(ctx, "SELECT EXISTS (SELECT FROM "+s.names.partitionDefault+" WHERE published_at >= $1 AND published_at < $2)",
+		err := tx.QueryRow(ctx, s.names.strayEventsSQL(),
 			from, from.AddDate(0, 0, 1)).Scan(&stray)
 		if err != nil {
 			return c, true, s.maintainErr(err)
@@ -993,9 +556,7 @@ func (s *store) maintain(ctx context.Context, db beginner, now pgtype.Timestampt
 		if stray {
 			continue
 		}
-		sql := fmt.Sprintf("CREATE TABLE %s.%s PARTITION OF %s FOR VALUES FROM ('%s') TO ('%s')", s.names.table.Schema, name,
-			s.names.published, from.Format(time.RFC3339), from.AddDate(0, 0, 1).Format(time.RFC3339))
-		if _, err := tx.Exec(ctx, sql); err != nil {
+		if _, err := tx.Exec(ctx, s.names.createPartitionSQL(name, from)); err != nil {
 			return c, true, s.maintainErr(err)
 		}
 	}
@@ -1010,7 +571,7 @@ func (s *store) maintain(ctx context.Context, db beginner, now pgtype.Timestampt
 		slices.Sort(drop)
 		for _, name := range drop {
 			var n int64
-			if err := tx.QueryRow(ctx, "SELECT count(*) FROM "+s.names.table.Schema+"."+name).Scan(&n); err != nil {
+			if err := tx.QueryRow(ctx, s.names.countPartitionSQL(name)).Scan(&n); err != nil {
 				return c, true, s.maintainErr(err)
 			}
 			c.Events += n
@@ -1018,7 +579,7 @@ func (s *store) maintain(ctx context.Context, db beginner, now pgtype.Timestampt
 		if legacy {
 			var n int64
 			var newest *time.Time
-			err := tx.QueryRow(ctx, "SELECT count(*), max(published_at) FROM "+s.names.legacy).Scan(&n, &newest)
+			err := tx.QueryRow(ctx, s.names.countLegacySQL()).Scan(&n, &newest)
 			if err != nil {
 				return c, true, s.maintainErr(err)
 			}
@@ -1029,7 +590,7 @@ func (s *store) maintain(ctx context.Context, db beginner, now pgtype.Timestampt
 		}
 	}
 	for _, name := range drop {
-		if _, err := tx.Exec(ctx, "DROP TABLE "+s.names.table.Schema+"."+name); err != nil {
+		if _, err := tx.Exec(ctx, s.names.dropTableSQL(name)); err != nil {
 			return Cleanup{}, true, s.maintainErr(err)
 		}
 	}
@@ -1041,14 +602,12 @@ func (s *store) maintain(ctx context.Context, db beginner, now pgtype.Timestampt
 		return c, true, nil
 	}
 	cutoff := pgtype.Timestamptz{Time: today.Add(-retention), Valid: true}
-	deleted, err := s.deleteExpired(ctx, db, "DELETE FROM "+s.names.partitionDefault+" WHERE ctid IN (SELECT ctid FROM "+
-		s.names.partitionDefault+" WHERE published_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)", cutoff, batch)
+	deleted, err := s.deleteExpired(ctx, db, s.names.expirePublishedSQL(), cutoff, batch)
 	c.Events += deleted
 	if err != nil {
 		return c, true, err
 	}
-	c.Keys, err = s.deleteExpired(ctx, db, "DELETE FROM "+s.names.keys+" WHERE ctid IN (SELECT ctid FROM "+
-		s.names.keys+" WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)", cutoff, batch)
+	c.Keys, err = s.deleteExpired(ctx, db, s.names.expireKeysSQL(), cutoff, batch)
 	return c, true, err
 }
 
@@ -1063,8 +622,7 @@ func boolInt(b bool) int {
 // day each starts; a partition courier did not name (the default, or one
 // made by hand) has the zero time and is never dropped.
 func (s *store) partitions(ctx context.Context, db DBTX) (map[string]time.Time, error) {
-	rows, err := db.Query(ctx, `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid
-		WHERE i.inhparent = $1::regclass`, s.names.published)
+	rows, err := db.Query(ctx, partitionsSQL, s.names.published)
 	if err != nil {
 		return nil, err
 	}
@@ -1114,12 +672,6 @@ func (s *store) maintainErr(err error) error {
 // thousands of events a second stays within a few megabytes.
 const vacuumMinDead = 2_000
 
-// deadSQL reads the dead and live rows PostgreSQL counts in the queue and
-// in waiting.
-const deadSQL = `
-SELECT relid::regclass::text, n_dead_tup, n_live_tup FROM pg_stat_user_tables
-WHERE relid IN ('{queue}'::regclass, '{waiting}'::regclass)`
-
 // vacuum vacuums the queue and waiting tables when dead rows (each
 // published event leaves one in the queue) outnumber the live ones and
 // vacuumMinDead: what autovacuum does, for a PostgreSQL where it is off or
@@ -1146,7 +698,7 @@ func (s *store) vacuum(ctx context.Context, db DBTX) ([]string, error) {
 		return nil, s.maintainErr(err)
 	}
 	for i, table := range due {
-		if _, err := db.Exec(ctx, "VACUUM (SKIP_LOCKED, TRUNCATE false) "+table); err != nil {
+		if _, err := db.Exec(ctx, vacuumSQL(table)); err != nil {
 			return due[:i], s.maintainErr(err)
 		}
 	}

@@ -112,7 +112,7 @@ func TestUpgradeMovesALiveTableWithoutLosingOrReordering(t *testing.T) {
 	for _, e := range events {
 		var r producer.Record
 		err := pg.Pool.QueryRow(ctx, "SELECT id, seq, status, retry_count, last_error, payload, headers FROM courier_outbox WHERE id = $1", e.id).
-			Scan(&r.ID, &r.Seq, &r.Status, &r.RetryCount, &r.LastError, &r.Payload, &r.Headers)
+			Scan(&r.ID, &r.Seq, &r.Status, &r.Attempts, &r.LastError, &r.Payload, &r.Headers)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +129,7 @@ func TestUpgradeMovesALiveTableWithoutLosingOrReordering(t *testing.T) {
 		if err != nil {
 			t.Fatalf("event %d (%s) after the upgrade: %v", i, b.Status, err)
 		}
-		if got.Seq != b.Seq || got.Status != b.Status || got.RetryCount != b.RetryCount || !equalText(got.LastError, b.LastError) ||
+		if got.Seq != b.Seq || got.Status != b.Status || got.Attempts != b.Attempts || !equalText(got.LastError, b.LastError) ||
 			string(got.Payload) != string(b.Payload) || got.Headers["x-origin"] != "v1" {
 			t.Errorf("event %d after the upgrade: %+v; before: %+v", i, got, b)
 		}
@@ -266,7 +266,7 @@ func TestDowngradeKeepsEveryEvent(t *testing.T) {
 		t.Fatalf("after Down and Up again: %v, %v; want %v", after.Counts, err, before.Counts)
 	}
 	rec, err := f.admin.Get(ctx, f.dead)
-	if err != nil || rec.Status != "dead_lettered" || rec.RetryCount != 1 {
+	if err != nil || rec.Status != "dead_lettered" || rec.Attempts != 1 {
 		t.Fatalf("the dead letter after Down and Up: %+v, %v", rec, err)
 	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // Register the relay's metrics and hand them to the relay as
-// producer.RelayConfig.Metrics. Here the hooks are called by hand to show
+// one of producer.RelayConfig.Hooks. Here the hooks are called by hand to show
 // what they expose.
 func ExampleNewRelayMetrics() {
 	reg := prometheus.NewRegistry() // or prometheus.DefaultRegisterer
@@ -23,7 +23,7 @@ func ExampleNewRelayMetrics() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	_ = producer.RelayConfig{Metrics: metrics}
+	_ = producer.RelayConfig{Hooks: []producer.Hook{metrics}}
 
 	// What the relay reports while it works:
 	metrics.Claimed(2)

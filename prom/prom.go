@@ -3,14 +3,15 @@
 // deduplication's (NewDedupeMetrics).
 //
 // NewRelayMetrics registers the outbox relay's metrics on a
-// prometheus.Registerer and returns a *RelayMetrics to pass as
-// producer.RelayConfig.Metrics:
+// prometheus.Registerer and returns a *RelayMetrics, a hook implementing
+// every one of the relay's hook interfaces, to pass in
+// producer.RelayConfig.Hooks:
 //
 //	metrics, err := prom.NewRelayMetrics(prometheus.DefaultRegisterer, prom.Config{})
 //	if err != nil {
 //		return err
 //	}
-//	relay, err := producer.NewRelay(pool, producer.RelayConfig{ /* ... */ Metrics: metrics})
+//	relay, err := producer.NewRelay(pool, producer.RelayConfig{ /* ... */ Hooks: []producer.Hook{metrics}})
 //
 // The relay calls the hooks on its hot path. Each one only updates an
 // in-memory Prometheus counter, gauge or histogram; none does I/O or waits.
@@ -230,8 +231,9 @@ func register(reg prometheus.Registerer, collectors []named, hint string) error 
 	return nil
 }
 
-// RelayMetrics is the Prometheus implementation of producer.RelayMetrics.
-// Its methods are safe for concurrent use and never block on I/O.
+// RelayMetrics is the Prometheus hook of the relay (see producer.Hook): it
+// implements every hook interface. Its methods are safe for concurrent use
+// and never block on I/O.
 type RelayMetrics struct {
 	pending          prometheus.Gauge
 	oldestPendingAge prometheus.Gauge
@@ -244,7 +246,15 @@ type RelayMetrics struct {
 	claimedEvents    prometheus.Counter
 }
 
-var _ producer.RelayMetrics = (*RelayMetrics)(nil)
+// RelayMetrics hears of every measurement of the relay.
+var (
+	_ producer.ClaimedHook        = (*RelayMetrics)(nil)
+	_ producer.PublishedHook      = (*RelayMetrics)(nil)
+	_ producer.PublishFailedHook  = (*RelayMetrics)(nil)
+	_ producer.DeadLetteredHook   = (*RelayMetrics)(nil)
+	_ producer.BreakerChangedHook = (*RelayMetrics)(nil)
+	_ producer.BacklogHook        = (*RelayMetrics)(nil)
+)
 
 // NewRelayMetrics creates the relay's metrics and registers them on reg
 // (prometheus.DefaultRegisterer, or a registry of your own). It returns an

@@ -42,8 +42,8 @@ func TestRelayFeedsTheMetrics(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	relay, err := producer.NewRelay(pg.Pool, producer.RelayConfig{Schema: pg.Schema, Brokers: k.Brokers, Metrics: metrics,
-		MaxRetries: 1, StatsInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+	relay, err := producer.NewRelay(pg.Pool, producer.RelayConfig{Schema: pg.Schema, Brokers: k.Brokers, Hooks: []producer.Hook{metrics},
+		MaxAttempts: 1, StatsInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}

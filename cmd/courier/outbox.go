@@ -85,9 +85,7 @@ func (f *dbFlags) outboxTable() (pgname.Table, error) {
 // outbox when its tables do not exist (or are of an older version), rather
 // than with PostgreSQL's "relation does not exist" at the first query.
 func requireOutboxTable(ctx context.Context, db producer.DBTX, table pgname.Table) error {
-	var exists, current bool
-	err := db.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL, to_regclass($2) IS NOT NULL", table.String(), table.Derived("waiting")).
-		Scan(&exists, &current)
+	exists, current, err := producer.LookupOutbox(ctx, db, table.Schema, table.Name)
 	switch {
 	case err != nil:
 		return fmt.Errorf("look up the outbox table %s: %w", table, err)
@@ -395,8 +393,8 @@ type eventJSON struct {
 	Topic          string            `json:"topic"`
 	Key            *string           `json:"key"`
 	Type           string            `json:"type"`
-	RetryCount     int               `json:"retry_count"`
-	MaxRetries     *int              `json:"max_retries"`
+	Attempts       int               `json:"attempts"`
+	MaxAttempts    *int              `json:"max_attempts"`
 	LastError      *string           `json:"last_error"`
 	LastAttemptAt  *time.Time        `json:"last_attempt_at"`
 	FirstFailedAt  *time.Time        `json:"first_failed_at"`
@@ -424,7 +422,7 @@ type eventJSON struct {
 func newEventJSON(r producer.Record, full bool) eventJSON {
 	v := eventJSON{
 		ID: r.ID, Seq: r.Seq, Status: r.Status, Topic: r.Topic, Key: r.Key, Type: r.Type,
-		RetryCount: r.RetryCount, MaxRetries: r.MaxRetries, LastError: r.LastError,
+		Attempts: r.Attempts, MaxAttempts: r.MaxAttempts, LastError: r.LastError,
 		LastAttemptAt: utc(r.LastAttemptAt), FirstFailedAt: utc(r.FirstFailedAt),
 		NextAttemptAt: utc(&r.NextAttemptAt), CreatedAt: utc(&r.CreatedAt), PublishedAt: utc(r.PublishedAt),
 	}
@@ -562,10 +560,10 @@ func printEvents(w io.Writer, records []producer.Record, next *int64) error {
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tID\tSTATUS\tTOPIC\tKEY\tTYPE\tRETRIES\tLAST ATTEMPT\tLAST ERROR")
+	fmt.Fprintln(tw, "SEQ\tID\tSTATUS\tTOPIC\tKEY\tTYPE\tATTEMPTS\tLAST ATTEMPT\tLAST ERROR")
 	for _, r := range records {
 		fmt.Fprintf(tw, "%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t%s\n", r.Seq, r.ID, cell(&r.Status, 16), cell(&r.Topic, 40), cell(r.Key, 24),
-			cell(&r.Type, 24), r.RetryCount, timeCell(r.LastAttemptAt), cell(r.LastError, 60))
+			cell(&r.Type, 24), r.Attempts, timeCell(r.LastAttemptAt), cell(r.LastError, 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -614,9 +612,9 @@ when it is other text and "payload_base64" otherwise.`,
 // printEvent prints one event in full for show.
 func printEvent(w io.Writer, r producer.Record) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 1, ' ', 0)
-	maxRetries := "- (the relay's --max-retries)"
-	if r.MaxRetries != nil {
-		maxRetries = strconv.Itoa(*r.MaxRetries)
+	maxAttempts := "- (the relay's --max-attempts)"
+	if r.MaxAttempts != nil {
+		maxAttempts = strconv.Itoa(*r.MaxAttempts)
 	}
 	const unlimited = 1 << 20 // no truncation
 	for _, f := range []struct{ name, value string }{
@@ -632,8 +630,8 @@ func printEvent(w io.Writer, r producer.Record) error {
 		{"correlation_id", cell(r.CorrelationID, unlimited)},
 		{"causation_id", cell(r.CausationID, unlimited)},
 		{"idempotency_key", cell(r.IdempotencyKey, unlimited)},
-		{"retry_count", strconv.Itoa(r.RetryCount)},
-		{"max_retries", maxRetries},
+		{"attempts", strconv.Itoa(r.Attempts)},
+		{"max_attempts", maxAttempts},
 		{"last_error", cell(r.LastError, unlimited)},
 		{"created_at", timeCell(&r.CreatedAt)},
 		{"first_failed_at", timeCell(r.FirstFailedAt)},
@@ -666,8 +664,8 @@ func newOutboxRequeueCmd(o *outboxOptions) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "requeue",
 		Short: "Send failed and dead-lettered events back to the relays",
-		Long: `Resets the matching failed and dead-lettered events to pending with a retry
-count of 0, due now, and wakes the relays, which publish them in their keys'
+		Long: `Resets the matching failed and dead-lettered events to pending with 0 failed
+attempts, due now, and wakes the relays, which publish them in their keys'
 order. last_error keeps the error that sent them there.
 
 It needs a selector (--id, --topic, --key, --error, --since or --until), or
@@ -816,7 +814,7 @@ without a terminal (a script, a pipe) --yes is required.`,
   courier outbox cleanup --retention 24h --schema shop --yes --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnv(cmd.Flags()); err != nil {
+			if err := applyEnv(cmd.Flags(), cmd.ErrOrStderr()); err != nil {
 				return err
 			}
 			if retention < 0 {

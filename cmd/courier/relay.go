@@ -29,7 +29,7 @@ import (
 // relayFlags are the options of courier relay besides the database and
 // Kafka connections. Each also comes from a COURIER_* variable (bindEnv).
 type relayFlags struct {
-	batchSize, workers, maxRetries                          int
+	batchSize, workers, maxAttempts                         int
 	pollInterval, probeInterval, retention, cleanupInterval time.Duration
 	shutdownTimeout                                         time.Duration
 	pollOnly, structured, publishDeadLetters, holdKey       bool
@@ -45,7 +45,7 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.probeInterval, "probe-interval", producer.DefaultProbeInterval, "longest gap between two looks for new events when none came for a while (one small query each)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", producer.DefaultPollInterval, "how often a worker claims even when no look found new events")
 	fs.BoolVar(&f.pollOnly, "poll-only", false, "accepted for PgBouncer in transaction pooling mode, which the relay supports in any mode (it uses no LISTEN)")
-	fs.IntVar(&f.maxRetries, "max-retries", producer.DefaultMaxRetries, "failed attempts that dead-letter an event that sets no MaxRetries of its own")
+	fs.IntVar(&f.maxAttempts, "max-attempts", producer.DefaultMaxAttempts, "failed attempts that dead-letter an event that sets no MaxAttempts of its own")
 	fs.StringVar(&f.source, "source", producer.DefaultSource, "CloudEvents source (ce_source) of the published events, e.g. the service name")
 	fs.BoolVar(&f.structured, "structured", false, "publish each event as a JSON CloudEvent (structured mode) instead of its payload with ce_ headers")
 	fs.BoolVar(&f.publishDeadLetters, "publish-dead-letters", false, "also write each dead-lettered event to <topic><dead-letter-suffix> as a dlq envelope")
@@ -57,9 +57,10 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address, e.g. :9090 (empty: off)")
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "least severe level logged: debug (Sarama's own logs too), info, warn or error")
-	bindEnv(fs, "batch-size", "workers", "probe-interval", "poll-interval", "poll-only", "max-retries", "source", "structured",
+	bindEnv(fs, "batch-size", "workers", "probe-interval", "poll-interval", "poll-only", "max-attempts", "source", "structured",
 		"publish-dead-letters", "dead-letter-suffix", "hold-key-on-dead-letter", "retention", "cleanup-interval",
 		"shutdown-timeout", "metrics-addr", "log-format", "log-level")
+	renameFlag(fs, "max-retries", "max-attempts")
 }
 
 // validate checks what the relay's own validation would take for its
@@ -68,7 +69,7 @@ func (f *relayFlags) validate() error {
 	for _, n := range []struct {
 		flag       string
 		value, max int
-	}{{"--batch-size", f.batchSize, producer.MaxBatchSize}, {"--max-retries", f.maxRetries, producer.MaxMaxRetries}} {
+	}{{"--batch-size", f.batchSize, producer.MaxBatchSize}, {"--max-attempts", f.maxAttempts, producer.MaxMaxAttempts}} {
 		if n.value < 1 || n.value > n.max {
 			return usageError{fmt.Errorf("%s %d: use 1 to %d", n.flag, n.value, n.max)}
 		}
@@ -130,7 +131,7 @@ func (f *relayFlags) relayConfig() producer.RelayConfig {
 		ProbeInterval:       f.probeInterval,
 		PollInterval:        f.pollInterval,
 		PollOnly:            f.pollOnly,
-		MaxRetries:          f.maxRetries,
+		MaxAttempts:         f.maxAttempts,
 		HoldKeyOnDeadLetter: f.holdKey,
 		PublishDeadLetters:  f.publishDeadLetters,
 		DeadLetterSuffix:    f.deadLetterSuffix,
@@ -173,11 +174,11 @@ Every flag also comes from an environment variable: COURIER_ and the flag's
 name in capitals with _ for -, e.g. COURIER_BATCH_SIZE=500.`,
 		Example: `  courier relay --database-url postgres://app@db:5432/shop --schema shop --brokers kafka-1:9092,kafka-2:9092
   courier relay --source orders-service --metrics-addr :9090 --log-format json
-  courier relay --max-retries 10 --publish-dead-letters --hold-key-on-dead-letter
+  courier relay --max-attempts 10 --publish-dead-letters --hold-key-on-dead-letter
   COURIER_DATABASE_URL=postgres://app@db/shop COURIER_BROKERS=kafka:9092 courier relay --poll-only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if err := applyEnv(cmd.Flags()); err != nil {
+			if err := applyEnv(cmd.Flags(), cmd.ErrOrStderr()); err != nil {
 				return err
 			}
 			if err := out.validate(); err != nil {
@@ -245,11 +246,11 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	if err != nil {
 		return err
 	}
-	tally := &relayTally{next: metrics}
+	tally := &relayTally{}
 	cfg := flags.relayConfig()
 	cfg.Schema, cfg.Table = table.Schema, table.Name
 	cfg.Brokers, cfg.Sarama = brokers, saramaCfg
-	cfg.Logger, cfg.Metrics = log, tally
+	cfg.Logger, cfg.Hooks = log, []producer.Hook{tally, metrics}
 	relay, err := producer.NewRelay(pool, cfg)
 	if err != nil {
 		return usageError{fmt.Errorf("relay options: %w", err)}
@@ -360,15 +361,19 @@ func (m *metricsServer) stop(log *slog.Logger) {
 	<-m.served
 }
 
-// relayTally counts what the relay did, for the summary courier relay
-// prints when it stops, and passes every measurement on to next.
+// relayTally is a relay hook that counts what the relay did, for the
+// summary courier relay prints when it stops.
 type relayTally struct {
-	next                                             producer.RelayMetrics
 	claims, published, publishFailures, deadLettered atomic.Int64
 }
 
-// relayTally must be usable as RelayConfig.Metrics.
-var _ producer.RelayMetrics = (*relayTally)(nil)
+// relayTally hears of the claims, publishes, failures and dead letters.
+var (
+	_ producer.ClaimedHook       = (*relayTally)(nil)
+	_ producer.PublishedHook     = (*relayTally)(nil)
+	_ producer.PublishFailedHook = (*relayTally)(nil)
+	_ producer.DeadLetteredHook  = (*relayTally)(nil)
+)
 
 // relaySummary is what courier relay prints when it stops.
 type relaySummary struct {
@@ -386,31 +391,17 @@ func (t *relayTally) summary(ran time.Duration) relaySummary {
 }
 
 // Claimed counts a claim query.
-func (t *relayTally) Claimed(events int) { t.claims.Add(1); t.next.Claimed(events) }
+func (t *relayTally) Claimed(int) { t.claims.Add(1) }
 
 // Published counts an acknowledged event.
-func (t *relayTally) Published(topic string, latency time.Duration) {
-	t.published.Add(1)
-	t.next.Published(topic, latency)
-}
+func (t *relayTally) Published(string, time.Duration) { t.published.Add(1) }
 
 // PublishFailed counts a failed publish (an attempt, or a deferral while
 // Kafka is unreachable).
-func (t *relayTally) PublishFailed(topic, reason string) {
-	t.publishFailures.Add(1)
-	t.next.PublishFailed(topic, reason)
-}
+func (t *relayTally) PublishFailed(string, string) { t.publishFailures.Add(1) }
 
 // DeadLettered counts a dead-lettered event.
-func (t *relayTally) DeadLettered(topic string) { t.deadLettered.Add(1); t.next.DeadLettered(topic) }
-
-// BreakerChanged passes the new state on.
-func (t *relayTally) BreakerChanged(state producer.BreakerState) { t.next.BreakerChanged(state) }
-
-// Backlog passes the backlog on.
-func (t *relayTally) Backlog(waiting int64, oldestDueAge time.Duration) {
-	t.next.Backlog(waiting, oldestDueAge)
-}
+func (t *relayTally) DeadLettered(string) { t.deadLettered.Add(1) }
 
 // envAnnotation is the flag annotation that names a flag's environment
 // variable.
@@ -421,23 +412,63 @@ const envAnnotation = "courier_env"
 func bindEnv(fs *pflag.FlagSet, names ...string) {
 	for _, name := range names {
 		f := fs.Lookup(name)
-		env := "COURIER_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+		env := envName(name)
 		f.Usage += " (env " + env + ")"
 		_ = fs.SetAnnotation(name, envAnnotation, []string{env})
 	}
 }
 
+// renamedAnnotation marks a flag kept under its old name, hidden: it names
+// the flag that replaced it. envAliasAnnotation names the old variable of
+// a renamed flag's replacement.
+const (
+	renamedAnnotation  = "courier_renamed_to"
+	envAliasAnnotation = "courier_env_alias"
+)
+
+// envName is the COURIER_* variable of the flag name.
+func envName(name string) string {
+	return "COURIER_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// renameFlag keeps the flag old working as a hidden alias of the flag
+// named replacement (registered and bound by bindEnv), and old's variable
+// as an alias of replacement's; applyEnv says on stderr, in one line each,
+// what replaced them when they are used.
+func renameFlag(fs *pflag.FlagSet, old, replacement string) {
+	f := fs.Lookup(replacement)
+	fs.Var(f.Value, old, "replaced by --"+replacement)
+	_ = fs.MarkHidden(old)
+	_ = fs.SetAnnotation(old, renamedAnnotation, []string{replacement})
+	_ = fs.SetAnnotation(replacement, envAliasAnnotation, []string{envName(old)})
+}
+
 // applyEnv sets each flag bound by bindEnv that the command line left
-// unset from its environment variable, if that is set; a bad value is a
-// usage error naming the variable.
-func applyEnv(fs *pflag.FlagSet) error {
+// unset from its environment variable, if that is set (or else from the
+// old variable of a renamed flag); a bad value is a usage error naming the
+// variable. A renamed flag or variable in use gets a line on stderr naming
+// its replacement.
+func applyEnv(fs *pflag.FlagSet, stderr io.Writer) error {
+	fs.VisitAll(func(f *pflag.Flag) {
+		if to := f.Annotations[renamedAnnotation]; len(to) > 0 && f.Changed {
+			fmt.Fprintf(stderr, "courier: --%s is deprecated, use --%s\n", f.Name, to[0])
+			fs.Lookup(to[0]).Changed = true
+		}
+	})
 	var err error
 	fs.VisitAll(func(f *pflag.Flag) {
 		env := f.Annotations[envAnnotation]
 		if err != nil || len(env) == 0 || f.Changed {
 			return
 		}
-		if value, ok := os.LookupEnv(env[0]); ok {
+		value, ok := os.LookupEnv(env[0])
+		if alias := f.Annotations[envAliasAnnotation]; !ok && len(alias) > 0 {
+			if value, ok = os.LookupEnv(alias[0]); ok {
+				fmt.Fprintf(stderr, "courier: %s is deprecated, use %s\n", alias[0], env[0])
+				env = alias
+			}
+		}
+		if ok {
 			if setErr := f.Value.Set(value); setErr != nil {
 				err = usageError{fmt.Errorf("%s=%q (for --%s): %w", env[0], value, f.Name, setErr)}
 			}

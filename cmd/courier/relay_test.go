@@ -278,8 +278,8 @@ func TestRelayUsageErrorsExitTwo(t *testing.T) {
 		{"--workers", "65"},
 		{"--batch-size", "0"},
 		{"--batch-size", "1125899906842624"},
-		{"--max-retries", "0"},
-		{"--max-retries", "1099511627776"},
+		{"--max-attempts", "0"},
+		{"--max-attempts", "1099511627776"},
 		{"--poll-interval", "0s"},
 		{"--poll-interval", "1ns"},
 		{"--probe-interval", "2h"},
@@ -304,6 +304,30 @@ func TestRelayUsageErrorsExitTwo(t *testing.T) {
 	}
 	if code, out, _ := courier(t, "relay", "--help"); code != exitOK || !strings.Contains(out, "Examples:\n  courier relay") || !strings.Contains(out, "COURIER_BATCH_SIZE") {
 		t.Errorf("courier relay --help: exit %d, want examples and the environment variables\n%s", code, out)
+	}
+}
+
+// TestRelayRenamedMaxRetries: the old --max-retries and
+// COURIER_MAX_RETRIES still set --max-attempts, each saying in one line on
+// stderr what replaced it; --max-attempts wins over the old variable, and
+// --help shows only the new name.
+func TestRelayRenamedMaxRetries(t *testing.T) {
+	nowhere := []string{"relay", "--database-url", "postgres://app@127.0.0.1:1/shop?connect_timeout=1", "--brokers", "127.0.0.1:1"}
+	code, _, errOut := courier(t, append(nowhere, "--max-retries", "0")...)
+	if code != exitUsage || !strings.Contains(errOut, "--max-retries is deprecated, use --max-attempts\n") || !strings.Contains(errOut, "--max-attempts 0") {
+		t.Errorf("--max-retries 0: exit %d, want %d naming --max-attempts\n%s", code, exitUsage, errOut)
+	}
+	t.Setenv("COURIER_MAX_RETRIES", "0")
+	code, _, errOut = courier(t, nowhere...)
+	if code != exitUsage || !strings.Contains(errOut, "COURIER_MAX_RETRIES is deprecated, use COURIER_MAX_ATTEMPTS\n") || !strings.Contains(errOut, "--max-attempts 0") {
+		t.Errorf("COURIER_MAX_RETRIES=0: exit %d, want %d naming COURIER_MAX_ATTEMPTS\n%s", code, exitUsage, errOut)
+	}
+	code, _, errOut = courier(t, append(nowhere, "--max-attempts", "-1")...)
+	if code != exitUsage || strings.Contains(errOut, "deprecated") || !strings.Contains(errOut, "--max-attempts -1") {
+		t.Errorf("--max-attempts -1 beside COURIER_MAX_RETRIES=0: exit %d, want %d for --max-attempts -1 alone\n%s", code, exitUsage, errOut)
+	}
+	if code, out, _ := courier(t, "relay", "--help"); code != exitOK || strings.Contains(out, "max-retries") || !strings.Contains(out, "COURIER_MAX_ATTEMPTS") {
+		t.Errorf("courier relay --help: exit %d, want --max-attempts and not --max-retries\n%s", code, out)
 	}
 }
 

@@ -561,7 +561,7 @@ func drainWith(ctx context.Context, pools []*pgxpool.Pool, table *outboxTable, p
 	rs := make([]*producer.Relay, len(pubs))
 	for i := range rs {
 		r, err := producer.NewRelay(pools[i%len(pools)], producer.RelayConfig{
-			Schema: table.schema, Publisher: pubs[i], Workers: workers, DiscardPublished: rc.discard, Logger: logger, Metrics: counter,
+			Schema: table.schema, Publisher: pubs[i], Workers: workers, DiscardPublished: rc.discard, Logger: logger, Hooks: []producer.Hook{counter},
 		})
 		if err != nil {
 			return 0, err
@@ -640,8 +640,9 @@ func (c *drainCounter) check(ctx context.Context, table *outboxTable, n int) err
 	return table.drained(ctx)
 }
 
-// drainCounter is a RelayMetrics that counts claims and publishes and
-// closes done when target events are published.
+// drainCounter is a relay hook (a producer.ClaimedHook and
+// PublishedHook) that counts claims and publishes and closes done when
+// target events are published.
 type drainCounter struct {
 	target    int64
 	done      chan struct{}
@@ -656,10 +657,6 @@ func (c *drainCounter) Published(string, time.Duration) {
 		close(c.done)
 	}
 }
-func (c *drainCounter) PublishFailed(string, string)         {}
-func (c *drainCounter) DeadLettered(string)                  {}
-func (c *drainCounter) BreakerChanged(producer.BreakerState) {}
-func (c *drainCounter) Backlog(int64, time.Duration)         {}
 
 // cloudEventHeaders are the CloudEvents binary-mode headers the relay puts
 // on an event's record, for the baselines that send records themselves.

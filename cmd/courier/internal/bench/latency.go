@@ -159,7 +159,7 @@ func (r *LatencyRun) startRelay(ctx context.Context, rc producer.RelayConfig) er
 		return err
 	}
 	r.counter = &drainCounter{done: make(chan struct{})}
-	rc.Schema, rc.Brokers, rc.Logger, rc.Metrics = r.table.schema, r.cfg.Brokers, r.cfg.Logger, r.counter
+	rc.Schema, rc.Brokers, rc.Logger, rc.Hooks = r.table.schema, r.cfg.Brokers, r.cfg.Logger, []producer.Hook{r.counter}
 	relay, err := producer.NewRelay(r.table.pool, rc)
 	if err != nil {
 		return err

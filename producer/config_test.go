@@ -1,0 +1,60 @@
+package producer_test
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/producer"
+)
+
+// TestConfigWithDefaults: each config's WithDefaults sets its zero fields
+// to the documented defaults and keeps the fields already set.
+func TestConfigWithDefaults(t *testing.T) {
+	r := producer.RelayConfig{Workers: 3, Retention: -1}.WithDefaults()
+	if r.Schema != "public" || r.Table != "courier_outbox" || r.MaxAttempts != producer.DefaultMaxAttempts ||
+		r.BatchSize != producer.DefaultBatchSize || r.Workers != 3 || r.Retention != -1 ||
+		r.DeadLetterSuffix != dlq.DefaultSuffix || r.Breaker.ConsecutiveFailures != producer.DefaultBreakerFailures ||
+		r.Breaker.OpenFor != producer.DefaultBreakerOpenFor || r.Backoff.Base != producer.DefaultBackoffBase ||
+		r.Backoff.Factor != producer.DefaultBackoffFactor || r.Source != producer.DefaultSource ||
+		r.Logger != slog.Default() || r.Now == nil || r.StatsInterval != producer.DefaultStatsInterval {
+		t.Errorf("RelayConfig{Workers: 3, Retention: -1}.WithDefaults() = %+v", r)
+	}
+	if r := (producer.RelayConfig{}).WithDefaults(); r.Retention != producer.DefaultRetention || r.Workers != producer.DefaultWorkers {
+		t.Errorf("RelayConfig{}.WithDefaults(): Retention %v, Workers %d; want the defaults", r.Retention, r.Workers)
+	}
+	if c := (producer.Config{Schema: "shop"}).WithDefaults(); c.Schema != "shop" || c.Table != "courier_outbox" || c.MaxPayloadBytes != producer.DefaultMaxPayloadBytes {
+		t.Errorf("Config{Schema: shop}.WithDefaults() = %+v", c)
+	}
+	if c := (producer.AdminConfig{Table: "events"}).WithDefaults(); c.Schema != "public" || c.Table != "events" {
+		t.Errorf("AdminConfig{Table: events}.WithDefaults() = %+v", c)
+	}
+}
+
+// TestInvalidConfigIsOneError: a bad Config, RelayConfig or AdminConfig,
+// and a nil handle for NewAdmin, all match ErrInvalidConfig and name what
+// is wrong.
+func TestInvalidConfigIsOneError(t *testing.T) {
+	_, outboxErr := producer.NewOutbox(producer.Config{MaxPayloadBytes: -1})
+	_, adminErr := producer.NewAdmin(nil, producer.AdminConfig{})
+	_, adminNameErr := producer.NewAdmin((*pgxpool.Pool)(nil), producer.AdminConfig{Table: "bad\x00name"})
+	_, relayErr := producer.NewRelay(nil, producer.RelayConfig{Brokers: []string{"127.0.0.1:9092"}})
+	for _, c := range []struct {
+		name string
+		err  error
+		says string
+	}{
+		{"NewOutbox", outboxErr, "MaxPayloadBytes"},
+		{"NewAdmin(nil)", adminErr, "database handle"},
+		{"NewAdmin(bad table)", adminNameErr, "lower-case identifier"},
+		{"NewRelay(nil)", relayErr, "pgxpool.Pool is nil"},
+	} {
+		if !errors.Is(c.err, producer.ErrInvalidConfig) || !strings.Contains(c.err.Error(), c.says) {
+			t.Errorf("%s = %v; want ErrInvalidConfig saying %q", c.name, c.err, c.says)
+		}
+	}
+}
