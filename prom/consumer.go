@@ -74,41 +74,20 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*Consume
 		return nil, err
 	}
 	cfg.Buckets = buckets
+	f := &family{labels: constLabels, buckets: cfg.Buckets}
 	m := &ConsumerMetrics{
-		messages: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name:        NameConsumerMessages,
-			Help:        "Messages by outcome, per topic: handled, retried (once per retry scheduled), dead_lettered, deduplicated.",
-			ConstLabels: constLabels,
-		}, []string{LabelTopic, LabelOutcome}),
-		handler: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:        NameConsumerHandlerSeconds,
-			Help:        "Seconds one handler attempt took, failed or not, per topic.",
-			ConstLabels: constLabels,
-			Buckets:     cfg.Buckets,
-		}, []string{LabelTopic}),
-		inFlight: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name:        NameConsumerInFlight,
-			Help:        "Messages being handled, retry waits included, per topic.",
-			ConstLabels: constLabels,
-		}, []string{LabelTopic}),
-		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name:        NameConsumerBreakerState,
-			Help:        "State of each consumer.Breaker: 0 closed, 1 half-open, 2 open.",
-			ConstLabels: constLabels,
-		}, []string{LabelBreaker}),
-		lag: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name:        NameConsumerLag,
-			Help:        "Records of a partition held by this consumer after the last one whose offset was marked, from the high-water mark of the last fetch.",
-			ConstLabels: constLabels,
-		}, []string{LabelTopic, LabelPartition}),
+		messages: f.counterVec(NameConsumerMessages,
+			"Messages by outcome, per topic: handled, retried (once per retry scheduled), dead_lettered, deduplicated.", LabelTopic, LabelOutcome),
+		handler: f.histogramVec(NameConsumerHandlerSeconds,
+			"Seconds one handler attempt took, failed or not, per topic.", LabelTopic),
+		inFlight: f.gaugeVec(NameConsumerInFlight,
+			"Messages being handled, retry waits included, per topic.", LabelTopic),
+		breakerState: f.gaugeVec(NameConsumerBreakerState,
+			"State of each consumer.Breaker: 0 closed, 1 half-open, 2 open.", LabelBreaker),
+		lag: f.gaugeVec(NameConsumerLag,
+			"Records of a partition held by this consumer after the last one whose offset was marked, from the high-water mark of the last fetch.", LabelTopic, LabelPartition),
 	}
-	err = register(reg, []named{
-		{NameConsumerMessages, m.messages},
-		{NameConsumerHandlerSeconds, m.handler},
-		{NameConsumerInFlight, m.inFlight},
-		{NameConsumerBreakerState, m.breakerState},
-		{NameConsumerLag, m.lag},
-	}, groupHint("ConsumerMetrics", "ConsumerConfig", cfg.Group))
+	err = register(reg, f.all, groupHint("ConsumerMetrics", "ConsumerConfig", cfg.Group))
 	if err != nil {
 		return nil, err
 	}

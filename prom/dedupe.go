@@ -76,39 +76,22 @@ func NewDedupeMetrics(reg prometheus.Registerer, cfg DedupeConfig) (*DedupeMetri
 	if err != nil {
 		return nil, err
 	}
+	f := &family{labels: constLabels, buckets: buckets}
 	m := &DedupeMetrics{
-		hits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name:        NameDedupeHits,
-			Help:        "Messages skipped because the dedupe store found their ids processed already.",
-			ConstLabels: constLabels,
-		}),
-		failOpen: prometheus.NewCounter(prometheus.CounterOpts{
-			Name:        NameDedupeFailOpen,
-			Help:        "Messages handled without deduplication because the dedupe store failed and the consumer fails open.",
-			ConstLabels: constLabels,
-		}),
-		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name:        NameDedupeErrors,
-			Help:        "Failed round trips to the dedupe store, per operation: claim, extend, done or release.",
-			ConstLabels: constLabels,
-		}, []string{LabelOp}),
-		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:        NameDedupeSeconds,
-			Help:        "Seconds one round trip to the dedupe store took, for a batch of ids, failed or not, per operation.",
-			ConstLabels: constLabels,
-			Buckets:     buckets,
-		}, []string{LabelOp}),
+		hits: f.counter(NameDedupeHits,
+			"Messages skipped because the dedupe store found their ids processed already."),
+		failOpen: f.counter(NameDedupeFailOpen,
+			"Messages handled without deduplication because the dedupe store failed and the consumer fails open."),
+		errors: f.counterVec(NameDedupeErrors,
+			"Failed round trips to the dedupe store, per operation: claim, extend, done or release.", LabelOp),
+		seconds: f.histogramVec(NameDedupeSeconds,
+			"Seconds one round trip to the dedupe store took, for a batch of ids, failed or not, per operation.", LabelOp),
 	}
 	for i, op := range dedupeOps {
 		m.opErrors[i] = m.errors.WithLabelValues(string(op))
 		m.opSeconds[i] = m.seconds.WithLabelValues(string(op))
 	}
-	err = register(reg, []named{
-		{NameDedupeHits, m.hits},
-		{NameDedupeErrors, m.errors},
-		{NameDedupeFailOpen, m.failOpen},
-		{NameDedupeSeconds, m.seconds},
-	}, groupHint("DedupeMetrics", "DedupeConfig", cfg.Group))
+	err = register(reg, f.all, groupHint("DedupeMetrics", "DedupeConfig", cfg.Group))
 	if err != nil {
 		return nil, err
 	}

@@ -217,6 +217,46 @@ type named struct {
 	c    prometheus.Collector
 }
 
+// family makes the metrics of one hook, with the hook's constant labels
+// and histogram buckets, and keeps them, named, for register.
+type family struct {
+	labels  prometheus.Labels
+	buckets []float64
+	all     []named
+}
+
+func (f *family) add(name string, c prometheus.Collector) { f.all = append(f.all, named{name, c}) }
+
+func (f *family) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: f.labels})
+	f.add(name, c)
+	return c
+}
+
+func (f *family) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: f.labels}, labels)
+	f.add(name, c)
+	return c
+}
+
+func (f *family) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: f.labels})
+	f.add(name, g)
+	return g
+}
+
+func (f *family) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: f.labels}, labels)
+	f.add(name, g)
+	return g
+}
+
+func (f *family) histogramVec(name, help string, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: f.labels, Buckets: f.buckets}, labels)
+	f.add(name, h)
+	return h
+}
+
 // register registers every collector, or none: on a failure it
 // unregisters those already registered and returns an error ending in hint.
 func register(reg prometheus.Registerer, collectors []named, hint string) error {
@@ -275,70 +315,33 @@ func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, erro
 		constLabels = prometheus.Labels{LabelTable: cfg.Table}
 	}
 
+	f := &family{labels: constLabels, buckets: cfg.Buckets}
 	m := &RelayMetrics{
-		pending: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name:        NamePending,
-			Help:        "Outbox events waiting to be published (status pending or failed, due now or later), measured every RelayConfig.StatsInterval.",
-			ConstLabels: constLabels,
-		}),
-		oldestPendingAge: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name:        NameOldestPendingAge,
-			Help:        "Seconds the oldest due outbox event has waited since it became due (its next_attempt_at), 0 when none is due, measured every RelayConfig.StatsInterval.",
-			ConstLabels: constLabels,
-		}),
-		publishLatency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:        NamePublishLatency,
-			Help:        "Seconds from an event's enqueue to the broker's acknowledgement of its publish, per topic.",
-			ConstLabels: constLabels,
-			Buckets:     cfg.Buckets,
-		}, []string{LabelTopic}),
-		published: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name:        NamePublished,
-			Help:        "Outbox events the broker acknowledged, per topic.",
-			ConstLabels: constLabels,
-		}, []string{LabelTopic}),
-		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name:        NameFailures,
-			Help:        "Failed publish attempts, per topic and reason: retriable (retried after a backoff), broker_unavailable (Kafka unreachable; the event is released untouched) or permanent (the event is dead-lettered).",
-			ConstLabels: constLabels,
-		}, []string{LabelTopic, LabelReason}),
-		deadLettered: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name:        NameDeadLettered,
-			Help:        "Outbox events that became dead_lettered (a permanent failure or retries exhausted), per topic.",
-			ConstLabels: constLabels,
-		}, []string{LabelTopic}),
-		breakerState: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name:        NameBreakerState,
-			Help:        "State of the relay's circuit breaker around Kafka: 0 closed, 1 half-open, 2 open.",
-			ConstLabels: constLabels,
-		}),
-		claims: prometheus.NewCounter(prometheus.CounterOpts{
-			Name:        NameClaims,
-			Help:        "Claim queries the relay ran against the outbox table, including those that found nothing.",
-			ConstLabels: constLabels,
-		}),
-		claimedEvents: prometheus.NewCounter(prometheus.CounterOpts{
-			Name:        NameClaimedEvents,
-			Help:        "Outbox events the claim queries locked for publishing.",
-			ConstLabels: constLabels,
-		}),
+		pending: f.gauge(NamePending,
+			"Outbox events waiting to be published (status pending or failed, due now or later), measured every RelayConfig.StatsInterval."),
+		oldestPendingAge: f.gauge(NameOldestPendingAge,
+			"Seconds the oldest due outbox event has waited since it became due (its next_attempt_at), 0 when none is due, measured every RelayConfig.StatsInterval."),
+		publishLatency: f.histogramVec(NamePublishLatency,
+			"Seconds from an event's enqueue to the broker's acknowledgement of its publish, per topic.", LabelTopic),
+		published: f.counterVec(NamePublished,
+			"Outbox events the broker acknowledged, per topic.", LabelTopic),
+		failures: f.counterVec(NameFailures,
+			"Failed publish attempts, per topic and reason: retriable (retried after a backoff), broker_unavailable (Kafka unreachable; the event is released untouched) or permanent (the event is dead-lettered).", LabelTopic, LabelReason),
+		deadLettered: f.counterVec(NameDeadLettered,
+			"Outbox events that became dead_lettered (a permanent failure or retries exhausted), per topic.", LabelTopic),
+		breakerState: f.gauge(NameBreakerState,
+			"State of the relay's circuit breaker around Kafka: 0 closed, 1 half-open, 2 open."),
+		claims: f.counter(NameClaims,
+			"Claim queries the relay ran against the outbox table, including those that found nothing."),
+		claimedEvents: f.counter(NameClaimedEvents,
+			"Outbox events the claim queries locked for publishing."),
 	}
 
 	hint := "give each relay its own registry or a distinct Config.Table"
 	if cfg.Table != "" {
 		hint = fmt.Sprintf("another RelayMetrics with Table %q is registered; give each relay a distinct Config.Table", cfg.Table)
 	}
-	err := register(reg, []named{
-		{NamePending, m.pending},
-		{NameOldestPendingAge, m.oldestPendingAge},
-		{NamePublishLatency, m.publishLatency},
-		{NamePublished, m.published},
-		{NameFailures, m.failures},
-		{NameDeadLettered, m.deadLettered},
-		{NameBreakerState, m.breakerState},
-		{NameClaims, m.claims},
-		{NameClaimedEvents, m.claimedEvents},
-	}, hint)
+	err := register(reg, f.all, hint)
 	if err != nil {
 		return nil, err
 	}
