@@ -46,7 +46,8 @@ func (c WriterConfig) Validate() error {
 
 // Writer renders dead letters as the records of their dead-letter topics
 // (Record), and writes them through a record.Publisher (Write). The
-// consumer writes its dead letters with one.
+// consumer writes its dead letters with one; the relay renders its own
+// with one (Record) and publishes them among the events of its batches.
 type Writer struct {
 	pub record.Publisher
 	cfg WriterConfig

@@ -726,9 +726,10 @@ func keyOf(e *claimedEvent) (topicKey, bool) {
 
 // publishBatch publishes a batch in one Publish call, which keeps the order
 // of each key's events and never acknowledges one after it failed an
-// earlier one of its key (see record.Publisher). The first failure of a key decides
-// that event's fate (a retry, a deferral or a dead letter); the events
-// behind it are released to a later batch without counting an attempt.
+// earlier one of its key (see record.Publisher). The first failure of a key
+// decides that event's fate (a retry, a deferral or a dead letter); the
+// events behind it are released to a later batch without counting an
+// attempt.
 // Events given up on in an earlier batch, whose dead-letter write failed,
 // are written to the dead-letter topic first, and a write that fails again
 // holds back the later events of their key.
