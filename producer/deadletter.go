@@ -118,13 +118,11 @@ func (r *Relay) deadLetterRecord(e *claimedEvent, d DeadLetter) (*record.Record,
 	if err != nil {
 		return nil, err
 	}
-	rec, err := r.dlq.Record(env, dlq.FormatEnvelope)
-	if err != nil {
-		return nil, err
-	}
-	if err := validTopic(rec.Topic); err != nil {
-		// e.g. a topic of 249 characters: no retry makes room for the suffix.
+	if err := validTopic(dlq.Topic(e.Topic, r.cfg.DeadLetterSuffix)); err != nil {
+		// e.g. a topic of 249 characters: no retry makes room for the
+		// suffix. (The writer refuses it too; this error names the
+		// relay's ErrInvalidTopic.)
 		return nil, permanentError{fmt.Errorf("dead-letter topic: %w", err)}
 	}
-	return rec, nil
+	return r.dlq.Record(env, dlq.FormatEnvelope)
 }
