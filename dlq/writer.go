@@ -24,6 +24,11 @@ var ErrInvalidWriterConfig = errors.New("dlq: invalid writer config")
 var ErrTooLarge = errors.New("dlq: the dead letter is larger than the dead-letter topic accepts; " +
 	"raise the topic's max.message.bytes and the producer's Producer.MaxMessageBytes above the original topic's")
 
+// ErrInvalidTopic is matched by the error of Record and Write when the
+// dead-letter topic of a record's topic is no valid Kafka topic name (its
+// topic is too long for the suffix). No retry helps.
+var ErrInvalidTopic = errors.New("dlq: invalid dead-letter topic")
+
 // WriterConfig configures a Writer. The zero value writes envelope mode to
 // <topic>.dlq.
 type WriterConfig struct {
@@ -46,7 +51,8 @@ func (c WriterConfig) Validate() error {
 
 // Writer renders dead letters as the records of their dead-letter topics
 // (Record), and writes them through a record.Publisher (Write). The
-// consumer writes its dead letters with one.
+// consumer writes its dead letters with one; the relay renders its own
+// with one (Record) and publishes them among the events of its batches.
 type Writer struct {
 	pub record.Publisher
 	cfg WriterConfig
@@ -81,8 +87,14 @@ type Written struct {
 // Record returns the dead letter of e in format (FormatEnvelope: see
 // Envelope.Record; FormatRaw: see Envelope.RawRecord) as the record to
 // write to Topic(e.OriginalTopic, Suffix), for a caller that publishes it
-// itself, e.g. among other records of a batch.
+// itself, e.g. among other records of a batch. A dead-letter topic that is
+// no valid Kafka topic name, e.g. of an original topic of 249 characters,
+// is refused with ErrInvalidTopic.
 func (w *Writer) Record(e Envelope, format string) (*record.Record, error) {
+	topic := Topic(e.OriginalTopic, w.cfg.Suffix)
+	if err := topicname.Validate(topic); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidTopic, err)
+	}
 	var rec *record.Record
 	var err error
 	switch format {
@@ -96,7 +108,7 @@ func (w *Writer) Record(e Envelope, format string) (*record.Record, error) {
 	if err != nil {
 		return nil, err
 	}
-	rec.Topic = Topic(e.OriginalTopic, w.cfg.Suffix)
+	rec.Topic = topic
 	return rec, nil
 }
 

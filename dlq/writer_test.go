@@ -169,6 +169,35 @@ func TestWriterRecord(t *testing.T) {
 	}
 }
 
+// TestWriterRefusesAnInvalidDeadLetterTopic: an original topic too long
+// for the suffix has no dead-letter topic; Record and Write refuse it
+// with ErrInvalidTopic, naming the length, and publish nothing.
+func TestWriterRefusesAnInvalidDeadLetterTopic(t *testing.T) {
+	t.Parallel()
+	o := original()
+	o.Topic = strings.Repeat("t", 247) // valid; .dlq makes 251
+	env, err := dlq.New(o, failure())
+	if err != nil {
+		t.Fatal(err)
+	}
+	published := 0
+	writer, err := dlq.NewWriter(publisherFunc(func(records []*record.Record) []error {
+		published += len(records)
+		return make([]error, len(records))
+	}), dlq.WriterConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, format := range []string{dlq.FormatEnvelope, dlq.FormatRaw} {
+		if rec, err := writer.Record(env, format); !errors.Is(err, dlq.ErrInvalidTopic) || !strings.Contains(err.Error(), "251 characters") {
+			t.Errorf("Record(%s) = %+v, %v; want ErrInvalidTopic naming 251 characters", format, rec, err)
+		}
+	}
+	if w, err := writer.Write(context.Background(), env); !errors.Is(err, dlq.ErrInvalidTopic) || published != 0 {
+		t.Errorf("Write = %+v, %v with %d records published; want ErrInvalidTopic and none", w, err, published)
+	}
+}
+
 func TestWriterWritesThroughAnyPublisher(t *testing.T) {
 	t.Parallel()
 	env, err := dlq.New(original(), failure())

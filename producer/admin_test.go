@@ -11,6 +11,7 @@ import (
 
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/record"
 )
 
 // adminFixture is an outbox holding events in every status.
@@ -36,7 +37,7 @@ func newAdminFixture(t *testing.T) adminFixture {
 	other := orderCreated("o-4")
 	other.Topic = "invoices"
 	f.deadOther = enqueue(t, pg, out, other)
-	pub.setFail(func(m *sarama.ProducerMessage) error {
+	pub.setFail(func(m *record.Record) error {
 		switch recordHeader(m, producer.HeaderID) {
 		case f.failed.String():
 			return sarama.ErrUnknown

@@ -7,8 +7,11 @@ import (
 	"slices"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/record"
 )
 
 // batchPublisher writes the records of a Publish call with one produce
@@ -38,13 +41,17 @@ type batchPublisher struct {
 	closed   chan struct{}
 }
 
-// NewSaramaPublisher returns the Publisher the relay uses by default, on
-// brokers with cfg (nil means NewSaramaConfig()). cfg.Version must be 0.11
+// NewSaramaPublisher returns the record.Publisher the relay uses by default,
+// on brokers with cfg (nil means NewSaramaConfig()). It keeps the order
+// record.Publisher promises by writing the records of a partition as one
+// record batch, which the broker appends whole or not at all; it sets the
+// Partition and Offset of each record the broker acknowledged, and never
+// otherwise changes a record. cfg.Version must be 0.11
 // or later (record headers), RequiredAcks must ask for an acknowledgement,
 // the partitioner must put a key always on the same partition, and the
 // idempotent and transactional producers are not supported: the relay
 // orders and retries events itself.
-func NewSaramaPublisher(brokers []string, cfg *sarama.Config) (Publisher, error) {
+func NewSaramaPublisher(brokers []string, cfg *sarama.Config) (record.Publisher, error) {
 	if len(brokers) == 0 {
 		return nil, errors.New("producer: no Kafka brokers given; set RelayConfig.Brokers, e.g. []string{\"localhost:9092\"}")
 	}
@@ -114,8 +121,8 @@ func (p *batchPublisher) start() (sarama.Client, error) {
 // When ctx ends first, the records already answered keep their outcome and
 // the others get ctx's error; the broker may still write those (a
 // duplicate, never a loss, when retried).
-func (p *batchPublisher) Publish(ctx context.Context, records []*sarama.ProducerMessage) []error {
-	out := newOutcome(len(records))
+func (p *batchPublisher) Publish(ctx context.Context, records []*record.Record) []error {
+	out := newOutcome(records)
 	if err := ctx.Err(); err != nil {
 		return out.rest(err)
 	}
@@ -138,15 +145,33 @@ func (p *batchPublisher) Publish(ctx context.Context, records []*sarama.Producer
 }
 
 // outcome collects the results of a write as they come, so that a Publish
-// cut short still reports those it has.
+// cut short still reports those it has. It sets the place of the records
+// acknowledged before Publish returned, and of none after: the records are
+// the caller's again.
 type outcome struct {
 	mu       sync.Mutex
+	records  []*record.Record
 	errs     []error
 	answered []bool
+	returned bool
 }
 
-func newOutcome(n int) *outcome {
-	return &outcome{errs: make([]error, n), answered: make([]bool, n)}
+func newOutcome(records []*record.Record) *outcome {
+	return &outcome{records: records, errs: make([]error, len(records)), answered: make([]bool, len(records))}
+}
+
+// ack records the acknowledgement of the records at idx, written in that
+// order to partition from offset base.
+func (o *outcome) ack(idx []int, partition int32, base int64) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.returned {
+		return
+	}
+	for n, i := range idx {
+		o.records[i].Partition, o.records[i].Offset = partition, base+int64(n)
+		o.errs[i], o.answered[i] = nil, true
+	}
 }
 
 // set records err (nil: acknowledged) for the records at idx.
@@ -159,10 +184,11 @@ func (o *outcome) set(idx []int, err error) {
 }
 
 // rest returns a copy of the outcomes, with err for the records not
-// answered.
+// answered; it is what Publish returns.
 func (o *outcome) rest(err error) []error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.returned = true
 	errs := slices.Clone(o.errs)
 	for i, answered := range o.answered {
 		if !answered {
@@ -196,8 +222,8 @@ func (pb *partitionBatches) giveUp(out *outcome, err error) {
 // request per leader. A partition stops at its first batch that fails for
 // good, and its later batches fail with the same error unsent. Every record
 // gets its outcome in out.
-func (p *batchPublisher) write(ctx context.Context, client sarama.Client, records []*sarama.ProducerMessage, out *outcome) {
-	parts := p.partition(ctx, client, records, out)
+func (p *batchPublisher) write(ctx context.Context, client sarama.Client, records []*record.Record, out *outcome) {
+	parts, wire := p.partition(ctx, client, records, out)
 	for len(parts) > 0 {
 		if err := p.stopped(ctx); err != nil {
 			for _, pb := range parts {
@@ -205,7 +231,7 @@ func (p *batchPublisher) write(ctx context.Context, client sarama.Client, record
 			}
 			return
 		}
-		results := p.round(client, records, parts, out)
+		results := p.round(client, wire, parts, out)
 		var retry bool
 		live := parts[:0]
 		for i, pb := range parts {
@@ -273,11 +299,12 @@ type route struct {
 }
 
 // partition runs Producer.Interceptors on every record, assigns it its
-// partition and splits each partition's records into batches. A record
+// partition and splits each partition's records into batches; it returns
+// them and the records to write (as the interceptors left them). A record
 // larger than Producer.MaxMessageBytes, or whose topic has no partitions to
 // be found, fails at once; so do the later records of its key (with
 // errHeldBack), which must not overtake it.
-func (p *batchPublisher) partition(ctx context.Context, client sarama.Client, records []*sarama.ProducerMessage, out *outcome) []*partitionBatches {
+func (p *batchPublisher) partition(ctx context.Context, client sarama.Client, records []*record.Record, out *outcome) ([]*partitionBatches, []*record.Record) {
 	type tp struct {
 		topic     string
 		partition int32
@@ -287,16 +314,16 @@ func (p *batchPublisher) partition(ctx context.Context, client sarama.Client, re
 	held := map[topicKey]bool{} // keys with a record failed here
 	var parts []*partitionBatches
 	limit := p.cfg.Producer.MaxMessageBytes
-	for i, m := range records {
+	wire := records
+	if len(p.cfg.Producer.Interceptors) > 0 {
+		wire = make([]*record.Record, len(records))
+	}
+	view := new(partitionerView)
+	for i, r := range records {
 		var key topicKey
-		keyed := m.Key != nil
+		keyed := r.Key != nil
 		if keyed {
-			k, err := m.Key.Encode()
-			if err != nil {
-				out.set([]int{i}, permanentError{fmt.Errorf("encode the key: %w", err)})
-				continue // a key that cannot be encoded has no other records
-			}
-			key = topicKey{m.Topic, string(k)}
+			key = topicKey{r.Topic, string(r.Key)}
 		}
 		fail := func(err error) {
 			out.set([]int{i}, err)
@@ -306,34 +333,39 @@ func (p *batchPublisher) partition(ctx context.Context, client sarama.Client, re
 			out.set([]int{i}, errHeldBack)
 			continue
 		}
-		for _, ic := range p.cfg.Producer.Interceptors {
-			intercept(ic, m)
+		if len(p.cfg.Producer.Interceptors) > 0 {
+			var err error
+			if r, err = p.intercepted(r); err != nil {
+				fail(permanentError{err})
+				continue
+			}
+			wire[i] = r
 		}
-		size := m.ByteSize(2)
+		size := recordSize(r)
 		if size+recordBatchOverhead > limit {
 			// Refused here, unsent: permanent, and no answer of Kafka's.
 			fail(permanentError{fmt.Errorf("a record of %d bytes is larger than Producer.MaxMessageBytes (%d): %w", size, limit, sarama.ErrMessageSizeTooLarge)})
 			continue
 		}
-		r := routes[m.Topic]
-		if r == nil {
-			r = p.route(ctx, client, m.Topic)
-			routes[m.Topic] = r
+		rt := routes[r.Topic]
+		if rt == nil {
+			rt = p.route(ctx, client, r.Topic)
+			routes[r.Topic] = rt
 		}
-		if r.err != nil {
-			fail(r.err)
+		if rt.err != nil {
+			fail(rt.err)
 			continue
 		}
-		choice, err := r.partitioner.Partition(m, int32(len(r.partitions)))
+		choice, err := rt.partitioner.Partition(view.of(r), int32(len(rt.partitions)))
 		if err != nil {
 			fail(permanentError{fmt.Errorf("partitioner: %w", err)})
 			continue
 		}
-		m.Partition = r.partitions[choice]
-		pb := index[tp{m.Topic, m.Partition}]
+		partition := rt.partitions[choice]
+		pb := index[tp{r.Topic, partition}]
 		if pb == nil {
-			pb = &partitionBatches{topic: m.Topic, partition: m.Partition}
-			index[tp{m.Topic, m.Partition}] = pb
+			pb = &partitionBatches{topic: r.Topic, partition: partition}
+			index[tp{r.Topic, partition}] = pb
 			parts = append(parts, pb)
 		}
 		if n := len(pb.batches); n == 0 || pb.sizes[n-1]+size > limit {
@@ -344,7 +376,73 @@ func (p *batchPublisher) partition(ctx context.Context, client sarama.Client, re
 		pb.batches[last] = append(pb.batches[last], i)
 		pb.sizes[last] += size
 	}
-	return parts
+	return parts, wire
+}
+
+// partitionerView shows records to a sarama.Partitioner as the messages
+// Sarama's own producer would pass it, without building one per record:
+// it is one message, made to show each record in turn, its key and value
+// encoders and headers reading the record's bytes.
+type partitionerView struct {
+	msg        sarama.ProducerMessage
+	key, value bytesEncoder
+}
+
+// of shows r, until the next call.
+func (v *partitionerView) of(r *record.Record) *sarama.ProducerMessage {
+	v.msg = sarama.ProducerMessage{Topic: r.Topic, Partition: r.Partition, Timestamp: r.Timestamp, Headers: saramaHeaders(r.Headers)}
+	if r.Key != nil {
+		v.key.b = r.Key
+		v.msg.Key = &v.key
+	}
+	if r.Value != nil {
+		v.value.b = r.Value
+		v.msg.Value = &v.value
+	}
+	return &v.msg
+}
+
+// bytesEncoder is a sarama.Encoder of bytes, used by pointer so that
+// setting one is no allocation (a sarama.ByteEncoder in an interface is).
+type bytesEncoder struct{ b []byte }
+
+func (e *bytesEncoder) Encode() ([]byte, error) { return e.b, nil }
+func (e *bytesEncoder) Length() int             { return len(e.b) }
+
+// record.Header and sarama.RecordHeader are the same struct (this
+// conversion compiles only while they are), so a slice of one can be read
+// as a slice of the other.
+var _ = sarama.RecordHeader(record.Header{})
+
+// saramaHeaders is hs read as Sarama headers, without copying them.
+func saramaHeaders(hs []record.Header) []sarama.RecordHeader {
+	return unsafe.Slice((*sarama.RecordHeader)(unsafe.Pointer(unsafe.SliceData(hs))), len(hs))
+}
+
+// intercepted runs Producer.Interceptors on the Sarama message of r, as
+// Sarama's own producer does, and returns the record they made of it: a
+// new one, r stays as the caller gave it.
+func (p *batchPublisher) intercepted(r *record.Record) (*record.Record, error) {
+	m := record.Message(r)
+	for _, ic := range p.cfg.Producer.Interceptors {
+		intercept(ic, m)
+	}
+	out := &record.Record{Topic: m.Topic, Partition: m.Partition, Timestamp: m.Timestamp, Headers: make([]record.Header, len(m.Headers))}
+	for i, h := range m.Headers {
+		out.Headers[i] = record.Header(h)
+	}
+	var err error
+	if m.Key != nil {
+		if out.Key, err = m.Key.Encode(); err != nil {
+			return nil, fmt.Errorf("encode the key: %w", err)
+		}
+	}
+	if m.Value != nil {
+		if out.Value, err = m.Value.Encode(); err != nil {
+			return nil, fmt.Errorf("encode the value: %w", err)
+		}
+	}
+	return out, nil
 }
 
 // route looks up the partitions of topic, unless the write must stop.
@@ -390,7 +488,7 @@ type produceRequest struct {
 // leader (more when they would exceed sarama.MaxRequestSize), all at once,
 // and returns each partition's outcome; acknowledged records get theirs in
 // out at once.
-func (p *batchPublisher) round(client sarama.Client, records []*sarama.ProducerMessage, parts []*partitionBatches, out *outcome) []error {
+func (p *batchPublisher) round(client sarama.Client, records []*record.Record, parts []*partitionBatches, out *outcome) []error {
 	results := make([]error, len(parts))
 	var requests []*produceRequest
 	open := map[*sarama.Broker]*produceRequest{}
@@ -402,11 +500,7 @@ func (p *batchPublisher) round(client sarama.Client, records []*sarama.ProducerM
 			results[i] = err
 			continue
 		}
-		batch, err := recordBatch(records, pb.batches[pb.next], now, p.cfg)
-		if err != nil {
-			results[i] = permanentError{err}
-			continue
-		}
+		batch := recordBatch(records, pb.batches[pb.next], now, p.cfg)
 		size := pb.sizes[pb.next]
 		r := open[broker]
 		if r == nil || r.size+size > maxSize {
@@ -434,11 +528,7 @@ func (p *batchPublisher) round(client sarama.Client, records []*sarama.ProducerM
 			for _, i := range r.parts {
 				pb := parts[i]
 				if results[i] = blockError(resp, err, pb.topic, pb.partition); results[i] == nil {
-					base := resp.GetBlock(pb.topic, pb.partition).Offset
-					for n, j := range pb.batches[pb.next] {
-						records[j].Offset = base + int64(n)
-					}
-					out.set(pb.batches[pb.next], nil)
+					out.ack(pb.batches[pb.next], pb.partition, resp.GetBlock(pb.topic, pb.partition).Offset)
 				}
 			}
 		})
@@ -449,7 +539,7 @@ func (p *batchPublisher) round(client sarama.Client, records []*sarama.ProducerM
 
 // recordBatch encodes the records at idx as one record batch, compressed as
 // cfg says.
-func recordBatch(records []*sarama.ProducerMessage, idx []int, now time.Time, cfg *sarama.Config) (*sarama.RecordBatch, error) {
+func recordBatch(records []*record.Record, idx []int, now time.Time, cfg *sarama.Config) *sarama.RecordBatch {
 	batch := &sarama.RecordBatch{
 		Version: 2, Codec: cfg.Producer.Compression, CompressionLevel: cfg.Producer.CompressionLevel,
 		FirstTimestamp: now, MaxTimestamp: now,
@@ -463,26 +553,15 @@ func recordBatch(records []*sarama.ProducerMessage, idx []int, now time.Time, cf
 	}
 	hs := make([]sarama.RecordHeader, 0, headers)
 	for n, j := range idx {
-		m := records[j]
-		rec := &sarama.Record{OffsetDelta: int64(n), Headers: make([]*sarama.RecordHeader, len(m.Headers))}
-		var err error
-		if m.Key != nil {
-			if rec.Key, err = m.Key.Encode(); err != nil {
-				return nil, fmt.Errorf("encode the key: %w", err)
-			}
-		}
-		if m.Value != nil {
-			if rec.Value, err = m.Value.Encode(); err != nil {
-				return nil, fmt.Errorf("encode the value: %w", err)
-			}
-		}
-		for h := range m.Headers {
-			hs = append(hs, m.Headers[h])
+		r := records[j]
+		rec := &sarama.Record{OffsetDelta: int64(n), Key: r.Key, Value: r.Value, Headers: make([]*sarama.RecordHeader, len(r.Headers))}
+		for h := range r.Headers {
+			hs = append(hs, sarama.RecordHeader(r.Headers[h]))
 			rec.Headers[h] = &hs[len(hs)-1]
 		}
 		batch.Records[n] = rec
 	}
-	return batch, nil
+	return batch
 }
 
 // blockError is the outcome of one partition of a produce request.

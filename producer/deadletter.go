@@ -8,9 +8,8 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/record"
 )
 
 // deadCandidate is an event to give up on, with the error that did it.
@@ -39,7 +38,7 @@ func (r *Relay) deadLetter(ctx context.Context, dead []deadCandidate, res *Batch
 	}
 	dlqErrs := make([]error, len(dead))
 	if r.cfg.PublishDeadLetters {
-		dlqErrs = r.send(ctx, events, false, func(i int, e *claimedEvent) (*sarama.ProducerMessage, error) {
+		dlqErrs = r.send(ctx, events, false, func(i int, e *claimedEvent) (*record.Record, error) {
 			return r.deadLetterRecord(e, letters[i])
 		})
 	}
@@ -99,24 +98,17 @@ func (e *claimedEvent) deadLetter(err error, attempted bool, now time.Time) Dead
 	return d
 }
 
-// deadLetterRecord is the dlq envelope of e for its dead-letter topic. The
-// original record is the one the relay tried to publish, so a replay of the
-// envelope publishes exactly that.
-func (r *Relay) deadLetterRecord(e *claimedEvent, d DeadLetter) (*sarama.ProducerMessage, error) {
+// deadLetterRecord is the dlq envelope of e for its dead-letter topic, as
+// the relay's dlq.Writer renders it (the consumer's dead letters are
+// rendered the same way). The original record is the one the relay tried
+// to publish, so a replay of the envelope publishes exactly that.
+func (r *Relay) deadLetterRecord(e *claimedEvent, d DeadLetter) (*record.Record, error) {
 	original, err := r.record(e)
 	if err != nil {
 		return nil, err
 	}
-	o := dlq.Original{Topic: e.Topic, Partition: dlq.NoPartition, Offset: dlq.NoOffset, Timestamp: e.CreatedAt, Value: e.Payload}
-	if r.cfg.Structured {
-		o.Value, _ = original.Value.Encode()
-	}
-	if e.Key != nil {
-		o.Key = []byte(*e.Key)
-	}
-	for _, h := range original.Headers {
-		o.Headers = append(o.Headers, dlq.Header{Key: h.Key, Value: h.Value})
-	}
+	o := dlq.Original{Topic: e.Topic, Partition: dlq.NoPartition, Offset: dlq.NoOffset, Timestamp: e.CreatedAt,
+		Key: original.Key, Value: original.Value, Headers: original.Headers}
 	kind := dlq.KindRetriesExhausted
 	if d.Permanent {
 		kind = dlq.KindPermanent
@@ -126,21 +118,11 @@ func (r *Relay) deadLetterRecord(e *claimedEvent, d DeadLetter) (*sarama.Produce
 	if err != nil {
 		return nil, err
 	}
-	rec, err := env.Record()
-	if err != nil {
-		return nil, err
-	}
-	topic := dlq.Topic(e.Topic, r.cfg.DeadLetterSuffix)
-	if err := validTopic(topic); err != nil {
-		// e.g. a topic of 249 characters: no retry makes room for the suffix.
+	if err := validTopic(dlq.Topic(e.Topic, r.cfg.DeadLetterSuffix)); err != nil {
+		// e.g. a topic of 249 characters: no retry makes room for the
+		// suffix. (The writer refuses it too; this error names the
+		// relay's ErrInvalidTopic.)
 		return nil, permanentError{fmt.Errorf("dead-letter topic: %w", err)}
 	}
-	msg := &sarama.ProducerMessage{Topic: topic, Value: sarama.ByteEncoder(rec.Value)}
-	if rec.Key != nil {
-		msg.Key = sarama.ByteEncoder(rec.Key)
-	}
-	for _, h := range rec.Headers {
-		msg.Headers = append(msg.Headers, sarama.RecordHeader{Key: h.Key, Value: h.Value})
-	}
-	return msg, nil
+	return r.dlq.Record(env, dlq.FormatEnvelope)
 }

@@ -5,21 +5,20 @@ import (
 	"sync"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/record"
 )
 
 // fakePublisher stands in for Kafka: fail decides each record's fate, and
 // like any Publisher it fails the records of a key behind one that failed.
 type fakePublisher struct {
 	mu    sync.Mutex
-	fail  func(*sarama.ProducerMessage) error
-	acked []*sarama.ProducerMessage
+	fail  func(*record.Record) error
+	acked []*record.Record
 	calls int
 }
 
-func (f *fakePublisher) Publish(_ context.Context, records []*sarama.ProducerMessage) []error {
+func (f *fakePublisher) Publish(_ context.Context, records []*record.Record) []error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.calls++
@@ -28,8 +27,7 @@ func (f *fakePublisher) Publish(_ context.Context, records []*sarama.ProducerMes
 	for i, r := range records {
 		var key [2]string
 		if r.Key != nil {
-			k, _ := r.Key.Encode()
-			key = [2]string{r.Topic, string(k)}
+			key = [2]string{r.Topic, string(r.Key)}
 		}
 		switch {
 		case r.Key != nil && failed[key] != nil:
@@ -49,7 +47,7 @@ func (f *fakePublisher) Publish(_ context.Context, records []*sarama.ProducerMes
 
 func (f *fakePublisher) Close() error { return nil }
 
-func (f *fakePublisher) setFail(fn func(*sarama.ProducerMessage) error) {
+func (f *fakePublisher) setFail(fn func(*record.Record) error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.fail = fn
@@ -68,10 +66,10 @@ func (f *fakePublisher) ackedIDs(topic string) []string {
 	return ids
 }
 
-func (f *fakePublisher) ackedOn(topic string) []*sarama.ProducerMessage {
+func (f *fakePublisher) ackedOn(topic string) []*record.Record {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	var out []*sarama.ProducerMessage
+	var out []*record.Record
 	for _, r := range f.acked {
 		if r.Topic == topic {
 			out = append(out, r)
@@ -80,7 +78,7 @@ func (f *fakePublisher) ackedOn(topic string) []*sarama.ProducerMessage {
 	return out
 }
 
-func recordHeader(r *sarama.ProducerMessage, name string) string {
+func recordHeader(r *record.Record, name string) string {
 	for _, h := range r.Headers {
 		if string(h.Key) == name {
 			return string(h.Value)

@@ -7,16 +7,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/record"
 )
 
-// idlePublisher is a Publisher the presence test never calls.
+// idlePublisher is a record.Publisher the presence test never calls.
 type idlePublisher struct{}
 
-func (idlePublisher) Publish(context.Context, []*sarama.ProducerMessage) []error { return nil }
-func (idlePublisher) Close() error                                               { return nil }
+func (idlePublisher) Publish(context.Context, []*record.Record) []error { return nil }
+func (idlePublisher) Close() error                                      { return nil }
 
 // TestRelaysStartingTogetherDivideTheSharesAtOnce: relays that start
 // within moments of each other see each other's slots within milliseconds

@@ -11,22 +11,6 @@ import (
 	"github.com/eapache/go-resiliency/breaker"
 )
 
-// Publisher sends records to Kafka; it is the relay's only view of the
-// broker. Publish returns one error per record, nil for a record the broker
-// acknowledged.
-//
-// The relay passes all the events of a batch in one call, several of a key
-// among them, in the order they must reach Kafka, so a Publisher must keep
-// that order: it writes the records of one topic and key in the order given,
-// and never acknowledges a record after it failed an earlier one of the same
-// topic and key. The Publisher of NewSaramaPublisher does so by writing the
-// records of a partition as one record batch, which the broker appends whole
-// or not at all.
-type Publisher interface {
-	Publish(ctx context.Context, records []*sarama.ProducerMessage) []error
-	Close() error
-}
-
 // DefaultMaxMessageBytes is Kafka's default message.max.bytes.
 const DefaultMaxMessageBytes = 1048588
 

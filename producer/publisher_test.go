@@ -17,11 +17,12 @@ import (
 
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/record"
 )
 
 // newPublisher is the relay's default Publisher on k, closed when the test
 // ends.
-func newPublisher(t *testing.T, k *testkit.Kafka, tune func(*sarama.Config)) producer.Publisher {
+func newPublisher(t *testing.T, k *testkit.Kafka, tune func(*sarama.Config)) record.Publisher {
 	t.Helper()
 	cfg := producer.NewSaramaConfig()
 	if tune != nil {
@@ -41,15 +42,15 @@ func newPublisher(t *testing.T, k *testkit.Kafka, tune func(*sarama.Config)) pro
 
 // keyedRecords returns perKey records for each of keys keys, interleaved,
 // each carrying its key and number as "key/n" in the ce_id header.
-func keyedRecords(topic string, keys, perKey int, valueSize int) []*sarama.ProducerMessage {
-	var out []*sarama.ProducerMessage
+func keyedRecords(topic string, keys, perKey int, valueSize int) []*record.Record {
+	var out []*record.Record
 	for n := range perKey {
 		for k := range keys {
 			key := fmt.Sprintf("key-%d", k)
-			out = append(out, &sarama.ProducerMessage{
-				Topic: topic, Key: sarama.StringEncoder(key),
-				Value:   sarama.ByteEncoder(strings.Repeat("v", valueSize)),
-				Headers: []sarama.RecordHeader{{Key: []byte(producer.HeaderID), Value: fmt.Appendf(nil, "%s/%d", key, n)}},
+			out = append(out, &record.Record{
+				Topic: topic, Key: []byte(key),
+				Value:   []byte(strings.Repeat("v", valueSize)),
+				Headers: []record.Header{{Key: []byte(producer.HeaderID), Value: fmt.Appendf(nil, "%s/%d", key, n)}},
 			})
 		}
 	}
@@ -123,11 +124,15 @@ func TestPublisherFailsAPartitionWhole(t *testing.T) {
 	errs := pub.Publish(context.Background(), records)
 	acked := 0
 	for i, r := range records {
+		// Failed records get no place: their partition is the partitioner's.
+		partition := partitionOf(t, topic, string(r.Key), 3)
 		switch {
-		case r.Partition == 1 && !errors.Is(errs[i], sarama.ErrPolicyViolation):
+		case partition == 1 && !errors.Is(errs[i], sarama.ErrPolicyViolation):
 			t.Fatalf("record %d on the refused partition: error %v, want the broker's refusal", i, errs[i])
-		case r.Partition != 1 && errs[i] != nil:
-			t.Fatalf("record %d on partition %d: %v", i, r.Partition, errs[i])
+		case partition != 1 && errs[i] != nil:
+			t.Fatalf("record %d on partition %d: %v", i, partition, errs[i])
+		case errs[i] == nil && r.Partition != partition:
+			t.Fatalf("record %d acknowledged on partition %d, its key's is %d", i, r.Partition, partition)
 		case errs[i] == nil:
 			acked++
 		}
@@ -213,7 +218,7 @@ func TestPublisherRefusesAnOversizedRecordAlone(t *testing.T) {
 	topic := k.Topic(t, 1)
 	pub := newPublisher(t, k, func(c *sarama.Config) { c.Producer.MaxMessageBytes = 10_000 })
 	records := keyedRecords(topic, 3, 2, 100) // key-0/0 key-1/0 key-2/0 key-0/1 key-1/1 key-2/1
-	records[1].Value = sarama.ByteEncoder(make([]byte, 20_000))
+	records[1].Value = make([]byte, 20_000)
 	errs := pub.Publish(context.Background(), records)
 	if !errors.Is(errs[1], sarama.ErrMessageSizeTooLarge) || !strings.Contains(errs[1].Error(), "Producer.MaxMessageBytes") {
 		t.Fatalf("oversized record: %v, want ErrMessageSizeTooLarge naming the setting to raise", errs[1])
@@ -366,7 +371,8 @@ func (panicInterceptor) OnSend(*sarama.ProducerMessage) { panic("interceptor bug
 
 // TestPublisherRunsProducerInterceptors: Producer.Interceptors see every
 // record before it is sent, as with Sarama's own producer, and one that
-// panics does not stop the record.
+// panics does not stop the record; what they change is sent, and the
+// caller's records stay as given.
 func TestPublisherRunsProducerInterceptors(t *testing.T) {
 	t.Parallel()
 	k := testkit.NewKafka(t)
@@ -374,9 +380,15 @@ func TestPublisherRunsProducerInterceptors(t *testing.T) {
 	pub := newPublisher(t, k, func(c *sarama.Config) {
 		c.Producer.Interceptors = []sarama.ProducerInterceptor{panicInterceptor{}, stampInterceptor{}}
 	})
-	for i, err := range pub.Publish(context.Background(), keyedRecords(topic, 2, 1, 10)) {
+	records := keyedRecords(topic, 2, 1, 10)
+	for i, err := range pub.Publish(context.Background(), records) {
 		if err != nil {
 			t.Fatalf("record %d: %v", i, err)
+		}
+	}
+	for i, r := range records {
+		if len(r.Headers) != 1 {
+			t.Fatalf("record %d has %d headers after Publish: the interceptors changed the caller's record", i, len(r.Headers))
 		}
 	}
 	for _, m := range consume(t, k, topic).waitDistinct(2, 30*time.Second) {

@@ -6,9 +6,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/courierkit/courier/internal/ceheader"
+	"github.com/courierkit/courier/record"
 )
 
 // CloudEvents Kafka protocol binding header names (binary mode).
@@ -51,15 +50,22 @@ func (e *claimedEvent) extensions() [][2]string {
 }
 
 // binaryRecord is the event in CloudEvents binary mode: the payload as the
-// value, the attributes as ce_ headers. The header values share one
-// allocation: this runs for every event the relay publishes.
-func (e *claimedEvent) binaryRecord(source string) *sarama.ProducerMessage {
+// value, the attributes as ce_ headers. The key and the header values share
+// one allocation: this runs for every event the relay publishes.
+func (e *claimedEvent) binaryRecord(source string) *record.Record {
 	exts := e.extensions()
 	size := uuidLen + len(e.Type) + len(source) + len(time.RFC3339Nano) + len(e.ContentType) + len(specVersion)
+	if e.Key != nil {
+		size += len(*e.Key)
+	}
 	for _, x := range exts {
 		size += len(x[1])
 	}
 	hs := headerValues{buf: make([]byte, 0, size)}
+	var key []byte
+	if e.Key != nil {
+		key = hs.text(*e.Key)
+	}
 	hs.add(keySpecVersion, specVersion)
 	hs.add(keyID, e.ID.String())
 	hs.add(keyType, e.Type)
@@ -69,11 +75,11 @@ func (e *claimedEvent) binaryRecord(source string) *sarama.ProducerMessage {
 	for _, x := range exts {
 		hs.headers = append(hs.headers, header("ce_"+x[0], x[1]))
 	}
-	return e.message(sarama.ByteEncoder(e.Payload), append(hs.headers, e.userHeaders()...))
+	return &record.Record{Topic: e.Topic, Key: key, Value: e.Payload, Headers: append(hs.headers, e.userHeaders()...)}
 }
 
 // The names of the headers every binary-mode record has, converted once;
-// records share them (Sarama only reads header bytes).
+// records share them (publishers only read header bytes).
 var (
 	keySpecVersion = []byte(HeaderSpecVersion)
 	keyID          = []byte(HeaderID)
@@ -103,10 +109,20 @@ const (
 	saramaHeaderOverhead = 2 * binary.MaxVarintLen32
 )
 
+// recordSize is r's size as Sarama reckons it in a record batch: the
+// ByteSize(2) of record.Message(r).
+func recordSize(r *record.Record) int {
+	size := saramaRecordOverhead + len(r.Key) + len(r.Value)
+	for _, h := range r.Headers {
+		size += len(h.Key) + len(h.Value) + saramaHeaderOverhead
+	}
+	return size
+}
+
 // recordBytes is the size of the record the relay publishes for e (which
 // is normalized) in binary mode, as it counts it against Sarama's
-// Producer.MaxMessageBytes (sarama.ProducerMessage.ByteSize and the header
-// of the record batch, see batchPublisher.partition), with a ce_source of
+// Producer.MaxMessageBytes (recordSize and the header of the record batch,
+// see batchPublisher.partition), with a ce_source of
 // MaxSourceBytes and a ce_time of its longest: binaryRecord's headers.
 func recordBytes(e *Event) int {
 	size := recordBatchOverhead + saramaRecordOverhead + len(e.Key) + len(e.Payload)
@@ -136,29 +152,31 @@ func recordBytes(e *Event) int {
 // a header holds it.
 type headerValues struct {
 	buf     []byte
-	headers []sarama.RecordHeader
+	headers []record.Header
 }
 
-func (h *headerValues) cut(key []byte, start int) {
+// text appends value to the buffer and returns its bytes there.
+func (h *headerValues) text(value string) []byte {
+	start := len(h.buf)
+	h.buf = append(h.buf, value...)
 	end := len(h.buf)
-	h.headers = append(h.headers, sarama.RecordHeader{Key: key, Value: h.buf[start:end:end]})
+	return h.buf[start:end:end]
 }
 
 func (h *headerValues) add(key []byte, value string) {
-	start := len(h.buf)
-	h.buf = append(h.buf, value...)
-	h.cut(key, start)
+	h.headers = append(h.headers, record.Header{Key: key, Value: h.text(value)})
 }
 
 func (h *headerValues) addTime(key []byte, t time.Time) {
 	start := len(h.buf)
 	h.buf = t.UTC().AppendFormat(h.buf, time.RFC3339Nano)
-	h.cut(key, start)
+	end := len(h.buf)
+	h.headers = append(h.headers, record.Header{Key: key, Value: h.buf[start:end:end]})
 }
 
 // structuredRecord is the event in CloudEvents structured mode: the value is
 // a JSON CloudEvent holding the payload as data (JSON) or data_base64.
-func (e *claimedEvent) structuredRecord(source string) (*sarama.ProducerMessage, error) {
+func (e *claimedEvent) structuredRecord(source string) (*record.Record, error) {
 	doc := map[string]any{
 		"specversion":     specVersion,
 		"id":              e.ID.String(),
@@ -182,32 +200,28 @@ func (e *claimedEvent) structuredRecord(source string) (*sarama.ProducerMessage,
 	if err != nil {
 		return nil, err
 	}
-	headers := append([]sarama.RecordHeader{header(HeaderContentType, structuredContentType)}, e.userHeaders()...)
-	return e.message(sarama.ByteEncoder(value), headers), nil
+	rec := &record.Record{Topic: e.Topic, Value: value,
+		Headers: append([]record.Header{header(HeaderContentType, structuredContentType)}, e.userHeaders()...)}
+	if e.Key != nil {
+		rec.Key = []byte(*e.Key)
+	}
+	return rec, nil
 }
 
 // userHeaders are the event's own headers (and trace context), by name.
-func (e *claimedEvent) userHeaders() []sarama.RecordHeader {
+func (e *claimedEvent) userHeaders() []record.Header {
 	names := make([]string, 0, len(e.Headers))
 	for name := range e.Headers {
 		names = append(names, name)
 	}
 	slices.Sort(names)
-	out := make([]sarama.RecordHeader, len(names))
+	out := make([]record.Header, len(names))
 	for i, name := range names {
 		out[i] = header(name, e.Headers[name])
 	}
 	return out
 }
 
-func (e *claimedEvent) message(value sarama.Encoder, headers []sarama.RecordHeader) *sarama.ProducerMessage {
-	msg := &sarama.ProducerMessage{Topic: e.Topic, Value: value, Headers: headers}
-	if e.Key != nil {
-		msg.Key = sarama.StringEncoder(*e.Key)
-	}
-	return msg
-}
-
-func header(name, value string) sarama.RecordHeader {
-	return sarama.RecordHeader{Key: []byte(name), Value: []byte(value)}
+func header(name, value string) record.Header {
+	return record.Header{Key: []byte(name), Value: []byte(value)}
 }

@@ -6,14 +6,16 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/courierkit/courier/record"
 )
 
 // TestRecordBytesIsWhatTheRelayCounts: the size Enqueue checks is the size
 // the relay counts against Producer.MaxMessageBytes for the record it
-// builds in binary mode, with a ce_source of MaxSourceBytes and a ce_time
-// of its longest, for events with and without a key, attributes and
-// headers: when the relay adds a header, this fails until recordBytes
-// counts it.
+// builds in binary mode (which is Sarama's reckoning of it), with a
+// ce_source of MaxSourceBytes and a ce_time of its longest, for events with
+// and without a key, attributes and headers: when the relay adds a header,
+// this fails until recordBytes counts it.
 func TestRecordBytesIsWhatTheRelayCounts(t *testing.T) {
 	t.Parallel()
 	created := time.Date(2026, 11, 25, 23, 59, 59, 123456789, time.UTC)
@@ -41,8 +43,11 @@ func TestRecordBytesIsWhatTheRelayCounts(t *testing.T) {
 			}
 		}
 		rec := c.binaryRecord(strings.Repeat("s", MaxSourceBytes))
-		if got, want := recordBytes(&n), rec.ByteSize(2)+recordBatchOverhead; got != want {
+		if got, want := recordBytes(&n), recordSize(rec)+recordBatchOverhead; got != want {
 			t.Errorf("recordBytes = %d, the relay counts %d for %+v", got, want, n)
+		}
+		if got, want := recordSize(rec), record.Message(rec).ByteSize(2); got != want {
+			t.Errorf("recordSize = %d, Sarama counts %d for %+v", got, want, n)
 		}
 		if len(created.Format(time.RFC3339Nano)) != maxTimeLen {
 			t.Fatalf("ce_time %q is not of the longest", created.Format(time.RFC3339Nano))

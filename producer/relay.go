@@ -24,6 +24,7 @@ import (
 	"github.com/courierkit/courier/internal/breakerdefault"
 	"github.com/courierkit/courier/internal/kafkaaddr"
 	"github.com/courierkit/courier/internal/pgname"
+	"github.com/courierkit/courier/record"
 )
 
 // Relay defaults.
@@ -122,9 +123,14 @@ type RelayConfig struct {
 	// Sarama configures the Kafka producer (TLS, SASL, versions, …).
 	// Defaults to NewSaramaConfig().
 	Sarama *sarama.Config
-	// Publisher replaces the Sarama producer built from Brokers and Sarama,
-	// e.g. to share a producer or to test. The relay does not close it.
-	Publisher Publisher
+	// Publisher replaces the Sarama publisher built from Brokers and Sarama
+	// (NewSaramaPublisher), e.g. to share one or to test. The relay does not
+	// close it. It is the relay's only view of the broker: the relay passes
+	// a batch's records (several of a key among them, in the order they
+	// must reach Kafka, its dead letters among them) in one Publish call, so
+	// it relies on the order record.Publisher promises; and its workers call
+	// it at once.
+	Publisher record.Publisher
 
 	// Source is the CloudEvents source attribute (ce_source), usually the
 	// service name: UTF-8 text of at most 256 bytes (MaxSourceBytes), which
@@ -296,8 +302,9 @@ type Relay struct {
 	pool      *pgxpool.Pool
 	table     pgname.Table
 	store     *store
-	publisher Publisher
+	publisher record.Publisher
 	ownsPub   bool
+	dlq       *dlq.Writer // renders the dead letters the relay writes
 	breaker   *gobreaker.TwoStepCircuitBreaker[struct{}]
 	backoff   backoff.Backoff
 	log       *slog.Logger
@@ -370,6 +377,12 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		r.ownsPub = true
+	}
+	// The relay writes its dead letters itself, in its batches; the writer
+	// renders them, as it does the consumer's.
+	if r.dlq, err = dlq.NewWriter(r.publisher, dlq.WriterConfig{Suffix: cfg.DeadLetterSuffix}); err != nil {
+		r.closePublisher()
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	r.breaker = gobreaker.NewTwoStepCircuitBreaker[struct{}](gobreaker.Settings{
 		Name:        "kafka",
@@ -713,9 +726,10 @@ func keyOf(e *claimedEvent) (topicKey, bool) {
 
 // publishBatch publishes a batch in one Publish call, which keeps the order
 // of each key's events and never acknowledges one after it failed an
-// earlier one of its key (see Publisher). The first failure of a key decides
-// that event's fate (a retry, a deferral or a dead letter); the events
-// behind it are released to a later batch without counting an attempt.
+// earlier one of its key (see record.Publisher). The first failure of a key
+// decides that event's fate (a retry, a deferral or a dead letter); the
+// events behind it are released to a later batch without counting an
+// attempt.
 // Events given up on in an earlier batch, whose dead-letter write failed,
 // are written to the dead-letter topic first, and a write that fails again
 // holds back the later events of their key.
@@ -894,7 +908,7 @@ const isolatedCalls = 8
 // until they were dead-lettered beside it. Apart, the poison fails alone
 // and the others, failed once with it, go through on their first retry.
 func (r *Relay) sendRetriesApart(ctx context.Context, events []*claimedEvent, hold bool) []error {
-	build := func(_ int, e *claimedEvent) (*sarama.ProducerMessage, error) { return r.record(e) }
+	build := func(_ int, e *claimedEvent) (*record.Record, error) { return r.record(e) }
 	if !slices.ContainsFunc(events, func(e *claimedEvent) bool { return e.status == StatusFailed }) {
 		return r.send(ctx, events, hold, build) // no retry in the batch: one call, as always
 	}
@@ -964,10 +978,10 @@ func (r *Relay) sendRetriesApart(ctx context.Context, events []*claimedEvent, ho
 // errHeldBack, so that none overtakes it. A record that cannot be built is
 // refused for good, and the later events of its key are not sent either.
 func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal bool,
-	build func(int, *claimedEvent) (*sarama.ProducerMessage, error),
+	build func(int, *claimedEvent) (*record.Record, error),
 ) []error {
 	errs := make([]error, len(events))
-	var records []*sarama.ProducerMessage
+	var records []*record.Record
 	var index []int
 	unbuilt := map[topicKey]bool{}
 	for i, e := range events {
@@ -1007,7 +1021,9 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal 
 	return errs
 }
 
-func (r *Relay) record(e *claimedEvent) (*sarama.ProducerMessage, error) {
+// record is the record the relay publishes for e, as RelayConfig.Structured
+// says.
+func (r *Relay) record(e *claimedEvent) (*record.Record, error) {
 	if e.invalid != nil {
 		return nil, e.invalid
 	}

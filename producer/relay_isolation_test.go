@@ -29,6 +29,7 @@ import (
 	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/record"
 )
 
 // isolationPartitions is the healthy topic's partition count.
@@ -498,7 +499,7 @@ func TestRelaySaysOnceThatItCannotReachKafka(t *testing.T) {
 
 	// Through a Publisher that fails as an unreachable broker, then works.
 	pub := &fakePublisher{}
-	pub.setFail(func(*sarama.ProducerMessage) error {
+	pub.setFail(func(*record.Record) error {
 		return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	})
 	logs2 := &syncBuffer{}

@@ -16,6 +16,7 @@ import (
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/record"
 )
 
 // eventRow is the delivery state of one outbox row.
@@ -58,8 +59,8 @@ func runOnce(t *testing.T, r *producer.Relay) producer.BatchResult {
 }
 
 // failID makes every record with the given ce_id fail with err.
-func failID(id uuid.UUID, err error) func(*sarama.ProducerMessage) error {
-	return func(m *sarama.ProducerMessage) error {
+func failID(id uuid.UUID, err error) func(*record.Record) error {
+	return func(m *record.Record) error {
 		if recordHeader(m, producer.HeaderID) == id.String() {
 			return err
 		}
@@ -148,8 +149,7 @@ func TestBackoffScheduleAndDeadLetter(t *testing.T) {
 	if len(dlqRecords) != 1 {
 		t.Fatalf("%d records on orders.dlq, want 1", len(dlqRecords))
 	}
-	value, _ := dlqRecords[0].Value.Encode()
-	env, err := dlq.Decode(value)
+	env, err := dlq.Decode(dlqRecords[0].Value)
 	if err != nil {
 		t.Fatalf("orders.dlq holds a bad envelope: %v", err)
 	}
@@ -301,7 +301,7 @@ func TestUnreachableKafkaCountsNoAttempt(t *testing.T) {
 	clock := newFakeClock()
 	for _, cause := range []error{sarama.ErrOutOfBrokers, breaker.ErrBreakerOpen, syscall.ECONNREFUSED, context.DeadlineExceeded} {
 		pub := &fakePublisher{}
-		pub.setFail(func(*sarama.ProducerMessage) error { return cause })
+		pub.setFail(func(*record.Record) error { return cause })
 		relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now,
 			Breaker: producer.BreakerConfig{ConsecutiveFailures: 1000}})
 		id := enqueue(t, pg, out, orderCreated("o-1"))
@@ -338,7 +338,7 @@ func TestUnavailablePartitionDoesNotStarveOthers(t *testing.T) {
 	pg, out := setup(t)
 	clock := newFakeClock()
 	pub := &fakePublisher{}
-	pub.setFail(func(m *sarama.ProducerMessage) error {
+	pub.setFail(func(m *record.Record) error {
 		if m.Topic == "stuck" {
 			return sarama.ErrNotEnoughReplicas
 		}
@@ -387,7 +387,7 @@ func TestFailedDeadLetterWriteKeepsKeyOrder(t *testing.T) {
 			first := enqueue(t, pg, out, orderCreated("o-1"))
 			second := enqueue(t, pg, out, orderCreated("o-1"))
 			mainAttempts := 0
-			pub.setFail(func(m *sarama.ProducerMessage) error {
+			pub.setFail(func(m *record.Record) error {
 				switch {
 				case m.Topic == "orders" && recordHeader(m, producer.HeaderID) == first.String():
 					return c.cause
@@ -404,7 +404,7 @@ func TestFailedDeadLetterWriteKeepsKeyOrder(t *testing.T) {
 				t.Fatalf("first event %+v, want failed with its one attempt", row)
 			}
 
-			pub.setFail(func(m *sarama.ProducerMessage) error {
+			pub.setFail(func(m *record.Record) error {
 				if m.Topic == "orders" && recordHeader(m, producer.HeaderID) == first.String() {
 					mainAttempts++
 					return c.cause
@@ -465,7 +465,7 @@ func TestRelayInFlightKeepsOtherRelaysOffItsKeys(t *testing.T) {
 	entered, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	first := &fakePublisher{}
-	first.setFail(func(*sarama.ProducerMessage) error {
+	first.setFail(func(*record.Record) error {
 		once.Do(func() { close(entered) })
 		<-release
 		return sarama.ErrUnknown

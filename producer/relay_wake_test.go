@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/record"
 )
 
 // listening reports whether any session of the relay's test LISTENs.
@@ -227,7 +227,7 @@ type blockingPublisher struct {
 	once    sync.Once
 }
 
-func (b *blockingPublisher) Publish(ctx context.Context, records []*sarama.ProducerMessage) []error {
+func (b *blockingPublisher) Publish(ctx context.Context, records []*record.Record) []error {
 	b.once.Do(func() { close(b.started) })
 	errs := make([]error, len(records))
 	select {

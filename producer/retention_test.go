@@ -16,6 +16,7 @@ import (
 
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/record"
 )
 
 // syncBuffer is a bytes.Buffer safe for the relays' concurrent logs.
@@ -132,7 +133,7 @@ func TestDiscardPublishedKeepsNoHistory(t *testing.T) {
 	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, DiscardPublished: true})
 	sent := enqueue(t, pg, out, orderCreated("o-1"))
 	failing := enqueue(t, pg, out, orderCreated("o-2"))
-	pub.setFail(func(m *sarama.ProducerMessage) error {
+	pub.setFail(func(m *record.Record) error {
 		if recordHeader(m, producer.HeaderID) == failing.String() {
 			return sarama.ErrUnknown
 		}

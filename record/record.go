@@ -4,7 +4,8 @@
 // A Record is what courier writes to or reads from a topic: key, value
 // and headers as bytes (nil and empty kept distinct), and the place the
 // broker gave it. A Publisher writes records and reports one outcome per
-// record; the dead-letter Writer of package dlq writes through one.
+// record; the dead-letter Writer of package dlq writes through one, and the
+// relay of package producer publishes through one (RelayConfig.Publisher).
 //
 // Sarama remains the implementation: NewSyncPublisher publishes through a
 // sarama.SyncProducer (configured as usual, with TLS, SASL and tuning in

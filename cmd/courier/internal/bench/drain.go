@@ -19,6 +19,7 @@ import (
 
 	"github.com/courierkit/courier/migrations"
 	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/record"
 )
 
 // outboxTable is one configuration's own migrated outbox and topic.
@@ -514,15 +515,15 @@ func relayDrain(ctx context.Context, svc *relayServices, name string, relays, wo
 
 // warmPublishers returns n Sarama publishers, each connected to the broker
 // by a first record on topic; the run closes them.
-func warmPublishers(ctx context.Context, svc *relayServices, topic string, n int) ([]producer.Publisher, error) {
-	pubs := make([]producer.Publisher, n)
+func warmPublishers(ctx context.Context, svc *relayServices, topic string, n int) ([]record.Publisher, error) {
+	pubs := make([]record.Publisher, n)
 	for i := range pubs {
 		pub, err := producer.NewSaramaPublisher(svc.cfg.Brokers, producer.NewSaramaConfig())
 		if err != nil {
 			return nil, err
 		}
 		svc.closers = append(svc.closers, pub.Close)
-		warm := []*sarama.ProducerMessage{{Topic: topic, Value: sarama.StringEncoder("warm-up")}}
+		warm := []*record.Record{{Topic: topic, Value: []byte("warm-up")}}
 		if err := pub.Publish(ctx, warm)[0]; err != nil {
 			return nil, err
 		}
@@ -553,7 +554,7 @@ func (rc relayConfig) atStart() {
 // they have connected, looked once and found nothing; the seed commits the
 // whole backlog at once, the relays are woken, and the clock runs from
 // that commit until the last event is recorded as published.
-func drainWith(ctx context.Context, pools []*pgxpool.Pool, table *outboxTable, pubs []producer.Publisher, rc relayConfig, n int,
+func drainWith(ctx context.Context, pools []*pgxpool.Pool, table *outboxTable, pubs []record.Publisher, rc relayConfig, n int,
 	logger *slog.Logger, claims *atomic.Int64,
 ) (time.Duration, error) {
 	workers := rc.workers
