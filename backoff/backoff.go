@@ -38,8 +38,8 @@ type Backoff struct {
 	Jitter float64
 }
 
-// WithDefaults returns b with each zero field taken from def, and a Jitter
-// of NoJitter made 0, ready for Validate and Delay.
+// WithDefaults returns b with each zero field taken from def. A Jitter of
+// NoJitter stays NoJitter, so WithDefaults twice gives what it gave once.
 func (b Backoff) WithDefaults(def Backoff) Backoff {
 	if b.Base == 0 {
 		b.Base = def.Base
@@ -50,11 +50,8 @@ func (b Backoff) WithDefaults(def Backoff) Backoff {
 	if b.Max == 0 {
 		b.Max = def.Max
 	}
-	switch b.Jitter {
-	case 0:
+	if b.Jitter == 0 {
 		b.Jitter = def.Jitter
-	case NoJitter:
-		b.Jitter = 0
 	}
 	return b
 }
@@ -73,7 +70,7 @@ func (p Backoff) Validate() error {
 		return fmt.Errorf("Max (%v) is below Base (%v); raise Max", p.Max, p.Base)
 	case math.IsNaN(p.Factor) || math.IsInf(p.Factor, 0) || p.Factor < 1 || p.Factor > MaxFactor:
 		return fmt.Errorf("Factor is %v; use a number from 1 to %v (2 doubles each wait)", p.Factor, MaxFactor)
-	case math.IsNaN(p.Jitter) || p.Jitter < 0 || p.Jitter > 1:
+	case p.Jitter != NoJitter && (math.IsNaN(p.Jitter) || p.Jitter < 0 || p.Jitter > 1):
 		return fmt.Errorf("Jitter is %v; use a fraction from 0 to 1, or NoJitter for none", p.Jitter)
 	}
 	return nil

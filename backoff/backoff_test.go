@@ -91,7 +91,16 @@ func TestWithDefaultsFillsOnlyZeroFields(t *testing.T) {
 	if got := (backoff.Backoff{}).WithDefaults(def); got != def {
 		t.Errorf("the zero Backoff became %+v, want the defaults %+v", got, def)
 	}
-	if got := (backoff.Backoff{Jitter: backoff.NoJitter}).WithDefaults(def); got.Jitter != 0 {
-		t.Errorf("NoJitter became Jitter %v, want 0", got.Jitter)
+	once := (backoff.Backoff{Jitter: backoff.NoJitter}).WithDefaults(def)
+	if once.Jitter != backoff.NoJitter || once.WithDefaults(def) != once {
+		t.Errorf("NoJitter became %+v, and %+v with the defaults again; want NoJitter kept", once, once.WithDefaults(def))
+	}
+	if err := once.Validate(); err != nil {
+		t.Errorf("Validate(NoJitter) = %v", err)
+	}
+	for attempt := 1; attempt <= 3; attempt++ {
+		if got, want := once.Delay(attempt, func() float64 { return 0.99 }), def.Base<<(attempt-1); got != want {
+			t.Errorf("NoJitter: attempt %d waits %v, want exactly %v", attempt, got, want)
+		}
 	}
 }

@@ -16,13 +16,16 @@ func ExampleBackoff_Delay() {
 	// Output: 1s 2s 4s 8s 16s 30s
 }
 
-// A zero field takes the default of the config holding the Backoff, and
-// NoJitter turns the jitter off.
+// A zero field takes the default of the config holding the Backoff;
+// NoJitter stays, and turns the jitter off.
 func ExampleBackoff_WithDefaults() {
 	defaults := backoff.Backoff{Base: time.Second, Factor: 2, Max: 30 * time.Second, Jitter: 0.2}
 	fmt.Printf("%+v\n", backoff.Backoff{Base: 5 * time.Second}.WithDefaults(defaults))
-	fmt.Printf("%+v\n", backoff.Backoff{Jitter: backoff.NoJitter}.WithDefaults(defaults))
+	noJitter := backoff.Backoff{Jitter: backoff.NoJitter}.WithDefaults(defaults)
+	fmt.Printf("%+v\n", noJitter)
+	fmt.Println(noJitter.Validate(), noJitter.Delay(3, nil))
 	// Output:
 	// {Base:5s Factor:2 Max:30s Jitter:0.2}
-	// {Base:1s Factor:2 Max:30s Jitter:0}
+	// {Base:1s Factor:2 Max:30s Jitter:-1}
+	// <nil> 4s
 }

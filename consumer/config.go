@@ -291,11 +291,7 @@ func (c Config) WithDefaults() Config {
 	for _, f := range ints {
 		f.setDefault()
 	}
-	jitter := c.Backoff.Jitter
 	c.Backoff = c.Backoff.WithDefaults(backoff.Backoff{Base: DefaultBackoffBase, Factor: DefaultBackoffFactor, Max: DefaultBackoffMax, Jitter: DefaultBackoffJitter})
-	if jitter == backoff.NoJitter {
-		c.Backoff.Jitter = backoff.NoJitter // kept, so that WithDefaults again keeps it too
-	}
 	if c.DeadLetterSuffix == "" {
 		c.DeadLetterSuffix = DefaultDeadLetterSuffix
 	}

@@ -62,7 +62,7 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	return &Consumer{
 		cfg:         cfg,
-		backoff:     cfg.Backoff.WithDefaults(backoff.Backoff{}), // NoJitter made 0
+		backoff:     cfg.Backoff,
 		log:         cfg.Logger.With("group", cfg.Group),
 		metrics:     metrics,
 		measured:    len(metrics.handlerDuration) > 0,

@@ -16,9 +16,11 @@ const module = "github.com/courierkit/courier"
 // pkg is what `go list -json` says of a package: its imports, direct and
 // all of them.
 type pkg struct {
-	ImportPath string
-	Imports    []string
-	Deps       []string
+	ImportPath   string
+	Imports      []string
+	TestImports  []string
+	XTestImports []string
+	Deps         []string
 }
 
 // listPackages runs `go list -deps=false -json ./...` from the module root.
@@ -54,7 +56,9 @@ func listPackages(t *testing.T) []pkg {
 // TestLayout keeps the tree's arrows pointing one way: nothing under
 // internal/ depends (directly or not) on a public package of the core, so
 // internal/ stays low-level, and the examples import no internal package,
-// as a user's program cannot.
+// as a user's program cannot. Their tests may import internal/testkit
+// alone, which gives a test its own PostgreSQL schema, Redis prefix and
+// Kafka topics.
 func TestLayout(t *testing.T) {
 	core := []string{"producer", "consumer", "dlq", "retrytopics", "dedupe"}
 	var internals, examples int
@@ -73,8 +77,13 @@ func TestLayout(t *testing.T) {
 		case strings.HasPrefix(rel, "examples/"):
 			examples++
 			for _, imp := range p.Imports {
-				if strings.HasPrefix(imp, module+"/") && strings.Contains(imp, "/internal/") || strings.HasPrefix(imp, module+"/internal") {
+				if internal(imp) {
 					t.Errorf("%s imports %s: an example uses public packages only", rel, imp)
+				}
+			}
+			for _, imp := range append(p.TestImports, p.XTestImports...) {
+				if internal(imp) && imp != module+"/internal/testkit" {
+					t.Errorf("%s's tests import %s: an example's tests use public packages and internal/testkit only", rel, imp)
 				}
 			}
 		}
@@ -82,4 +91,9 @@ func TestLayout(t *testing.T) {
 	if internals == 0 || examples == 0 {
 		t.Fatalf("found %d internal and %d example packages; the layout changed under this test", internals, examples)
 	}
+}
+
+// internal reports whether imp is one of courier's internal packages.
+func internal(imp string) bool {
+	return strings.HasPrefix(imp, module+"/") && (strings.Contains(imp, "/internal/") || strings.HasSuffix(imp, "/internal"))
 }

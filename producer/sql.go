@@ -5,7 +5,11 @@ package producer
 // send, and their rendering for one schema and table (outboxNames.render).
 // The code that runs them is in store.go, admin.go, outbox.go, layout.go
 // and presence.go; beside transaction control (BEGIN, COMMIT, ROLLBACK and
-// savepoints) none of it writes SQL of its own.
+// savepoints) none of it writes SQL of its own. The one other writer is
+// the benchmark harness (cmd/courier/internal/bench), which seeds what it
+// measures (backlogs in bulk, a history of millions of published rows that
+// Enqueue would take hours to write) and reads table sizes; no code path of
+// a service runs its SQL.
 
 import (
 	"fmt"

@@ -45,6 +45,7 @@ import (
 	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
+	"github.com/courierkit/courier/examples/payouts/psp"
 	"github.com/courierkit/courier/producer"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -59,7 +60,7 @@ type config struct {
 	RedisURL    string          // the dedupe store
 	DedupeScope string          // dedupe.RedisConfig.Scope
 	RedisPrefix string          // dedupe.RedisConfig.Prefix; "" is dedupe.DefaultPrefix
-	PSPURL      string          // "" starts an in-process pspstub
+	PSPURL      string          // "" starts an in-process stub PSP (psp.Start)
 	PSPFailFor  time.Duration   // the in-process PSP fails (503) this long first
 	PSPTimeout  time.Duration   // each PSP call's timeout
 	RetryDelays []time.Duration // the retry topics' delays
@@ -151,7 +152,7 @@ func run(ctx context.Context, cfg config) error {
 
 	pspURL := cfg.PSPURL
 	if pspURL == "" {
-		stub, err := Start()
+		stub, err := psp.Start()
 		if err != nil {
 			return err
 		}
@@ -160,13 +161,13 @@ func run(ctx context.Context, cfg config) error {
 			stub.Close()
 		}()
 		if cfg.PSPFailFor > 0 {
-			stub.SetModeFor(ModeFail, cfg.PSPFailFor)
+			stub.SetModeFor(psp.ModeFail, cfg.PSPFailFor)
 		}
 		pspURL = stub.URL()
 		log.Info("started an in-process PSP", "url", pspURL, "failing_for", cfg.PSPFailFor)
 	}
-	psp := NewClient(pspURL, cfg.PSPTimeout)
-	defer psp.Close()
+	client := psp.NewClient(pspURL, cfg.PSPTimeout)
+	defer client.Close()
 
 	// One breaker for every call to the PSP.
 	breaker, err := consumer.NewBreaker(consumer.BreakerConfig{
@@ -202,7 +203,7 @@ func run(ctx context.Context, cfg config) error {
 		Brokers:     cfg.Brokers,
 		Group:       cfg.Group,
 		Topics:      []string{cfg.Topic},
-		Handler:     payOrder(psp, breaker, log),
+		Handler:     payOrder(client, breaker, log),
 		MaxAttempts: cfg.MaxAttempts,
 		Backoff:     backoff.Backoff{Base: cfg.Backoff},
 		RetryTopics: retrytopics.Config{Delays: cfg.RetryDelays, CreateTopics: true},
@@ -219,7 +220,7 @@ func run(ctx context.Context, cfg config) error {
 
 // payOrder returns the handler: it pays an OrderCreated event through the
 // breaker, with the event's id as the PSP's idempotency key.
-func payOrder(psp *Client, breaker *consumer.Breaker, log *slog.Logger) consumer.Handler {
+func payOrder(client *psp.Client, breaker *consumer.Breaker, log *slog.Logger) consumer.Handler {
 	return consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 		if t, ok := m.Headers.Lookup(producer.HeaderType); ok && string(t) != "OrderCreated" {
 			return nil // another event of the topic: not ours to pay
@@ -231,10 +232,10 @@ func payOrder(psp *Client, breaker *consumer.Breaker, log *slog.Logger) consumer
 		if err := json.Unmarshal(m.Value, &o); err != nil {
 			return consumer.Permanent(fmt.Errorf("the value is not an OrderCreated JSON: %w", err))
 		}
-		p := Payout{ID: m.ID, OrderID: o.OrderID, AmountCents: o.AmountCents, Currency: o.Currency}
+		p := psp.Payout{ID: m.ID, OrderID: o.OrderID, AmountCents: o.AmountCents, Currency: o.Currency}
 		// Pay marks a PSP that is down (503, timeout) consumer.Unavailable,
 		// which the breaker counts; a 500 for this payout it does not.
-		err := breaker.Do(ctx, func(ctx context.Context) error { return psp.Pay(ctx, p) })
+		err := breaker.Do(ctx, func(ctx context.Context) error { return client.Pay(ctx, p) })
 		if err == nil {
 			log.Info("paid", "order_id", o.OrderID, "ce_id", m.ID, "amount_cents", o.AmountCents, "attempt", m.Attempt)
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/examples/payouts/psp"
 	"github.com/courierkit/courier/internal/testkit"
 )
 
@@ -25,12 +26,12 @@ import (
 func TestPayoutsSurviveAnOutage(t *testing.T) {
 	k := testkit.NewKafka(t)
 	rdb := testkit.NewRedis(t)
-	psp, err := Start()
+	stub, err := psp.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(psp.Close)
-	psp.SetMode(ModeFail)
+	t.Cleanup(stub.Close)
+	stub.SetMode(psp.ModeFail)
 
 	topic := k.Topic(t, 2)
 	cfg, err := parseConfig(nil, func(string) string { return "" })
@@ -43,7 +44,7 @@ func TestPayoutsSurviveAnOutage(t *testing.T) {
 	cfg.Group = testkit.UniqueName(t, 60)
 	cfg.RedisURL = testkit.RedisURL()
 	cfg.RedisPrefix = rdb.Prefix
-	cfg.PSPURL = psp.URL()
+	cfg.PSPURL = stub.URL()
 	cfg.RetryDelays = []time.Duration{time.Second, 2 * time.Second}
 	cfg.Backoff = 10 * time.Millisecond
 	cfg.BreakerOpenFor = 100 * time.Millisecond
@@ -96,23 +97,23 @@ func TestPayoutsSurviveAnOutage(t *testing.T) {
 	t.Cleanup(stopRun)
 
 	testkit.WaitFor(t, 30*time.Second, "the PSP breaker to open", func() bool { return metrics.opened() > 0 })
-	if got := psp.Paid(); got != 0 {
+	if got := stub.Paid(); got != 0 {
 		t.Fatalf("Paid() = %d while the PSP was down", got)
 	}
-	psp.SetMode(ModeOK)
+	stub.SetMode(psp.ModeOK)
 	testkit.WaitFor(t, 30*time.Second, "every valid order paid and every poison order dead-lettered", func() bool {
-		return psp.Paid() == len(valid) && metrics.count(consumer.OutcomeDeadLettered) == len(poison)
+		return stub.Paid() == len(valid) && metrics.count(consumer.OutcomeDeadLettered) == len(poison)
 	})
 	testkit.WaitFor(t, 30*time.Second, "the duplicate of order-1 skipped", func() bool {
 		return metrics.count(consumer.OutcomeDeduplicated) == 1
 	})
 
 	for _, id := range valid {
-		if _, ok := psp.PaidPayout("evt-" + id); !ok {
+		if _, ok := stub.PaidPayout("evt-" + id); !ok {
 			t.Errorf("%s was not paid", id)
 		}
 	}
-	if got := psp.Duplicates(); got != 0 {
+	if got := stub.Duplicates(); got != 0 {
 		t.Errorf("the PSP was asked %d times to pay an order paid already; dedupe should have skipped the duplicate", got)
 	}
 	if got := metrics.count(consumer.OutcomeSentToRetry); got != 0 {

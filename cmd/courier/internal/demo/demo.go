@@ -30,7 +30,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/courierkit/courier/backoff"
-	"github.com/courierkit/courier/cmd/courier/internal/pspstub"
+	"github.com/courierkit/courier/examples/payouts/psp"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
@@ -221,7 +221,7 @@ type run struct {
 	pool   *pgxpool.Pool
 	admin  *producer.Admin // counts what the relay published
 	redis  *redis.Client
-	psp    *pspstub.Server
+	psp    *psp.Server
 
 	fixed   atomic.Bool
 	paid    sync.Map // order id → true, once the PSP accepted its payout
@@ -296,7 +296,7 @@ func (d *run) setUp(ctx context.Context) error {
 		return fmt.Errorf("demo: Redis: %w (is it running? try `make services`)", err)
 	}
 
-	if d.psp, err = pspstub.Start(); err != nil {
+	if d.psp, err = psp.Start(); err != nil {
 		return fmt.Errorf("demo: start the PSP stub: %w", err)
 	}
 	d.closers = append(d.closers, d.psp.Close)
@@ -360,7 +360,7 @@ func (d *run) pipeline(ctx context.Context) error {
 		}
 	})
 
-	d.psp.SetMode(pspstub.ModeFail)
+	d.psp.SetMode(psp.ModeFail)
 	d.say("the payout worker starts; the PSP is down for %v from its first call", d.cfg.PSPOutage)
 	worker, err := d.worker()
 	if err != nil {
@@ -386,10 +386,10 @@ func (d *run) pipeline(ctx context.Context) error {
 			return err
 		case <-outage:
 			outage = nil
-			d.psp.SetMode(pspstub.ModeOK)
+			d.psp.SetMode(psp.ModeOK)
 			d.say("the PSP is back")
 		case <-tick.C:
-			if outage == nil && d.psp.Mode() == pspstub.ModeFail && d.psp.Calls() > 0 {
+			if outage == nil && d.psp.Mode() == psp.ModeFail && d.psp.Calls() > 0 {
 				outage = time.After(d.cfg.PSPOutage)
 			}
 			if !duplicated && d.published(ctx) == d.cfg.Orders {
@@ -502,7 +502,7 @@ func (d *run) worker() (*consumer.Consumer, error) {
 	if err != nil {
 		return nil, err
 	}
-	client := pspstub.NewClient(d.psp.URL(), time.Second)
+	client := psp.NewClient(d.psp.URL(), time.Second)
 	sc := consumer.NewSaramaConfig()
 	sc.Consumer.Offsets.AutoCommit.Interval = 100 * time.Millisecond
 	return consumer.New(consumer.Config{
@@ -530,7 +530,7 @@ func (d *run) worker() (*consumer.Consumer, error) {
 			// orders' 422 (Permanent) and any other answer about one
 			// order it does not.
 			err := breaker.Do(ctx, func(ctx context.Context) error {
-				return client.Pay(ctx, pspstub.Payout{ID: m.ID, OrderID: o.OrderID, AmountCents: o.AmountCents, Currency: o.Currency})
+				return client.Pay(ctx, psp.Payout{ID: m.ID, OrderID: o.OrderID, AmountCents: o.AmountCents, Currency: o.Currency})
 			})
 			if err == nil {
 				d.paid.Store(o.OrderID, true)

@@ -1,13 +1,21 @@
-// This file is a stand-in PSP, so the example runs without a real one:
-// an HTTP server on 127.0.0.1 that accepts payouts at POST /payouts and
-// pays each Payout.ID at most once (PSP-side idempotency): a second call
-// for a paid ID is answered 200 and counted in Duplicates, never paid
-// again. SetMode makes it fail (503), hang (until the request's context
-// ends) or rate-limit (429 with Retry-After), so the worker's retries,
-// breaker and dead-letter paths can be watched against it. You do not copy
-// this file: your PSP takes its place.
-
-package main
+// Package psp is the payout example's payment service provider (PSP): its
+// client, the part to copy into a worker of your own, and an in-process
+// HTTP stub of the PSP, so the example and `courier demo` run without a
+// real one.
+//
+// The Server accepts payouts at POST /payouts and pays each Payout.ID at
+// most once (PSP-side idempotency): a second call for a paid ID is answered
+// 200 and counted in Duplicates, never paid again. SetMode makes it fail
+// (503), hang (until the request's context ends) or rate-limit (429 with
+// Retry-After), so a worker's retries, breaker and dead-letter paths can be
+// watched against it.
+//
+// The Client's errors steer a consumer.Handler and a consumer.Breaker: a
+// refused payout (422) is consumer.Permanent; a PSP that is down (502, 503,
+// 504, a timeout) is consumer.Unavailable, and so is a rate limit (429,
+// with consumer.RetryAfter); a connection error is a network error. A
+// Breaker counts these, and not the other answers (a 500 for one payout).
+package psp
 
 import (
 	"encoding/json"
@@ -98,7 +106,7 @@ type Server struct {
 func Start() (*Server, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("pspstub: listen on 127.0.0.1: %w", err)
+		return nil, fmt.Errorf("psp stub: listen on 127.0.0.1: %w", err)
 	}
 	s := &Server{
 		url:        "http://" + ln.Addr().String(),

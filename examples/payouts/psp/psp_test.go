@@ -1,4 +1,4 @@
-package pspstub_test
+package psp_test
 
 import (
 	"context"
@@ -11,21 +11,21 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/courierkit/courier/cmd/courier/internal/pspstub"
 	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/examples/payouts/psp"
 	"github.com/courierkit/courier/internal/testkit"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // start starts a Server and a Client of it, both closed at the test's end.
-func start(t *testing.T, timeout time.Duration) (*pspstub.Server, *pspstub.Client) {
+func start(t *testing.T, timeout time.Duration) (*psp.Server, *psp.Client) {
 	t.Helper()
-	s, err := pspstub.Start()
+	s, err := psp.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := pspstub.NewClient(s.URL(), timeout)
+	c := psp.NewClient(s.URL(), timeout)
 	t.Cleanup(func() {
 		c.Close()
 		s.Close()
@@ -33,7 +33,7 @@ func start(t *testing.T, timeout time.Duration) (*pspstub.Server, *pspstub.Clien
 	return s, c
 }
 
-var valid = pspstub.Payout{ID: "evt-1", OrderID: "ord-1", AmountCents: 1250, Currency: "EUR"}
+var valid = psp.Payout{ID: "evt-1", OrderID: "ord-1", AmountCents: 1250, Currency: "EUR"}
 
 func TestPayOKIsIdempotent(t *testing.T) {
 	t.Parallel()
@@ -85,13 +85,13 @@ func TestPayRejectedIsPermanent(t *testing.T) {
 	s, c := start(t, 0)
 	for _, tc := range []struct {
 		name   string
-		p      pspstub.Payout
+		p      psp.Payout
 		reason string
 	}{
-		{"zero amount", pspstub.Payout{ID: "a", AmountCents: 0, Currency: "EUR"}, "amount_cents is 0; it must be above 0"},
-		{"negative amount", pspstub.Payout{ID: "b", AmountCents: -5, Currency: "EUR"}, "amount_cents is -5; it must be above 0"},
-		{"no currency", pspstub.Payout{ID: "c", AmountCents: 100}, "currency is empty; send an ISO 4217 code, e.g. EUR"},
-		{"no id", pspstub.Payout{AmountCents: 100, Currency: "EUR"}, "id is empty; send an idempotency key, e.g. the event id"},
+		{"zero amount", psp.Payout{ID: "a", AmountCents: 0, Currency: "EUR"}, "amount_cents is 0; it must be above 0"},
+		{"negative amount", psp.Payout{ID: "b", AmountCents: -5, Currency: "EUR"}, "amount_cents is -5; it must be above 0"},
+		{"no currency", psp.Payout{ID: "c", AmountCents: 100}, "currency is empty; send an ISO 4217 code, e.g. EUR"},
+		{"no id", psp.Payout{AmountCents: 100, Currency: "EUR"}, "id is empty; send an idempotency key, e.g. the event id"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := c.Pay(context.Background(), tc.p)
@@ -99,7 +99,7 @@ func TestPayRejectedIsPermanent(t *testing.T) {
 			if !errors.As(err, &perm) {
 				t.Fatalf("Pay = %v, want a consumer.PermanentError", err)
 			}
-			var serr *pspstub.StatusError
+			var serr *psp.StatusError
 			if !errors.As(err, &serr) || serr.StatusCode != 422 || serr.Reason != tc.reason {
 				t.Fatalf("Pay = %v, want a 422 StatusError with reason %q", err, tc.reason)
 			}
@@ -116,9 +116,9 @@ func TestPayRejectedIsPermanent(t *testing.T) {
 func TestPayFailIsTransient(t *testing.T) {
 	t.Parallel()
 	s, c := start(t, 0)
-	s.SetMode(pspstub.ModeFail)
+	s.SetMode(psp.ModeFail)
 	err := c.Pay(context.Background(), valid)
-	var serr *pspstub.StatusError
+	var serr *psp.StatusError
 	if !errors.As(err, &serr) || serr.StatusCode != 503 {
 		t.Fatalf("Pay = %v, want a 503 StatusError", err)
 	}
@@ -130,7 +130,7 @@ func TestPayFailIsTransient(t *testing.T) {
 	if want := "psp: 503 Service Unavailable: the PSP is down (stub in ModeFail)"; err.Error() != want {
 		t.Errorf("Pay error = %q, want %q", err, want)
 	}
-	s.SetMode(pspstub.ModeOK)
+	s.SetMode(psp.ModeOK)
 	if err := c.Pay(context.Background(), valid); err != nil {
 		t.Fatalf("Pay after recovery: %v", err)
 	}
@@ -142,9 +142,9 @@ func TestPayFailIsTransient(t *testing.T) {
 func TestPayTimeout(t *testing.T) {
 	t.Parallel()
 	s, c := start(t, 50*time.Millisecond)
-	s.SetMode(pspstub.ModeTimeout)
+	s.SetMode(psp.ModeTimeout)
 	err := c.Pay(context.Background(), valid)
-	if !errors.Is(err, pspstub.ErrTimeout) {
+	if !errors.Is(err, psp.ErrTimeout) {
 		t.Fatalf("Pay = %v, want ErrTimeout", err)
 	}
 	if want := "psp: timeout after 50ms"; err.Error() != want {
@@ -161,32 +161,32 @@ func TestPayTimeout(t *testing.T) {
 func TestPayCallerContextEnds(t *testing.T) {
 	t.Parallel()
 	s, c := start(t, time.Minute)
-	s.SetMode(pspstub.ModeTimeout)
+	s.SetMode(psp.ModeTimeout)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- c.Pay(ctx, valid) }()
 	waitFor(t, func() bool { return s.Calls() == 1 })
 	cancel()
 	err := <-done
-	if !errors.Is(err, context.Canceled) || errors.Is(err, pspstub.ErrTimeout) {
+	if !errors.Is(err, context.Canceled) || errors.Is(err, psp.ErrTimeout) {
 		t.Fatalf("Pay = %v, want context.Canceled and no ErrTimeout", err)
 	}
 }
 
 func TestCloseEndsHangingCalls(t *testing.T) {
 	t.Parallel()
-	s, err := pspstub.Start()
+	s, err := psp.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := pspstub.NewClient(s.URL(), time.Minute)
+	c := psp.NewClient(s.URL(), time.Minute)
 	defer c.Close()
-	s.SetMode(pspstub.ModeTimeout)
+	s.SetMode(psp.ModeTimeout)
 	done := make(chan error, 1)
 	go func() { done <- c.Pay(context.Background(), valid) }()
 	waitFor(t, func() bool { return s.Calls() == 1 })
 	s.Close()
-	if err := <-done; err == nil || errors.Is(err, pspstub.ErrTimeout) || !consumer.IsUnavailable(err) {
+	if err := <-done; err == nil || errors.Is(err, psp.ErrTimeout) || !consumer.IsUnavailable(err) {
 		t.Fatalf("Pay = %v, want a connection error, which a consumer.Breaker counts", err)
 	}
 	s.Close() // idempotent
@@ -195,14 +195,14 @@ func TestCloseEndsHangingCalls(t *testing.T) {
 func TestPayRateLimitIsRetryAfter(t *testing.T) {
 	t.Parallel()
 	s, c := start(t, 0)
-	s.SetMode(pspstub.ModeRateLimit)
+	s.SetMode(psp.ModeRateLimit)
 	s.SetRetryAfter(2500 * time.Millisecond)
 	err := c.Pay(context.Background(), valid)
 	var ra *consumer.RetryAfterError
 	if !errors.As(err, &ra) || ra.Delay != 3*time.Second {
 		t.Fatalf("Pay = %v, want consumer.RetryAfter(…, 3s) (2.5s rounded up to whole seconds)", err)
 	}
-	var serr *pspstub.StatusError
+	var serr *psp.StatusError
 	if !errors.As(err, &serr) || serr.StatusCode != 429 {
 		t.Fatalf("Pay = %v, want a 429 StatusError", err)
 	}
@@ -213,17 +213,17 @@ func TestPayRateLimitIsRetryAfter(t *testing.T) {
 
 func TestPayUnreachable(t *testing.T) {
 	t.Parallel()
-	s, err := pspstub.Start()
+	s, err := psp.Start()
 	if err != nil {
 		t.Fatal(err)
 	}
 	url := s.URL()
 	s.Close()
-	c := pspstub.NewClient(url, time.Second)
+	c := psp.NewClient(url, time.Second)
 	defer c.Close()
 	err = c.Pay(context.Background(), valid)
 	var perm *consumer.PermanentError
-	if err == nil || errors.As(err, &perm) || errors.Is(err, pspstub.ErrTimeout) || !consumer.IsUnavailable(err) {
+	if err == nil || errors.As(err, &perm) || errors.Is(err, psp.ErrTimeout) || !consumer.IsUnavailable(err) {
 		t.Fatalf("Pay = %v, want a transient connection error, which a consumer.Breaker counts", err)
 	}
 	t.Logf("Pay to a closed PSP: %v", err)
@@ -232,21 +232,21 @@ func TestPayUnreachable(t *testing.T) {
 func TestSetModeFor(t *testing.T) {
 	t.Parallel()
 	s, c := start(t, 0)
-	s.SetModeFor(pspstub.ModeFail, 50*time.Millisecond)
+	s.SetModeFor(psp.ModeFail, 50*time.Millisecond)
 	if err := c.Pay(context.Background(), valid); err == nil {
 		t.Fatal("Pay succeeded during the outage")
 	}
-	waitFor(t, func() bool { return s.Mode() == pspstub.ModeOK })
+	waitFor(t, func() bool { return s.Mode() == psp.ModeOK })
 	if err := c.Pay(context.Background(), valid); err != nil {
 		t.Fatalf("Pay after the outage: %v", err)
 	}
 
 	// A later SetModeFor replaces a pending revert: ModeOK comes back
 	// after the later one's duration, not the earlier one's.
-	s.SetModeFor(pspstub.ModeFail, time.Millisecond)
-	s.SetModeFor(pspstub.ModeRateLimit, 50*time.Millisecond)
+	s.SetModeFor(psp.ModeFail, time.Millisecond)
+	s.SetModeFor(psp.ModeRateLimit, 50*time.Millisecond)
 	set := time.Now()
-	waitFor(t, func() bool { return s.Mode() == pspstub.ModeOK })
+	waitFor(t, func() bool { return s.Mode() == psp.ModeOK })
 	if elapsed := time.Since(set); elapsed < 50*time.Millisecond {
 		t.Errorf("ModeOK came back after %v, want the later SetModeFor's 50ms", elapsed)
 	}
@@ -288,7 +288,7 @@ func TestPayForeignAnswers(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { tc.answer(w) }))
 			defer srv.Close()
-			c := pspstub.NewClient(srv.URL, time.Second)
+			c := psp.NewClient(srv.URL, time.Second)
 			defer c.Close()
 			err := c.Pay(context.Background(), valid)
 			if tc.want == "" {

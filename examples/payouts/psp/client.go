@@ -1,4 +1,4 @@
-package pspstub
+package psp
 
 import (
 	"bytes"
