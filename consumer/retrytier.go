@@ -10,6 +10,30 @@ import (
 	"github.com/courierkit/courier/retrytopics"
 )
 
+// retryTiers is where a partition's topic stands in its retry topology
+// (Config.RetryTopics).
+type retryTiers struct {
+	// topology is the retry topology of the partition's topic (a main
+	// topic or one of its retry topics); nil without Config.RetryTopics.
+	topology *retrytopics.Topology
+	// tierDelay is the delay of the retry tier the partition's topic is;
+	// 0 for a main topic.
+	tierDelay time.Duration
+}
+
+// newRetryTiers places topic in its retry topology t (nil: none).
+func newRetryTiers(t *retrytopics.Topology, topic string) retryTiers {
+	r := retryTiers{topology: t}
+	if t != nil {
+		for _, tier := range t.Tiers {
+			if tier.Topic == topic {
+				r.tierDelay = tier.Delay
+			}
+		}
+	}
+	return r
+}
+
 // retryState is what the retry headers of a record on a retry topic say.
 type retryState struct {
 	retry   *retrytopics.Info // nil for a record of a main topic
@@ -105,7 +129,7 @@ func (d *delivery) readRetry() {
 		info.NotBefore = limit
 	}
 	d.retry = &info
-	d.firstFailed = info.FirstFailedAt
+	d.failedBefore(info.FirstFailedAt)
 	d.m.OriginalTopic, d.m.RetryRound = info.OriginalTopic, info.Round
 }
 
@@ -153,7 +177,7 @@ func (d *delivery) retryInfo(round int, tier retrytopics.Tier, cause error) retr
 	o := d.originPlace()
 	info := retrytopics.Info{
 		Round:             round,
-		FailedAttempts:    d.prior() + d.failed,
+		FailedAttempts:    d.failedAttempts(),
 		OriginalTopic:     o.Topic,
 		OriginalPartition: o.Partition,
 		OriginalOffset:    o.Offset,
