@@ -109,7 +109,7 @@ func (d *delivery) retried() *retrytopics.Info {
 
 // readRetry reads the retry headers of a record on a retry topic.
 func (d *delivery) readRetry() {
-	info, found, err := retrytopics.Parse(d.m.Headers)
+	info, found, err := retrytopics.Parse(d.m.Headers.asSarama())
 	switch {
 	case err != nil:
 		d.corrupt = fmt.Errorf("record on retry topic %s: %w", d.m.Topic, err)
@@ -198,7 +198,7 @@ func (d *delivery) retryInfo(round int, tier retrytopics.Tier, cause error) retr
 // writeRetry writes the message to its retry tier.
 func (d *delivery) writeRetry(r route) error {
 	m := d.m
-	msg := &sarama.ProducerMessage{Topic: r.tier.Topic, Headers: retrytopics.Headers(m.Headers, r.info)}
+	msg := &sarama.ProducerMessage{Topic: r.tier.Topic, Headers: retrytopics.Headers(m.Headers.asSarama(), r.info)}
 	if m.Key != nil {
 		msg.Key = sarama.ByteEncoder(m.Key)
 	}
