@@ -115,6 +115,9 @@ func (p *partition) admitBatch(batch []taken) []taken {
 // at every point but moved, which runs them in reverse; the order is what
 // makes each point right:
 //
+//   - admitBatch and admit run key order first: dedupe claims only the
+//     messages that key order does not send behind their key's parked
+//     messages.
 //   - done runs key order first: a handled message leaves its key's
 //     parked messages before dedupe queues its mark, and the mark settles
 //     it only if it did.
