@@ -15,6 +15,28 @@ import (
 	"github.com/courierkit/courier/dedupe"
 )
 
+// failures counts the attempts of a message that failed.
+type failures struct {
+	failed      int // attempts of this delivery that failed and count
+	firstFailed time.Time
+}
+
+// fail records a failed attempt that counts.
+func (f *failures) fail() {
+	f.failed++
+	if f.firstFailed.IsZero() {
+		f.firstFailed = time.Now()
+	}
+}
+
+// failedBefore records when the first of the attempts that failed before
+// this delivery (in earlier rounds) failed.
+func (f *failures) failedBefore(first time.Time) { f.firstFailed = first }
+
+// failedAttempts is how many attempts of the message failed, in this
+// delivery and before it.
+func (d *delivery) failedAttempts() int { return d.prior() + d.failed }
+
 // attempts runs the handler until it succeeds, the attempts run out, an
 // error ends them (not retryable, or an open breaker), or the session ends.
 // Retry waits are failsafe's timers, which stop when the session ends.
@@ -75,8 +97,10 @@ func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 // try runs one attempt and records its failure: it counts (unless a breaker
 // was open) and a panic is logged.
 func (d *delivery) try(ctx context.Context) error {
-	d.m.Attempt = d.prior() + d.failed + 1
-	d.extendClaim()
+	d.m.Attempt = d.failedAttempts() + 1
+	for _, f := range d.p.features {
+		f.attempt(d)
+	}
 	actx := &d.firstCtx
 	if d.m.Attempt > 1 {
 		actx = new(attemptContext) // the first may live on in the handler's goroutines
@@ -86,10 +110,7 @@ func (d *delivery) try(ctx context.Context) error {
 		return nil
 	}
 	if _, open := d.p.c.breakerWait(err); !open {
-		d.failed++
-		if d.firstFailed.IsZero() {
-			d.firstFailed = time.Now()
-		}
+		d.fail()
 		if pe, ok := errors.AsType[*PanicError](err); ok {
 			d.log().Error("handler panicked", "error", err, "attempt", d.failed, "stack", string(pe.Stack))
 		}

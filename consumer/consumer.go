@@ -102,7 +102,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return err // nil when ctx ended
 	}
 	defer k.close(c)
-	h := &groupHandler{c: c, group: k.group, dlq: k.publisher, producer: k.producer}
+	h := &groupHandler{c: c, group: k.group, deadLetters: deadLetters{writer: k.publisher, suffix: c.cfg.DeadLetterSuffix}, producer: k.producer}
 	for failures := 0; ctx.Err() == nil; {
 		err := k.group.Consume(ctx, c.topics, h)
 		if err == nil || ctx.Err() != nil {
@@ -260,10 +260,10 @@ func sleep(ctx context.Context, d time.Duration) bool {
 
 // groupHandler is the sarama.ConsumerGroupHandler of a running Consumer.
 type groupHandler struct {
-	c        *Consumer
-	group    sarama.ConsumerGroup
-	dlq      *dlq.Writer
-	producer sarama.SyncProducer // writes to retry topics
+	c           *Consumer
+	group       sarama.ConsumerGroup
+	deadLetters deadLetters
+	producer    sarama.SyncProducer // writes to retry topics
 }
 
 func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }

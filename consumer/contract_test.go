@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +16,7 @@ import (
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
+	courierrecord "github.com/courierkit/courier/record"
 )
 
 // consumeAll runs cfg until the group has committed n offsets on partition
@@ -340,5 +343,55 @@ func TestMessageFields(t *testing.T) {
 	}
 	if _, ok := got.Headers.Lookup("missing"); ok {
 		t.Error("Lookup(missing) found something")
+	}
+}
+
+// TestMessageHeaders checks that a message's headers are courier's own
+// record.Header values, equal to the headers produced: names, values and
+// order, a repeated name, and a nil value told from an empty one.
+func TestMessageHeaders(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	want := []courierrecord.Header{
+		{Key: []byte("ce_id"), Value: []byte("h-1")},
+		{Key: []byte("dup"), Value: []byte("1")},
+		{Key: []byte("null"), Value: nil},
+		{Key: []byte("empty"), Value: []byte{}},
+		{Key: []byte("dup"), Value: []byte("2")},
+		{Key: []byte("bin"), Value: []byte{0xff, 0x00}},
+	}
+	produced := make([]sarama.RecordHeader, len(want))
+	for i, h := range want {
+		produced[i] = sarama.RecordHeader(h)
+	}
+	f.produce(t, f.topic, &sarama.ProducerMessage{Value: sarama.StringEncoder("v"), Headers: produced})
+	var (
+		mu  sync.Mutex
+		got []courierrecord.Header
+	)
+	f.consumeAll(t, f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, h := range m.Headers {
+			var own *courierrecord.Header = h // courier's type, not Sarama's
+			got = append(got, *own)
+		}
+		return nil
+	})), 1)
+	mu.Lock()
+	defer mu.Unlock()
+	same := func(a, b []byte) bool { return bytes.Equal(a, b) && (a == nil) == (b == nil) }
+	if !slices.EqualFunc(got, want, func(g, w courierrecord.Header) bool { return same(g.Key, w.Key) && same(g.Value, w.Value) }) {
+		show := func(hs []courierrecord.Header) (out []string) {
+			for _, h := range hs {
+				v := fmt.Sprintf("%q", h.Value)
+				if h.Value == nil {
+					v = "null"
+				}
+				out = append(out, fmt.Sprintf("%q=%s", h.Key, v))
+			}
+			return out
+		}
+		t.Errorf("headers %s, want %s", show(got), show(want))
 	}
 }

@@ -9,6 +9,18 @@ import (
 	"github.com/courierkit/courier/retrytopics"
 )
 
+// deadLetters is where the consumer's dead letters go: a message given up
+// on is written by writer to the dead-letter topic of its main topic.
+type deadLetters struct {
+	writer *dlq.Writer
+	suffix string // Config.DeadLetterSuffix
+}
+
+// deadLetterTopic is the dead-letter topic of the message.
+func (d *delivery) deadLetterTopic() string {
+	return dlq.Topic(d.originPlace().Topic, d.p.deadLetters.suffix)
+}
+
 // deadLetterRoute is the route of a message given up on.
 func (d *delivery) deadLetterRoute(cause error) route {
 	kind := dlq.KindRetriesExhausted
@@ -44,7 +56,7 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 			return err
 		}
 	}
-	w, err := d.p.dlq.Write(d.p.workCtx, env)
+	w, err := d.p.deadLetters.writer.Write(d.p.workCtx, env)
 	if err != nil {
 		return err
 	}
@@ -67,7 +79,7 @@ func (d *delivery) origin() dlq.Original {
 	o.Key, o.Value = d.m.Key, d.m.Value
 	headers := d.m.Headers
 	if d.retried() != nil || d.malformed() != nil {
-		headers = retrytopics.Strip(headers)
+		headers = headersOf(retrytopics.Strip(headers.asSarama()))
 	}
 	o.Headers = make([]dlq.Header, 0, len(headers))
 	for _, h := range headers {

@@ -31,8 +31,8 @@ type dedupeFeature struct {
 	// marks sends the marks of handled messages.
 	marks *doneMarks
 
-	mu        sync.Mutex
-	abandoned map[string][]string // claims to release when the partition is given up: ids by owner
+	mu         sync.Mutex
+	unreleased map[string][]string // claims to release when the partition is given up: ids by owner
 }
 
 func newDedupeFeature(p *partition) *dedupeFeature {
@@ -118,14 +118,16 @@ func (f *dedupeFeature) admit(ctx context.Context, d *delivery) (fate, bool) {
 		p.c.dedupeHooks.Hits(1)
 		p.c.metrics.Message(d.m.Topic, OutcomeDeduplicated)
 		d.log().Info("message processed already; skipped", "dedupe_id", d.id)
-		if !d.leaveParked() {
-			return fateAbandoned, true
-		}
-		p.settle(d.m.Offset)
-		return fateSkipped, true
+		return fateProcessed, true
 	}
 	return 0, false
 }
+
+// attempt extends the message's claim when it runs low (see extendClaim).
+func (f *dedupeFeature) attempt(d *delivery) { f.extendClaim(d) }
+
+// moving does nothing: the claim is kept through the write.
+func (f *dedupeFeature) moving(*delivery, route) bool { return true }
 
 // close sends the marks still queued, then marks processed the handled
 // messages whose marks could not be stored in time (and settles them), and
@@ -146,8 +148,8 @@ func (f *dedupeFeature) close() {
 		}
 	}
 	f.mu.Lock()
-	abandoned := f.abandoned
-	f.abandoned = nil
+	abandoned := f.unreleased
+	f.unreleased = nil
 	f.mu.Unlock()
 	for owner, ids := range abandoned {
 		if err := f.call(ctx, dedupe.OpRelease, len(ids), func(ctx context.Context) error {
@@ -160,14 +162,22 @@ func (f *dedupeFeature) close() {
 }
 
 // done queues a handled message, whose claim the consumer holds, for its
-// mark; settle says whether to settle it once marked.
-func (f *dedupeFeature) done(d *delivery, settle bool) {
+// mark, and takes its settling over: it is settled once marked, if settle.
+func (f *dedupeFeature) done(d *delivery, settle bool) (bool, bool) {
+	if !d.holdsClaim() {
+		return settle, false
+	}
 	f.marks.add(mark{d, settle})
+	return false, true
 }
 
-// release releases the claim of a message moved on, and reports whether
-// it may be settled (see persist).
-func (f *dedupeFeature) release(d *delivery) bool {
+// moved releases the claim of a message moved on, and reports whether it
+// may be settled (see persist); when it may not, its claim is released
+// when the partition is given up.
+func (f *dedupeFeature) moved(d *delivery, _ route) bool {
+	if !d.holdsClaim() {
+		return true
+	}
 	store := f.cfg.Store
 	if !f.persist("release the message id", dedupe.OpRelease, 1, func(ctx context.Context) error {
 		return store.Release(ctx, d.owner, []string{d.id})
@@ -178,17 +188,20 @@ func (f *dedupeFeature) release(d *delivery) bool {
 	return true
 }
 
-// abandon records the claim of a message this partition will not settle,
-// to release when the partition is given up, so that the next owner need
-// not wait for the lease to run out.
-func (f *dedupeFeature) abandon(d *delivery) {
+// abandoned records the claim of a message this partition will not
+// settle, to release when the partition is given up, so that the next
+// owner need not wait for the lease to run out.
+func (f *dedupeFeature) abandoned(d *delivery) {
+	if !d.holdsClaim() {
+		return
+	}
 	d.claimed = false
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if f.abandoned == nil {
-		f.abandoned = map[string][]string{}
+	if f.unreleased == nil {
+		f.unreleased = map[string][]string{}
 	}
-	f.abandoned[d.owner] = append(f.abandoned[d.owner], d.id)
+	f.unreleased[d.owner] = append(f.unreleased[d.owner], d.id)
 }
 
 // claim claims ids, retrying while the store fails, and reports whether
@@ -306,23 +319,22 @@ func (d *delivery) holdsClaim() bool { return d.tracking != nil && d.claimed }
 // AttemptTimeout plus Backoff.Max). A failure is logged: the claim may run
 // out, and a duplicate delivery elsewhere could then be handled at the
 // same time.
-func (d *delivery) extendClaim() {
+func (f *dedupeFeature) extendClaim(d *delivery) {
 	if !d.holdsClaim() {
 		return
 	}
-	p := d.p
-	cfg := p.dedupe.cfg
+	p, cfg := f.p, f.cfg
 	if p.since(d.claimedAt) < cfg.Lease/2 {
 		return
 	}
-	err := p.dedupe.call(p.workCtx, dedupe.OpExtend, 1, func(ctx context.Context) error {
+	err := f.call(p.workCtx, dedupe.OpExtend, 1, func(ctx context.Context) error {
 		return cfg.Store.Extend(ctx, d.owner, []string{d.id}, cfg.Lease)
 	})
 	if err != nil {
 		d.log().Warn("cannot extend the message's dedupe claim; it may run out during the attempt", "error", err, "dedupe_id", d.id)
 		return
 	}
-	d.claimedAt = d.p.now()
+	d.claimedAt = p.now()
 }
 
 // releaseTimeout bounds the release of the claims of abandoned messages

@@ -4,10 +4,12 @@ import (
 	"context"
 	"strings"
 	"time"
+	"unsafe"
 
 	"github.com/IBM/sarama"
 
 	"github.com/courierkit/courier/internal/ceheader"
+	"github.com/courierkit/courier/record"
 )
 
 // Handler handles one message. Return nil when the message is handled: its
@@ -40,7 +42,7 @@ type Message struct {
 	// Value is the record value; nil for a tombstone.
 	Value []byte
 	// Headers are the record headers, in order; names may repeat. They are
-	// the records' own (Sarama's), not copies.
+	// the record's own, as Kafka sent them, not copies.
 	Headers Headers
 	// Timestamp is the record's timestamp.
 	Timestamp time.Time
@@ -60,14 +62,31 @@ type Message struct {
 	RetryRound int
 }
 
-// Header is one record header, as Sarama decodes it: Key and Value. A nil
-// Value is a null value.
-type Header = sarama.RecordHeader
+// Header is one record header: Key and Value. A nil Value is a null value.
+type Header = record.Header
 
-// Headers are a record's headers in order. Handing the handler Sarama's
-// own headers, rather than copies, saves a third of the runner's work per
-// message.
+// Headers are a record's headers in order. Handing the handler the headers
+// Sarama decoded, rather than copies, saves a third of the runner's work
+// per message.
 type Headers []*Header
+
+// record.Header and sarama.RecordHeader are the same struct (this
+// conversion compiles only while they are), so a pointer to one points to
+// what reads as the other, and a slice of such pointers can be read as a
+// slice of the others.
+var _ = sarama.RecordHeader(record.Header{})
+
+// headersOf is Sarama's headers of a record read as Headers, without
+// copying them.
+func headersOf(hs []*sarama.RecordHeader) Headers {
+	return unsafe.Slice((**Header)(unsafe.Pointer(unsafe.SliceData(hs))), len(hs))
+}
+
+// asSarama is hs read as Sarama's headers, without copying them, for the
+// retrytopics functions that take those.
+func (hs Headers) asSarama() []*sarama.RecordHeader {
+	return unsafe.Slice((**sarama.RecordHeader)(unsafe.Pointer(unsafe.SliceData(hs))), len(hs))
+}
 
 // Lookup returns the value of the last header named name (names are
 // case-sensitive, as in Kafka) and whether there is one.
@@ -91,7 +110,7 @@ func setMessage(m *Message, msg *sarama.ConsumerMessage) (traced bool) {
 		Key:       msg.Key,
 		Value:     msg.Value,
 		Timestamp: msg.Timestamp,
-		Headers:   msg.Headers,
+		Headers:   headersOf(msg.Headers),
 
 		OriginalTopic: msg.Topic,
 	}

@@ -61,7 +61,7 @@ func (f *keyOrderFeature) admitBatch(batch []taken) bool {
 	for i, d := range of {
 		d.place = places[i].Position
 		if d.place >= 0 {
-			d.markParked()
+			f.markParked(d)
 		}
 		if due := places[i].FirstDue; !due.IsZero() {
 			d.firstDue = due.UnixMilli()
@@ -87,6 +87,37 @@ func (f *keyOrderFeature) admit(ctx context.Context, d *delivery) (fate, bool) {
 	return 0, false
 }
 
+// attempt does nothing: a parked key waits for no attempt.
+func (f *keyOrderFeature) attempt(*delivery) {}
+
+// moving parks the key of a message about to move to a retry tier, due at
+// the tier's time, before the write: a crash between the two leaves the
+// key parked (its later messages wait for the TTL), never a message in a
+// tier that its key's later messages overtake.
+func (f *keyOrderFeature) moving(d *delivery, r route) bool {
+	if r.tier == nil || !d.keyed() {
+		return true
+	}
+	return f.park(d, r.info.NotBefore)
+}
+
+// done makes a message that needs no more handling leave its key's parked
+// messages; it may be settled only once it did.
+func (f *keyOrderFeature) done(d *delivery, settle bool) (bool, bool) {
+	unparked := f.leaveParked(d)
+	return settle && unparked, false
+}
+
+// moved makes a message written to the dead-letter topic leave its key's
+// parked messages, and reports whether it did; one written to a retry tier
+// stays parked there.
+func (f *keyOrderFeature) moved(d *delivery, r route) bool {
+	return r.tier != nil || f.leaveParked(d)
+}
+
+// abandoned does nothing: the key stays parked for the next owner.
+func (f *keyOrderFeature) abandoned(*delivery) {}
+
 // close does nothing: the keys stay parked for the next owner.
 func (f *keyOrderFeature) close() {}
 
@@ -99,7 +130,7 @@ func (f *keyOrderFeature) park(d *delivery, notBefore time.Time) bool {
 	}) {
 		return false
 	}
-	d.markParked()
+	f.markParked(d)
 	return true
 }
 
@@ -113,10 +144,10 @@ func (d *delivery) parkedAs() retrytopics.Parked {
 
 // markParked records that the message is among its key's parked messages
 // (once), which the partition then knows its key by.
-func (d *delivery) markParked() {
+func (f *keyOrderFeature) markParked(d *delivery) {
 	if !d.parked {
 		d.parked = true
-		d.p.keyOrder.parkHere(d.m.Key)
+		f.parkHere(d.m.Key)
 	}
 }
 
@@ -161,11 +192,11 @@ func (d *delivery) isParked() bool { return d.tracking != nil && d.parked }
 
 // leaveParked removes a parked message from its key's parked messages, and
 // reports whether it did (false: the partition's work ended first).
-func (d *delivery) leaveParked() bool {
+func (f *keyOrderFeature) leaveParked(d *delivery) bool {
 	if !d.isParked() {
 		return true
 	}
-	p, f := d.p, d.p.keyOrder
+	p := f.p
 	ok := p.persistIn(p.workCtx, "unpark the key", false, func(ctx context.Context) error {
 		return f.order.Unpark(ctx, d.parkedAs())
 	})

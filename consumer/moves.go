@@ -90,11 +90,10 @@ type route struct {
 // is settled.
 func (d *delivery) forward(ctx context.Context, r route) bool {
 	p := d.p
-	// Parked before the write: a crash between the two leaves the key
-	// parked (its later messages wait for the TTL), never a message in a
-	// tier that its key's later messages overtake.
-	if r.tier != nil && p.keyOrder != nil && d.keyed() && !p.keyOrder.park(d, r.info.NotBefore) {
-		return false
+	for _, f := range p.features {
+		if !f.moving(d, r) {
+			return false
+		}
 	}
 	select {
 	case p.moves.slots <- struct{}{}:
@@ -146,7 +145,7 @@ func (d *delivery) write(ctx context.Context, r route) (route, bool) {
 			d.p.moves.failed()
 		}
 		delay := c.backoff.Delay(writes, rand.Float64)
-		to := dlq.Topic(d.originPlace().Topic, c.cfg.DeadLetterSuffix)
+		to := d.deadLetterTopic()
 		if r.tier != nil {
 			to = r.tier.Topic
 		}

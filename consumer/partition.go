@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
-
-	"github.com/courierkit/courier/retrytopics"
 )
 
 // persistIn calls call until it succeeds, pausing the partition meanwhile
@@ -68,12 +66,8 @@ type partition struct {
 	// clock plus the monotonic time since (cheaper than time.Now).
 	clock time.Time
 
-	// topology is the retry topology of the partition's topic (a main
-	// topic or one of its retry topics); nil without Config.RetryTopics.
-	topology *retrytopics.Topology
-	// tierDelay is the delay of the retry tier the partition's topic is;
-	// 0 for a main topic.
-	tierDelay time.Duration
+	// retryTiers is the partition's place among the retry tiers.
+	retryTiers
 	// tracked: its deliveries carry tracking (Dedupe or KeyOrder is on,
 	// or the topic is a retry topic).
 	tracked bool
@@ -89,10 +83,8 @@ type partition struct {
 	batch    []taken
 	carry    *taken
 
-	// keyOrder and dedupe are the partition's features, nil when off;
-	// features lists those on, in the order the spine calls them.
-	keyOrder *keyOrderFeature
-	dedupe   *dedupeFeature
+	// features are the partition's features that are on (key order,
+	// dedupe), in the order the spine calls them (see feature).
 	features []feature
 
 	mu     sync.Mutex
@@ -110,7 +102,7 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		sessCtx:      sess.Context(),
 		clock:        time.Now(),
 		moves:        moves{slots: make(chan struct{}, h.c.cfg.MaxWritesInFlight)},
-		topology:     h.c.topologies[claim.Topic()],
+		retryTiers:   newRetryTiers(h.c.topologies[claim.Topic()], claim.Topic()),
 		maxBatch:     1,
 	}
 	if h.c.cfg.Dedupe.Store != nil || h.c.cfg.KeyOrder != nil {
@@ -118,13 +110,6 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		p.tracked = true
 	}
 	p.batch = make([]taken, 0, p.maxBatch)
-	if p.topology != nil {
-		for _, tier := range p.topology.Tiers {
-			if tier.Topic == p.topic {
-				p.tierDelay = tier.Delay
-			}
-		}
-	}
 	p.tracked = p.tracked || p.tierDelay > 0
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.sessCtx))
 	grace := h.c.cfg.ShutdownTimeout
@@ -139,13 +124,12 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 	})
 	p.workCtx = workCtx
 	p.stopWork = func() { stop(); cancel() }
+	// Key order first, then dedupe: see feature for why.
 	if h.c.cfg.KeyOrder != nil && p.topology != nil {
-		p.keyOrder = &keyOrderFeature{p: p, order: h.c.cfg.KeyOrder}
-		p.features = append(p.features, p.keyOrder)
+		p.features = append(p.features, &keyOrderFeature{p: p, order: h.c.cfg.KeyOrder})
 	}
 	if h.c.cfg.Dedupe.Store != nil {
-		p.dedupe = newDedupeFeature(p)
-		p.features = append(p.features, p.dedupe)
+		p.features = append(p.features, newDedupeFeature(p))
 	}
 	return p
 }
@@ -188,10 +172,10 @@ func (p *partition) since(t time.Duration) time.Duration { return p.now() - t }
 
 // delivery is one message on its way through the attempts.
 type delivery struct {
-	p           *partition
-	m           *Message
-	failed      int // attempts of this delivery that failed and count
-	firstFailed time.Time
+	p *partition
+	m *Message
+	// failures counts the attempts that failed (attempts.go).
+	failures
 
 	// Retry, dedupe and key order state: nil for a record of a main topic
 	// when neither Dedupe nor KeyOrder is on (most messages pay for none

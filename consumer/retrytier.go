@@ -10,6 +10,30 @@ import (
 	"github.com/courierkit/courier/retrytopics"
 )
 
+// retryTiers is where a partition's topic stands in its retry topology
+// (Config.RetryTopics).
+type retryTiers struct {
+	// topology is the retry topology of the partition's topic (a main
+	// topic or one of its retry topics); nil without Config.RetryTopics.
+	topology *retrytopics.Topology
+	// tierDelay is the delay of the retry tier the partition's topic is;
+	// 0 for a main topic.
+	tierDelay time.Duration
+}
+
+// newRetryTiers places topic in its retry topology t (nil: none).
+func newRetryTiers(t *retrytopics.Topology, topic string) retryTiers {
+	r := retryTiers{topology: t}
+	if t != nil {
+		for _, tier := range t.Tiers {
+			if tier.Topic == topic {
+				r.tierDelay = tier.Delay
+			}
+		}
+	}
+	return r
+}
+
 // retryState is what the retry headers of a record on a retry topic say.
 type retryState struct {
 	retry   *retrytopics.Info // nil for a record of a main topic
@@ -85,7 +109,7 @@ func (d *delivery) retried() *retrytopics.Info {
 
 // readRetry reads the retry headers of a record on a retry topic.
 func (d *delivery) readRetry() {
-	info, found, err := retrytopics.Parse(d.m.Headers)
+	info, found, err := retrytopics.Parse(d.m.Headers.asSarama())
 	switch {
 	case err != nil:
 		d.corrupt = fmt.Errorf("record on retry topic %s: %w", d.m.Topic, err)
@@ -105,7 +129,7 @@ func (d *delivery) readRetry() {
 		info.NotBefore = limit
 	}
 	d.retry = &info
-	d.firstFailed = info.FirstFailedAt
+	d.failedBefore(info.FirstFailedAt)
 	d.m.OriginalTopic, d.m.RetryRound = info.OriginalTopic, info.Round
 }
 
@@ -153,7 +177,7 @@ func (d *delivery) retryInfo(round int, tier retrytopics.Tier, cause error) retr
 	o := d.originPlace()
 	info := retrytopics.Info{
 		Round:             round,
-		FailedAttempts:    d.prior() + d.failed,
+		FailedAttempts:    d.failedAttempts(),
 		OriginalTopic:     o.Topic,
 		OriginalPartition: o.Partition,
 		OriginalOffset:    o.Offset,
@@ -174,7 +198,7 @@ func (d *delivery) retryInfo(round int, tier retrytopics.Tier, cause error) retr
 // writeRetry writes the message to its retry tier.
 func (d *delivery) writeRetry(r route) error {
 	m := d.m
-	msg := &sarama.ProducerMessage{Topic: r.tier.Topic, Headers: retrytopics.Headers(m.Headers, r.info)}
+	msg := &sarama.ProducerMessage{Topic: r.tier.Topic, Headers: retrytopics.Headers(m.Headers.asSarama(), r.info)}
 	if m.Key != nil {
 		msg.Key = sarama.ByteEncoder(m.Key)
 	}

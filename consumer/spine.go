@@ -2,25 +2,33 @@
 //
 // take (with admitBatch) takes a batch of messages, process runs each
 // through handle (admit, attempts, then a move to a retry tier or the
-// dead-letter topic when they fail), and handled, moved and abandon settle
-// it. The features plug in at fixed points:
+// dead-letter topic when they fail), and done, moved and abandon settle
+// it. Each feature owns its state, and the methods that change it, in its
+// own file; the spine calls it at fixed points:
 //
-//   - dedupe (dedupe.go) and key order (keyorder.go) are features: each
-//     partition builds the ones configured (see newPartition), and the
-//     spine calls them, in that order, through the feature interface
-//     below, when a batch is taken (admitBatch), before a message's
-//     attempts (admit) and when the partition is given up (close). Their
-//     per-partition state lives in their own types; a message's share of
-//     it lives in its tracking.
-//   - retry tiers (retrytier.go) read the retry headers of a record when
-//     it is taken, hold it until it is due, and pick the next tier.
-//   - attempts (attempts.go) run the handler, with its retries and
-//     breaker waits.
-//   - dead letters (deadletter.go) and the writes that move a message on
-//     (moves.go) run beside the spine, and settle the message once
-//     written.
-//   - offsets (offsets.go) mark an offset once every message before it
-//     is settled.
+//   - key order (keyorder.go) and dedupe (dedupe.go), which a partition
+//     has only when configured (see newPartition), are features: the spine
+//     calls them only through the feature interface below, when a batch is
+//     taken (admitBatch), before a message's attempts (admit), before each
+//     attempt (attempt), before a write starts (moving), when a message is
+//     settled (done, moved) or abandoned (abandoned), and when the
+//     partition is given up (close). Their per-partition state lives in
+//     their own types (keyOrderFeature, dedupeFeature); a message's share
+//     of it lives in its tracking (keyPlace, dedupeClaim).
+//   - retry tiers (retrytier.go: retryTiers, and retryState in a
+//     message's tracking) read the retry headers of a record when it is
+//     taken, hold it until it is due, and pick the next tier.
+//   - attempts (attempts.go: failures, in each delivery) run the handler,
+//     with its retries and breaker waits, and count the failed attempts.
+//   - dead letters (deadletter.go: deadLetters, the consumer's writer and
+//     its topics) and the writes that move a message on (moves.go: moves,
+//     the partition's writes in flight) run beside the spine, and settle
+//     the message once written.
+//   - offsets (offsets.go: offsets, the partition's messages not yet
+//     settled) mark an offset once every message before it is settled.
+//
+// Attempts, retry tiers, dead letters and offsets are always there, and the
+// spine calls them directly.
 package consumer
 
 import (
@@ -101,9 +109,21 @@ func (p *partition) admitBatch(batch []taken) []taken {
 	return batch
 }
 
-// feature is a consumer feature that decides, before the attempts, what
-// needs none: key order, dedupe. The spine calls the partition's features
-// in order.
+// feature is a consumer feature that takes part in a message's handling
+// at fixed points of the spine: key order, dedupe. The spine calls the
+// partition's features (see newPartition: key order, then dedupe) in order
+// at every point but moved, which runs them in reverse; the order is what
+// makes each point right:
+//
+//   - admitBatch and admit run key order first: dedupe claims only the
+//     messages that key order does not send behind their key's parked
+//     messages.
+//   - done runs key order first: a handled message leaves its key's
+//     parked messages before dedupe queues its mark, and the mark settles
+//     it only if it did.
+//   - moved runs dedupe first: a message whose claim cannot be released
+//     is abandoned, and so keeps its key parked, as any message not
+//     settled must (its redelivery would be overtaken otherwise).
 type feature interface {
 	// admitBatch looks up (in one round trip for the batch) what the
 	// feature needs to know of each message of a batch just taken, and
@@ -112,6 +132,21 @@ type feature interface {
 	// admit runs just before d's attempts. done reports that d needs no
 	// attempt, and f what became of it.
 	admit(ctx context.Context, d *delivery) (f fate, done bool)
+	// attempt runs before each attempt of d.
+	attempt(d *delivery)
+	// moving runs before the write of d to r starts, and reports whether
+	// it may start (false: the session ended first).
+	moving(d *delivery, r route) bool
+	// done runs when d needs no more handling: handled, or processed
+	// already. settle says whether the features before it let d be
+	// settled; it returns whether d may be settled now, and whether the
+	// feature took the settling over (then it settles d later, if settle).
+	done(d *delivery, settle bool) (settleNow, takenOver bool)
+	// moved runs once d is written to r, and reports whether d may be
+	// settled (false: d is abandoned).
+	moved(d *delivery, r route) bool
+	// abandoned runs when d will not be settled by this partition.
+	abandoned(d *delivery)
 	// close runs when the partition is given up, once its writes in
 	// flight have ended.
 	close()
@@ -205,7 +240,14 @@ func (p *partition) process(d *delivery, traced bool) bool {
 	case fateHandled:
 		p.c.metrics.Message(m.Topic, OutcomeHandled)
 		p.c.metrics.InFlight(m.Topic, -1)
-		d.handled()
+		d.done()
+		return true
+	case fateProcessed:
+		p.c.metrics.InFlight(m.Topic, -1)
+		if !d.done() {
+			d.abandon()
+			return false
+		}
 		return true
 	case fateSkipped:
 		p.c.metrics.InFlight(m.Topic, -1)
@@ -226,7 +268,8 @@ const (
 	fateAbandoned fate = iota // the session ended first
 	fateHandled               // the handler returned nil
 	fateMoving                // its write to a retry or dead-letter topic started
-	fateSkipped               // settled without handling: processed already, or another group's
+	fateProcessed             // processed already (Dedupe): settled as a handled message is, unhandled
+	fateSkipped               // settled without handling: another group's
 )
 
 // handle settles what needs no handling, defers a message whose key waits
@@ -273,42 +316,47 @@ func (d *delivery) move(ctx context.Context, r route) fate {
 	return fateMoving
 }
 
-// handled settles a message the handler handled. It leaves its key's parked
-// messages first, and with Dedupe its id is marked processed before its
-// offset is (the marks of a partition go to the store in batches, beside
-// the handling).
-func (d *delivery) handled() {
-	unparked := d.leaveParked()
-	if d.holdsClaim() {
-		d.p.dedupe.done(d, unparked) // marked processed even when it stays parked
-		return
+// done settles a message that needs no more handling (handled, or
+// processed already) once the features let it, and reports whether they
+// did (false: the partition's work ended first). Dedupe takes the settling
+// of a message whose claim it holds over: its id is marked processed
+// before its offset is (the marks of a partition go to the store in
+// batches, beside the handling), even when its key stays parked.
+func (d *delivery) done() bool {
+	settle := true
+	for _, f := range d.p.features {
+		var takenOver bool
+		if settle, takenOver = f.done(d, settle); takenOver {
+			return true
+		}
 	}
-	if unparked {
+	if settle {
 		d.p.settle(d.m.Offset)
 	}
+	return settle
 }
 
-// moved settles a message once written to r: its claim is released, so
-// that its next delivery (from the retry tier, or a replay of the dead
-// letter) is handled; and, unless it went to a retry tier, it leaves its
-// key's parked messages.
+// moved settles a message once written to r, once the features let it (in
+// reverse order, see feature): its claim is released, so that its next
+// delivery (from the retry tier, or a replay of the dead letter) is
+// handled; and, unless it went to a retry tier, it leaves its key's parked
+// messages.
 func (d *delivery) moved(r route) {
-	p := d.p
-	if d.holdsClaim() && !p.dedupe.release(d) {
-		d.abandon() // released when the partition is given up
-		return
+	fs := d.p.features
+	for i := len(fs) - 1; i >= 0; i-- {
+		if !fs[i].moved(d, r) {
+			d.abandon()
+			return
+		}
 	}
-	if r.tier == nil && !d.leaveParked() {
-		return
-	}
-	p.settle(d.m.Offset)
+	d.p.settle(d.m.Offset)
 }
 
 // abandon records that the message will not be settled by this partition:
 // its claim is released when the partition is given up, so that the next
 // owner need not wait for the lease to run out.
 func (d *delivery) abandon() {
-	if d.holdsClaim() {
-		d.p.dedupe.abandon(d)
+	for _, f := range d.p.features {
+		f.abandoned(d)
 	}
 }
