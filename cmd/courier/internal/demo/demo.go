@@ -30,10 +30,10 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 
 	"github.com/courierkit/courier/backoff"
-	"github.com/courierkit/courier/examples/payouts/psp"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/examples/payouts/psp"
 	"github.com/courierkit/courier/internal/pgname"
 	"github.com/courierkit/courier/internal/rediskeys"
 	"github.com/courierkit/courier/migrations"
