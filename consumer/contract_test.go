@@ -138,8 +138,8 @@ func TestHandlerPanicsAreRecovered(t *testing.T) {
 	if !ok || string(letters[0].Message.Value) != "panic-always" || len(pe.Stack) == 0 {
 		t.Fatalf("dead letter %q with error %v, want panic-always with a *PanicError and its stack", letters[0].Message.Value, letters[0].Err)
 	}
-	if env := letters[0].Envelope; env.RetryCount != consumer.DefaultMaxAttempts || env.Error != "handler panicked: assignment to entry in nil map" {
-		t.Errorf("envelope retry count %d error %q", env.RetryCount, env.Error)
+	if env := letters[0].Envelope; env.Attempts != consumer.DefaultMaxAttempts || env.Error != "handler panicked: assignment to entry in nil map" {
+		t.Errorf("envelope retry count %d error %q", env.Attempts, env.Error)
 	}
 }
 

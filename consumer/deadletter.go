@@ -38,7 +38,7 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 	failure := dlq.Failure{
 		Error:         errorText(r.cause),
 		Kind:          r.kind,
-		RetryCount:    d.prior() + d.failed,
+		Attempts:      d.prior() + d.failed,
 		FailedAt:      time.Now(),
 		FirstFailedAt: d.firstFailed,
 		CorrelationID: d.m.CorrelationID,
@@ -61,7 +61,7 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 		return err
 	}
 	c.metrics.Message(d.m.Topic, OutcomeDeadLettered)
-	d.log().Error("message dead-lettered", "error", r.cause, "error_kind", r.kind, "retry_count", failure.RetryCount,
+	d.log().Error("message dead-lettered", "error", r.cause, "error_kind", r.kind, "retry_count", failure.Attempts,
 		"dlq_topic", w.Topic, "dlq_partition", w.Partition, "dlq_offset", w.Offset, "dlq_format", w.Format)
 	if c.cfg.OnDeadLetter != nil {
 		c.guard("Config.OnDeadLetter", func() {

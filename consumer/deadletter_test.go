@@ -151,9 +151,9 @@ func TestAlwaysFailingHandlerDeadLetters(t *testing.T) {
 	if key, _ := awkward().Key.Encode(); !bytes.Equal(rec.Key, key) {
 		t.Errorf("dead letter key %q, want the original %q", rec.Key, key)
 	}
-	if env.Error != "psp timeout after 30s" || env.ErrorKind != dlq.KindRetriesExhausted || env.RetryCount != consumer.DefaultMaxAttempts ||
+	if env.Error != "psp timeout after 30s" || env.ErrorKind != dlq.KindRetriesExhausted || env.Attempts != consumer.DefaultMaxAttempts ||
 		env.ConsumerGroup != f.group || env.CorrelationID != "tx_xyz" {
-		t.Errorf("envelope error %q kind %s retries %d group %q correlation %q", env.Error, env.ErrorKind, env.RetryCount, env.ConsumerGroup, env.CorrelationID)
+		t.Errorf("envelope error %q kind %s retries %d group %q correlation %q", env.Error, env.ErrorKind, env.Attempts, env.ConsumerGroup, env.CorrelationID)
 	}
 	if env.FirstFailedAt.Before(start.Truncate(time.Millisecond)) || env.FailedAt.Before(env.FirstFailedAt) {
 		t.Errorf("first failed at %v, failed at %v; want start (%v) ≤ first ≤ last", env.FirstFailedAt, env.FailedAt, start)
@@ -206,8 +206,8 @@ func TestRawModeDeadLetters(t *testing.T) {
 	if value, _ := awkward().Value.Encode(); !bytes.Equal(rec.Value, value) {
 		t.Errorf("raw dead letter value %q, want the original %q", rec.Value, value)
 	}
-	if env.ErrorKind != dlq.KindPermanent || env.RetryCount != 1 {
-		t.Errorf("kind %s, retry count %d; want permanent after 1 attempt", env.ErrorKind, env.RetryCount)
+	if env.ErrorKind != dlq.KindPermanent || env.Attempts != 1 {
+		t.Errorf("kind %s, retry count %d; want permanent after 1 attempt", env.ErrorKind, env.Attempts)
 	}
 }
 

@@ -226,8 +226,8 @@ func TestRetryTopicsAlwaysFailingReachesTheDeadLetterTopicWithItsHistory(t *test
 	// The envelope holds the record as it was on the main topic, and the
 	// whole history.
 	_, env := f.onlyDeadLetter(t)
-	if env.RetryCount != 6 || env.ErrorKind != dlq.KindRetriesExhausted || env.Error != "psp timeout after 30s" {
-		t.Errorf("envelope retry count %d kind %s error %q, want 6 retries_exhausted", env.RetryCount, env.ErrorKind, env.Error)
+	if env.Attempts != 6 || env.ErrorKind != dlq.KindRetriesExhausted || env.Error != "psp timeout after 30s" {
+		t.Errorf("envelope retry count %d kind %s error %q, want 6 retries_exhausted", env.Attempts, env.ErrorKind, env.Error)
 	}
 	first := seen.all()[0].at
 	if env.FirstFailedAt.Before(start.Truncate(time.Millisecond)) || env.FirstFailedAt.After(first.Add(time.Millisecond)) ||

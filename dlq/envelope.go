@@ -126,10 +126,11 @@ type Failure struct {
 	Error string
 	// Kind says why the record was dead-lettered. Required.
 	Kind ErrorKind
-	// RetryCount is how many attempts failed before the record was given up
-	// on (for the relay, the outbox retry_count).
-	// Must not be negative.
-	RetryCount int
+	// Attempts is how many attempts failed before the record was given up
+	// on (for the relay, the outbox retry_count). The envelope writes it as
+	// retry_count, a raw-mode record as the dlq_retry_count header
+	// (HeaderRetryCount). Must not be negative.
+	Attempts int
 	// FailedAt is when the record was given up on. Defaults to now.
 	FailedAt time.Time
 	// FirstFailedAt is when the record first failed. Defaults to FailedAt.
@@ -193,8 +194,9 @@ type Envelope struct {
 	Error string
 	// ErrorKind is error_kind. Required.
 	ErrorKind ErrorKind
-	// RetryCount is retry_count, how many attempts failed.
-	RetryCount int
+	// Attempts is retry_count (in raw mode the dlq_retry_count header,
+	// HeaderRetryCount), how many attempts failed.
+	Attempts int
 	// FailedAt is failed_at, when the record was given up on. Required.
 	FailedAt time.Time
 	// FirstFailedAt is first_failed_at, when the record first failed; null
@@ -257,7 +259,7 @@ func build(o Original, f Failure) Envelope {
 		OriginalTimestamp: wireTime(o.Timestamp),
 		Error:             TruncateError(f.Error),
 		ErrorKind:         f.Kind,
-		RetryCount:        f.RetryCount,
+		Attempts:          f.Attempts,
 		FailedAt:          wireTime(f.FailedAt),
 		FirstFailedAt:     wireTime(f.FirstFailedAt),
 		CorrelationID:     f.CorrelationID,
@@ -532,8 +534,8 @@ func (e Envelope) validate(encoded bool) error {
 	switch {
 	case e.ErrorKind == "":
 		return fieldErr("error_kind", ErrInvalidEnvelope, "is empty; use %q or %q", KindRetriesExhausted, KindPermanent)
-	case e.RetryCount < 0:
-		return fieldErr("retry_count", ErrInvalidEnvelope, "is %d; it counts retries and cannot be negative", e.RetryCount)
+	case e.Attempts < 0:
+		return fieldErr("retry_count", ErrInvalidEnvelope, "is %d; it counts retries and cannot be negative", e.Attempts)
 	case e.FailedAt.IsZero():
 		return fieldErr("failed_at", ErrInvalidEnvelope, "is missing; set it to the time the record was given up on (New defaults it to now)")
 	case !representable(e.FailedAt):
@@ -544,8 +546,8 @@ func (e Envelope) validate(encoded bool) error {
 		return fieldErr("replay_count", ErrInvalidEnvelope, "is %d; it counts replays and cannot be negative", e.ReplayCount)
 	case e.ReplayCount > MaxCount:
 		return fieldErr("replay_count", ErrInvalidEnvelope, "is %d, over %d; no record is replayed that often", e.ReplayCount, MaxCount)
-	case e.RetryCount > MaxCount:
-		return fieldErr("retry_count", ErrInvalidEnvelope, "is %d, over %d; no record is retried that often", e.RetryCount, MaxCount)
+	case e.Attempts > MaxCount:
+		return fieldErr("retry_count", ErrInvalidEnvelope, "is %d, over %d; no record is retried that often", e.Attempts, MaxCount)
 	}
 	return nil
 }
@@ -703,7 +705,7 @@ type wireEnvelope struct {
 	OriginalMessageBase64 *string           `json:"original_message_base64"`
 	Error                 string            `json:"error"`
 	ErrorKind             ErrorKind         `json:"error_kind"`
-	RetryCount            int               `json:"retry_count"`
+	Attempts              int               `json:"retry_count"`
 	FailedAt              *string           `json:"failed_at"`
 	FirstFailedAt         *string           `json:"first_failed_at"`
 	CorrelationID         string            `json:"correlation_id"`
@@ -734,7 +736,7 @@ func Encode(e Envelope) ([]byte, error) {
 		OriginalMessageBase64: e.OriginalMessageBase64,
 		Error:                 e.Error,
 		ErrorKind:             e.ErrorKind,
-		RetryCount:            e.RetryCount,
+		Attempts:              e.Attempts,
 		FailedAt:              formatTime(e.FailedAt),
 		FirstFailedAt:         formatTime(e.FirstFailedAt),
 		CorrelationID:         e.CorrelationID,
@@ -814,7 +816,7 @@ func Decode(data []byte) (Envelope, error) {
 		OriginalMessageBase64: w.OriginalMessageBase64,
 		Error:                 w.Error,
 		ErrorKind:             w.ErrorKind,
-		RetryCount:            w.RetryCount,
+		Attempts:              w.Attempts,
 		CorrelationID:         w.CorrelationID,
 		ConsumerGroup:         w.ConsumerGroup,
 		ReplayCount:           w.ReplayCount,

@@ -60,7 +60,7 @@ func failure() dlq.Failure {
 	return dlq.Failure{
 		Error:         "psp timeout after 30s",
 		Kind:          dlq.KindRetriesExhausted,
-		RetryCount:    6,
+		Attempts:      6,
 		FailedAt:      failedAt,
 		FirstFailedAt: firstFailedAt,
 		CorrelationID: "tx_xyz",
@@ -325,7 +325,7 @@ func TestDocumentedEnvelopeDecodes(t *testing.T) {
 		OriginalMessage:   json.RawMessage(`{"…": "…"}`),
 		Error:             "psp timeout after 30s",
 		ErrorKind:         dlq.KindRetriesExhausted,
-		RetryCount:        6,
+		Attempts:          6,
 		FailedAt:          failedAt,
 		FirstFailedAt:     firstFailedAt,
 		CorrelationID:     "tx_xyz",
@@ -606,7 +606,7 @@ func TestNew(t *testing.T) {
 		{"empty topic", func(o *dlq.Original, _ *dlq.Failure) { o.Topic = "" }, "original_topic"},
 		{"partition without offset", func(o *dlq.Original, _ *dlq.Failure) { o.Offset = dlq.NoOffset }, "original_offset"},
 		{"no kind", func(_ *dlq.Original, f *dlq.Failure) { f.Kind = "" }, "error_kind"},
-		{"negative retries", func(_ *dlq.Original, f *dlq.Failure) { f.RetryCount = -1 }, "retry_count"},
+		{"negative retries", func(_ *dlq.Original, f *dlq.Failure) { f.Attempts = -1 }, "retry_count"},
 		{"negative replays", func(_ *dlq.Original, f *dlq.Failure) { f.ReplayCount = -1 }, "replay_count"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

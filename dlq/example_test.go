@@ -26,7 +26,7 @@ func Example() {
 	env, err := dlq.New(failed, dlq.Failure{
 		Error:         "psp timeout after 30s",
 		Kind:          dlq.KindRetriesExhausted,
-		RetryCount:    6,
+		Attempts:      6,
 		FailedAt:      time.Date(2026, 1, 16, 10, 0, 0, 0, time.UTC),
 		ConsumerGroup: "payouts",
 	})

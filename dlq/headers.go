@@ -43,7 +43,7 @@ const (
 	HeaderError = "dlq_error"
 	// HeaderErrorKind is the ErrorKind.
 	HeaderErrorKind = "dlq_error_kind"
-	// HeaderRetryCount is the retry count in decimal.
+	// HeaderRetryCount is Envelope.Attempts (retry_count) in decimal.
 	HeaderRetryCount = "dlq_retry_count"
 	// HeaderFailedAt is when the record was given up on (RFC 3339,
 	// milliseconds).
@@ -103,7 +103,7 @@ func (e Envelope) Headers() []Header {
 	addTime(HeaderOriginalTimestamp, e.OriginalTimestamp)
 	add(HeaderError, e.Error)
 	add(HeaderErrorKind, string(e.ErrorKind))
-	add(HeaderRetryCount, strconv.Itoa(e.RetryCount))
+	add(HeaderRetryCount, strconv.Itoa(e.Attempts))
 	addTime(HeaderFailedAt, e.FailedAt)
 	addTime(HeaderFirstFailedAt, e.FirstFailedAt)
 	if e.CorrelationID != "" {
@@ -231,7 +231,7 @@ func FromRaw(key, value []byte, headers []Header) (Envelope, error) {
 	f := Failure{
 		Error:         p.text(HeaderError, false),
 		Kind:          ErrorKind(p.text(HeaderErrorKind, true)),
-		RetryCount:    int(p.integer(HeaderRetryCount, strconv.IntSize, false)),
+		Attempts:      int(p.integer(HeaderRetryCount, strconv.IntSize, false)),
 		FailedAt:      p.time(HeaderFailedAt, true),
 		FirstFailedAt: p.time(HeaderFirstFailedAt, false),
 		CorrelationID: p.text(HeaderCorrelationID, false),

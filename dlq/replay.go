@@ -48,10 +48,6 @@ const (
 	MaxReplayBatch = 10000
 )
 
-// ErrInvalidReplayConfig is matched by the error of Replay for a config it
-// cannot use.
-var ErrInvalidReplayConfig = errors.New("dlq: invalid replay config")
-
 // ReplayConfig configures Replay. Topic and Brokers are required.
 type ReplayConfig struct {
 	// Brokers are the Kafka bootstrap addresses. Required.
@@ -170,50 +166,24 @@ type ReplayReport struct {
 	Elapsed time.Duration
 }
 
-func (c *ReplayConfig) withDefaults() (ReplayConfig, error) {
-	cfg := *c
-	if cfg.Group == "" {
-		cfg.Group = DefaultReplayGroup
+// WithDefaults returns c as Replay runs it: each zero field set to its
+// default (Group DefaultReplayGroup, MaxReplays DefaultMaxReplays,
+// BatchSize DefaultReplayBatch), and Sarama set to a copy of itself (or of
+// sarama.NewConfig()) with the producer options Replay needs. Replay calls
+// it; calling it first does no harm.
+func (c ReplayConfig) WithDefaults() ReplayConfig {
+	if c.Group == "" {
+		c.Group = DefaultReplayGroup
 	}
-	if cfg.MaxReplays == 0 {
-		cfg.MaxReplays = DefaultMaxReplays
+	if c.MaxReplays == 0 {
+		c.MaxReplays = DefaultMaxReplays
 	}
-	if cfg.BatchSize == 0 {
-		cfg.BatchSize = DefaultReplayBatch
-	}
-	bad := func(format string, args ...any) (ReplayConfig, error) {
-		return ReplayConfig{}, fmt.Errorf("%w: "+format, append([]any{ErrInvalidReplayConfig}, args...)...)
-	}
-	switch {
-	case len(cfg.Brokers) == 0:
-		return bad("Brokers is empty; name at least one Kafka broker")
-	case cfg.Topic == "":
-		return bad("Topic is empty; name the dead-letter topic, e.g. orders.dlq")
-	case math.IsNaN(cfg.Rate) || math.IsInf(cfg.Rate, 0):
-		return bad("Rate is %v; use 0 (no cap) or a finite number of records per second", cfg.Rate)
-	case cfg.Rate < 0:
-		return bad("Rate is %v; use 0 (no cap) or a positive number of records per second", cfg.Rate)
-	case cfg.Max < 0:
-		return bad("Max is %d; use 0 (no cap) or a positive count", cfg.Max)
-	case cfg.BatchSize < 0 || cfg.BatchSize > MaxReplayBatch:
-		return bad("BatchSize is %d; use 1 to %d", cfg.BatchSize, MaxReplayBatch)
-	case cfg.To == cfg.Topic:
-		return bad("To is the dead-letter topic itself; a replay would feed it back into itself")
-	}
-	for _, name := range []string{cfg.Topic, cfg.To} {
-		if name == "" {
-			continue
-		}
-		if err := topicname.Validate(name); err != nil {
-			return bad("%v", err)
-		}
-	}
-	if err := cfg.Filter.validate(); err != nil {
-		return bad("%v", err)
+	if c.BatchSize == 0 {
+		c.BatchSize = DefaultReplayBatch
 	}
 	sc := sarama.NewConfig()
-	if cfg.Sarama != nil {
-		copied := *cfg.Sarama
+	if c.Sarama != nil {
+		copied := *c.Sarama
 		sc = &copied
 	}
 	sc.Producer.RequiredAcks = sarama.WaitForAll
@@ -228,11 +198,48 @@ func (c *ReplayConfig) withDefaults() (ReplayConfig, error) {
 		sc.Producer.Idempotent = true
 		sc.Net.MaxOpenRequests = 1
 	}
-	if err := sc.Validate(); err != nil {
+	c.Sarama = sc
+	return c
+}
+
+// validate refuses what c, its defaults applied, cannot run with, naming
+// the field and the fix. Its errors match ErrInvalidReplayConfig (and so
+// ErrInvalidConfig).
+func (c ReplayConfig) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidReplayConfig}, args...)...)
+	}
+	switch {
+	case len(c.Brokers) == 0:
+		return bad("Brokers is empty; name at least one Kafka broker")
+	case c.Topic == "":
+		return bad("Topic is empty; name the dead-letter topic, e.g. orders.dlq")
+	case math.IsNaN(c.Rate) || math.IsInf(c.Rate, 0):
+		return bad("Rate is %v; use 0 (no cap) or a finite number of records per second", c.Rate)
+	case c.Rate < 0:
+		return bad("Rate is %v; use 0 (no cap) or a positive number of records per second", c.Rate)
+	case c.Max < 0:
+		return bad("Max is %d; use 0 (no cap) or a positive count", c.Max)
+	case c.BatchSize < 0 || c.BatchSize > MaxReplayBatch:
+		return bad("BatchSize is %d; use 1 to %d", c.BatchSize, MaxReplayBatch)
+	case c.To == c.Topic:
+		return bad("To is the dead-letter topic itself; a replay would feed it back into itself")
+	}
+	for _, name := range []string{c.Topic, c.To} {
+		if name == "" {
+			continue
+		}
+		if err := topicname.Validate(name); err != nil {
+			return bad("%v", err)
+		}
+	}
+	if err := c.Filter.validate(); err != nil {
+		return bad("%v", err)
+	}
+	if err := c.Sarama.Validate(); err != nil {
 		return bad("Sarama: %v", err)
 	}
-	cfg.Sarama = sc
-	return cfg, nil
+	return nil
 }
 
 // Replay moves the dead letters of cfg.Topic that cfg.Filter selects back
@@ -263,8 +270,8 @@ func (c *ReplayConfig) withDefaults() (ReplayConfig, error) {
 // (murmur2). The report counts what was done, also when Replay returns an
 // error (such as ctx's) part way.
 func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
-	cfg, err := cfg.withDefaults()
-	if err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return ReplayReport{}, err
 	}
 	client, err := sarama.NewClient(cfg.Brokers, cfg.Sarama)

@@ -11,10 +11,6 @@ import (
 	"github.com/courierkit/courier/record"
 )
 
-// ErrInvalidWriterConfig is matched by every error NewWriter and
-// WriterConfig.Validate return.
-var ErrInvalidWriterConfig = errors.New("dlq: invalid writer config")
-
 // ErrTooLarge is matched by the error of Write when even the raw record
 // is larger than the producer or the dead-letter topic accepts: the
 // original was within a few hundred bytes of the limit, and the dlq_*
@@ -40,9 +36,24 @@ type WriterConfig struct {
 	Raw bool
 }
 
-// Validate reports whether NewWriter would accept c: the dead-letter
-// topics Suffix makes must be valid Kafka topic names.
-func (c WriterConfig) Validate() error {
+// WithDefaults returns c as NewWriter runs it: Suffix DefaultSuffix when
+// empty.
+func (c WriterConfig) WithDefaults() WriterConfig {
+	if c.Suffix == "" {
+		c.Suffix = DefaultSuffix
+	}
+	return c
+}
+
+// Validate reports whether NewWriter would accept c, for a caller that
+// takes a Suffix of its own and checks it before it writes (as the
+// consumer and the relay do): it checks c.WithDefaults() as NewWriter
+// does. Its errors match ErrInvalidWriterConfig (and so ErrInvalidConfig).
+func (c WriterConfig) Validate() error { return c.WithDefaults().validate() }
+
+// validate refuses what c, its defaults applied, cannot run with: the
+// dead-letter topics Suffix makes must be valid Kafka topic names.
+func (c WriterConfig) validate() error {
 	if err := topicname.Validate(Topic("t", c.Suffix)); err != nil {
 		return fmt.Errorf("%w: Suffix %q: the dead-letter topic %w", ErrInvalidWriterConfig, c.Suffix, err)
 	}
@@ -65,11 +76,9 @@ func NewWriter(pub record.Publisher, cfg WriterConfig) (*Writer, error) {
 	if pub == nil {
 		return nil, fmt.Errorf("%w: the publisher is nil; pass one, e.g. record.NewSyncPublisher of a sarama.SyncProducer", ErrInvalidWriterConfig)
 	}
-	if err := cfg.Validate(); err != nil {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
 		return nil, err
-	}
-	if cfg.Suffix == "" {
-		cfg.Suffix = DefaultSuffix
 	}
 	return &Writer{pub: pub, cfg: cfg}, nil
 }

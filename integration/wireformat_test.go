@@ -118,7 +118,7 @@ func TestKcatReadsDeadLetters(t *testing.T) {
 		t.Fatalf("dlq.Decode of the value kcat printed: %v", err)
 	}
 	if env.OriginalTopic != s.topic || env.OriginalKey == nil || *env.OriginalKey != "tx_xyz" || string(env.OriginalMessage) != `{"payout_id":"p-1"}` ||
-		env.ErrorKind != dlq.KindRetriesExhausted || env.RetryCount != consumer.DefaultMaxAttempts || env.ConsumerGroup != s.group {
+		env.ErrorKind != dlq.KindRetriesExhausted || env.Attempts != consumer.DefaultMaxAttempts || env.ConsumerGroup != s.group {
 		t.Errorf("decoded envelope %+v", env)
 	}
 }

@@ -18,6 +18,7 @@
 package migrations
 
 import (
+	"cmp"
 	"context"
 	"embed"
 	"errors"
@@ -38,9 +39,18 @@ import (
 //go:embed sql/*.sql sql/inbox/*.sql
 var files embed.FS
 
-// DefaultInboxTable is the inbox table name NewInbox uses when none is
-// configured. The outbox's is "courier_outbox" (pgname.DefaultTable).
-const DefaultInboxTable = pgname.DefaultInboxTable
+// Defaults of Config.
+const (
+	// DefaultSchema is the schema New and NewInbox use when none is
+	// configured.
+	DefaultSchema = pgname.DefaultSchema
+	// DefaultTable is the outbox table name New uses when none is
+	// configured.
+	DefaultTable = pgname.DefaultTable
+	// DefaultInboxTable is the inbox table name NewInbox uses when none is
+	// configured.
+	DefaultInboxTable = pgname.DefaultInboxTable
+)
 
 // series is one table's migrations: the embedded files under dir, written
 // for the table named table.
@@ -59,7 +69,7 @@ func mustSeries(fsys fs.FS, dir, table string) *series {
 }
 
 var (
-	outbox = mustSeries(files, "sql", pgname.DefaultTable)
+	outbox = mustSeries(files, "sql", DefaultTable)
 	inbox  = mustSeries(files, "sql/inbox", DefaultInboxTable)
 )
 
@@ -83,11 +93,11 @@ type State struct {
 // Config selects where the migrations apply. The zero value is valid.
 type Config struct {
 	// Schema holds the table; it is created when missing. Must be a
-	// lower-case identifier. Defaults to "public" (pgname.DefaultSchema).
+	// lower-case identifier. Defaults to "public" (DefaultSchema).
 	Schema string
 	// Table is the table name. Must be a lower-case identifier of at most 40
-	// bytes. Defaults to "courier_outbox" (pgname.DefaultTable) for New and
-	// to "courier_inbox" (DefaultInboxTable) for NewInbox.
+	// bytes. Defaults to "courier_outbox" (DefaultTable) for New and to
+	// "courier_inbox" (DefaultInboxTable) for NewInbox.
 	Table string
 	// Logger receives one line per applied or reverted migration. Defaults to
 	// a logger that discards everything.
@@ -114,27 +124,51 @@ type Migrator struct {
 	log    *slog.Logger
 }
 
-// New validates cfg and returns a Migrator of the outbox table.
-func New(cfg Config) (*Migrator, error) { return newMigrator(outbox, cfg) }
+// New applies cfg's defaults (see Config.WithDefaults), validates it and
+// returns a Migrator of the outbox table.
+func New(cfg Config) (*Migrator, error) { return newMigrator(outbox, cfg.WithDefaults()) }
 
-// NewInbox validates cfg and returns a Migrator of the inbox table that
-// dedupe.Inbox uses. Its versions are recorded apart from the outbox's, in
-// <table>_migrations (courier_inbox_migrations by default).
-func NewInbox(cfg Config) (*Migrator, error) { return newMigrator(inbox, cfg) }
+// NewInbox applies cfg's defaults (see Config.WithInboxDefaults), validates
+// it and returns a Migrator of the inbox table that dedupe.Inbox uses. Its
+// versions are recorded apart from the outbox's, in <table>_migrations
+// (courier_inbox_migrations by default).
+func NewInbox(cfg Config) (*Migrator, error) { return newMigrator(inbox, cfg.WithInboxDefaults()) }
 
-func newMigrator(s *series, cfg Config) (*Migrator, error) {
-	if cfg.Table == "" {
-		cfg.Table = s.table
+// WithDefaults returns c as New runs it: Schema DefaultSchema and Table
+// DefaultTable when empty, and a Logger that discards everything when nil.
+func (c Config) WithDefaults() Config { return c.withDefaults(DefaultTable) }
+
+// WithInboxDefaults returns c as NewInbox runs it: as WithDefaults, but
+// with Table DefaultInboxTable when empty.
+func (c Config) WithInboxDefaults() Config { return c.withDefaults(DefaultInboxTable) }
+
+func (c Config) withDefaults(table string) Config {
+	c.Schema = cmp.Or(c.Schema, DefaultSchema)
+	c.Table = cmp.Or(c.Table, table)
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
-	table, err := pgname.NewTable(cfg.Schema, cfg.Table)
+	return c
+}
+
+// validate refuses what c, its defaults applied, cannot run with, naming
+// the field and the fix, and returns the table it names.
+func (c Config) validate() (pgname.Table, error) {
+	table, err := pgname.NewTable(c.Schema, c.Table)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		return table, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	log := cfg.Logger
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	return table, nil
+}
+
+// newMigrator returns a Migrator of series s running cfg, whose defaults
+// are applied.
+func newMigrator(s *series, cfg Config) (*Migrator, error) {
+	table, err := cfg.validate()
+	if err != nil {
+		return nil, err
 	}
-	return &Migrator{series: s, table: table, log: log}, nil
+	return &Migrator{series: s, table: table, log: cfg.Logger}, nil
 }
 
 // All returns the embedded outbox migrations in version order.

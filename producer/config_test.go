@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -55,6 +56,36 @@ func TestInvalidConfigIsOneError(t *testing.T) {
 	} {
 		if !errors.Is(c.err, producer.ErrInvalidConfig) || !strings.Contains(c.err.Error(), c.says) {
 			t.Errorf("%s = %v; want ErrInvalidConfig saying %q", c.name, c.err, c.says)
+		}
+	}
+}
+
+// TestBreakerConfigWithDefaults: BreakerConfig.WithDefaults sets each zero
+// field to its DefaultBreaker* constant and keeps the fields already set,
+// and RelayConfig.WithDefaults gives its Breaker the same.
+func TestBreakerConfigWithDefaults(t *testing.T) {
+	set := producer.BreakerConfig{ConsecutiveFailures: 7, OpenFor: time.Minute, HalfOpenProbes: 2}
+	for _, c := range []struct {
+		name     string
+		in, want producer.BreakerConfig
+	}{
+		{"zero", producer.BreakerConfig{}, producer.BreakerConfig{
+			ConsecutiveFailures: producer.DefaultBreakerFailures,
+			OpenFor:             producer.DefaultBreakerOpenFor,
+			HalfOpenProbes:      producer.DefaultBreakerProbes,
+		}},
+		{"all set", set, set},
+		{"failures set", producer.BreakerConfig{ConsecutiveFailures: 7}, producer.BreakerConfig{
+			ConsecutiveFailures: 7,
+			OpenFor:             producer.DefaultBreakerOpenFor,
+			HalfOpenProbes:      producer.DefaultBreakerProbes,
+		}},
+	} {
+		if got := c.in.WithDefaults(); got != c.want {
+			t.Errorf("%s: BreakerConfig.WithDefaults() = %+v, want %+v", c.name, got, c.want)
+		}
+		if got := (producer.RelayConfig{Breaker: c.in}).WithDefaults().Breaker; got != c.want {
+			t.Errorf("%s: RelayConfig.WithDefaults().Breaker = %+v, want %+v", c.name, got, c.want)
 		}
 	}
 }

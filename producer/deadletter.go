@@ -113,7 +113,7 @@ func (r *Relay) deadLetterRecord(e *claimedEvent, d DeadLetter) (*record.Record,
 	if d.Permanent {
 		kind = dlq.KindPermanent
 	}
-	env, err := dlq.New(o, dlq.Failure{Error: d.Error, Kind: kind, RetryCount: d.Attempts,
+	env, err := dlq.New(o, dlq.Failure{Error: d.Error, Kind: kind, Attempts: d.Attempts,
 		FailedAt: d.FailedAt, FirstFailedAt: d.FirstFailedAt, CorrelationID: d.CorrelationID})
 	if err != nil {
 		return nil, err

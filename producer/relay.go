@@ -397,6 +397,41 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 	return r, nil
 }
 
+// WithDefaults returns b with each zero field set to its default:
+// DefaultBreakerFailures, DefaultBreakerOpenFor and DefaultBreakerProbes.
+// RelayConfig.WithDefaults calls it for RelayConfig.Breaker.
+func (b BreakerConfig) WithDefaults() BreakerConfig {
+	durations, ints := b.bounds()
+	for _, f := range durations {
+		f.setDefault()
+	}
+	for _, f := range ints {
+		f.setDefault()
+	}
+	return b
+}
+
+// bounds are b's fields, named as RelayConfig.Breaker's, with their
+// defaults and ranges.
+func (b *BreakerConfig) bounds() ([]bound[time.Duration], []bound[int]) {
+	return []bound[time.Duration]{
+			{"Breaker.OpenFor", &b.OpenFor, DefaultBreakerOpenFor, 1, MaxTimeout},
+		}, []bound[int]{
+			{"Breaker.ConsecutiveFailures", &b.ConsecutiveFailures, DefaultBreakerFailures, 1, MaxBreakerCount},
+			{"Breaker.HalfOpenProbes", &b.HalfOpenProbes, DefaultBreakerProbes, 1, MaxBreakerCount},
+		}
+}
+
+// validate refuses what b, its defaults applied, cannot run with, naming
+// the field and its range.
+func (b BreakerConfig) validate() error {
+	durations, ints := b.bounds()
+	if err := checkBounds(durations); err != nil {
+		return err
+	}
+	return checkBounds(ints)
+}
+
 // WithDefaults returns c with every zero field that has a default set to
 // it: Schema "public", Table "courier_outbox", the Default* constants,
 // slog.Default() for Logger, time.Now for Now. Sarama and Publisher stay as
@@ -410,6 +445,7 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	for _, f := range c.intFields() {
 		f.setDefault()
 	}
+	c.Breaker = c.Breaker.WithDefaults()
 	c.Backoff = c.Backoff.WithDefaults(backoff.Backoff{Factor: DefaultBackoffFactor})
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
@@ -437,7 +473,6 @@ func (c *RelayConfig) durationFields() []bound[time.Duration] {
 		{"ProbeInterval", &c.ProbeInterval, DefaultProbeInterval, MinInterval, MaxInterval},
 		{"Backoff.Base", &c.Backoff.Base, DefaultBackoffBase, MinInterval, MaxInterval},
 		{"Backoff.Max", &c.Backoff.Max, DefaultBackoffMax, MinInterval, MaxInterval},
-		{"Breaker.OpenFor", &c.Breaker.OpenFor, DefaultBreakerOpenFor, 1, MaxTimeout},
 		{"PublishTimeout", &c.PublishTimeout, DefaultPublishTimeout, MinPublishTimeout, MaxTimeout},
 		{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, 1, MaxTimeout},
 		{"CleanupInterval", &c.CleanupInterval, DefaultCleanupInterval, MinInterval, MaxTimeout},
@@ -450,8 +485,6 @@ func (c *RelayConfig) intFields() []bound[int] {
 		{"BatchSize", &c.BatchSize, DefaultBatchSize, 1, MaxBatchSize},
 		{"Workers", &c.Workers, DefaultWorkers, 1, MaxWorkers},
 		{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts, 1, MaxMaxAttempts},
-		{"Breaker.ConsecutiveFailures", &c.Breaker.ConsecutiveFailures, DefaultBreakerFailures, 1, MaxBreakerCount},
-		{"Breaker.HalfOpenProbes", &c.Breaker.HalfOpenProbes, DefaultBreakerProbes, 1, MaxBreakerCount},
 		{"CleanupBatch", &c.CleanupBatch, DefaultCleanupBatch, 1, MaxCleanupBatch},
 	}
 }
@@ -473,6 +506,9 @@ func (c RelayConfig) validate() error {
 		return err
 	}
 	if err := checkBounds(c.intFields()); err != nil {
+		return err
+	}
+	if err := c.Breaker.validate(); err != nil {
 		return err
 	}
 	if err := c.Backoff.Validate(); err != nil {

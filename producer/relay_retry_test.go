@@ -157,7 +157,7 @@ func TestBackoffScheduleAndDeadLetter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if env.ErrorKind != dlq.KindRetriesExhausted || env.RetryCount != 6 || env.OriginalTopic != "orders" ||
+	if env.ErrorKind != dlq.KindRetriesExhausted || env.Attempts != 6 || env.OriginalTopic != "orders" ||
 		env.OriginalPartition != dlq.NoPartition || string(original.Value) != string(ev.Payload) || string(original.Key) != "o-1" ||
 		env.CorrelationID != "corr-1" || !env.FirstFailedAt.Before(env.FailedAt) {
 		t.Fatalf("envelope %+v does not describe the dead letter", env)

@@ -42,6 +42,17 @@ type ConsumerConfig struct {
 	Buckets []float64
 }
 
+// WithDefaults returns c as NewConsumerMetrics runs it: Buckets a copy of
+// itself, or DefaultBuckets() when empty; it never aliases the caller's
+// Buckets.
+func (c ConsumerConfig) WithDefaults() ConsumerConfig {
+	c.Buckets = bucketsOrDefault(c.Buckets, DefaultBuckets)
+	return c
+}
+
+// validate refuses what c, its defaults applied, cannot run with.
+func (c ConsumerConfig) validate() error { return validGroup(c.Group, c.Buckets) }
+
 // ConsumerMetrics is the Prometheus implementation of the consumer's hook
 // interfaces (consumer.Hook); list it in consumer.Config.Hooks and
 // consumer.BreakerConfig.Hooks.
@@ -69,12 +80,14 @@ var (
 // metric cannot be registered, typically because reg already holds the
 // metrics of a consumer with the same ConsumerConfig.Group.
 func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*ConsumerMetrics, error) {
-	constLabels, buckets, err := groupOptions(reg, cfg.Group, cfg.Buckets, DefaultBuckets)
-	if err != nil {
+	if err := checkRegisterer(reg); err != nil {
 		return nil, err
 	}
-	cfg.Buckets = buckets
-	f := &family{labels: constLabels, buckets: cfg.Buckets}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	f := &family{labels: groupLabels(cfg.Group), buckets: cfg.Buckets}
 	m := &ConsumerMetrics{
 		messages: f.counterVec(NameConsumerMessages,
 			"Messages by outcome, per topic: handled, retried (once per retry scheduled), dead_lettered, deduplicated.", LabelTopic, LabelOutcome),
@@ -87,7 +100,7 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*Consume
 		lag: f.gaugeVec(NameConsumerLag,
 			"Records of a partition held by this consumer after the last one whose offset was marked, from the high-water mark of the last fetch.", LabelTopic, LabelPartition),
 	}
-	err = register(reg, f.all, groupHint("ConsumerMetrics", "ConsumerConfig", cfg.Group))
+	err := register(reg, f.all, groupHint("ConsumerMetrics", "ConsumerConfig", cfg.Group))
 	if err != nil {
 		return nil, err
 	}

@@ -46,6 +46,17 @@ type DedupeConfig struct {
 // dedupeOps are the operations whose series exist from the start, at 0.
 var dedupeOps = [...]dedupe.Op{dedupe.OpClaim, dedupe.OpExtend, dedupe.OpDone, dedupe.OpRelease}
 
+// WithDefaults returns c as NewDedupeMetrics runs it: Buckets a copy of
+// itself, or DefaultDedupeBuckets() when empty; it never aliases the
+// caller's Buckets.
+func (c DedupeConfig) WithDefaults() DedupeConfig {
+	c.Buckets = bucketsOrDefault(c.Buckets, DefaultDedupeBuckets)
+	return c
+}
+
+// validate refuses what c, its defaults applied, cannot run with.
+func (c DedupeConfig) validate() error { return validGroup(c.Group, c.Buckets) }
+
 // DedupeMetrics is the Prometheus implementation of the dedupe hook
 // interfaces (dedupe.Hook); list it in consumer.DedupeConfig.Hooks. Its methods are safe for concurrent use
 // and never block on I/O.
@@ -72,11 +83,14 @@ var (
 // metric cannot be registered, typically because reg already holds the
 // metrics of a consumer with the same DedupeConfig.Group.
 func NewDedupeMetrics(reg prometheus.Registerer, cfg DedupeConfig) (*DedupeMetrics, error) {
-	constLabels, buckets, err := groupOptions(reg, cfg.Group, cfg.Buckets, DefaultDedupeBuckets)
-	if err != nil {
+	if err := checkRegisterer(reg); err != nil {
 		return nil, err
 	}
-	f := &family{labels: constLabels, buckets: buckets}
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	f := &family{labels: groupLabels(cfg.Group), buckets: cfg.Buckets}
 	m := &DedupeMetrics{
 		hits: f.counter(NameDedupeHits,
 			"Messages skipped because the dedupe store found their ids processed already."),
@@ -91,7 +105,7 @@ func NewDedupeMetrics(reg prometheus.Registerer, cfg DedupeConfig) (*DedupeMetri
 		m.opErrors[i] = m.errors.WithLabelValues(string(op))
 		m.opSeconds[i] = m.seconds.WithLabelValues(string(op))
 	}
-	err = register(reg, f.all, groupHint("DedupeMetrics", "DedupeConfig", cfg.Group))
+	err := register(reg, f.all, groupHint("DedupeMetrics", "DedupeConfig", cfg.Group))
 	if err != nil {
 		return nil, err
 	}

@@ -119,8 +119,9 @@ func DefaultBuckets() []float64 {
 	}
 }
 
-// ErrInvalidConfig is matched by every error NewRelayMetrics returns for a
-// bad Config or a nil registerer.
+// ErrInvalidConfig is matched by every error NewRelayMetrics,
+// NewConsumerMetrics and NewDedupeMetrics return for a bad config or a nil
+// registerer.
 var ErrInvalidConfig = errors.New("prom: invalid config")
 
 // Config configures NewRelayMetrics. The zero value is ready to use.
@@ -137,9 +138,10 @@ type Config struct {
 	Buckets []float64
 }
 
-// withDefaults returns a copy of c with the defaults applied; it never
-// aliases the caller's Buckets.
-func (c Config) withDefaults() Config {
+// WithDefaults returns c as NewRelayMetrics runs it: Buckets a copy of
+// itself, or DefaultBuckets() when empty; it never aliases the caller's
+// Buckets.
+func (c Config) WithDefaults() Config {
 	c.Buckets = bucketsOrDefault(c.Buckets, DefaultBuckets)
 	return c
 }
@@ -153,25 +155,31 @@ func bucketsOrDefault(buckets []float64, defaultBuckets func() []float64) []floa
 	return slices.Clone(buckets)
 }
 
-// groupOptions checks what the metrics of one consumer group are made
-// from: a registerer, ConsumerConfig.Group (or DedupeConfig.Group) and
-// histogram buckets, whose defaults come from defaultBuckets. It returns
-// the constant labels (group, when set) and a copy of the buckets.
-func groupOptions(reg prometheus.Registerer, group string, buckets []float64, defaultBuckets func() []float64) (prometheus.Labels, []float64, error) {
+// checkRegisterer refuses the nil registerer every constructor is given.
+func checkRegisterer(reg prometheus.Registerer) error {
 	if reg == nil {
-		return nil, nil, fmt.Errorf("%w: the registerer is nil; pass prometheus.DefaultRegisterer or a registry from prometheus.NewRegistry()", ErrInvalidConfig)
+		return fmt.Errorf("%w: the registerer is nil; pass prometheus.DefaultRegisterer or a registry from prometheus.NewRegistry()", ErrInvalidConfig)
 	}
-	buckets = bucketsOrDefault(buckets, defaultBuckets)
+	return nil
+}
+
+// validGroup checks what the metrics of one consumer group are made
+// from, ConsumerConfig's or DedupeConfig's, with its defaults applied: its
+// Group and its histogram buckets.
+func validGroup(group string, buckets []float64) error {
 	if err := validLabel("Group", group); err != nil {
-		return nil, nil, err
+		return err
 	}
-	if err := validBuckets(buckets); err != nil {
-		return nil, nil, err
-	}
+	return validBuckets(buckets)
+}
+
+// groupLabels are the constant labels of the metrics of one consumer
+// group: group, when set.
+func groupLabels(group string) prometheus.Labels {
 	if group == "" {
-		return nil, buckets, nil
+		return nil
 	}
-	return prometheus.Labels{LabelGroup: group}, buckets, nil
+	return prometheus.Labels{LabelGroup: group}
 }
 
 // groupHint says how to fix a collision of the metrics of one consumer
@@ -183,6 +191,7 @@ func groupHint(kind, config, group string) string {
 	return fmt.Sprintf("another %s with Group %q is registered; give each consumer a distinct %s.Group", kind, group, config)
 }
 
+// validate refuses what c, its defaults applied, cannot run with.
 func (c Config) validate() error {
 	if err := validLabel("Table", c.Table); err != nil {
 		return err
@@ -303,10 +312,10 @@ var (
 // with the same Config.Table; errors.As finds the
 // prometheus.AlreadyRegisteredError then.
 func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, error) {
-	if reg == nil {
-		return nil, fmt.Errorf("%w: the registerer is nil; pass prometheus.DefaultRegisterer or a registry from prometheus.NewRegistry()", ErrInvalidConfig)
+	if err := checkRegisterer(reg); err != nil {
+		return nil, err
 	}
-	cfg = cfg.withDefaults()
+	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}

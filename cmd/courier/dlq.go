@@ -253,7 +253,7 @@ type dlqEntryJSON struct {
 	KeyBase64     *string       `json:"key_base64,omitempty"`
 	ErrorKind     string        `json:"error_kind,omitempty"`
 	Error         string        `json:"error,omitempty"`
-	RetryCount    int           `json:"retry_count"`
+	Attempts      int           `json:"retry_count"`
 	ReplayCount   int           `json:"replay_count"`
 	FailedAt      *time.Time    `json:"failed_at,omitempty"`
 	ConsumerGroup string        `json:"consumer_group,omitempty"`
@@ -270,7 +270,7 @@ func newDLQEntryJSON(e dlq.Entry, full bool) dlqEntryJSON {
 	env := e.Envelope
 	failedAt := env.FailedAt.UTC()
 	j.OriginalTopic, j.Key, j.KeyBase64, j.ErrorKind, j.Error = env.OriginalTopic, env.OriginalKey, env.OriginalKeyBase64, string(env.ErrorKind), env.Error
-	j.RetryCount, j.ReplayCount, j.FailedAt, j.ConsumerGroup = env.RetryCount, env.ReplayCount, &failedAt, env.ConsumerGroup
+	j.Attempts, j.ReplayCount, j.FailedAt, j.ConsumerGroup = env.Attempts, env.ReplayCount, &failedAt, env.ConsumerGroup
 	if full {
 		j.Envelope = &env
 		if o, err := env.Original(); err == nil {
@@ -397,7 +397,7 @@ func printDLQEntries(w io.Writer, topic string, entries []dlq.Entry, more int) e
 		}
 		env := e.Envelope
 		fmt.Fprintf(tw, "%d\t%d\t%s\t%s[%d]@%d\t%s\t%s\t%d\t%d\t%s\n", e.Partition, e.Offset, env.FailedAt.UTC().Format(time.RFC3339),
-			cell(&env.OriginalTopic, 60), env.OriginalPartition, env.OriginalOffset, cell(keyText(env), 40), cell(ptr(string(env.ErrorKind)), 40), env.RetryCount, env.ReplayCount,
+			cell(&env.OriginalTopic, 60), env.OriginalPartition, env.OriginalOffset, cell(keyText(env), 40), cell(ptr(string(env.ErrorKind)), 40), env.Attempts, env.ReplayCount,
 			cell(ptr(errorSummary(env.Error)), 100))
 	}
 	if err := tw.Flush(); err != nil {
@@ -459,7 +459,7 @@ func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
 		fmt.Fprintf(tw, ", at %s", env.OriginalTimestamp.UTC().Format(time.RFC3339Nano))
 	}
 	fmt.Fprintln(tw)
-	fmt.Fprintf(tw, "error\t%s after %d failed attempt(s)\n", cell(ptr(string(env.ErrorKind)), math.MaxInt), env.RetryCount)
+	fmt.Fprintf(tw, "error\t%s after %d failed attempt(s)\n", cell(ptr(string(env.ErrorKind)), math.MaxInt), env.Attempts)
 	fmt.Fprintf(tw, "failed at\t%s (first failure %s)\n", env.FailedAt.UTC().Format(time.RFC3339Nano), env.FirstFailedAt.UTC().Format(time.RFC3339Nano))
 	for _, row := range [][2]string{{"consumer group", env.ConsumerGroup}, {"correlation id", env.CorrelationID}} {
 		if row[1] != "" {

@@ -272,7 +272,7 @@ func writeDeadLetters(t *testing.T, k *testkit.Kafka, topic string, letters []le
 		}
 		o := l.original()
 		o.Topic = topic
-		env, err := dlq.New(o, dlq.Failure{Error: l.err, Kind: l.kind, RetryCount: 3, FailedAt: l.failedAt,
+		env, err := dlq.New(o, dlq.Failure{Error: l.err, Kind: l.kind, Attempts: 3, FailedAt: l.failedAt,
 			ConsumerGroup: "payouts", ReplayCount: l.replays})
 		if err != nil {
 			t.Fatal(err)
