@@ -79,7 +79,7 @@ func (d *delivery) origin() dlq.Original {
 	o.Key, o.Value = d.m.Key, d.m.Value
 	headers := d.m.Headers
 	if d.retried() != nil || d.malformed() != nil {
-		headers = headersOf(retrytopics.Strip(headers.asSarama()))
+		headers = retrytopics.Strip(headers)
 	}
 	o.Headers = make([]dlq.Header, 0, len(headers))
 	for _, h := range headers {

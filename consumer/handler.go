@@ -82,12 +82,6 @@ func headersOf(hs []*sarama.RecordHeader) Headers {
 	return unsafe.Slice((**Header)(unsafe.Pointer(unsafe.SliceData(hs))), len(hs))
 }
 
-// asSarama is hs read as Sarama's headers, without copying them, for the
-// retrytopics functions that take those.
-func (hs Headers) asSarama() []*sarama.RecordHeader {
-	return unsafe.Slice((**sarama.RecordHeader)(unsafe.Pointer(unsafe.SliceData(hs))), len(hs))
-}
-
 // Lookup returns the value of the last header named name (names are
 // case-sensitive, as in Kafka) and whether there is one.
 func (hs Headers) Lookup(name string) ([]byte, bool) {

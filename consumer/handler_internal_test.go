@@ -2,6 +2,7 @@ package consumer
 
 import (
 	"testing"
+	"unsafe"
 
 	"github.com/IBM/sarama"
 )
@@ -32,7 +33,7 @@ func TestSetMessage(t *testing.T) {
 			if m.ID != tc.id || m.CorrelationID != tc.corr || traced != tc.traced {
 				t.Errorf("ID %q, CorrelationID %q, traced %t; want %q, %q, %t", m.ID, m.CorrelationID, traced, tc.id, tc.corr, tc.traced)
 			}
-			if m.Topic != "orders" || m.Offset != 7 || len(m.Headers) != len(tc.headers) || (len(tc.headers) > 0 && &m.Headers.asSarama()[0] != &tc.headers[0]) {
+			if m.Topic != "orders" || m.Offset != 7 || len(m.Headers) != len(tc.headers) || (len(tc.headers) > 0 && unsafe.Pointer(&m.Headers[0]) != unsafe.Pointer(&tc.headers[0])) {
 				t.Errorf("message %+v: want the record's topic, offset and own headers", m)
 			}
 			if _, ok := m.Headers.Lookup("missing"); ok {

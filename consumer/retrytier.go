@@ -5,8 +5,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/IBM/sarama"
-
+	"github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -109,7 +108,7 @@ func (d *delivery) retried() *retrytopics.Info {
 
 // readRetry reads the retry headers of a record on a retry topic.
 func (d *delivery) readRetry() {
-	info, found, err := retrytopics.Parse(d.m.Headers.asSarama())
+	info, found, err := retrytopics.Parse(d.m.Headers)
 	switch {
 	case err != nil:
 		d.corrupt = fmt.Errorf("record on retry topic %s: %w", d.m.Topic, err)
@@ -198,13 +197,7 @@ func (d *delivery) retryInfo(round int, tier retrytopics.Tier, cause error) retr
 // writeRetry writes the message to its retry tier.
 func (d *delivery) writeRetry(r route) error {
 	m := d.m
-	msg := &sarama.ProducerMessage{Topic: r.tier.Topic, Headers: retrytopics.Headers(m.Headers.asSarama(), r.info)}
-	if m.Key != nil {
-		msg.Key = sarama.ByteEncoder(m.Key)
-	}
-	if m.Value != nil {
-		msg.Value = sarama.ByteEncoder(m.Value)
-	}
+	msg := record.Message(&record.Record{Topic: r.tier.Topic, Key: m.Key, Value: m.Value, Headers: retrytopics.Headers(m.Headers, r.info)})
 	if err := d.p.workCtx.Err(); err != nil {
 		return err
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
+	courierrecord "github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -115,9 +116,19 @@ func (f *fixture) keyOrder(t *testing.T, r *testkit.Redis) *retrytopics.RedisKey
 func retryRecord(value string, info retrytopics.Info) *sarama.ProducerMessage {
 	m := record("k", value)
 	for _, h := range retrytopics.Headers(nil, info) {
-		m.Headers = append(m.Headers, h)
+		m.Headers = append(m.Headers, sarama.RecordHeader(h))
 	}
 	return m
+}
+
+// courierHeaders are the headers of a record read back, as courier's
+// headers: the same structs, not copies.
+func courierHeaders(hs []*sarama.RecordHeader) []*courierrecord.Header {
+	out := make([]*courierrecord.Header, len(hs))
+	for i, h := range hs {
+		out[i] = (*courierrecord.Header)(h)
+	}
+	return out
 }
 
 func TestRetryTopicsHandleOnAttempt3NeverEarly(t *testing.T) {
@@ -188,7 +199,7 @@ func TestRetryTopicsHandleOnAttempt3NeverEarly(t *testing.T) {
 				t.Errorf("%s: %d %s headers, want 1 (replaced, never appended)", topic, names[name], name)
 			}
 		}
-		info, _, err := retrytopics.Parse(rec.Headers)
+		info, _, err := retrytopics.Parse(courierHeaders(rec.Headers))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -27,7 +27,8 @@
 // retry_first_failed_at, retry_last_error and retry_consumer_group; times
 // are unix milliseconds. A record moving on replaces them, never appends.
 // Strip removes them again, which is how a dead letter or a replay gets the
-// original headers back.
+// original headers back. Headers, Parse and Strip work on courier's own
+// record.Header (the consumer's Message.Headers), not on a Kafka client's.
 //
 // The consumer (consumer.Config.RetryTopics) does the rest: it sends failed
 // messages to the next tier, consumes the retry topics with the same

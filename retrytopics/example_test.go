@@ -5,8 +5,7 @@ import (
 	"log"
 	"time"
 
-	"github.com/IBM/sarama"
-
+	"github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -34,7 +33,7 @@ func ExampleNew() {
 
 // The headers of a record moving to its second tier, and back.
 func ExampleHeaders() {
-	original := []*sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("0195f3c4-0000-7000-8000-000000000001")}}
+	original := []*record.Header{{Key: []byte("ce_id"), Value: []byte("0195f3c4-0000-7000-8000-000000000001")}}
 	failed := time.Date(2026, 1, 16, 9, 59, 59, 0, time.UTC)
 	headers := retrytopics.Headers(original, retrytopics.Info{
 		Round: 2, FailedAttempts: 6, OriginalTopic: "orders", OriginalPartition: 3, OriginalOffset: 1842,
@@ -43,7 +42,7 @@ func ExampleHeaders() {
 	for _, h := range headers {
 		fmt.Printf("%s=%s\n", h.Key, h.Value)
 	}
-	in := make([]*sarama.RecordHeader, len(headers))
+	in := make([]*record.Header, len(headers))
 	for i := range headers {
 		in[i] = &headers[i]
 	}

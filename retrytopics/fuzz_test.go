@@ -7,10 +7,9 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/IBM/sarama"
-
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/topicname"
+	"github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -35,12 +34,12 @@ func FuzzRetryHeaders(f *testing.F) {
 			OriginalTimestamp: time.UnixMilli(1_700_000_000_000), NotBefore: time.UnixMilli(1_700_000_005_000),
 			FirstFailedAt: time.UnixMilli(1_700_000_001_000), LastError: "psp 503", ConsumerGroup: "payouts",
 		})
-		headers := make([]*sarama.RecordHeader, 0, len(base)+1)
+		headers := make([]*record.Header, 0, len(base)+1)
 		for i := range base {
 			headers = append(headers, &base[i])
 		}
-		headers[int(at)%len(headers)] = &sarama.RecordHeader{Key: name, Value: value}
-		headers = append(headers, &sarama.RecordHeader{Key: extraName, Value: extraValue})
+		headers[int(at)%len(headers)] = &record.Header{Key: name, Value: value}
+		headers = append(headers, &record.Header{Key: extraName, Value: extraValue})
 
 		info, found, err := retrytopics.Parse(headers)
 		if err != nil {

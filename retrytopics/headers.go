@@ -10,10 +10,9 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"github.com/IBM/sarama"
-
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/topicname"
+	"github.com/courierkit/courier/record"
 )
 
 // The headers a record in a retry tier carries besides the original ones.
@@ -138,7 +137,7 @@ const (
 // is replaced by U+FFFD and it is cut to dlq.MaxHeaderValueBytes. The
 // consumer checks the rest against the topic the record was read from
 // (the original topic and the round).
-func Parse(headers []*sarama.RecordHeader) (Info, bool, error) {
+func Parse(headers []*record.Header) (Info, bool, error) {
 	var (
 		info  Info
 		found bool
@@ -266,15 +265,15 @@ func short(s string) string {
 // original ones without any retry_* header, in order, followed by the retry
 // headers of info. Zero times and an empty LastError or ConsumerGroup are
 // left out. The values are copies; the original headers are not changed.
-func Headers(original []*sarama.RecordHeader, info Info) []sarama.RecordHeader {
-	out := make([]sarama.RecordHeader, 0, len(original)+10)
+func Headers(original []*record.Header, info Info) []record.Header {
+	out := make([]record.Header, 0, len(original)+10)
 	for _, h := range original {
 		if h != nil && !IsHeader(h.Key) {
 			out = append(out, *h)
 		}
 	}
 	add := func(name, value string) {
-		out = append(out, sarama.RecordHeader{Key: []byte(name), Value: []byte(value)})
+		out = append(out, record.Header{Key: []byte(name), Value: []byte(value)})
 	}
 	addTime := func(name string, t time.Time) {
 		if !t.IsZero() {
@@ -300,8 +299,8 @@ func Headers(original []*sarama.RecordHeader, info Info) []sarama.RecordHeader {
 
 // Strip returns headers without the retry headers: the headers of the
 // record on the main topic, as a dead letter or a replay restores them.
-func Strip(headers []*sarama.RecordHeader) []*sarama.RecordHeader {
-	out := make([]*sarama.RecordHeader, 0, len(headers))
+func Strip(headers []*record.Header) []*record.Header {
+	out := make([]*record.Header, 0, len(headers))
 	for _, h := range headers {
 		if h != nil && !IsHeader(h.Key) {
 			out = append(out, h)

@@ -6,14 +6,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
 )
 
-func ptrs(hs []sarama.RecordHeader) []*sarama.RecordHeader {
-	out := make([]*sarama.RecordHeader, len(hs))
+func ptrs(hs []record.Header) []*record.Header {
+	out := make([]*record.Header, len(hs))
 	for i := range hs {
 		out[i] = &hs[i]
 	}
@@ -27,7 +26,7 @@ func TestHeadersRoundTrip(t *testing.T) {
 		OriginalTimestamp: now.Add(-time.Minute), NotBefore: now.Add(time.Minute), FirstFailedAt: now.Add(-time.Second),
 		LastError: "psp timeout", ConsumerGroup: "payouts",
 	}
-	original := []*sarama.RecordHeader{
+	original := []*record.Header{
 		{Key: []byte("ce_id"), Value: []byte("id-1")},
 		{Key: []byte(retrytopics.HeaderAttempt), Value: []byte("1")}, // from the tier before: replaced
 		{Key: []byte("retry_policy"), Value: []byte("the application's own")},
@@ -72,13 +71,13 @@ func TestHeadersCapTheLastError(t *testing.T) {
 }
 
 func TestParse(t *testing.T) {
-	valid := func() []*sarama.RecordHeader {
+	valid := func() []*record.Header {
 		return ptrs(retrytopics.Headers(nil, retrytopics.Info{Round: 1, OriginalTopic: "orders", NotBefore: time.Now()}))
 	}
-	if _, found, err := retrytopics.Parse([]*sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("x")}}); found || err != nil {
+	if _, found, err := retrytopics.Parse([]*record.Header{{Key: []byte("ce_id"), Value: []byte("x")}}); found || err != nil {
 		t.Errorf("Parse of a plain record: found %t, %v", found, err)
 	}
-	set := func(name, value string) []*sarama.RecordHeader {
+	set := func(name, value string) []*record.Header {
 		hs := valid()
 		for _, h := range hs {
 			if string(h.Key) == name {
@@ -87,8 +86,8 @@ func TestParse(t *testing.T) {
 		}
 		return hs
 	}
-	drop := func(name string) []*sarama.RecordHeader {
-		var out []*sarama.RecordHeader
+	drop := func(name string) []*record.Header {
+		var out []*record.Header
 		for _, h := range valid() {
 			if string(h.Key) != name {
 				out = append(out, h)
@@ -96,7 +95,7 @@ func TestParse(t *testing.T) {
 		}
 		return out
 	}
-	for name, hs := range map[string][]*sarama.RecordHeader{
+	for name, hs := range map[string][]*record.Header{
 		retrytopics.HeaderNotBefore:         set(retrytopics.HeaderNotBefore, "tomorrow"),
 		retrytopics.HeaderAttempt:           set(retrytopics.HeaderAttempt, "-1"),
 		retrytopics.HeaderOriginalPartition: set(retrytopics.HeaderOriginalPartition, "99999999999"),

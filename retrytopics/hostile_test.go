@@ -7,16 +7,16 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/IBM/sarama"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
 )
 
 // validRetryHeaders are the retry headers the consumer writes for a
 // record of orders/2@17 in its first tier.
-func validRetryHeaders() []*sarama.RecordHeader {
-	return ptrs(retrytopics.Headers([]*sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("id-1")}}, retrytopics.Info{
+func validRetryHeaders() []*record.Header {
+	return ptrs(retrytopics.Headers([]*record.Header{{Key: []byte("ce_id"), Value: []byte("id-1")}}, retrytopics.Info{
 		Round: 1, FailedAttempts: 3, OriginalTopic: "orders", OriginalPartition: 2, OriginalOffset: 17,
 		OriginalTimestamp: time.UnixMilli(1_700_000_000_000), NotBefore: time.UnixMilli(1_700_000_005_000),
 		FirstFailedAt: time.UnixMilli(1_700_000_001_000), LastError: "psp 503", ConsumerGroup: "payouts",
@@ -25,8 +25,8 @@ func validRetryHeaders() []*sarama.RecordHeader {
 
 // with returns the valid headers with name's value set to value (added
 // when absent), or removed when remove is set.
-func with(name, value string, remove bool) []*sarama.RecordHeader {
-	var out []*sarama.RecordHeader
+func with(name, value string, remove bool) []*record.Header {
+	var out []*record.Header
 	found := false
 	for _, h := range validRetryHeaders() {
 		if string(h.Key) == name {
@@ -34,12 +34,12 @@ func with(name, value string, remove bool) []*sarama.RecordHeader {
 			if remove {
 				continue
 			}
-			h = &sarama.RecordHeader{Key: h.Key, Value: []byte(value)}
+			h = &record.Header{Key: h.Key, Value: []byte(value)}
 		}
 		out = append(out, h)
 	}
 	if !found && !remove {
-		out = append(out, &sarama.RecordHeader{Key: []byte(name), Value: []byte(value)})
+		out = append(out, &record.Header{Key: []byte(name), Value: []byte(value)})
 	}
 	return out
 }
@@ -54,7 +54,7 @@ func TestHostileRetryTopics(t *testing.T) {
 	huge := strings.Repeat("9", 1<<20)
 	for _, tc := range []struct {
 		name    string
-		headers []*sarama.RecordHeader
+		headers []*record.Header
 		header  string
 	}{
 		{"negative offset", with(retrytopics.HeaderOriginalOffset, "-1", false), retrytopics.HeaderOriginalOffset},
@@ -83,9 +83,9 @@ func TestHostileRetryTopics(t *testing.T) {
 		{"group of 256 bytes", with(retrytopics.HeaderConsumerGroup, strings.Repeat("g", 256), false), retrytopics.HeaderConsumerGroup},
 		{"missing not before", with(retrytopics.HeaderNotBefore, "", true), retrytopics.HeaderNotBefore},
 		{"missing original offset", with(retrytopics.HeaderOriginalOffset, "", true), retrytopics.HeaderOriginalOffset},
-		{"attempt twice", append(validRetryHeaders(), &sarama.RecordHeader{Key: []byte(retrytopics.HeaderAttempt), Value: []byte("2")}), retrytopics.HeaderAttempt},
-		{"original topic twice", append(validRetryHeaders(), &sarama.RecordHeader{Key: []byte(retrytopics.HeaderOriginalTopic), Value: []byte("payments")}), retrytopics.HeaderOriginalTopic},
-		{"null offset value", append(with(retrytopics.HeaderOriginalOffset, "", true), &sarama.RecordHeader{Key: []byte(retrytopics.HeaderOriginalOffset)}), retrytopics.HeaderOriginalOffset},
+		{"attempt twice", append(validRetryHeaders(), &record.Header{Key: []byte(retrytopics.HeaderAttempt), Value: []byte("2")}), retrytopics.HeaderAttempt},
+		{"original topic twice", append(validRetryHeaders(), &record.Header{Key: []byte(retrytopics.HeaderOriginalTopic), Value: []byte("payments")}), retrytopics.HeaderOriginalTopic},
+		{"null offset value", append(with(retrytopics.HeaderOriginalOffset, "", true), &record.Header{Key: []byte(retrytopics.HeaderOriginalOffset)}), retrytopics.HeaderOriginalOffset},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
