@@ -389,7 +389,7 @@ func printDLQEntries(w io.Writer, topic string, entries []dlq.Entry, more int) e
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "PARTITION\tOFFSET\tFAILED AT\tORIGINAL\tKEY\tKIND\tRETRIES\tREPLAYS\tERROR")
+	fmt.Fprintln(tw, "PARTITION\tOFFSET\tFAILED AT\tORIGINAL\tKEY\tKIND\tATTEMPTS\tREPLAYS\tERROR")
 	for _, e := range entries {
 		if e.Err != nil {
 			fmt.Fprintf(tw, "%d\t%d\t%s\t-\t-\tcorrupt\t-\t-\t%s\n", e.Partition, e.Offset, e.Timestamp.UTC().Format(time.RFC3339), cell(ptr(e.Err.Error()), 80))
