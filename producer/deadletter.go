@@ -25,9 +25,11 @@ type deadCandidate struct {
 // order. With PublishDeadLetters it first writes each to its dead-letter
 // topic: an event whose envelope the broker could not take for now stays
 // failed and is retried (straight to the dead-letter topic, without another
-// attempt on its own), so no dead letter goes missing from the topic; one
-// the broker can never take (an envelope over the size limit) is
-// dead-lettered in the table only, where the whole event stays.
+// attempt on its own), so no dead letter goes missing from the topic. An
+// envelope over the size limit is written raw instead (the original record
+// with the dlq_* headers), as the consumer's dlq.Writer does; one the
+// broker can never take even so is dead-lettered in the table only, where
+// the whole event stays.
 func (r *Relay) deadLetter(ctx context.Context, dead []deadCandidate, res *BatchResult) ([]settlement, []DeadLetter) {
 	now := r.cfg.Now()
 	events := make([]*claimedEvent, len(dead))
@@ -39,8 +41,9 @@ func (r *Relay) deadLetter(ctx context.Context, dead []deadCandidate, res *Batch
 	dlqErrs := make([]error, len(dead))
 	if r.cfg.PublishDeadLetters {
 		dlqErrs = r.send(ctx, events, false, func(i int, e *claimedEvent) (*record.Record, error) {
-			return r.deadLetterRecord(e, letters[i])
+			return r.deadLetterRecord(e, letters[i], dlq.FormatEnvelope)
 		})
+		r.sendRawWhereTooLarge(ctx, events, letters, dlqErrs)
 	}
 
 	settlements := make([]settlement, len(dead))
@@ -98,11 +101,41 @@ func (e *claimedEvent) deadLetter(err error, attempted bool, now time.Time) Dead
 	return d
 }
 
-// deadLetterRecord is the dlq envelope of e for its dead-letter topic, as
-// the relay's dlq.Writer renders it (the consumer's dead letters are
+// sendRawWhereTooLarge writes raw, in one more send, the dead letters whose
+// envelope the broker refused as too large, and puts that send's outcome
+// in errs.
+func (r *Relay) sendRawWhereTooLarge(ctx context.Context, events []*claimedEvent, letters []DeadLetter, errs []error) {
+	var again []int
+	for i, err := range errs {
+		if err != nil && dlq.TooLarge(err) {
+			again = append(again, i)
+		}
+	}
+	if len(again) == 0 {
+		return
+	}
+	raw := make([]*claimedEvent, len(again))
+	for j, i := range again {
+		raw[j] = events[i]
+	}
+	rawErrs := r.send(ctx, raw, false, func(j int, e *claimedEvent) (*record.Record, error) {
+		return r.deadLetterRecord(e, letters[again[j]], dlq.FormatRaw)
+	})
+	for j, i := range again {
+		if rawErrs[j] != nil {
+			errs[i] = fmt.Errorf("the envelope was too large (%w) and so was the raw record: %w", errs[i], rawErrs[j])
+			continue
+		}
+		errs[i] = nil
+	}
+}
+
+// deadLetterRecord is the dead letter of e for its dead-letter topic in
+// format (dlq.FormatEnvelope, or dlq.FormatRaw for an envelope too large),
+// as the relay's dlq.Writer renders it (the consumer's dead letters are
 // rendered the same way). The original record is the one the relay tried
-// to publish, so a replay of the envelope publishes exactly that.
-func (r *Relay) deadLetterRecord(e *claimedEvent, d DeadLetter) (*record.Record, error) {
+// to publish, so a replay of the dead letter publishes exactly that.
+func (r *Relay) deadLetterRecord(e *claimedEvent, d DeadLetter, format string) (*record.Record, error) {
 	original, err := r.record(e)
 	if err != nil {
 		return nil, err
@@ -124,5 +157,5 @@ func (r *Relay) deadLetterRecord(e *claimedEvent, d DeadLetter) (*record.Record,
 		// relay's ErrInvalidTopic.)
 		return nil, permanentError{fmt.Errorf("dead-letter topic: %w", err)}
 	}
-	return r.dlq.Record(env, dlq.FormatEnvelope)
+	return r.dlq.Record(env, format)
 }

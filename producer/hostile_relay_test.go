@@ -1,6 +1,7 @@
 package producer_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +13,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/migrations"
 	"github.com/courierkit/courier/producer"
@@ -348,4 +350,54 @@ func runNotReady(t *testing.T, c hostileRelayCase) {
 		}
 	}
 	t.Logf("Run refused to start: %v", err)
+}
+
+// TestTooLargeEnvelopeGoesRawThroughSarama: through the default publisher
+// and a broker, an event of 700 KB of binary payload that the broker
+// refuses for good is dead-lettered to <topic>.dlq raw: its envelope (the
+// payload in base64, over 930 KB, with its JSON) passes Producer.MaxMessageBytes,
+// so the publisher refuses it as too large, and the raw record, the
+// original with the dlq_* headers, fits.
+func TestTooLargeEnvelopeGoesRawThroughSarama(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 1)
+	k.CreateTopic(t, topic+".dlq", 1)
+	k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	payload := incompressibleBytes(700 << 10)
+	ev := producer.Event{Topic: topic, Key: "k-big", Type: "Blob", ContentType: "application/octet-stream", Payload: payload}
+	id := enqueue(t, pg, out, ev)
+	cfg := producer.RelayConfig{PublishDeadLetters: true, MaxAttempts: 1, Sarama: k.Config()}
+	cfg.Sarama.Producer.MaxMessageBytes = 900 << 10
+	relay := newRelay(t, pg, k, cfg)
+	if res := runOnce(t, relay); res.DeadLettered != 1 {
+		t.Fatalf("batch %+v, want the event dead-lettered", res)
+	}
+	letters := k.ReadAll(t, topic+".dlq")
+	if len(letters) != 1 {
+		t.Fatalf("%d dead letters on %s.dlq, want 1", len(letters), topic)
+	}
+	format := ""
+	for _, h := range letters[0].Headers {
+		if string(h.Key) == dlq.HeaderFormat {
+			format = string(h.Value)
+		}
+	}
+	if format != dlq.FormatRaw || !bytes.Equal(letters[0].Value, payload) || string(letters[0].Key) != "k-big" {
+		t.Errorf("dead letter in format %q, key %q, %d bytes; want raw, k-big and the payload of %d bytes", format, letters[0].Key, len(letters[0].Value), len(payload))
+	}
+	var status string
+	if err := pg.Pool.QueryRow(context.Background(), "SELECT status FROM courier_events WHERE id = $1", id).Scan(&status); err != nil || status != producer.StatusDeadLettered {
+		t.Errorf("event status %q (%v), want dead_lettered", status, err)
+	}
+}
+
+// incompressibleBytes is n pseudo-random bytes.
+func incompressibleBytes(n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		b[i] = byte(i*7919 + i/251)
+	}
+	return b
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -512,5 +513,55 @@ func TestRelayInFlightKeepsOtherRelaysOffItsKeys(t *testing.T) {
 	}
 	if got, want := second.ackedIDs("orders"), []string{failing.String(), behind.String()}; !slices.Equal(got, want) {
 		t.Fatalf("second relay published %v, want %v (enqueue order)", got, want)
+	}
+}
+
+// TestTooLargeEnvelopeIsWrittenRaw: a dead letter whose envelope the
+// broker refuses as too large is written raw (the original record with the
+// dlq_* headers), as the consumer's dlq.Writer does; when the raw record is
+// too large too, the event is dead-lettered in the table only, with both
+// refusals in its last error.
+func TestTooLargeEnvelopeIsWrittenRaw(t *testing.T) {
+	t.Parallel()
+	for _, rawFits := range []bool{true, false} {
+		t.Run(fmt.Sprintf("raw fits %v", rawFits), func(t *testing.T) {
+			t.Parallel()
+			pg, out := setup(t)
+			pub := &fakePublisher{}
+			relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, PublishDeadLetters: true, MaxAttempts: 1})
+			id := enqueue(t, pg, out, orderCreated("o-1"))
+			pub.setFail(func(m *record.Record) error {
+				switch {
+				case m.Topic == "orders":
+					return sarama.ErrInvalidRecord // refused for good: dead-lettered at once
+				case recordHeader(m, dlq.HeaderFormat) == dlq.FormatEnvelope, !rawFits:
+					return fmt.Errorf("broker: %w", sarama.ErrMessageSizeTooLarge)
+				}
+				return nil
+			})
+			if res := runOnce(t, relay); res.DeadLettered != 1 {
+				t.Fatalf("batch %+v, want the event dead-lettered", res)
+			}
+			row := rowOf(t, pg, id)
+			letters := pub.ackedOn("orders.dlq")
+			if !rawFits {
+				if len(letters) != 0 || row.Status != producer.StatusDeadLettered || row.LastError == nil ||
+					!strings.Contains(*row.LastError, "not written to orders.dlq") || !strings.Contains(*row.LastError, "so was the raw record") {
+					t.Fatalf("%d dead letters written, row %+v: want none written and both refusals in the last error", len(letters), row)
+				}
+				return
+			}
+			if len(letters) != 1 || recordHeader(letters[0], dlq.HeaderFormat) != dlq.FormatRaw {
+				t.Fatalf("%d dead letters written, want one raw one", len(letters))
+			}
+			if got, want := string(letters[0].Value), `{"order_id":"o-1"}`; got != want || string(letters[0].Key) != "o-1" ||
+				recordHeader(letters[0], producer.HeaderID) != id.String() {
+				t.Errorf("raw dead letter %q=%q (ce_id %s), want the original record o-1=%s (ce_id %s)",
+					letters[0].Key, got, recordHeader(letters[0], producer.HeaderID), want, id)
+			}
+			if row.Status != producer.StatusDeadLettered || row.LastError == nil || strings.Contains(*row.LastError, "not written") {
+				t.Errorf("row %+v, want dead_lettered with its dead letter written", row)
+			}
+		})
 	}
 }
