@@ -78,8 +78,16 @@ func (f *fixture) produceTo(t *testing.T, partition int32, msgs ...*sarama.Produ
 	f.send(t, cfg, f.topic, msgs)
 }
 
+// send writes msgs to topic with an idempotent producer, so a produce
+// request retried on a busy machine never writes a record twice: a test
+// counting records settled sees exactly those it sent.
 func (f *fixture) send(t *testing.T, cfg *sarama.Config, topic string, msgs []*sarama.ProducerMessage) {
 	t.Helper()
+	cfg.Producer.Idempotent = true
+	cfg.Net.MaxOpenRequests = 1
+	if !cfg.Version.IsAtLeast(sarama.V0_11_0_0) {
+		cfg.Version = sarama.V0_11_0_0
+	}
 	p, err := sarama.NewSyncProducer(f.k.Brokers, cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -164,11 +164,15 @@ func (k *Kafka) ReadAll(t testing.TB, topic string) []*sarama.ConsumerMessage {
 
 // Producer returns a SyncProducer on the test brokers that writes each
 // message to the partition it names (sarama.NewManualPartitioner). It is
-// closed when the test ends.
+// idempotent, so a produce request retried on a busy machine never writes
+// a record twice and a test counts exactly what it sent. It is closed when
+// the test ends.
 func (k *Kafka) Producer(t testing.TB) sarama.SyncProducer {
 	t.Helper()
 	cfg := k.Config()
 	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	cfg.Producer.Idempotent = true
+	cfg.Net.MaxOpenRequests = 1
 	p, err := sarama.NewSyncProducer(k.Brokers, cfg)
 	if err != nil {
 		t.Fatalf("testkit: producer: %v", err)
