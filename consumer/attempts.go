@@ -74,7 +74,7 @@ func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 			if ra, ok := errors.AsType[*RetryAfterError](exec.LastError()); ok {
 				return ra.Delay
 			}
-			return c.backoff.Delay(d.failed, rand.Float64)
+			return c.cfg.Backoff.Delay(d.failed, rand.Float64)
 		}).
 		OnRetryScheduled(func(e failsafe.ExecutionScheduledEvent[any]) {
 			c.metrics.Message(d.m.Topic, OutcomeRetried)
@@ -136,9 +136,7 @@ func (p *partition) attempt(ctx context.Context, actx *attemptContext, m *Messag
 	if took >= p.c.cfg.AttemptTimeout {
 		err = fmt.Errorf("%w after %v (Config.AttemptTimeout)", ErrAttemptTimeout, p.c.cfg.AttemptTimeout)
 	}
-	if p.c.measured {
-		p.c.metrics.HandlerDuration(m.Topic, took)
-	}
+	p.c.metrics.HandlerDuration(m.Topic, took)
 	return err
 }
 

@@ -11,7 +11,6 @@ import (
 
 	"github.com/IBM/sarama"
 
-	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
@@ -23,13 +22,9 @@ var ErrRunning = errors.New("consumer: Run is already running; call it once per 
 // Consumer runs a Handler over the messages of a consumer group. Create it
 // with New and start it with Run.
 type Consumer struct {
-	cfg     Config
-	backoff backoff.Backoff
-	log     *slog.Logger
-	metrics *hooks // Config.Hooks
-	// measured is whether a hook wants handler durations: without one,
-	// the clock is not read for them.
-	measured    bool
+	cfg         Config
+	log         *slog.Logger
+	metrics     *hooks       // Config.Hooks
 	dedupeHooks *dedupeHooks // Dedupe.Hooks
 	running     atomic.Bool
 
@@ -62,10 +57,8 @@ func New(cfg Config) (*Consumer, error) {
 	}
 	return &Consumer{
 		cfg:         cfg,
-		backoff:     cfg.Backoff,
 		log:         cfg.Logger.With("group", cfg.Group),
 		metrics:     metrics,
-		measured:    len(metrics.handlerDuration) > 0,
 		dedupeHooks: dedupeHooks,
 		topics:      topics,
 		topologies:  topologies,
@@ -110,7 +103,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 			continue // a rebalance ended the session, or Run is done
 		}
 		failures++
-		delay := c.backoff.Delay(failures, rand.Float64)
+		delay := c.cfg.Backoff.Delay(failures, rand.Float64)
 		c.log.Warn("consumer group session failed; joining again", "error", err, "failures", failures, "retry_in", delay)
 		sleep(ctx, delay)
 	}
@@ -200,7 +193,7 @@ func (c *Consumer) ensureTopics(ctx context.Context, brokers []string, cfg *sara
 		if err == nil {
 			return true
 		}
-		delay := c.backoff.Delay(failures, rand.Float64)
+		delay := c.cfg.Backoff.Delay(failures, rand.Float64)
 		c.log.Error("the retry topics are not ready; waiting", "error", err, "retry_in", delay)
 		if !sleep(ctx, delay) {
 			return false
@@ -232,7 +225,7 @@ func (c *Consumer) connect(ctx context.Context, newClient func() (sarama.Client,
 		if err == nil {
 			return client
 		}
-		delay := c.backoff.Delay(failures, rand.Float64)
+		delay := c.cfg.Backoff.Delay(failures, rand.Float64)
 		c.log.Warn("cannot connect to Kafka; is it running? retrying", "error", err, "retry_in", delay)
 		if !sleep(ctx, delay) {
 			return nil

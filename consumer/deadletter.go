@@ -38,7 +38,7 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 	failure := dlq.Failure{
 		Error:         errorText(r.cause),
 		Kind:          r.kind,
-		Attempts:      d.prior() + d.failed,
+		Attempts:      d.failedAttempts(),
 		FailedAt:      time.Now(),
 		FirstFailedAt: d.firstFailed,
 		CorrelationID: d.m.CorrelationID,

@@ -144,7 +144,7 @@ func (d *delivery) write(ctx context.Context, r route) (route, bool) {
 			failing = true
 			d.p.moves.failed()
 		}
-		delay := c.backoff.Delay(writes, rand.Float64)
+		delay := c.cfg.Backoff.Delay(writes, rand.Float64)
 		to := d.deadLetterTopic()
 		if r.tier != nil {
 			to = r.tier.Topic

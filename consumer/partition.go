@@ -27,7 +27,7 @@ func (p *partition) persistIn(ctx context.Context, what string, pause bool, call
 		if ctx.Err() != nil {
 			return false
 		}
-		delay := p.c.backoff.Delay(failures, rand.Float64)
+		delay := p.c.cfg.Backoff.Delay(failures, rand.Float64)
 		p.log.Warn("cannot "+what+"; is the store up? the partition waits and tries again", "error", err, "failures", failures, "retry_in", delay)
 		if !sleep(ctx, delay) {
 			return false

@@ -236,26 +236,24 @@ func (p *partition) process(d *delivery, traced bool) bool {
 	if traced {
 		ctx = traceContext.Extract(ctx, headerCarrier(m.Headers))
 	}
-	switch d.handle(ctx) {
+	fate := d.handle(ctx)
+	if fate != fateMoving { // a move counts it out of flight once written
+		p.c.metrics.InFlight(m.Topic, -1)
+	}
+	switch fate {
 	case fateHandled:
 		p.c.metrics.Message(m.Topic, OutcomeHandled)
-		p.c.metrics.InFlight(m.Topic, -1)
 		d.done()
 		return true
 	case fateProcessed:
-		p.c.metrics.InFlight(m.Topic, -1)
 		if !d.done() {
 			d.abandon()
 			return false
 		}
 		return true
-	case fateSkipped:
-		p.c.metrics.InFlight(m.Topic, -1)
-		return true
-	case fateMoving:
-		return true // the write counts it out of flight and settles it
+	case fateSkipped, fateMoving:
+		return true // a move settles it once written
 	default:
-		p.c.metrics.InFlight(m.Topic, -1)
 		d.abandon()
 		return false
 	}

@@ -23,7 +23,7 @@ type pkg struct {
 	Deps         []string
 }
 
-// listPackages runs `go list -deps=false -json ./...` from the module root.
+// listPackages runs `go list -json ./...` from the module root.
 func listPackages(t *testing.T) []pkg {
 	t.Helper()
 	goTool, err := exec.LookPath("go")
@@ -54,24 +54,36 @@ func listPackages(t *testing.T) []pkg {
 }
 
 // TestLayout keeps the tree's arrows pointing one way: nothing under
-// internal/ depends (directly or not) on a public package of the core, so
+// internal/ depends (directly or not) on a public package, so
 // internal/ stays low-level, and the examples import no internal package,
 // as a user's program cannot. Their tests may import internal/testkit
 // alone, which gives a test its own PostgreSQL schema, Redis prefix and
 // Kafka topics.
 func TestLayout(t *testing.T) {
-	core := []string{"producer", "consumer", "dlq", "retrytopics", "dedupe"}
+	pkgs := listPackages(t)
+	// The public packages: every one outside internal/, cmd/, examples/
+	// and integration/, but migrations, which internal/testkit applies to
+	// a test's schema (it imports no other courier package).
+	public := map[string]bool{}
+	for _, p := range pkgs {
+		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
+		if rel != "" && !strings.HasPrefix(rel, "internal/") && !strings.HasPrefix(rel, "cmd/") &&
+			!strings.HasPrefix(rel, "examples/") && rel != "integration" && rel != "migrations" {
+			public[p.ImportPath] = true
+		}
+	}
+	if len(public) < 5 {
+		t.Fatalf("found %d public packages; the layout changed under this test", len(public))
+	}
 	var internals, examples int
-	for _, p := range listPackages(t) {
+	for _, p := range pkgs {
 		rel := strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")
 		switch {
 		case strings.HasPrefix(rel, "internal/"):
 			internals++
 			for _, dep := range p.Deps {
-				for _, c := range core {
-					if dep == module+"/"+c {
-						t.Errorf("%s depends on %s: internal/ holds low-level pieces only; move it under cmd/courier/internal or the package that uses it", rel, c)
-					}
+				if public[dep] {
+					t.Errorf("%s depends on %s: internal/ holds low-level pieces only; move it under cmd/courier/internal or the package that uses it", rel, dep)
 				}
 			}
 		case strings.HasPrefix(rel, "examples/"):

@@ -820,8 +820,11 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	// The breaker hears only whether Kafka answered: a record acknowledged
 	// or refused by a broker says it did; one no broker answered says it
 	// did not (see failUnavailable).
-	answered, unreachable := false, false
-	var unreachableErr error
+	// The acknowledgements' latencies are only measured for a hook that
+	// hears them.
+	acked := len(r.metrics.published) > 0
+	answered := false
+	var unreachableErr error // set when no broker answered some event
 	now := r.cfg.Now()
 	var dead []deadCandidate
 	for i, e := range send {
@@ -829,7 +832,9 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			answered = true
 			res.Published++
 			out.settlements = append(out.settlements, settlement{e: e, fate: fatePublished})
-			out.acks = append(out.acks, ack{topic: e.Topic, latency: now.Sub(e.CreatedAt)})
+			if acked {
+				out.acks = append(out.acks, ack{topic: e.Topic, latency: now.Sub(e.CreatedAt)})
+			}
 			continue
 		}
 		if released(e) {
@@ -845,7 +850,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		case class == failUnavailable:
 			// Kafka could not take it: no attempt is counted; the event
 			// waits a moment so that others get their turn.
-			unreachable, unreachableErr = true, errs[i]
+			unreachableErr = errs[i]
 			res.Deferred++
 			status := StatusPending // a new event waits; a waiting one keeps its status
 			if e.from == fromWaiting {
@@ -866,7 +871,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	switch {
 	case answered:
 		done(nil)
-	case unreachable:
+	case unreachableErr != nil:
 		done(errUnavailable)
 	default:
 		done(errNotTried)
@@ -1017,8 +1022,8 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal 
 	build func(int, *claimedEvent) (*record.Record, error),
 ) []error {
 	errs := make([]error, len(events))
-	var records []*record.Record
-	var index []int
+	records := make([]*record.Record, 0, len(events))
+	index := make([]int, 0, len(events))
 	unbuilt := map[topicKey]bool{}
 	for i, e := range events {
 		k, keyed := keyOf(e)

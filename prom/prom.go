@@ -234,36 +234,36 @@ type family struct {
 	all     []named
 }
 
-func (f *family) add(name string, c prometheus.Collector) { f.all = append(f.all, named{name, c}) }
+// opts are the options every metric of the family shares.
+func (f *family) opts(name, help string) prometheus.Opts {
+	return prometheus.Opts{Name: name, Help: help, ConstLabels: f.labels}
+}
+
+// keep lists c under name for register, and returns it.
+func keep[C prometheus.Collector](f *family, name string, c C) C {
+	f.all = append(f.all, named{name, c})
+	return c
+}
 
 func (f *family) counter(name, help string) prometheus.Counter {
-	c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: f.labels})
-	f.add(name, c)
-	return c
+	return keep(f, name, prometheus.NewCounter(prometheus.CounterOpts(f.opts(name, help))))
 }
 
 func (f *family) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
-	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: f.labels}, labels)
-	f.add(name, c)
-	return c
+	return keep(f, name, prometheus.NewCounterVec(prometheus.CounterOpts(f.opts(name, help)), labels))
 }
 
 func (f *family) gauge(name, help string) prometheus.Gauge {
-	g := prometheus.NewGauge(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: f.labels})
-	f.add(name, g)
-	return g
+	return keep(f, name, prometheus.NewGauge(prometheus.GaugeOpts(f.opts(name, help))))
 }
 
 func (f *family) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
-	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: name, Help: help, ConstLabels: f.labels}, labels)
-	f.add(name, g)
-	return g
+	return keep(f, name, prometheus.NewGaugeVec(prometheus.GaugeOpts(f.opts(name, help)), labels))
 }
 
 func (f *family) histogramVec(name, help string, labels ...string) *prometheus.HistogramVec {
-	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, ConstLabels: f.labels, Buckets: f.buckets}, labels)
-	f.add(name, h)
-	return h
+	o := f.opts(name, help)
+	return keep(f, name, prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: o.Name, Help: o.Help, ConstLabels: o.ConstLabels, Buckets: f.buckets}, labels))
 }
 
 // register registers every collector, or none: on a failure it

@@ -20,7 +20,7 @@ import (
 // no byte that is not UTF-8. It is unambiguous: text that needs no escape
 // and holds no backslash is printed as is; any other text is printed as
 // the inside of a Go string literal (strconv.Quote without its quotes), so
-// a backslash in the output always starts an escape and termUnescape gets
+// a backslash in the output always starts an escape and strconv.Unquote gets
 // the exact bytes back.
 
 // needsEscape reports whether s must be quoted to be shown as is: it holds
@@ -45,14 +45,6 @@ func termText(s string) string {
 	}
 	q := strconv.Quote(s)
 	return q[1 : len(q)-1]
-}
-
-// termUnescape inverts termText.
-func termUnescape(s string) (string, error) {
-	if !strings.Contains(s, `\`) {
-		return s, nil
-	}
-	return strconv.Unquote(`"` + s + `"`)
 }
 
 // termLines returns s safe for a terminal with its line breaks and tabs

@@ -462,3 +462,12 @@ func FuzzTerminalEscape(f *testing.F) {
 		}
 	})
 }
+
+// termUnescape inverts termText: the test's proof that the escape loses
+// nothing.
+func termUnescape(s string) (string, error) {
+	if !strings.Contains(s, `\`) {
+		return s, nil
+	}
+	return strconv.Unquote(`"` + s + `"`)
+}
