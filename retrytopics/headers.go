@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/groupname"
 	"github.com/courierkit/courier/internal/topicname"
 	"github.com/courierkit/courier/record"
 )
@@ -116,7 +116,7 @@ const (
 	// MaxCount bounds retry_attempt and retry_failed_attempts.
 	MaxCount = 1_000_000
 	// MaxGroupBytes bounds retry_consumer_group.
-	MaxGroupBytes = 255
+	MaxGroupBytes = groupname.MaxBytes
 	// maxMillis is 9999-12-31T23:59:59.999Z, the last instant RFC 3339
 	// (and the dead-letter envelope) can write.
 	maxMillis = 253402300799999
@@ -208,17 +208,7 @@ func (info *Info) set(name, value string) error {
 // ValidGroup says what is wrong with a consumer group id, as a retry
 // header carries it, if anything: it has at most MaxGroupBytes, is valid
 // UTF-8 and holds no control character. Its errors read after the name.
-func ValidGroup(s string) error {
-	switch {
-	case len(s) > MaxGroupBytes:
-		return fmt.Errorf("has %d bytes; a consumer group id has at most %d", len(s), MaxGroupBytes)
-	case !utf8.ValidString(s):
-		return errors.New("is not valid UTF-8")
-	case strings.IndexFunc(s, unicode.IsControl) >= 0:
-		return errors.New("holds a control character")
-	}
-	return nil
-}
+func ValidGroup(s string) error { return groupname.Validate(s) }
 
 func parseCount(s string) (int, error) {
 	n, err := parseWhole(s, MaxCount, "a count")
