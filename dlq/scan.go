@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/internal/groupname"
 )
 
 // Entry is one record of a dead-letter topic as Scan reads it back.
@@ -49,6 +51,12 @@ type Filter struct {
 	Key string
 	// ErrorContains matches a substring of the error, ignoring case.
 	ErrorContains string
+	// ErrorKind matches error_kind exactly: KindRetriesExhausted or
+	// KindPermanent.
+	ErrorKind ErrorKind
+	// ConsumerGroup matches consumer_group exactly: the dead letters of
+	// one consumer group (the relay's have none, so they never match).
+	ConsumerGroup string
 	// Since and Until bound failed_at: Since <= failed_at < Until.
 	Since, Until time.Time
 	// Partitions selects these partitions of the dead-letter topic.
@@ -66,7 +74,8 @@ func (f Filter) Match(e Entry) bool {
 		return false
 	}
 	if e.Err != nil {
-		return f.OriginalTopic == "" && f.Key == "" && f.ErrorContains == "" && f.Since.IsZero() && f.Until.IsZero()
+		return f.OriginalTopic == "" && f.Key == "" && f.ErrorContains == "" && f.ErrorKind == "" && f.ConsumerGroup == "" &&
+			f.Since.IsZero() && f.Until.IsZero()
 	}
 	env := e.Envelope
 	switch {
@@ -75,6 +84,10 @@ func (f Filter) Match(e Entry) bool {
 	case f.Key != "" && (env.OriginalKey == nil || *env.OriginalKey != f.Key):
 		return false
 	case f.ErrorContains != "" && !strings.Contains(strings.ToLower(env.Error), strings.ToLower(f.ErrorContains)):
+		return false
+	case f.ErrorKind != "" && env.ErrorKind != f.ErrorKind:
+		return false
+	case f.ConsumerGroup != "" && env.ConsumerGroup != f.ConsumerGroup:
 		return false
 	case !f.Since.IsZero() && env.FailedAt.Before(f.Since):
 		return false
@@ -102,6 +115,12 @@ func (f Filter) validate() error {
 		return fmt.Errorf("dlq: UntilOffset %d is not after FromOffset %d, so no offset matches", f.UntilOffset, f.FromOffset)
 	case !f.Since.IsZero() && !f.Until.IsZero() && !f.Until.After(f.Since):
 		return fmt.Errorf("dlq: Until %s is not after Since %s, so no time matches", f.Until.Format(time.RFC3339), f.Since.Format(time.RFC3339))
+	case f.ErrorKind != "" && f.ErrorKind != KindRetriesExhausted && f.ErrorKind != KindPermanent:
+		return fmt.Errorf("dlq: ErrorKind %q is no error kind; use %q or %q (or leave it empty for both)",
+			short(string(f.ErrorKind)), KindRetriesExhausted, KindPermanent)
+	}
+	if err := groupname.Validate(f.ConsumerGroup); err != nil {
+		return fmt.Errorf("dlq: ConsumerGroup %q %w", short(f.ConsumerGroup), err)
 	}
 	return nil
 }
