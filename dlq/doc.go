@@ -34,12 +34,15 @@
 //
 // Scan reads a dead-letter topic up to its end, and Get one record of it,
 // without joining a consumer group or committing anything; Filter selects
-// records by original topic, key, error text, failure time and place.
-// Replay moves the selected records back to their original topic (the
-// original partition, key, value and headers byte for byte, plus a
-// replay_count header), in batches whose position a consumer group commits
-// only after the topic acknowledged them; `courier dlq` is the same on the
-// command line. The consumer copies replay_count into the envelope of a
+// records by original topic, key, error text and kind, consumer group,
+// failure time and place. Replay moves the selected records back to their
+// original topic (the original partition, key, value and headers byte for
+// byte, plus a replay_count header), in batches whose position a consumer
+// group commits only after the topic acknowledged them; `courier dlq` is
+// the same on the command line. ReplayConfig.Route sends each record
+// elsewhere instead: retrytopics.ReplayRoute sends it to the first retry
+// tier of the consumer group that failed it, so that only that group
+// handles it again, while the original topic reaches every group. The consumer copies replay_count into the envelope of a
 // record that fails again, and Replay refuses records replayed
 // MaxReplays times, so a record cannot loop for ever.
 //
@@ -49,8 +52,8 @@
 // missing or malformed dlq_* header) is reported once as ActionCorrupt and
 // passed. A readable one whose target topic does not exist, is the
 // dead-letter topic itself (a loop) or is a retry topic
-// ("<t>.retry.<delay>") is reported as ActionSkipped and stays for a later
-// run; ReplayReport counts both, and the run goes on with the rest.
+// ("<t>.retry.<delay>", unless Route sends it there), or that Route
+// refuses, is reported as ActionSkipped and stays for a later run; ReplayReport counts both, and the run goes on with the rest.
 //
 // # Byte-exact originals
 //

@@ -70,6 +70,22 @@ type ReplayConfig struct {
 	// (and then partitions by key, since the original partition belongs to
 	// another topic). Defaults to each record's original topic.
 	To string
+	// Route, when set, says where each selected record goes instead of its
+	// original topic, and what it looks like there: Replay writes the
+	// Topic, Key, Value and Headers of the record Route returns (Route's
+	// Partition, Offset and Timestamp are not used). As for every replay,
+	// Replay sets the replay_count header to one more than the envelope's
+	// (replacing any Route left), and writes to the original partition
+	// when the target topic has it, else by key (murmur2). A record Route
+	// returns an error for is reported as ActionSkipped with the error as
+	// its Reason and stays for a later run; the run goes on. A dry run
+	// reports the target Route names as would_move. Route is called on the
+	// run's goroutine, once per selected record; it must not return nil
+	// with a nil error. retrytopics.ReplayRoute is one: it sends each dead
+	// letter to the first retry tier of the consumer group that failed it,
+	// so that only that group handles it again. Route and To cannot be set
+	// together.
+	Route func(Envelope) (*record.Record, error)
 	// Filter selects the records to replay; the others stay unsettled.
 	Filter Filter
 	// DryRun reads and decides as a replay would, reporting "would_move"
@@ -113,9 +129,10 @@ const (
 	ActionCorrupt ReplayAction = "corrupt"
 	// ActionSkipped: a readable dead letter that cannot go where it would
 	// go: its target topic does not exist, is the dead-letter topic being
-	// replayed (a loop), or is a retry topic. It is reported, stays
-	// unsettled (a later run, once the cause is fixed or with --to, moves
-	// it) and the run goes on with the records after it.
+	// replayed (a loop), or is a retry topic (without Route), or Route
+	// returned an error for it. It is reported, stays unsettled (a later
+	// run, once the cause is fixed or with --to, moves it) and the run goes
+	// on with the records after it.
 	ActionSkipped ReplayAction = "skipped"
 )
 
@@ -155,8 +172,8 @@ type ReplayReport struct {
 	// once and passed.
 	Corrupt int
 	// Skipped counts records whose target topic is missing, is the
-	// dead-letter topic itself or is a retry topic; they stay for a later
-	// run.
+	// dead-letter topic itself or is a retry topic, or that Route refused;
+	// they stay for a later run.
 	Skipped int
 	// StoppedAtMax is true when the run stopped because Max records moved.
 	StoppedAtMax bool
@@ -224,6 +241,8 @@ func (c ReplayConfig) validate() error {
 		return bad("BatchSize is %d; use 1 to %d", c.BatchSize, MaxReplayBatch)
 	case c.To == c.Topic:
 		return bad("To is the dead-letter topic itself; a replay would feed it back into itself")
+	case c.To != "" && c.Route != nil:
+		return bad("To and Route are both set; Route says where each record goes, so leave To empty")
 	}
 	for _, name := range []string{c.Topic, c.To} {
 		if name == "" {
@@ -243,7 +262,7 @@ func (c ReplayConfig) validate() error {
 }
 
 // Replay moves the dead letters of cfg.Topic that cfg.Filter selects back
-// to their original topic (or cfg.To), restoring each record's key, value
+// to their original topic (or cfg.To, or where cfg.Route says), restoring each record's key, value
 // and headers byte for byte and setting its replay_count header to one
 // more than the envelope's replay_count. It goes through the records from
 // cfg.Group's position to the high-water marks at its start, partition by
@@ -256,8 +275,9 @@ func (c ReplayConfig) validate() error {
 // other filters) finds the rest and never replays a record twice. Corrupt
 // records are reported once and passed. Records whose target topic does
 // not exist, is cfg.Topic itself (a loop) or is a retry topic
-// ("<t>.retry.<delay>") are reported as ActionSkipped, counted in
-// Skipped, and stay for a later run; the run goes on. Offsets that hold no record
+// ("<t>.retry.<delay>", unless cfg.Route sends it there), and records
+// cfg.Route refuses, are reported as ActionSkipped, counted in Skipped,
+// and stay for a later run; the run goes on. Offsets that hold no record
 // (transaction markers, records removed by compaction) are passed too.
 //
 // Run one replay per group at a time: a second run of the group that
@@ -267,7 +287,7 @@ func (c ReplayConfig) validate() error {
 // A record whose original partition exists in its original topic goes back
 // to that partition; other records (dead-lettered by the relay before they
 // reached Kafka, or sent with To) are partitioned by key like the relay's
-// (murmur2). The report counts what was done, also when Replay returns an
+// (murmur2); with cfg.Route, the same holds in the topic Route names. The report counts what was done, also when Replay returns an
 // error (such as ctx's) part way.
 func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	cfg = cfg.WithDefaults()
@@ -424,35 +444,55 @@ func (r *replayer) consider(ctx context.Context, pos *position, m *sarama.Consum
 	return nil
 }
 
-// message builds the record that restores e's original. A record that
-// cannot go to its target comes back with skip saying why (and msg.Topic
-// naming the target); err is for the run as a whole (Kafka unreachable).
+// message builds the record that restores e's original, where it goes
+// (its original topic, To, or where Route says). A record that cannot go
+// there comes back with skip saying why (and msg.Topic naming the target,
+// when there is one); err is for the run as a whole (Kafka unreachable).
 func (r *replayer) message(e Entry) (msg *sarama.ProducerMessage, skip string, err error) {
 	o, err := e.Envelope.Original()
 	if err != nil { // Read validated it; this is a bug
 		return nil, "", fmt.Errorf("dlq: restore the original of %s/%d offset %d: %w", r.cfg.Topic, e.Partition, e.Offset, err)
 	}
-	target := o.Topic
-	if r.cfg.To != "" {
-		target = r.cfg.To
-	} else if skip := loopTarget(r.cfg.Topic, o.Topic); skip != "" {
-		return &sarama.ProducerMessage{Topic: target}, skip, nil
+	rec := &record.Record{Topic: o.Topic, Key: o.Key, Value: o.Value, Headers: o.Headers}
+	switch {
+	case r.cfg.Route != nil:
+		routed, err := r.cfg.Route(e.Envelope)
+		switch {
+		case err != nil:
+			return &sarama.ProducerMessage{}, err.Error(), nil
+		case routed == nil:
+			return nil, "", fmt.Errorf("dlq: ReplayConfig.Route returned neither a record nor an error for %s/%d offset %d; return one of them",
+				r.cfg.Topic, e.Partition, e.Offset)
+		}
+		if err := topicname.Validate(routed.Topic); err != nil {
+			return &sarama.ProducerMessage{}, fmt.Sprintf("Route's target topic %v", err), nil
+		}
+		if routed.Topic == r.cfg.Topic {
+			return &sarama.ProducerMessage{Topic: routed.Topic}, fmt.Sprintf("Route sends it to %q, the dead-letter topic being replayed: writing it there would loop", routed.Topic), nil
+		}
+		rec = routed
+	case r.cfg.To != "":
+		rec.Topic = r.cfg.To
+	default:
+		if skip := loopTarget(r.cfg.Topic, o.Topic); skip != "" {
+			return &sarama.ProducerMessage{Topic: o.Topic}, skip, nil
+		}
 	}
-	count, err := r.partitionCount(target)
+	count, err := r.partitionCount(rec.Topic)
 	if errors.Is(err, ErrNoTargetTopic) {
-		return &sarama.ProducerMessage{Topic: target}, err.Error(), nil
+		return &sarama.ProducerMessage{Topic: rec.Topic}, err.Error(), nil
 	}
 	if err != nil {
 		return nil, "", err
 	}
-	headers := make([]Header, 0, len(o.Headers)+1)
-	for _, h := range o.Headers {
+	headers := make([]Header, 0, len(rec.Headers)+1)
+	for _, h := range rec.Headers {
 		if string(h.Key) != ReplayCountHeader {
 			headers = append(headers, h)
 		}
 	}
 	headers = append(headers, Header{Key: []byte(ReplayCountHeader), Value: []byte(strconv.Itoa(e.Envelope.ReplayCount + 1))})
-	msg = record.Message(&record.Record{Topic: target, Key: o.Key, Value: o.Value, Headers: headers})
+	msg = record.Message(&record.Record{Topic: rec.Topic, Key: rec.Key, Value: rec.Value, Headers: headers})
 	if r.cfg.To == "" && o.Partition >= 0 && o.Partition < count {
 		msg.Partition = o.Partition
 	} else if msg.Partition, err = sarama.NewMurmur2Partitioner(msg.Topic).Partition(msg, count); err != nil {
@@ -486,7 +526,7 @@ func loopTarget(source, original string) string {
 func (r *replayer) partitionCount(topic string) (int32, error) {
 	if n, ok := r.partitionCounts[topic]; ok {
 		if n == 0 {
-			return 0, fmt.Errorf("%w: %q (create it, or pick another with To/--to)", ErrNoTargetTopic, topic)
+			return 0, r.noTarget(topic)
 		}
 		return n, nil
 	}
@@ -496,13 +536,21 @@ func (r *replayer) partitionCount(topic string) (int32, error) {
 	partitions, err := r.client.Partitions(topic)
 	if errors.Is(err, sarama.ErrUnknownTopicOrPartition) || err == nil && len(partitions) == 0 {
 		r.partitionCounts[topic] = 0
-		return 0, fmt.Errorf("%w: %q (create it, or pick another with To/--to)", ErrNoTargetTopic, topic)
+		return 0, r.noTarget(topic)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("dlq: partitions of %q: %w", topic, err)
 	}
 	r.partitionCounts[topic] = int32(len(partitions))
 	return int32(len(partitions)), nil
+}
+
+// noTarget is the error for a target topic that does not exist.
+func (r *replayer) noTarget(topic string) error {
+	if r.cfg.Route != nil {
+		return fmt.Errorf("%w: %q (create it, or check where Route sends records)", ErrNoTargetTopic, topic)
+	}
+	return fmt.Errorf("%w: %q (create it, or pick another with To/--to)", ErrNoTargetTopic, topic)
 }
 
 // pace waits, under Rate, until the next record may be written, writing
