@@ -35,6 +35,17 @@
 // handler, and waits for each record's retry_not_before with the partition
 // paused, never sleeping in the handler.
 //
+// # Replaying a dead letter to the group that failed it
+//
+// Retry topics are shared by every consumer group of a topic: each record
+// names its group (retry_consumer_group), and the other groups leave it
+// alone. A dead letter replayed to its original topic reaches every group;
+// ReplayToGroup (and ReplayRoute, for dlq.ReplayConfig.Route) writes it to
+// the first tier of its topic instead, due now, naming the group the
+// envelope names, so that only that group handles it again, its failed
+// attempts counted on. The delays must be those of the group's consumer;
+// a dead letter of the relay names no group and goes back to its topic.
+//
 // # Key order across tiers
 //
 // A message waiting in a tier lets the later messages of its key overtake

@@ -5,6 +5,7 @@ import (
 	"log"
 	"time"
 
+	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -63,4 +64,52 @@ func ExampleHeaders() {
 	// retry_last_error=psp timeout
 	// retry_consumer_group=payouts
 	// due: 2026-01-16T10:00:59Z next attempt: 7
+}
+
+// A dead letter the group payouts gave up on, replayed to payouts alone:
+// into the first tier of its topic, due now, naming the group, which the
+// other groups reading the tier leave alone. dlq.Replay writes it (with
+// Route: topo.ReplayToGroup, or retrytopics.ReplayRoute for a dead-letter
+// topic of several topics) and adds replay_count.
+func ExampleTopology_ReplayToGroup() {
+	topo, err := retrytopics.New("payouts", retrytopics.Config{Delays: []time.Duration{5 * time.Second, time.Minute}}, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	failed := time.Date(2026, 1, 16, 9, 59, 59, 0, time.UTC)
+	env, err := dlq.New(dlq.Original{Topic: "payouts", Partition: 3, Offset: 1842, Key: []byte("order-3"), Value: []byte(`{"amount_cents":4200}`),
+		Headers: []dlq.Header{{Key: []byte("ce_id"), Value: []byte("0195f3c4-0000-7000-8000-000000000003")}}},
+		dlq.Failure{Error: "psp timeout after 30s", Kind: dlq.KindRetriesExhausted, Attempts: 6, FailedAt: failed, FirstFailedAt: failed, ConsumerGroup: "payouts"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	rec, err := topo.ReplayToGroup(env)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("to %s partition %d, key %s\n", rec.Topic, rec.Partition, rec.Key)
+	for _, h := range rec.Headers {
+		if string(h.Key) == retrytopics.HeaderNotBefore {
+			h.Value = []byte("(now)")
+		}
+		fmt.Printf("%s=%s\n", h.Key, h.Value)
+	}
+
+	relay, _ := dlq.New(dlq.Original{Topic: "payouts", Partition: dlq.NoPartition, Offset: dlq.NoOffset},
+		dlq.Failure{Error: "record too large", Kind: dlq.KindPermanent})
+	_, err = topo.ReplayToGroup(relay)
+	fmt.Println(err)
+	// Output:
+	// to payouts.retry.5s partition 3, key order-3
+	// ce_id=0195f3c4-0000-7000-8000-000000000003
+	// retry_attempt=1
+	// retry_failed_attempts=6
+	// retry_original_topic=payouts
+	// retry_original_partition=3
+	// retry_original_offset=1842
+	// retry_not_before=(now)
+	// retry_first_failed_at=1768557599000
+	// retry_last_error=psp timeout after 30s
+	// retry_consumer_group=payouts
+	// retrytopics: cannot replay to the failed group: the dead letter names no consumer group: the relay dead-lettered it before it reached Kafka; replay it to its topic
 }
