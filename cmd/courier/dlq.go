@@ -20,6 +20,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/retrytopics"
 )
 
 // dlqOptions are the options every dlq subcommand shares.
@@ -85,6 +86,7 @@ Brokers that refuse or never answer fail the command within about twice
 // dlqFilterFlags select dead letters for stats, list and replay.
 type dlqFilterFlags struct {
 	originalTopic, key, errorContains string
+	errorKind, consumerGroup          string
 	since, until                      string
 	partitions                        []int32
 	fromOffset, untilOffset           int64
@@ -95,6 +97,8 @@ func (f *dlqFilterFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.originalTopic, "original-topic", "", "only dead letters of this original topic")
 	fl.StringVar(&f.key, "key", "", "only dead letters with this original key")
 	fl.StringVar(&f.errorContains, "error", "", "only dead letters whose error contains this text (ignoring case)")
+	fl.StringVar(&f.errorKind, "error-kind", "", fmt.Sprintf("only dead letters of this kind: %s or %s", dlq.KindRetriesExhausted, dlq.KindPermanent))
+	fl.StringVar(&f.consumerGroup, "consumer-group", "", "only dead letters of this consumer group (exactly; the relay's have none)")
 	fl.StringVar(&f.since, "since", "", "only dead letters that failed at or after this time: RFC 3339 or a duration ago (2h, 7d)")
 	fl.StringVar(&f.until, "until", "", "only dead letters that failed before this time: RFC 3339 or a duration ago")
 	fl.Int32SliceVar(&f.partitions, "partition", nil, "only these partitions of the dead-letter topic (repeat or comma-separate)")
@@ -112,14 +116,19 @@ func (f *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
 			return dlq.Filter{}, usageError{fmt.Errorf("--partition %d: partitions are numbered from 0", p)}
 		}
 	}
-	switch {
+	switch kind := dlq.ErrorKind(f.errorKind); {
 	case f.fromOffset < 0 || f.untilOffset < 0:
 		return dlq.Filter{}, usageError{fmt.Errorf("--from-offset %d / --until-offset %d: offsets start at 0", f.fromOffset, f.untilOffset)}
 	case f.untilOffset != 0 && f.untilOffset <= f.fromOffset:
 		return dlq.Filter{}, usageError{fmt.Errorf("--until-offset %d is not after --from-offset %d, so nothing matches", f.untilOffset, f.fromOffset)}
+	case kind != "" && kind != dlq.KindRetriesExhausted && kind != dlq.KindPermanent:
+		return dlq.Filter{}, usageError{fmt.Errorf("--error-kind %s: use %s or %s", f.errorKind, dlq.KindRetriesExhausted, dlq.KindPermanent)}
+	}
+	if err := retrytopics.ValidGroup(f.consumerGroup); err != nil {
+		return dlq.Filter{}, usageError{fmt.Errorf("--consumer-group %w", err)}
 	}
 	return dlq.Filter{
-		OriginalTopic: f.originalTopic, Key: f.key, ErrorContains: f.errorContains,
+		OriginalTopic: f.originalTopic, Key: f.key, ErrorContains: f.errorContains, ErrorKind: dlq.ErrorKind(f.errorKind), ConsumerGroup: f.consumerGroup,
 		Since: since, Until: until, Partitions: f.partitions, FromOffset: f.fromOffset, UntilOffset: f.untilOffset,
 	}, nil
 }

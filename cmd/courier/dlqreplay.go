@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,8 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/record"
+	"github.com/courierkit/courier/retrytopics"
 )
 
 // replayRecordJSON is one record replay acted on, as --output json prints
@@ -23,6 +26,7 @@ type replayRecordJSON struct {
 	Partition     int32            `json:"partition"`
 	Offset        int64            `json:"offset"`
 	OriginalTopic string           `json:"original_topic,omitempty"`
+	ConsumerGroup string           `json:"consumer_group,omitempty"`
 	Key           *string          `json:"key,omitempty"`
 	KeyBase64     *string          `json:"key_base64,omitempty"`
 	Error         string           `json:"error,omitempty"`
@@ -36,7 +40,7 @@ func newReplayRecordJSON(r dlq.ReplayedRecord) replayRecordJSON {
 	j := replayRecordJSON{Action: r.Action, Partition: r.Entry.Partition, Offset: r.Entry.Offset, Reason: r.Reason}
 	if r.Entry.Err == nil {
 		env := r.Entry.Envelope
-		j.OriginalTopic, j.Key, j.KeyBase64, j.Error = env.OriginalTopic, env.OriginalKey, env.OriginalKeyBase64, env.Error
+		j.OriginalTopic, j.ConsumerGroup, j.Key, j.KeyBase64, j.Error = env.OriginalTopic, env.ConsumerGroup, env.OriginalKey, env.OriginalKeyBase64, env.Error
 	}
 	if r.To != "" {
 		j.To, j.ToPartition = r.To, &r.ToPartition
@@ -51,6 +55,7 @@ func newReplayRecordJSON(r dlq.ReplayedRecord) replayRecordJSON {
 type replayReportJSON struct {
 	Topic           string  `json:"topic"`
 	Group           string  `json:"group"`
+	ToGroup         bool    `json:"to_group"`
 	DryRun          bool    `json:"dry_run"`
 	Total           int64   `json:"total"`
 	Read            int64   `json:"read"`
@@ -65,8 +70,48 @@ type replayReportJSON struct {
 	Error           string  `json:"error,omitempty"`
 }
 
+// toGroupFlags replay each dead letter to the consumer group that failed
+// it only, through the first retry tier of its topic.
+type toGroupFlags struct {
+	on     bool
+	delays []time.Duration
+	suffix string
+}
+
+func (g *toGroupFlags) register(cmd *cobra.Command) {
+	f := cmd.Flags()
+	f.BoolVar(&g.on, "to-group", false, "replay each dead letter to the consumer group that failed it only: into the first retry tier of its topic, due now (needs --retry-delays)")
+	f.DurationSliceVar(&g.delays, "retry-delays", nil, "with --to-group: the delays of the group's retry tiers, exactly as its consumer's RetryTopics.Delays (e.g. 5s,1m)")
+	f.StringVar(&g.suffix, "retry-suffix", retrytopics.DefaultSuffix, "with --to-group: the suffix of the group's retry topics (its RetryTopics.Suffix)")
+}
+
+// route checks the flags against the others (cfg.To) and returns the
+// replay's Route: nil without --to-group. dlqTopic is the topic replayed;
+// the tiers of the topic it belongs to (dlqTopic without .dlq) check the
+// delays and suffix.
+func (g *toGroupFlags) route(cmd *cobra.Command, cfg dlq.ReplayConfig, dlqTopic string) (func(dlq.Envelope) (*record.Record, error), error) {
+	changed := cmd.Flags().Changed
+	switch {
+	case !g.on && (changed("retry-delays") || changed("retry-suffix")):
+		return nil, usageError{errors.New("--retry-delays and --retry-suffix go with --to-group")}
+	case !g.on:
+		return nil, nil
+	case cfg.To != "":
+		return nil, usageError{errors.New("--to-group and --to: --to-group sends each record to its group's first retry tier, --to to one topic; pick one")}
+	case len(g.delays) == 0:
+		return nil, usageError{errors.New("--to-group needs --retry-delays: the delays of the group's retry tiers, exactly as its consumer's Config.RetryTopics.Delays, e.g. --retry-delays 5s,1m")}
+	}
+	rc := retrytopics.Config{Delays: g.delays, Suffix: g.suffix}
+	base := cmp.Or(strings.TrimSuffix(dlqTopic, dlq.DefaultSuffix), dlqTopic)
+	if _, err := retrytopics.New(base, rc, ""); err != nil {
+		return nil, usageError{fmt.Errorf("--retry-delays/--retry-suffix: %w", err)}
+	}
+	return retrytopics.ReplayRoute(rc), nil
+}
+
 func newDLQReplayCmd(o *dlqOptions) *cobra.Command {
 	var ff dlqFilterFlags
+	var tg toGroupFlags
 	cfg := dlq.ReplayConfig{}
 	cmd := &cobra.Command{
 		Use:   "replay <dlq-topic>",
@@ -89,15 +134,29 @@ on with the others, and exits 1 at the end when any was skipped (also with
 Run one replay per group at a time: a run that finds the group's position
 moved under it by another run stops (exit 1).
 
+The original topic reaches every consumer group reading it. --to-group
+replays each dead letter to the group that failed it (consumer_group in
+its envelope) only: into the first retry tier of its topic, due now, with
+the retry headers naming the group, which the other groups leave alone.
+--retry-delays (and --retry-suffix) must be those of the group's consumer
+(Config.RetryTopics), so that the tier is one it reads. Dead letters of
+the relay name no group: they are skipped (replay them without
+--to-group).
+
 The summary goes to stdout; progress goes to stderr (a bar on a terminal,
 plain lines otherwise).`,
 		Example: `  courier dlq replay orders.dlq --dry-run
   courier dlq replay orders.dlq --error "psp timeout" --since 24h --rate 100
   courier dlq replay orders.dlq --partition 0 --from-offset 120 --until-offset 180
-  courier dlq replay orders.dlq --to orders.reprocess --max 10 --output json`,
+  courier dlq replay orders.dlq --to orders.reprocess --max 10 --output json
+  courier dlq replay orders.dlq --consumer-group payouts --to-group --retry-delays 5s,1m`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			filter, err := ff.filter(time.Now())
+			if err != nil {
+				return err
+			}
+			route, err := tg.route(cmd, cfg, args[0])
 			if err != nil {
 				return err
 			}
@@ -128,11 +187,12 @@ plain lines otherwise).`,
 			}
 			_ = probe.Close()
 			run := cfg
-			run.Brokers, run.Sarama, run.Topic, run.Filter = brokers, sc, args[0], filter
+			run.Brokers, run.Sarama, run.Topic, run.Filter, run.Route = brokers, sc, args[0], filter, route
 			return runReplay(cmd, o, run)
 		},
 	}
 	ff.register(cmd)
+	tg.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&cfg.Group, "group", envOr("COURIER_REPLAY_GROUP", dlq.DefaultReplayGroup),
 		"consumer group that keeps the replay's position (env COURIER_REPLAY_GROUP)")
@@ -170,7 +230,7 @@ func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig) error {
 		records = []replayRecordJSON{}
 	}
 	j := replayReportJSON{
-		Topic: cfg.Topic, Group: cfg.Group, DryRun: report.DryRun, Total: report.Total, Read: report.Read, Moved: report.Moved,
+		Topic: cfg.Topic, Group: cfg.Group, ToGroup: cfg.Route != nil, DryRun: report.DryRun, Total: report.Total, Read: report.Read, Moved: report.Moved,
 		AlreadyReplayed: report.AlreadyReplayed, NotSelected: report.NotSelected, Refused: report.Refused, Corrupt: report.Corrupt, Skipped: report.Skipped,
 		StoppedAtMax: report.StoppedAtMax, Seconds: report.Elapsed.Seconds(),
 	}
@@ -192,8 +252,12 @@ func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig) error {
 		if report.DryRun {
 			verb = "would be"
 		}
-		return fmt.Errorf("%d record(s) of %s %s skipped (target topic missing, the dead-letter topic itself, or a retry topic; see the skipped lines): "+
-			"they stay; create the topic or replay them with --to, then run the same command again", report.Skipped, cfg.Topic, verb)
+		remedy := "create the topic or replay them with --to"
+		if cfg.Route != nil {
+			remedy = "replay the relay's (no consumer group) without --to-group, or create the missing tier topic"
+		}
+		return fmt.Errorf("%d record(s) of %s %s skipped (see the skipped lines for why): they stay; %s, then run the same command again",
+			report.Skipped, cfg.Topic, verb, remedy)
 	}
 	return nil
 }
@@ -234,6 +298,9 @@ func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) e
 		moved = "would move"
 	case r.Total == 0:
 		fmt.Fprintf(w, "nothing to replay: group %s has read %s to its end\n", cfg.Group, cfg.Topic)
+	case cfg.Route != nil:
+		fmt.Fprintf(w, "moved %d record(s) of %s to the first retry tier of the group that failed each, in %s (group %s)\n",
+			r.Moved, cfg.Topic, r.Elapsed.Round(time.Millisecond), cfg.Group)
 	default:
 		fmt.Fprintf(w, "moved %d record(s) of %s in %s (group %s)\n", r.Moved, cfg.Topic, r.Elapsed.Round(time.Millisecond), cfg.Group)
 	}
@@ -248,7 +315,7 @@ func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) e
 		{"left out by filters", r.NotSelected, "they stay for a later run"},
 		{"refused", r.Refused, fmt.Sprintf("replayed %d times already; fix the cause, then raise --max-replays", cfg.MaxReplays)},
 		{"corrupt", r.Corrupt, "not readable dead letters: reported once, then passed"},
-		{"skipped", r.Skipped, "their target topic is missing or would loop: they stay (exit 1)"},
+		{"skipped", r.Skipped, "they cannot go where they would (see their lines): they stay (exit 1)"},
 	}
 	for _, row := range rows {
 		if row.n > 0 && row.note != "" {
