@@ -3,6 +3,7 @@
 #   - PostgreSQL on 127.0.0.1:5432, trust auth, user "postgres", database "test"
 #   - Redis on 127.0.0.1:6379
 #   - the kcat Kafka client (plus psql / redis-cli)
+#   - Chromium, for the web console's browser tests
 #
 # Called by `make services` (and therefore `make test` and CI). Designed for
 # Debian 12 without systemd. Idempotent: when everything is already up it only
@@ -94,6 +95,7 @@ install_missing() {
 		pkgs+=(redis-server)
 	fi
 	have kcat || pkgs+=(kcat)
+	have chromium || pkgs+=(chromium)
 	apt_install "${pkgs[@]}"
 }
 
@@ -313,6 +315,7 @@ main() {
 	have psql || die "psql is missing (install postgresql-client)"
 	have redis-cli || die "redis-cli is missing (install redis-tools)"
 	have kcat || die "kcat is missing (install kcat)"
+	have chromium || die "chromium is missing (install chromium)"
 
 	ensure_postgres
 	ensure_redis
