@@ -56,17 +56,24 @@ func (f *scanFromFixture) write(t *testing.T, p int32, text string) {
 	}
 }
 
-// scan calls ScanFrom and returns the errors of the entries it read.
+// scan calls ScanFrom and returns the errors of the entries it read,
+// sorted, after checking that each partition's came in offset order.
 func (f *scanFromFixture) scan(t *testing.T, ctx context.Context, from map[int32]int64) ([]string, []dlq.Extent, error) {
 	t.Helper()
 	var texts []string
+	next := map[int32]int64{}
 	extents, err := dlq.ScanFrom(ctx, f.client, f.topic, from, func(e dlq.Entry) error {
 		if e.Err != nil {
-			t.Fatalf("entry %d/%d: %v", e.Partition, e.Offset, e.Err)
+			t.Errorf("entry %d/%d: %v", e.Partition, e.Offset, e.Err)
 		}
+		if e.Offset < next[e.Partition] {
+			t.Errorf("offset %d of partition %d came after %d", e.Offset, e.Partition, next[e.Partition]-1)
+		}
+		next[e.Partition] = e.Offset + 1
 		texts = append(texts, e.Envelope.Error)
 		return nil
 	})
+	slices.Sort(texts)
 	return texts, extents, err
 }
 
@@ -131,15 +138,19 @@ func TestScanFromReturnsWhatItReadBeforeAnError(t *testing.T) {
 	f.write(t, 0, "b")
 	f.write(t, 1, "c")
 
+	// fn stops at "b": the extent of partition 0 ends after "a", that of
+	// partition 1 after what fn took of it, if anything.
 	stop := errors.New("stop")
+	took := map[int32]int64{}
 	extents, err := dlq.ScanFrom(context.Background(), f.client, f.topic, nil, func(e dlq.Entry) error {
 		if e.Envelope.Error == "b" {
 			return stop
 		}
+		took[e.Partition] = e.Offset + 1
 		return nil
 	})
-	want := []dlq.Extent{{Partition: 0, Oldest: 0, From: 0, End: 1}}
-	if !errors.Is(err, stop) || !slices.Equal(extents, want) {
+	want := []dlq.Extent{{Partition: 0, Oldest: 0, From: 0, End: 1}, {Partition: 1, Oldest: 0, From: 0, End: took[1]}}
+	if !errors.Is(err, stop) || !slices.Equal(extents, want) || took[0] != 1 {
 		t.Fatalf("ScanFrom stopped by fn: %+v, %v; want %+v, stop", extents, err, want)
 	}
 
