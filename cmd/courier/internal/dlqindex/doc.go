@@ -1,0 +1,32 @@
+// Package dlqindex keeps an in-memory index of one dead-letter topic, so the
+// console can count and browse its dead letters in a few milliseconds
+// instead of reading the topic from Kafka on every page.
+//
+// New makes an empty Index of a topic; Refresh reads what the topic
+// appended since the last Refresh (dlq.ScanFrom), and forgets what
+// retention deleted since. Summary counts the dead letters a dlq.Filter
+// selects, by original topic, error kind, error and consumer group; List
+// pages through them newest first with a keyset Cursor, which stays valid
+// while records are appended. Both read an immutable snapshot, so they
+// never wait for a Refresh and never see half of one. Topics lists the
+// cluster's dead-letter topics.
+//
+// # Matching
+//
+// Summary and List select with dlq.Filter.Match itself, on a dlq.Entry
+// rebuilt from the Item: the place (partition, offset, timestamp) and the
+// envelope fields an Item holds (original topic and key, error, error
+// kind, failure time, consumer group, attempts, replay count). A filter
+// therefore selects here what dlq.Scan and `courier dlq list` select, and
+// a field added to dlq.Filter on any of these works here unchanged.
+//
+// # Memory
+//
+// An Item costs the index about 90 bytes plus its key: original topics,
+// error kinds, errors, consumer groups and the reasons of corrupt records
+// are each kept once (interned), and forgotten once retention deleted the
+// last record holding them. The error is kept in full, as ErrorContains
+// matches it; courier never writes one longer than dlq.MaxErrorBytes, and
+// a longer one (another tool's envelope) is cut as dlq.TruncateError cuts
+// it, so a filter that would match past the cut does not match here.
+package dlqindex
