@@ -170,7 +170,7 @@ func (c *corpus) record(tb testing.TB) *kgo.Record {
 	}
 	group := groups[rng.IntN(len(groups))]
 	o := dlq.Original{
-		Topic: originalTopics[int(float64(len(originalTopics))*math.Pow(rng.Float64(), 2))],
+		Topic:     originalTopics[int(float64(len(originalTopics))*math.Pow(rng.Float64(), 2))],
 		Partition: int32(rng.IntN(12)), Offset: int64(i) * 3, Timestamp: at.Add(-2 * time.Second),
 		Value: fmt.Appendf(nil, `{"order_id":"order-%d","amount_cents":%d,"currency":"EUR","customer":"cust-%d","items":[{"sku":"sku-%d","qty":%d}]}`,
 			i, 100+rng.IntN(100000), rng.IntN(5000), rng.IntN(800), 1+rng.IntN(4)),
