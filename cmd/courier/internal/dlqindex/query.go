@@ -101,9 +101,10 @@ func (x *Index) Summary(f dlq.Filter) Summary {
 	}
 	var sum Summary
 	oldest, newest := int64(noTime), int64(noTime)
+	m := newMatcher(s, f)
 	for i := range s.recs {
 		r := &s.recs[i]
-		if !f.Match(s.entry(r)) {
+		if !m.match(r) {
 			continue
 		}
 		sum.Total++
@@ -117,9 +118,10 @@ func (x *Index) Summary(f dlq.Filter) Summary {
 			sum.Corrupt++
 			continue
 		}
-		for _, c := range []int{colTopic, colKind, colError, colGroup} {
-			counts[c][r.ids[c]]++
-		}
+		counts[colTopic][r.ids[colTopic]]++
+		counts[colKind][r.ids[colKind]]++
+		counts[colError][r.ids[colError]]++
+		counts[colGroup][r.ids[colGroup]]++
 	}
 	sum.Oldest, sum.Newest = fromMillis(oldest), fromMillis(newest)
 	sum.ByOriginalTopic = s.counts(colTopic, counts[colTopic])
@@ -229,9 +231,10 @@ func (x *Index) List(f dlq.Filter, after Cursor, limit int) (items []Item, next 
 		})
 	}
 	var last *rec // the record of the last item
+	m := newMatcher(s, f)
 	for i := end - 1; i >= 0; i-- {
 		r := &s.recs[i]
-		if !f.Match(s.entry(r)) {
+		if !m.match(r) {
 			continue
 		}
 		if len(items) == limit { // one more: there is a page after

@@ -157,29 +157,30 @@ func corruptReason(err error) string {
 // rebuilt for dlq.Filter.Match, which asks only whether there is one.
 var errCorrupt = errors.New("dlqindex: not a readable dead letter")
 
-// entry rebuilds the dlq.Entry of r, as dlq.Scan gave it, for
-// dlq.Filter.Match: the fields an Item holds.
-func (s *snapshot) entry(r *rec) dlq.Entry {
-	e := dlq.Entry{Partition: r.partition, Offset: r.offset, Timestamp: fromMillis(r.ts)}
+// fill makes e the dlq.Entry of r, as dlq.Scan gave it, for
+// dlq.Filter.Match: the fields an Item holds. It writes e in place, as
+// zeroing a whole Entry per record would cost more than the match.
+func (s *snapshot) fill(e *dlq.Entry, r *rec) {
+	e.Partition, e.Offset, e.Timestamp = r.partition, r.offset, fromMillis(r.ts)
 	if r.ids[colCorrupt] != 0 {
-		e.Err = errCorrupt
-		return e
+		e.Err, e.Envelope = errCorrupt, dlq.Envelope{}
+		return
 	}
-	e.Envelope = dlq.Envelope{
-		Version:       dlq.EnvelopeVersion,
-		OriginalTopic: s.vals[colTopic][r.ids[colTopic]],
-		Error:         s.vals[colError][r.ids[colError]],
-		ErrorKind:     dlq.ErrorKind(s.vals[colKind][r.ids[colKind]]),
-		Attempts:      int(r.attempts),
-		FailedAt:      fromMillis(r.failedAt),
-		ConsumerGroup: s.vals[colGroup][r.ids[colGroup]],
-		ReplayCount:   int(r.replays),
-	}
+	env := &e.Envelope
+	e.Err = nil
+	env.Version = dlq.EnvelopeVersion
+	env.OriginalTopic = s.vals[colTopic][r.ids[colTopic]]
+	env.Error = s.vals[colError][r.ids[colError]]
+	env.ErrorKind = dlq.ErrorKind(s.vals[colKind][r.ids[colKind]])
+	env.Attempts = int(r.attempts)
+	env.FailedAt = fromMillis(r.failedAt)
+	env.ConsumerGroup = s.vals[colGroup][r.ids[colGroup]]
+	env.ReplayCount = int(r.replays)
+	env.OriginalKey, env.OriginalKeyBase64 = nil, nil
 	switch r.keyKind {
 	case textKey:
-		e.Envelope.OriginalKey = &r.key
+		env.OriginalKey = &r.key
 	case binaryKey:
-		e.Envelope.OriginalKeyBase64 = &r.key
+		env.OriginalKeyBase64 = &r.key
 	}
-	return e
 }
