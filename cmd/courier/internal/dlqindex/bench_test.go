@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+
 	"github.com/courierkit/courier/cmd/courier/internal/dlqindex"
 	"github.com/courierkit/courier/dlq"
 )
@@ -16,8 +18,10 @@ import (
 // realistic dead letters on 3 partitions (newCorpus: six original topics,
 // both kinds, 30 error texts, binary and missing keys, raw mode now and
 // then, 20 corrupt records) in the in-process broker: the first Refresh
-// (and the heap the index then holds), a Refresh reading 100 new records
-// and one finding none, Summary with no filter and with each filter of the tests, and List's
+// (and the heap the index then holds), a Refresh reading 100 new records,
+// one finding none, and one finding none right after a read (with
+// Sarama's default Consumer.MaxWaitTime of 500 ms, and with 20 ms; see
+// Refresh), Summary with no filter and with each filter of the tests, and List's
 // first page and a page 90,000 records deep. Each reports the median of
 // its runs as ms-median. Run it with
 //
@@ -49,19 +53,34 @@ func BenchmarkIndex100k(b *testing.B) {
 		b.ReportMetric(float64(heapInUse()-before)/(1<<20), "MB-heap")
 		runtime.KeepAlive(y)
 	})
-	b.Run("refresh/100-new", func(b *testing.B) {
-		medianOf(b, func() { f.produce(b, c.next(b, 100)) }, func() {
+	refresh := func(b *testing.B, x *dlqindex.Index) func() {
+		return func() {
 			if err := x.Refresh(context.Background()); err != nil {
 				b.Fatal(err)
 			}
-		})
+		}
+	}
+	b.Run("refresh/100-new", func(b *testing.B) {
+		medianOf(b, func() { f.produce(b, c.next(b, 100)) }, refresh(b, x))
 	})
 	b.Run("refresh/nothing-new", func(b *testing.B) {
-		medianOf(b, nil, func() {
-			if err := x.Refresh(context.Background()); err != nil {
-				b.Fatal(err)
-			}
-		})
+		refresh(b, x)()
+		medianOf(b, nil, refresh(b, x))
+	})
+	b.Run("refresh/nothing-new/after-a-read", func(b *testing.B) {
+		medianOf(b, func() { f.produce(b, c.next(b, 100)); refresh(b, x)() }, refresh(b, x))
+	})
+	b.Run("refresh/nothing-new/after-a-read/max-wait-20ms", func(b *testing.B) {
+		cfg := f.k.Config()
+		cfg.Consumer.MaxWaitTime = 20 * time.Millisecond
+		client, err := sarama.NewClient(f.k.Brokers, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer client.Close()
+		y := dlqindex.New(client, f.topic)
+		refresh(b, y)()
+		medianOf(b, func() { f.produce(b, c.next(b, 100)); refresh(b, y)() }, refresh(b, y))
 	})
 	all := filters(c.start)
 	for _, name := range slices.Sorted(maps.Keys(all)) {

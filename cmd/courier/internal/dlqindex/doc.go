@@ -25,6 +25,19 @@
 // call, and ErrorContains is asked once per distinct error rather than
 // once per record.
 //
+// # What a Refresh costs
+//
+// Reading appended records costs at least 100 ms, which Sarama's consumer
+// spends gathering partitions before it fetches, and then about 20 µs a
+// record, mostly dlq.Decode (2 s for the first Refresh of 100,000 on 2
+// cores). A Refresh that finds nothing new costs a round trip per
+// partition; right after one that read records, though, it waits up to
+// the client's Consumer.MaxWaitTime (500 ms by default), because the
+// broker holds that read's last fetch on the connection it uses. So give
+// the index a client of its own with a short MaxWaitTime (20 ms), and
+// refresh in the background, not on the way to a page: Summary and List
+// never wait for a Refresh. BENCHMARKS.md has the figures.
+//
 // # Memory
 //
 // A record costs the index about 80 bytes plus its key (9 MB for the
