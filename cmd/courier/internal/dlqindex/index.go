@@ -103,7 +103,7 @@ func (x *Index) Refresh(ctx context.Context) error {
 			}
 			return f.err
 		case <-ctx.Done():
-			return fmt.Errorf("dlqindex: refresh of %s: %w", x.topic, ctx.Err())
+			return fmt.Errorf("dlqindex: refresh of %q: %w", x.topic, ctx.Err())
 		}
 	}
 }
@@ -136,7 +136,7 @@ func (x *Index) read(ctx context.Context) error {
 	})
 	x.apply(extents, fresh, err == nil, began)
 	if err != nil {
-		return fmt.Errorf("dlqindex: refresh of %s: %w", x.topic, err)
+		return fmt.Errorf("dlqindex: refresh of %q: %w", x.topic, err)
 	}
 	return nil
 }
