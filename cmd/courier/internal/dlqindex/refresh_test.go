@@ -77,6 +77,11 @@ func TestRefreshReturnsWhenItsContextEndsAndKeepsWhatItRead(t *testing.T) {
 	}
 	cfg := f.k.Config()
 	cfg.Consumer.Fetch.Default = 1 // a batch a fetch
+	// Sarama fetches again once the reader took every record of the last
+	// fetch (and waits a minute for it), so the fetch of the second batch
+	// says the index took the first.
+	cfg.ChannelBufferSize = 0
+	cfg.Consumer.MaxProcessingTime = time.Minute
 	client, err := sarama.NewClient(f.k.Brokers, cfg)
 	if err != nil {
 		t.Fatal(err)
