@@ -35,15 +35,18 @@
 // Scan reads a dead-letter topic up to its end, and Get one record of it,
 // without joining a consumer group or committing anything; Filter selects
 // records by original topic, key, error text and kind, consumer group,
-// failure time and place. Replay moves the selected records back to their
-// original topic (the original partition, key, value and headers byte for
-// byte, plus a replay_count header), in batches whose position a consumer
-// group commits only after the topic acknowledged them; `courier dlq` is
-// the same on the command line. ReplayConfig.Route sends each record
-// elsewhere instead: retrytopics.ReplayRoute sends it to the first retry
-// tier of the consumer group that failed it, so that only that group
-// handles it again, while the original topic reaches every group. The consumer copies replay_count into the envelope of a
-// record that fails again, and Replay refuses records replayed
+// failure time and place. ScanFrom reads only what was appended since an
+// earlier read, for a caller that keeps up with a topic. Replay moves the
+// selected records back to their original topic (the original partition,
+// key, value and headers byte for byte, plus a replay_count header), in
+// batches whose position a consumer group commits only after the topic
+// acknowledged them; `courier dlq` is the same on the command line.
+// ReplayConfig.Route sends each record elsewhere instead:
+// retrytopics.ReplayRoute sends it to the first retry tier of the consumer
+// group that failed it, so that only that group handles it again, while
+// the original topic reaches every group. The consumer copies replay_count
+// into the envelope of a record that fails again, and Replay refuses
+// records replayed
 // MaxReplays times, so a record cannot loop for ever.
 //
 // A bad record never stops a replay. A record that is not a readable
