@@ -33,7 +33,9 @@ type AdminConfig struct {
 // ErrNotFound is returned by Admin.Get for an unknown event id.
 var ErrNotFound = errors.New("producer: no such event in the outbox")
 
-// ErrInvalidFilter is matched by the errors of a Filter the call cannot use.
+// ErrInvalidFilter is matched by the errors of a Filter, or of another
+// argument (a retention, a window or step, a limit, an id to page from),
+// that the call cannot use.
 var ErrInvalidFilter = errors.New("producer: invalid filter")
 
 // WithDefaults returns c with an empty Schema and Table set to their

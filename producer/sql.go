@@ -3,13 +3,13 @@ package producer
 // This file owns the SQL of an outbox: its column list (eventColumns),
 // every statement the enqueue, the relay, the admin and the layout check
 // send, and their rendering for one schema and table (outboxNames.render).
-// The code that runs them is in store.go, admin.go, outbox.go, layout.go
-// and presence.go; beside transaction control (BEGIN, COMMIT, ROLLBACK and
-// savepoints) none of it writes SQL of its own. The one other writer is
-// the benchmark harness (cmd/courier/internal/bench), which seeds what it
-// measures (backlogs in bulk, a history of millions of published rows that
-// Enqueue would take hours to write) and reads table sizes; no code path of
-// a service runs its SQL.
+// The code that runs them is in store.go, admin.go, summary.go, audit.go,
+// outbox.go, layout.go and presence.go; beside transaction control (BEGIN, COMMIT, ROLLBACK and
+// savepoints) none of it writes SQL of its own. The other writers are the
+// benchmark harness (cmd/courier/internal/bench) and TestAdminAtOneMillion,
+// which seed what they measure (backlogs in bulk, a history of millions of
+// published rows that Enqueue would take hours to write) and read table
+// sizes; no code path of a service runs their SQL.
 
 import (
 	"fmt"
