@@ -29,12 +29,10 @@ type AuditEntry struct {
 	// increasing order; Audit ignores them.
 	ID int64
 	At time.Time
-	// Actor is who acted (a user name) and Action what they did (such as
-	// "requeue" or "purge"): both required.
-	Actor, Action string
-	// Remote is where the action came from (an address); Target what it
-	// was on (an event id, a topic). Optional.
-	Remote, Target string
+	// Actor is who acted (a user name; required), Remote where from (an
+	// address), Action what they did (such as "requeue" or "purge";
+	// required) and Target what on (an event id, a topic).
+	Actor, Remote, Action, Target string
 	// Filter is the selection the action applied to, as JSON (such as a
 	// Filter, marshalled), or empty.
 	Filter json.RawMessage
