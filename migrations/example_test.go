@@ -40,6 +40,8 @@ func ExampleMigrator_Up() {
 	// applied 0003_drop_key_order
 	// applied 0004_split_outbox
 	// applied 0005_index_key_hash
+	// applied 0006_activity
+	// applied 0007_audit
 	// second run applied 0
 }
 

@@ -40,7 +40,8 @@ type series struct {
 var (
 	outboxSeries = series{
 		name: "outbox", new: migrations.New, all: migrations.All, dir: "sql", table: "courier_outbox",
-		tables: []string{"courier_outbox", "courier_outbox_waiting", "courier_outbox_dead", "courier_outbox_published", "courier_outbox_keys"},
+		tables: []string{"courier_outbox", "courier_outbox_waiting", "courier_outbox_dead", "courier_outbox_published", "courier_outbox_keys",
+			"courier_outbox_activity", "courier_outbox_audit"},
 		insert: "INSERT INTO courier_outbox (id, topic, event_type, payload, content_type) VALUES (gen_random_uuid(), 'orders', 'X', '\\x7b7d', 'application/json')",
 	}
 	inboxSeries = series{
@@ -206,11 +207,14 @@ func TestUpIntoCustomSchemaAndTable(t *testing.T) {
 	}
 	// Every table of the outbox, and every index, is named after it.
 	for table, want := range map[string][]string{
-		"billing_events":           {"billing_events_pkey"},
-		"billing_events_waiting":   {"billing_events_waiting_pkey", "billing_events_waiting_key", "billing_events_waiting_due"},
-		"billing_events_dead":      {"billing_events_dead_pkey", "billing_events_dead_key"},
-		"billing_events_published": {"billing_events_published_id", "billing_events_published_seq"},
-		"billing_events_keys":      {"billing_events_keys_pkey", "billing_events_keys_created"},
+		"billing_events":         {"billing_events_pkey"},
+		"billing_events_waiting": {"billing_events_waiting_pkey", "billing_events_waiting_key", "billing_events_waiting_due"},
+		"billing_events_dead":    {"billing_events_dead_pkey", "billing_events_dead_key"},
+		"billing_events_published": {"billing_events_published_id", "billing_events_published_seq", "billing_events_published_at",
+			"billing_events_published_keys", "billing_events_published_error"},
+		"billing_events_keys":     {"billing_events_keys_pkey", "billing_events_keys_created"},
+		"billing_events_activity": {"billing_events_activity_pkey"},
+		"billing_events_audit":    {"billing_events_audit_pkey"},
 	} {
 		indexes := indexNames(t, pg.Pool, schema, table)
 		if !slices.Equal(indexes, slices.Sorted(slices.Values(want))) {

@@ -225,20 +225,27 @@ func TestHostileRelay(t *testing.T) {
 		{name: "outbox table that does not exist", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
 			return pg.Schema, "orders_outbox"
 		}, isolation: isolation{want: "orders_outbox does not exist (missing: table "}},
-		{name: "outbox of an older courier", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
-			m := migrateOutbox(t, pg)
-			if _, err := m.Down(context.Background(), pg.Pool, 2); err != nil {
+		{name: "outbox of version 1", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
+			downTo(t, migrateOutbox(t, pg), pg, 3)
+			return pg.Schema, "courier_outbox"
+		}, isolation: isolation{want: "has the layout of an older courier (missing: table {schema}.courier_outbox_waiting, table "}},
+		{name: "outbox of version 4", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
+			downTo(t, migrateOutbox(t, pg), pg, 4)
+			return pg.Schema, "courier_outbox"
+		}, isolation: isolation{want: "has the layout of an older courier (missing: table {schema}.courier_outbox_activity)"}},
+		{name: "outbox whose indexes by key are those of version 4", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
+			migrateOutbox(t, pg)
+			_, err := pg.Pool.Exec(context.Background(), `DROP INDEX courier_outbox_waiting_key;
+				CREATE INDEX courier_outbox_waiting_key ON courier_outbox_waiting (topic, partition_key, seq)`)
+			if err != nil {
 				t.Fatal(err)
 			}
 			return pg.Schema, "courier_outbox"
-		}, isolation: isolation{want: "is not at the layout this courier needs (missing: table "}},
-		{name: "outbox without migration 5 (indexes by key hash)", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
-			m := migrateOutbox(t, pg)
-			if _, err := m.Down(context.Background(), pg.Pool, 1); err != nil {
-				t.Fatal(err)
-			}
+		}, isolation: isolation{want: "has the layout of an older courier (missing: index {schema}.courier_outbox_waiting_key on a hash of topic and key)"}},
+		{name: "outbox without migration 6 (activity)", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
+			downTo(t, migrateOutbox(t, pg), pg, 5)
 			return pg.Schema, "courier_outbox"
-		}, isolation: isolation{want: "has the layout of an older courier (missing: index {schema}.courier_outbox_waiting_key on a hash of topic and key, index "}},
+		}, isolation: isolation{want: "has the layout of an older courier (missing: table {schema}.courier_outbox_activity)"}},
 		{name: "outbox table missing a column", notReady: func(t *testing.T, pg *testkit.PG) (string, string) {
 			migrateOutbox(t, pg)
 			if _, err := pg.Pool.Exec(context.Background(), "ALTER TABLE courier_outbox_waiting DROP COLUMN first_failed_at"); err != nil {
@@ -325,6 +332,16 @@ func migrateOutbox(t *testing.T, pg *testkit.PG) *migrations.Migrator {
 		t.Fatal(err)
 	}
 	return m
+}
+
+// downTo reverts the outbox migrations of pg's schema after version.
+func downTo(t *testing.T, m *migrations.Migrator, pg *testkit.PG, version int) {
+	t.Helper()
+	steps := len(migrations.All()) - version
+	reverted, err := m.Down(context.Background(), pg.Pool, steps)
+	if err != nil || len(reverted) != steps || reverted[steps-1].Version != version+1 {
+		t.Fatalf("Down(%d) = %v, %v; want the migrations after version %d reverted", steps, reverted, err, version)
+	}
 }
 
 // runNotReady checks that Run, on the outbox c.notReady prepares, returns

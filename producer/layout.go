@@ -39,8 +39,8 @@ func (e *OutboxNotReadyError) Error() string {
 		what = "does not exist"
 	case e.Missing == "table "+e.Schema+"."+e.Table:
 		what = "does not exist"
-	case strings.HasPrefix(e.Missing, "index "):
-		what = "has the layout of an older courier" // one migration behind
+	case strings.HasPrefix(e.Missing, "index "), strings.HasPrefix(e.Missing, "table "):
+		what = "has the layout of an older courier" // a table or index of a later migration is missing
 	}
 	msg := fmt.Sprintf("producer: the outbox table %s.%s %s (missing: %s): create or upgrade it with "+
 		"`courier migrate up --schema %s --table %s`, or in Go with migrations.New(migrations.Config{Schema: %q, Table: %q}) and its Up; "+

@@ -3,13 +3,13 @@ package producer
 // This file owns the SQL of an outbox: its column list (eventColumns),
 // every statement the enqueue, the relay, the admin and the layout check
 // send, and their rendering for one schema and table (outboxNames.render).
-// The code that runs them is in store.go, admin.go, outbox.go, layout.go
-// and presence.go; beside transaction control (BEGIN, COMMIT, ROLLBACK and
-// savepoints) none of it writes SQL of its own. The one other writer is
-// the benchmark harness (cmd/courier/internal/bench), which seeds what it
-// measures (backlogs in bulk, a history of millions of published rows that
-// Enqueue would take hours to write) and reads table sizes; no code path of
-// a service runs its SQL.
+// The code that runs them is in store.go, admin.go, summary.go, audit.go,
+// outbox.go, layout.go and presence.go; beside transaction control (BEGIN, COMMIT, ROLLBACK and
+// savepoints) none of it writes SQL of its own. The other writers are the
+// benchmark harness (cmd/courier/internal/bench) and TestAdminAtOneMillion,
+// which seed what they measure (backlogs in bulk, a history of millions of
+// published rows that Enqueue would take hours to write) and read table
+// sizes; no code path of a service runs their SQL.
 
 import (
 	"fmt"
@@ -45,6 +45,7 @@ type store struct {
 type outboxNames struct {
 	table                                      pgname.Table
 	queue, waiting, dead, published, keys, seq string
+	activity, audit                            string
 	legacy, partitionDefault                   string
 }
 
@@ -57,14 +58,16 @@ func newOutboxNames(t pgname.Table) outboxNames {
 		published:        t.Derived("published"),
 		keys:             t.Derived("keys"),
 		seq:              t.Derived("seq"),
+		activity:         t.Derived("activity"),
+		audit:            t.Derived("audit"),
 		legacy:           t.Derived("legacy"),
 		partitionDefault: t.Derived("published_default"),
 	}
 }
 
 // render fills the placeholders of a statement: {queue}, {waiting}, {dead},
-// {published}, {keys}, {seq}, {now} (see dbNow), {share} (see shareOf) and
-// {held} (see heldBy).
+// {published}, {keys}, {seq}, {activity}, {audit}, {now} (see dbNow) and
+// {hold} (HoldKeyOnDeadLetter).
 func (n outboxNames) render(sql string, hold bool) string {
 	held := "false"
 	if hold {
@@ -72,7 +75,7 @@ func (n outboxNames) render(sql string, hold bool) string {
 	}
 	return strings.NewReplacer(
 		"{queue}", n.queue, "{waiting}", n.waiting, "{dead}", n.dead, "{published}", n.published,
-		"{keys}", n.keys, "{seq}", n.seq, "{now}", dbNow, "{hold}", held,
+		"{keys}", n.keys, "{seq}", n.seq, "{activity}", n.activity, "{audit}", n.audit, "{now}", dbNow, "{hold}", held,
 	).Replace(sql)
 }
 
@@ -350,23 +353,42 @@ LIMIT $2`
 // ---- settle ----
 
 // publishQueueSQL moves published new events, found by ctid, to the
-// history; publishWaitingSQL moves published waiting events, by seq.
+// history; publishWaitingSQL moves published waiting events, by seq. Both
+// add them to the activity (see addActivity).
 const publishQueueSQL = `
-WITH m AS (DELETE FROM {queue} WHERE ctid = ANY($2::tid[]) RETURNING *)
-INSERT INTO {published} (seq, ` + eventColumns + `, created_at, retry_count, published_at)
-SELECT seq, ` + eventColumns + `, created_at, 0, {now} FROM m`
+WITH m AS (DELETE FROM {queue} WHERE ctid = ANY($2::tid[]) RETURNING *),
+h AS (
+    INSERT INTO {published} (seq, ` + eventColumns + `, created_at, retry_count, published_at)
+    SELECT seq, ` + eventColumns + `, created_at, 0, {now} FROM m)` + addActivity
 
 const publishWaitingSQL = `
-WITH m AS (DELETE FROM {waiting} WHERE seq = ANY($2::bigint[]) RETURNING *)
-INSERT INTO {published} (seq, ` + eventColumns + `, created_at, retry_count, last_error, first_failed_at, published_at)
-SELECT seq, ` + eventColumns + `, created_at, retry_count, last_error, first_failed_at, {now} FROM m`
+WITH m AS (DELETE FROM {waiting} WHERE seq = ANY($2::bigint[]) RETURNING *),
+h AS (
+    INSERT INTO {published} (seq, ` + eventColumns + `, created_at, retry_count, last_error, first_failed_at, published_at)
+    SELECT seq, ` + eventColumns + `, created_at, retry_count, last_error, first_failed_at, {now} FROM m)` + addActivity
 
 // discardQueueSQL and discardWaitingSQL delete published events, for a
-// relay that keeps no history.
+// relay that keeps no history, and add them to the activity.
 const (
-	discardQueueSQL   = `DELETE FROM {queue} WHERE ctid = ANY($1::tid[])`
-	discardWaitingSQL = `DELETE FROM {waiting} WHERE seq = ANY($1::bigint[])`
+	discardQueueSQL   = `WITH m AS (DELETE FROM {queue} WHERE ctid = ANY($2::tid[]) RETURNING created_at)` + addActivity
+	discardWaitingSQL = `WITH m AS (DELETE FROM {waiting} WHERE seq = ANY($2::bigint[]) RETURNING created_at)` + addActivity
 )
+
+// addActivity adds the events of m, published now, to the activity of the
+// minute (table {activity}, migration 6): how many, and their lags from
+// enqueue, summed and the largest. The relay's transactions each add to a
+// row of their own, that of the first share they claimed (no two hold the
+// same share at once), so they never wait for each other.
+const addActivity = `
+INSERT INTO {activity} AS a (minute, shard, published, lag_sum_seconds, lag_max_seconds)
+SELECT date_trunc('minute', {now}), COALESCE((current_setting('courier.claim_shares', true)::int[])[1], 0), count(*),
+    sum(GREATEST(date_part('epoch', {now} - m.created_at), 0)), GREATEST(date_part('epoch', {now} - min(m.created_at)), 0)
+FROM m
+HAVING count(*) > 0
+ON CONFLICT (minute, shard) DO UPDATE SET
+    published       = a.published + excluded.published,
+    lag_sum_seconds = a.lag_sum_seconds + excluded.lag_sum_seconds,
+    lag_max_seconds = GREATEST(a.lag_max_seconds, excluded.lag_max_seconds)`
 
 // outcomeArrays are a settlement's arrays: seq, new status, whether an
 // attempt is counted, the error to record, the delay of the next attempt.
@@ -471,6 +493,7 @@ var layoutColumns = []struct {
 	{"published", "seq, " + eventColumns + ", created_at, retry_count, last_error, first_failed_at, published_at"},
 	{"keys", "topic, idempotency_key, event_id, created_at"},
 	{"seq", "last_value, is_called"},
+	{"activity", "minute, shard, published, lag_sum_seconds, lag_max_seconds"},
 }
 
 // layoutSQL lists what of the layout is missing: the schema ($1), the
@@ -515,15 +538,16 @@ func heldSlotsSQL(table string) string {
 
 // ---- admin ----
 
-// statsSQL counts the events of each status, and finds when the oldest due
-// event became due: the queue's head, or the earliest due waiting event.
+// statsSQL counts the events of each status, the published ones up to $1
+// (see Stats), and finds when the oldest due event became due: the
+// queue's head, or the earliest due waiting event.
 const statsSQL = `
 WITH due AS (SELECT LEAST(
     (SELECT COALESCE(not_before, created_at) FROM {queue} ORDER BY seq LIMIT 1),
     (SELECT min(next_attempt_at) FROM {waiting})) AS at)
 SELECT (SELECT count(*) FROM {queue}) + (SELECT count(*) FROM {waiting} WHERE status = 'pending'),
     (SELECT count(*) FROM {waiting} WHERE status = 'failed'),
-    (SELECT count(*) FROM {published}) /*legacy*/,
+    (SELECT count(*) FROM (SELECT FROM {published} /*legacy*/ LIMIT $1) h),
     (SELECT count(*) FROM {dead}),
     CASE WHEN at <= now() THEN at END, CASE WHEN at <= now() THEN now() - at END
 FROM due`
@@ -533,31 +557,65 @@ FROM due`
 func (n outboxNames) statsFor(legacy bool) string {
 	sql := n.render(statsSQL, false)
 	if legacy {
-		sql = strings.Replace(sql, "/*legacy*/", "+ (SELECT count(*) FROM "+n.legacy+")", 1)
+		sql = strings.Replace(sql, "/*legacy*/", "UNION ALL SELECT FROM "+n.legacy, 1)
 	}
 	return sql
 }
 
+// estimatePublishedSQL estimates how many events the history (the
+// partitions of $1) and the legacy table ($2, if it exists) hold, as the
+// planner does: each table's rows per page, by its statistics (autovacuum
+// and ANALYZE keep them), times its pages now. A table never analyzed
+// counts 0.
+const estimatePublishedSQL = `
+SELECT COALESCE(sum(CASE WHEN c.relpages > 0 AND c.reltuples > 0
+    THEN c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::int) ELSE 0 END), 0)::bigint
+FROM pg_class c
+WHERE c.oid IN (SELECT inhrelid FROM pg_inherits WHERE inhparent = $1::regclass) OR c.oid = to_regclass($2)`
+
+// lastAttempt is the time Filter.Since and Until bound in the tables of
+// events still in the outbox: the last attempt, or the enqueue of an event
+// never attempted.
+const lastAttempt = "COALESCE(last_attempt_at, created_at)"
+
+// recordSource is one table of an outbox as rows of Record, for the events
+// of one status: sql selects its columns in Record's order (the conditions
+// of Filter.where are over those), and at is the expression, over those
+// columns, of the time Filter.Since and Until bound there.
+type recordSource struct {
+	status, sql, at string
+}
+
 // recordSources are the tables of an outbox as rows of Record, by status.
-// Each names its columns in Record's order; the filters of Filter.where
-// apply to all of them.
-var recordSources = map[string]string{
-	StatusPending: `SELECT id, seq, ` + recordEventColumns + `, 'pending'::text AS status, 0 AS retry_count, max_retries,
+// The history's time is its published_at, which its BRIN index (migration
+// 6) finds by range; its condition seq > 0 (every event's) lets the planner
+// price a lookup by key, aggregate id or tenant in its index of those (see
+// historyKeys).
+var recordSources = []recordSource{
+	{StatusPending, `SELECT id, seq, ` + recordEventColumns + `, 'pending'::text AS status, 0 AS retry_count, max_retries,
     NULL::text AS last_error, NULL::timestamptz AS last_attempt_at, NULL::timestamptz AS first_failed_at,
     COALESCE(not_before, created_at) AS next_attempt_at, created_at, NULL::timestamptz AS published_at
-FROM {queue}
-UNION ALL
-SELECT id, seq, ` + recordEventColumns + `, status, retry_count, max_retries, last_error, last_attempt_at,
-    first_failed_at, next_attempt_at, created_at, NULL FROM {waiting} WHERE status = 'pending'`,
-	StatusFailed: `SELECT id, seq, ` + recordEventColumns + `, status, retry_count, max_retries, last_error, last_attempt_at,
-    first_failed_at, next_attempt_at, created_at, NULL::timestamptz AS published_at FROM {waiting} WHERE status = 'failed'`,
-	StatusDeadLettered: `SELECT id, seq, ` + recordEventColumns + `, 'dead_lettered'::text AS status, retry_count, max_retries,
+FROM {queue}`, "created_at"},
+	{StatusPending, `SELECT id, seq, ` + recordEventColumns + `, status, retry_count, max_retries, last_error, last_attempt_at,
+    first_failed_at, next_attempt_at, created_at, NULL::timestamptz AS published_at FROM {waiting} WHERE status = 'pending'`, lastAttempt},
+	{StatusFailed, `SELECT id, seq, ` + recordEventColumns + `, status, retry_count, max_retries, last_error, last_attempt_at,
+    first_failed_at, next_attempt_at, created_at, NULL::timestamptz AS published_at FROM {waiting} WHERE status = 'failed'`, lastAttempt},
+	{StatusDeadLettered, `SELECT id, seq, ` + recordEventColumns + `, 'dead_lettered'::text AS status, retry_count, max_retries,
     last_error, last_attempt_at, first_failed_at, dead_lettered_at AS next_attempt_at, created_at,
-    NULL::timestamptz AS published_at FROM {dead}`,
-	StatusPublished: `SELECT id, seq, ` + recordEventColumns + `, 'published'::text AS status, retry_count, max_retries,
+    NULL::timestamptz AS published_at FROM {dead}`, lastAttempt},
+	{StatusPublished, `SELECT id, seq, ` + recordEventColumns + `, 'published'::text AS status, retry_count, max_retries,
     last_error, published_at AS last_attempt_at, first_failed_at, created_at AS next_attempt_at, created_at, published_at
-FROM {published}`,
+FROM {published} WHERE ` + historyKeys, "last_attempt_at"},
 }
+
+// historyKeys is true of every event of the history, and makes the
+// planner use its index by key, aggregate id and tenant (migration 6) for
+// a lookup by one of them: that index holds a bloom filter of each per
+// block range, of which the planner has no estimate, beside the range of
+// seq; with a condition on seq too, it prices the index by the seq's order,
+// and the lookup reads the ranges that may hold the value, where without
+// it the planner would rather read the whole history.
+const historyKeys = "seq > 0"
 
 // legacySource is the published events of a table of version 1, while one
 // is left (see the migrations package).
@@ -569,17 +627,22 @@ var legacySource = `SELECT id, seq, ` + recordEventColumns + `, status, retry_co
 var recordEventColumns = strings.Replace(strings.TrimSuffix(strings.TrimPrefix(eventColumns, "id, "), ", max_retries"),
 	", headers", ", COALESCE(headers, '{}'::jsonb) AS headers", 1)
 
-// recordsSQL is the rows of Record of the given statuses as one subquery,
-// with the legacy table's when legacy.
-func (n outboxNames) recordsSQL(statuses []string, legacy bool) string {
+// recordsSQL is the rows of Record of the given statuses matching cond (see
+// Filter.where) as one subquery, with the legacy table's when legacy. The
+// condition applies to each table apart, with its own time (see
+// recordSource), so that each table's indexes serve it.
+func (n outboxNames) recordsSQL(statuses []string, legacy bool, cond string) string {
 	var parts []string
-	for _, st := range []string{StatusPending, StatusFailed, StatusDeadLettered, StatusPublished} {
-		if slices.Contains(statuses, st) {
-			parts = append(parts, recordSources[st])
+	add := func(sql, at string) {
+		parts = append(parts, "SELECT * FROM ("+sql+") s WHERE "+strings.ReplaceAll(cond, "{at}", at))
+	}
+	for _, src := range recordSources {
+		if slices.Contains(statuses, src.status) {
+			add(src.sql, src.at)
 		}
 	}
 	if legacy {
-		parts = append(parts, strings.ReplaceAll(legacySource, "{legacy}", n.legacy))
+		add(strings.ReplaceAll(legacySource, "{legacy}", n.legacy), lastAttempt)
 	}
 	return "(" + n.render(strings.Join(parts, "\nUNION ALL\n"), false) + ") r"
 }
@@ -587,14 +650,32 @@ func (n outboxNames) recordsSQL(statuses []string, legacy bool) string {
 // existsSQL says whether the relation $1 exists.
 const existsSQL = "SELECT to_regclass($1) IS NOT NULL"
 
-// listSQL reads the records from (see recordsSQL) matching where after the
-// seq of argument nargs-1, at most argument nargs of them.
-func listSQL(from, where string, nargs int) string {
-	return fmt.Sprintf("SELECT * FROM %s WHERE %s AND seq > $%d ORDER BY seq LIMIT $%d", from, where, nargs-1, nargs)
+// lastSeqSQL reads the last seq the queue's sequence gave out: no event
+// has a higher one.
+func (n outboxNames) lastSeqSQL() string { return "SELECT last_value FROM " + n.seq }
+
+// listSQL reads the records from (see recordsSQL) with a seq above
+// argument nargs-2 and at most argument nargs-1, in seq order, at most
+// argument nargs of them.
+func listSQL(from string, nargs int) string {
+	return fmt.Sprintf("SELECT * FROM %s WHERE seq > $%d AND seq <= $%d ORDER BY seq LIMIT $%d", from, nargs-2, nargs-1, nargs)
+}
+
+// countSQL counts the records from (see recordsSQL), up to argument nargs.
+func countSQL(from string, nargs int) string {
+	return fmt.Sprintf("SELECT count(*) FROM (SELECT 1 FROM %s LIMIT $%d) c", from, nargs)
 }
 
 // getSQL reads the record of id $1 from (see recordsSQL).
-func getSQL(from string) string { return "SELECT * FROM " + from + " WHERE id = $1 LIMIT 1" }
+func getSQL(from string) string { return "SELECT * FROM " + from + " LIMIT 1" }
+
+// requeueFailed and requeueDead select the events Requeue resets, in
+// {waiting} and {dead}: requeueSQL resets them and countRequeueSQL counts
+// them.
+const (
+	requeueFailed = "{requeue_failed} AND status = 'failed' AND {where}"
+	requeueDead   = "{requeue_dead} AND {where}"
+)
 
 // requeueSQL makes the matching failed events pending and due, and moves
 // the matching dead letters back to waiting, pending and due; then it
@@ -602,25 +683,101 @@ func getSQL(from string) string { return "SELECT * FROM " + from + " WHERE id = 
 const requeueSQL = `
 WITH f AS (
     UPDATE {waiting} SET status = 'pending', retry_count = 0, first_failed_at = NULL, next_attempt_at = now()
-    WHERE {requeue_failed} AND status = 'failed' AND {where}
+    WHERE ` + requeueFailed + `
     RETURNING 1),
-d AS (DELETE FROM {dead} WHERE {requeue_dead} AND {where} RETURNING *),
+d AS (DELETE FROM {dead} WHERE ` + requeueDead + ` RETURNING *),
 w AS (
     INSERT INTO {waiting} (seq, ` + eventColumns + `, created_at, status, retry_count, last_error, last_attempt_at,
         first_failed_at, next_attempt_at)
     SELECT seq, ` + eventColumns + `, created_at, 'pending', 0, last_error, last_attempt_at, NULL, now() FROM d
-    RETURNING 1)
-SELECT (SELECT count(*) FROM f) + (SELECT count(*) FROM w), nextval('{seq}')`
+    RETURNING 1),
+wake AS (SELECT nextval('{seq}'))
+SELECT (SELECT count(*) FROM f) + (SELECT count(*) FROM w) FROM wake`
 
-// requeueFor renders requeueSQL for the events matching where, failed ones
-// when failed, dead letters when dead.
-func (n outboxNames) requeueFor(where string, failed, dead bool) string {
-	return n.render(strings.NewReplacer("{where}", where, "{requeue_failed}", fmt.Sprint(failed),
-		"{requeue_dead}", fmt.Sprint(dead)).Replace(requeueSQL), false)
+// countRequeueSQL counts the events requeueSQL would reset.
+const countRequeueSQL = `
+SELECT (SELECT count(*) FROM {waiting} WHERE ` + requeueFailed + `)
+    + (SELECT count(*) FROM {dead} WHERE ` + requeueDead + `)`
+
+// requeueFor renders sql (requeueSQL or countRequeueSQL) for the events
+// matching cond (see Filter.where), failed ones when failed, dead letters
+// when dead.
+func (n outboxNames) requeueFor(sql, cond string, failed, dead bool) string {
+	return n.render(strings.NewReplacer("{where}", strings.ReplaceAll(cond, "{at}", lastAttempt),
+		"{requeue_failed}", fmt.Sprint(failed), "{requeue_dead}", fmt.Sprint(dead)).Replace(sql), false)
 }
 
-// purgeSQL deletes the events of table matching cond.
-func purgeSQL(table, cond string) string { return "DELETE FROM " + table + " WHERE " + cond }
+// purgeTarget is a table Purge deletes from: at is the time Filter.Since
+// and Until bound there, only what else picks the events it deletes.
+type purgeTarget struct {
+	table, at, only string
+}
+
+// purgeTargets are the tables of the events of statuses, the legacy
+// table's published events too when legacy.
+func (n outboxNames) purgeTargets(statuses []string, legacy bool) []purgeTarget {
+	var targets []purgeTarget
+	if slices.Contains(statuses, StatusDeadLettered) {
+		targets = append(targets, purgeTarget{n.dead, lastAttempt, "true"})
+	}
+	if slices.Contains(statuses, StatusPublished) {
+		// Without historyKeys: an exact count or a delete of the events
+		// of a frequent tenant reads the whole history anyway, and the
+		// planner then reads it in parallel.
+		targets = append(targets, purgeTarget{n.published, "published_at", "true"})
+		if legacy {
+			targets = append(targets, purgeTarget{n.legacy, lastAttempt, "status = 'published'"})
+		}
+	}
+	return targets
+}
+
+// where selects the events of t matching cond (see Filter.where).
+func (t purgeTarget) where(cond string) string {
+	return t.only + " AND " + strings.ReplaceAll(cond, "{at}", t.at)
+}
+
+// purgeSQL deletes the events of t matching cond; countPurgeSQL counts
+// them.
+func (t purgeTarget) purgeSQL(cond string) string {
+	return "DELETE FROM " + t.table + " WHERE " + t.where(cond)
+}
+
+func (t purgeTarget) countPurgeSQL(cond string) string {
+	return "SELECT count(*) FROM " + t.table + " WHERE " + t.where(cond)
+}
+
+// activitySQL sums the activity of the relays ({activity}) over $2
+// periods of $1 microseconds, the last one holding now, aligned on the
+// epoch: each period's start, the events published in it, their lags from
+// enqueue summed, in seconds, and the longest.
+const activitySQL = `
+WITH p AS (
+    SELECT date_bin(s.step, statement_timestamp(), timestamptz 'epoch') - s.step * g AS at, s.step
+    FROM (SELECT $1::bigint * interval '1 microsecond' AS step) s, generate_series(0, $2::int - 1) AS g)
+SELECT p.at, COALESCE(sum(a.published), 0)::bigint, COALESCE(sum(a.lag_sum_seconds), 0), COALESCE(max(a.lag_max_seconds), 0)
+FROM p LEFT JOIN {activity} a ON a.minute >= p.at AND a.minute < p.at + p.step
+GROUP BY p.at
+ORDER BY p.at`
+
+// deadLetterGroupsSQL groups the dead letters by topic and last error,
+// the largest groups first, at most $1 of them: each group's topic, error,
+// size, and when its first and last events were dead-lettered.
+const deadLetterGroupsSQL = `
+SELECT topic, COALESCE(last_error, ''), count(*), min(dead_lettered_at), max(dead_lettered_at)
+FROM {dead}
+GROUP BY topic, last_error
+ORDER BY count(*) DESC, topic, last_error NULLS FIRST
+LIMIT $1`
+
+// auditSQL writes an entry of the audit log; auditLogSQL reads up to $2
+// entries with an id below $1, newest first.
+const (
+	auditSQL = `INSERT INTO {audit} (actor, remote, action, target, filter, count, detail)
+VALUES ($1, $2, $3, $4, $5, $6, $7)`
+	auditLogSQL = `SELECT id, at, actor, remote, action, target, filter, count, detail FROM {audit}
+WHERE id < $1 ORDER BY id DESC LIMIT $2`
+)
 
 // ---- retention ----
 
@@ -679,6 +836,27 @@ func (n outboxNames) expireKeysSQL() string {
 	return "DELETE FROM " + n.keys + " WHERE ctid IN (SELECT ctid FROM " +
 		n.keys + " WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
 }
+
+// expireActivitySQL deletes up to $2 minutes of activity before $1.
+func (n outboxNames) expireActivitySQL() string {
+	return "DELETE FROM " + n.activity + " WHERE ctid IN (SELECT ctid FROM " +
+		n.activity + " WHERE minute < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+}
+
+// summarizeTimeoutSQL bounds the lock waits of summarizeSQL's transaction
+// well below deadlock_timeout (1s by default), after which a wait would
+// cancel an autovacuum of the partition.
+const summarizeTimeoutSQL = "SELECT set_config('lock_timeout', '100ms', true)"
+
+// summarizeSQL summarizes the block ranges not yet summarized of every
+// BRIN index of the partitions of the history ($1).
+const summarizeSQL = `
+SELECT count(brin_summarize_new_values(i.indexrelid))
+FROM pg_inherits h
+JOIN pg_index i ON i.indrelid = h.inhrelid
+JOIN pg_class c ON c.oid = i.indexrelid
+JOIN pg_am a ON a.oid = c.relam
+WHERE h.inhparent = $1::regclass AND a.amname = 'brin'`
 
 // partitionsSQL lists the partitions of the history ($1).
 const partitionsSQL = `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid

@@ -326,10 +326,10 @@ func (s *store) queueOutcomes(batch *pgx.Batch, now pgtype.Timestamptz, outcomes
 		batch.Queue(s.publishWaiting, now, pubWaiting)
 	}
 	if len(discardQueue) > 0 {
-		batch.Queue(s.discardQueue, discardQueue)
+		batch.Queue(s.discardQueue, now, discardQueue)
 	}
 	if len(discardWaiting) > 0 {
-		batch.Queue(s.discardWaiting, discardWaiting)
+		batch.Queue(s.discardWaiting, now, discardWaiting)
 	}
 	park.queue(batch, s.parkQueue, now)
 	update.queue(batch, s.updateWaiting, now)
@@ -516,8 +516,9 @@ type Cleanup struct {
 // partitionsAhead days ahead and, when retention is positive, removes the
 // published events older than it: the day partitions that end before the
 // cutoff are dropped whole (after counting their rows), the default
-// partition and the idempotency keys lose their expired rows in statements
-// of at most batch rows, and the legacy table is dropped once all of it is
+// partition, the idempotency keys and the activity lose their expired rows
+// in statements of at most batch rows, and then the history's new block
+// ranges are summarized (see summarize); and the legacy table is dropped once all of it is
 // expired. Partition changes happen in one short transaction under an
 // advisory lock, so one relay at a time makes them; ok is false when
 // another held it (and nothing was done). A lock on the history that
@@ -599,7 +600,7 @@ func (s *store) maintain(ctx context.Context, db beginner, now pgtype.Timestampt
 	}
 	c.Partitions = drop[:len(drop)-boolInt(c.Legacy)]
 	if retention <= 0 {
-		return c, true, nil
+		return c, true, s.summarize(ctx, db)
 	}
 	cutoff := pgtype.Timestamptz{Time: today.Add(-retention), Valid: true}
 	deleted, err := s.deleteExpired(ctx, db, s.names.expirePublishedSQL(), cutoff, batch)
@@ -607,8 +608,39 @@ func (s *store) maintain(ctx context.Context, db beginner, now pgtype.Timestampt
 	if err != nil {
 		return c, true, err
 	}
-	c.Keys, err = s.deleteExpired(ctx, db, s.names.expireKeysSQL(), cutoff, batch)
-	return c, true, err
+	if c.Keys, err = s.deleteExpired(ctx, db, s.names.expireKeysSQL(), cutoff, batch); err != nil {
+		return c, true, err
+	}
+	if _, err = s.deleteExpired(ctx, db, s.names.expireActivitySQL(), cutoff, batch); err != nil {
+		return c, true, err
+	}
+	return c, true, s.summarize(ctx, db)
+}
+
+// summarize summarizes the full block ranges of the history's BRIN
+// indexes that no vacuum has yet. Until a range is summarized, every
+// lookup through the index reads it whole, and autovacuum comes to a
+// partition only once a fifth of its rows are new: the console's lookups
+// by time, key or id (migration 6) would read that fifth every time. Each
+// range is summarized once, by whichever comes first, so this costs no
+// more than autovacuum would. It gives up at once when a vacuum holds a
+// partition (and summarizes it).
+func (s *store) summarize(ctx context.Context, db beginner) error {
+	tx, err := db.Begin(ctx)
+	if err != nil {
+		return s.maintainErr(err)
+	}
+	defer func() { _ = tx.Rollback(context.WithoutCancel(ctx)) }()
+	if _, err := tx.Exec(ctx, summarizeTimeoutSQL); err != nil {
+		return s.maintainErr(err)
+	}
+	if _, err := tx.Exec(ctx, summarizeSQL, s.names.published); err != nil {
+		if pgErr, ok := pgError(err); ok && pgErr.Code == "55P03" { // lock_not_available
+			return nil
+		}
+		return s.maintainErr(err)
+	}
+	return s.maintainErr(tx.Commit(ctx))
 }
 
 func boolInt(b bool) int {

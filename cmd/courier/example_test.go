@@ -18,4 +18,6 @@ func Example_migrateStatus() {
 	// 0003     drop_key_order  not applied
 	// 0004     split_outbox    not applied
 	// 0005     index_key_hash  not applied
+	// 0006     activity        not applied
+	// 0007     audit           not applied
 }

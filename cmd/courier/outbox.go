@@ -168,12 +168,14 @@ func newOutboxCmd() *cobra.Command {
   purge    delete dead-lettered (or published) events for good
   cleanup  delete published events past their retention, now
 
-Filters (list, requeue, purge): --status, --topic, --key, --error (a
-case-insensitive substring of the last error), --since and --until (an RFC
-3339 time or a duration ago, e.g. 2h or 7d; they bound the last attempt, or
-the enqueue of an event never attempted).`,
+Filters (list, requeue, purge): --status, --topic, --key, --tenant,
+--aggregate-type, --aggregate-id, --error (a case-insensitive substring of
+the last error), --since and --until (an RFC 3339 time or a duration ago,
+e.g. 2h or 7d; they bound the last attempt, the enqueue of an event never
+attempted, or the publication of a published event).`,
 		Example: `  courier outbox stats --database-url postgres://app@db:5432/shop --schema shop
   courier outbox list --topic orders --error "too large" --since 2h
+  courier outbox list --status published --tenant acme --aggregate-type Order --aggregate-id order-42
   courier outbox show 01966b1c-4f4e-7a43-9a55-3a1cf0b6e1d2
   courier outbox requeue --topic orders --status dead_lettered
   courier outbox purge --key order-42 --yes
@@ -195,6 +197,7 @@ var outboxStatuses = []string{producer.StatusPending, producer.StatusFailed, pro
 type statsJSON struct {
 	Table               string           `json:"table"`
 	Counts              map[string]int64 `json:"counts"`
+	PublishedEstimated  bool             `json:"published_estimated"`
 	OldestDue           *time.Time       `json:"oldest_due"`
 	OldestDueAgeSeconds float64          `json:"oldest_due_age_seconds"`
 }
@@ -207,7 +210,9 @@ func newOutboxStatsCmd(o *outboxOptions) *cobra.Command {
 		Long: `Counts the events of the outbox table by status and finds the oldest due
 event (pending or failed, due now): how long it has been waiting is the
 relay's lag. A growing age means no relay runs, Kafka is unreachable, or the
-relays cannot keep up.`,
+relays cannot keep up. Beyond 100,000 published events, their count is
+PostgreSQL's estimate, marked ~ (published_estimated in JSON): an exact count
+would read the whole history.`,
 		Example: `  courier outbox stats
   courier outbox stats --schema shop --output json`,
 		Args: cobra.NoArgs,
@@ -221,7 +226,8 @@ relays cannot keep up.`,
 			if err != nil {
 				return err
 			}
-			v := statsJSON{Table: outbox.table.String(), Counts: stats.Counts, OldestDueAgeSeconds: stats.OldestDueAge.Seconds()}
+			v := statsJSON{Table: outbox.table.String(), Counts: stats.Counts, PublishedEstimated: stats.PublishedEstimated,
+				OldestDueAgeSeconds: stats.OldestDueAge.Seconds()}
 			if !stats.OldestDue.IsZero() {
 				v.OldestDue = utc(&stats.OldestDue)
 			}
@@ -229,7 +235,11 @@ relays cannot keep up.`,
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 				fmt.Fprintln(tw, "STATUS\tEVENTS")
 				for _, s := range outboxStatuses {
-					fmt.Fprintf(tw, "%s\t%d\n", s, stats.Counts[s])
+					about := ""
+					if s == producer.StatusPublished && stats.PublishedEstimated {
+						about = "~" // an estimate beyond producer.ExactPublishedLimit
+					}
+					fmt.Fprintf(tw, "%s\t%s%d\n", s, about, stats.Counts[s])
 				}
 				if err := tw.Flush(); err != nil {
 					return err
@@ -248,11 +258,12 @@ relays cannot keep up.`,
 
 // filterFlags are the event selectors of list, requeue and purge.
 type filterFlags struct {
-	ids                       []string
-	statuses                  []string
-	topic, key, errorContains string
-	since, until              string
-	all                       bool
+	ids                                []string
+	statuses                           []string
+	topic, key, errorContains          string
+	tenant, aggregateType, aggregateID string
+	since, until                       string
+	all                                bool
 
 	allowed  []string // the statuses --status takes
 	defaults []string // the statuses without --status
@@ -268,9 +279,12 @@ func (f *filterFlags) register(cmd *cobra.Command, allowed, defaults []string, b
 		strings.Join(allowed, ", "), strings.Join(defaults, " and ")))
 	fs.StringVar(&f.topic, "topic", "", "only events of this topic")
 	fs.StringVar(&f.key, "key", "", "only events of this partition key")
+	fs.StringVar(&f.tenant, "tenant", "", "only events of this tenant (Event.TenantID)")
+	fs.StringVar(&f.aggregateType, "aggregate-type", "", "only events of this aggregate type (Event.AggregateType)")
+	fs.StringVar(&f.aggregateID, "aggregate-id", "", "only events of this aggregate id (Event.AggregateID)")
 	fs.StringVar(&f.errorContains, "error", "", "only events whose last error contains this text, ignoring case")
-	fs.StringVar(&f.since, "since", "", "only events last attempted (or enqueued) at or after this time: RFC 3339, or a duration ago such as 30m, 2h, 7d")
-	fs.StringVar(&f.until, "until", "", "only events last attempted (or enqueued) before this time: RFC 3339, or a duration ago")
+	fs.StringVar(&f.since, "since", "", "only events last attempted (or enqueued, or published) at or after this time: RFC 3339, or a duration ago such as 30m, 2h, 7d")
+	fs.StringVar(&f.until, "until", "", "only events last attempted (or enqueued, or published) before this time: RFC 3339, or a duration ago")
 	if bulk {
 		fs.StringSliceVar(&f.ids, "id", nil, "only the event with this id (repeatable or comma-separated)")
 		fs.BoolVar(&f.all, "all", false, "allow no selector other than --status: act on every event of those statuses")
@@ -280,7 +294,8 @@ func (f *filterFlags) register(cmd *cobra.Command, allowed, defaults []string, b
 // filter parses the flags into a producer.Filter; bad values are usage
 // errors.
 func (f *filterFlags) filter(now time.Time) (producer.Filter, error) {
-	pf := producer.Filter{Topic: f.topic, Key: f.key, ErrorContains: f.errorContains, Statuses: f.statuses}
+	pf := producer.Filter{Topic: f.topic, Key: f.key, TenantID: f.tenant, AggregateType: f.aggregateType, AggregateID: f.aggregateID,
+		ErrorContains: f.errorContains, Statuses: f.statuses}
 	for _, s := range f.statuses {
 		if !slices.Contains(f.allowed, s) {
 			return pf, usageError{fmt.Errorf("--status %q: use %s", s, orList(f.allowed))}
@@ -301,10 +316,11 @@ func (f *filterFlags) filter(now time.Time) (producer.Filter, error) {
 // requireSelector refuses a filter that would select every event of its
 // statuses, unless --all says that is meant.
 func (f *filterFlags) requireSelector(action string) error {
-	if f.all || len(f.ids) > 0 || f.topic != "" || f.key != "" || f.errorContains != "" || f.since != "" || f.until != "" {
+	if f.all || len(f.ids) > 0 || f.topic != "" || f.key != "" || f.tenant != "" || f.aggregateType != "" || f.aggregateID != "" ||
+		f.errorContains != "" || f.since != "" || f.until != "" {
 		return nil
 	}
-	return usageError{fmt.Errorf("%s needs a selector (--id, --topic, --key, --error, --since or --until); pass --all to %s every event of the selected statuses", action, action)}
+	return usageError{fmt.Errorf("%s needs a selector (--id, --topic, --key, --tenant, --aggregate-type, --aggregate-id, --error, --since or --until); pass --all to %s every event of the selected statuses", action, action)}
 }
 
 // describe renders the selection for a confirmation prompt.
@@ -315,7 +331,8 @@ func (f *filterFlags) describe() string {
 	}
 	parts := []string{"status " + orList(statuses)}
 	for _, p := range []struct{ name, value string }{
-		{"id", strings.Join(f.ids, ", ")}, {"topic", f.topic}, {"key", f.key},
+		{"id", strings.Join(f.ids, ", ")}, {"topic", f.topic}, {"key", f.key}, {"tenant", f.tenant},
+		{"aggregate type", f.aggregateType}, {"aggregate id", f.aggregateID},
 		{"error containing", f.errorContains}, {"since", f.since}, {"until", f.until},
 	} {
 		if p.value != "" {
@@ -668,10 +685,12 @@ func newOutboxRequeueCmd(o *outboxOptions) *cobra.Command {
 attempts, due now, and wakes the relays, which publish them in their keys'
 order. last_error keeps the error that sent them there.
 
-It needs a selector (--id, --topic, --key, --error, --since or --until), or
---all to requeue every failed and dead-lettered event (of --status, if given).`,
+It needs a selector (--id, --topic, --key, --tenant, --aggregate-type,
+--aggregate-id, --error, --since or --until), or --all to requeue every failed
+and dead-lettered event (of --status, if given).`,
 		Example: `  courier outbox requeue --id 01966b1c-4f4e-7a43-9a55-3a1cf0b6e1d2
   courier outbox requeue --topic orders --error "not enough replicas" --since 1h
+  courier outbox requeue --tenant acme --status dead_lettered
   courier outbox requeue --all --status dead_lettered --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -713,12 +732,14 @@ func newOutboxPurgeCmd(o *outboxOptions) *cobra.Command {
 published ones. Pending and failed events are refused: they are still to be
 published.
 
-It needs a selector (--id, --topic, --key, --error, --since or --until), or
---all to purge every event of the selected statuses. On a terminal it asks
-you to type yes; --yes skips the question, and without a terminal (a script,
-a pipe) --yes is required.`,
+It needs a selector (--id, --topic, --key, --tenant, --aggregate-type,
+--aggregate-id, --error, --since or --until), or --all to purge every event
+of the selected statuses. On a terminal it asks you to type yes; --yes
+skips the question, and without a terminal (a script, a pipe) --yes is
+required.`,
 		Example: `  courier outbox purge --key order-42
   courier outbox purge --topic orders --until 720h --yes
+  courier outbox purge --status published --aggregate-type Customer --aggregate-id c-7 --yes
   courier outbox purge --all --status published --yes --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

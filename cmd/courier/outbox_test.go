@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -170,6 +171,33 @@ func TestOutboxStats(t *testing.T) {
 	}
 }
 
+// TestOutboxStatsEstimatesALargeHistory: beyond 100,000 published events
+// stats prints PostgreSQL's estimate, marked ~, and says so in JSON.
+func TestOutboxStatsEstimatesALargeHistory(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	_, err := o.Pool.Exec(context.Background(), `INSERT INTO courier_outbox_published (seq, id, topic, event_type, payload,
+		content_type, created_at, published_at)
+		SELECT g, gen_random_uuid(), 'orders', 'OrderCreated', '{}', 'application/json', now(), now()
+		FROM generate_series(1, $1) AS g`, producer.ExactPublishedLimit+20_000)
+	if err == nil {
+		_, err = o.Pool.Exec(context.Background(), "ANALYZE courier_outbox_published")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, out, errOut := o.cli(t, "stats")
+	if code != exitOK || !strings.Contains(out, "published      ~1") {
+		t.Errorf("stats of a large history: exit %d, want the published count marked ~\n%s%s", code, out, errOut)
+	}
+	var stats statsJSON
+	code, out, errOut = o.cli(t, "stats", "--output", "json")
+	decode(t, code, out, errOut, &stats)
+	if !stats.PublishedEstimated || stats.Counts["published"] <= producer.ExactPublishedLimit {
+		t.Errorf("stats --output json = %+v, want an estimate over %d", stats, producer.ExactPublishedLimit)
+	}
+}
+
 func TestOutboxStatsOfAnIdleOutbox(t *testing.T) {
 	t.Parallel()
 	o := newOutboxDB(t)
@@ -260,6 +288,80 @@ func TestOutboxListFiltersAndPages(t *testing.T) {
 	}
 	if code, out, _ = o.cli(t, "list", "--key", "nobody"); code != exitOK || out != "no events match\n" {
 		t.Errorf("list of nothing: exit %d\n%s", code, out)
+	}
+}
+
+// TestOutboxFiltersByTenantAndAggregate: --tenant, --aggregate-type and
+// --aggregate-id select events in list, requeue and purge, in every
+// status; a value that is not UTF-8, or longer than an event's, is a usage
+// error.
+func TestOutboxFiltersByTenantAndAggregate(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	ev := func(tenant, aggType, aggID string) producer.Event {
+		e := event("orders", aggID, "Changed")
+		e.TenantID, e.AggregateType, e.AggregateID = tenant, aggType, aggID
+		return e
+	}
+	ids := o.enqueue(t, ev("acme", "Order", "o-1"), ev("acme", "Order", "o-2"), ev("globex", "Order", "o-3"),
+		ev("acme", "Invoice", "i-1"), ev("globex", "Invoice", "i-2"))
+	o.deadLetter(t, ids[0], "too large")
+	o.fail(t, ids[1], "not enough replicas")
+	o.deadLetter(t, ids[2], "too large")
+	o.publish(t, ids[3], 0)
+	// ids[4] stays pending.
+
+	list := func(args ...string) []uuid.UUID {
+		t.Helper()
+		var page listJSON
+		code, out, errOut := o.cli(t, append([]string{"list", "--output", "json"}, args...)...)
+		decode(t, code, out, errOut, &page)
+		var got []uuid.UUID
+		for _, e := range page.Events {
+			got = append(got, e.ID)
+		}
+		return got
+	}
+	every := "pending,failed,dead_lettered,published"
+	for _, c := range []struct {
+		args []string
+		want []uuid.UUID
+	}{
+		{[]string{"--tenant", "acme"}, []uuid.UUID{ids[0], ids[1]}},
+		{[]string{"--tenant", "acme", "--status", every}, []uuid.UUID{ids[0], ids[1], ids[3]}},
+		{[]string{"--aggregate-type", "Invoice", "--status", every}, []uuid.UUID{ids[3], ids[4]}},
+		{[]string{"--aggregate-type", "Order", "--aggregate-id", "o-3"}, []uuid.UUID{ids[2]}},
+		{[]string{"--aggregate-id", "i-1", "--status", "published"}, []uuid.UUID{ids[3]}},
+		{[]string{"--tenant", "globex", "--aggregate-type", "Invoice"}, nil},
+	} {
+		if got := list(c.args...); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("list %v = %v, want %v", c.args, got, c.want)
+		}
+	}
+
+	code, out, errOut := o.cli(t, "requeue", "--tenant", "acme")
+	if code != exitOK || out != "requeued 2 event(s)\n" || o.status(t, ids[0]) != "pending" || o.status(t, ids[2]) != "dead_lettered" {
+		t.Fatalf("requeue --tenant acme: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = o.cli(t, "purge", "--aggregate-type", "Order", "--aggregate-id", "o-3", "--yes")
+	if code != exitOK || out != "purged 1 event(s)\n" || o.status(t, ids[2]) != "gone" {
+		t.Fatalf("purge --aggregate-id o-3: exit %d\n%s%s", code, out, errOut)
+	}
+	code, out, errOut = o.cli(t, "purge", "--status", "published", "--tenant", "acme", "--yes")
+	if code != exitOK || out != "purged 1 event(s)\n" || o.status(t, ids[3]) != "gone" {
+		t.Fatalf("purge --status published --tenant acme: exit %d\n%s%s", code, out, errOut)
+	}
+
+	for _, args := range [][]string{
+		{"list", "--tenant", "acme\xff"},
+		{"list", "--aggregate-id", strings.Repeat("a", producer.MaxAttributeBytes+1)},
+		{"requeue", "--aggregate-type", "\xc3\x28"},
+		{"purge", "--tenant", "\xff", "--yes"},
+	} {
+		code, out, errOut := o.cli(t, args...)
+		if code != exitUsage || !strings.Contains(errOut, "invalid filter") || !utf8.ValidString(errOut) {
+			t.Errorf("outbox %q: exit %d, want %d with the filter refused, in valid UTF-8\n%s%s", args, code, exitUsage, out, errOut)
+		}
 	}
 }
 

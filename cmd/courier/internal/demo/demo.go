@@ -89,7 +89,9 @@ type Config struct {
 	// `courier dev --data-dir DataDir/kafka` serves it after the demo. It
 	// is emptied first. Defaults to ".courier-demo/<Schema>".
 	DataDir string
-	// Orders is how many orders are enqueued. Defaults to 300.
+	// Orders is how many orders are enqueued. Defaults to 300; at most
+	// producer.ExactPublishedLimit (100,000), the most Admin.Stats counts
+	// exactly, which the demo counts the relay's progress with.
 	Orders int
 	// Poison is how many of them carry a negative amount, which the PSP
 	// rejects until the handler is fixed (`courier demo` takes 3).
@@ -140,9 +142,10 @@ func (c Config) withDefaults() (Config, error) {
 		return c, fmt.Errorf("%w: DatabaseURL is empty; name the PostgreSQL to run in", ErrInvalidConfig)
 	case c.RedisURL == "":
 		return c, fmt.Errorf("%w: RedisURL is empty; name the Redis for dedupe", ErrInvalidConfig)
-	case c.Orders < 1 || c.Poison < 0 || c.Slow < 0 || c.Poison+c.Slow > c.Orders || c.Duplicates < 0 || c.Duplicates > c.Orders-c.Poison-c.Slow:
-		return c, fmt.Errorf("%w: %d orders, %d poison, %d slow, %d duplicates: use at least 1 order, and no more poison, slow and duplicated orders than orders",
-			ErrInvalidConfig, c.Orders, c.Poison, c.Slow, c.Duplicates)
+	case c.Orders < 1 || c.Orders > producer.ExactPublishedLimit || c.Poison < 0 || c.Slow < 0 || c.Poison+c.Slow > c.Orders ||
+		c.Duplicates < 0 || c.Duplicates > c.Orders-c.Poison-c.Slow:
+		return c, fmt.Errorf("%w: %d orders, %d poison, %d slow, %d duplicates: use 1 to %d orders, and no more poison, slow and duplicated orders than orders",
+			ErrInvalidConfig, c.Orders, c.Poison, c.Slow, c.Duplicates, producer.ExactPublishedLimit)
 	case c.PSPOutage < 0 || c.Timeout < time.Second:
 		return c, fmt.Errorf("%w: PSPOutage %v, Timeout %v: no negative outage, and a timeout of at least 1s", ErrInvalidConfig, c.PSPOutage, c.Timeout)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/courierkit/courier/cmd/courier/internal/demo"
 	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
 )
 
 // TestDemoCountsEveryEvent runs the demo small: every order is paid once,
@@ -105,6 +106,16 @@ func TestDemoRefusesASchemaInUse(t *testing.T) {
 	}
 	if _, err := os.Stat(kept); err != nil {
 		t.Errorf("the other demo's broker data was touched: %v", err)
+	}
+}
+
+// TestDemoRefusesMoreOrdersThanStatsCounts: the demo follows the relay
+// with Admin.Stats, which counts published events exactly up to
+// producer.ExactPublishedLimit.
+func TestDemoRefusesMoreOrdersThanStatsCounts(t *testing.T) {
+	cfg := demo.Config{DatabaseURL: "postgres://unused", RedisURL: "redis://unused", Orders: producer.ExactPublishedLimit + 1}
+	if _, err := demo.Run(context.Background(), cfg, io.Discard); !errors.Is(err, demo.ErrInvalidConfig) || !strings.Contains(err.Error(), "use 1 to 100000 orders") {
+		t.Errorf("Orders %d: %v, want ErrInvalidConfig naming the bound", cfg.Orders, err)
 	}
 }
 
