@@ -87,7 +87,7 @@ func newRootCmd() *cobra.Command {
 		SilenceErrors: true,
 	}
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
-	root.AddCommand(newMigrateCmd(), newRelayCmd(), newOutboxCmd(), newDLQCmd(), newDevCmd(), newDemoCmd(), newBenchCmd())
+	root.AddCommand(newMigrateCmd(), newRelayCmd(), newOutboxCmd(), newDLQCmd(), newConsoleCmd(), newDevCmd(), newDemoCmd(), newBenchCmd())
 	return root
 }
 

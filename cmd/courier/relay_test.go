@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"os/exec"
 	"strings"
 	"sync"
@@ -507,8 +508,18 @@ type relayProcess struct {
 // the test ends, and its stderr logged if the test failed.
 func startRelayProcess(t *testing.T, args ...string) *relayProcess {
 	t.Helper()
+	return startProcessWithEnv(t, nil, args...)
+}
+
+// startProcessWithEnv is startRelayProcess with env added to the
+// environment.
+func startProcessWithEnv(t *testing.T, env []string, args ...string) *relayProcess {
+	t.Helper()
 	p := &relayProcess{cmd: exec.Command(testkit.CourierBinary(t), args...), exited: make(chan struct{})}
 	p.cmd.Stdout, p.cmd.Stderr = &p.stdout, &p.stderr
+	if env != nil {
+		p.cmd.Env = append(os.Environ(), env...)
+	}
 	if err := p.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}

@@ -1,0 +1,103 @@
+package console_test
+
+import (
+	"context"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+
+	"github.com/courierkit/courier/cmd/courier/internal/console"
+)
+
+// TestHostileRequestsGetClearErrors: filters, ids, places and cursors no
+// real page gives are refused with a 4xx naming the field, never a 5xx or
+// a panic, and the page quotes the bad value escaped.
+func TestHostileRequestsGetClearErrors(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	dlqTopic := r.kafka.Topic(t, 1) + ".dlq"
+	r.kafka.CreateTopic(t, dlqTopic, 1)
+	c := newClient(t, r.url)
+	long := strings.Repeat("k", 3000)
+	for path, want := range map[string]string{
+		"/outbox/events?topic=a%00b":                          "NUL",
+		"/outbox/events?key=" + long:                          "bytes long",
+		"/outbox/events?tenant=%ff%fe":                        "UTF-8",
+		"/outbox/events?status=gone":                          "status",
+		"/outbox/events?status=%1b%5b2J":                      `\x1b[2J`,
+		"/outbox/events?since=yesterday":                      "since",
+		"/outbox/events?since=1h&until=2h":                    "not after",
+		"/outbox/events?after=-4":                             "after",
+		"/outbox/events?after=x":                              "after",
+		"/outbox/events/not-a-uuid":                           "UUID",
+		"/outbox/events/00000000-0000-0000-0000-000000000000": "no event",
+		"/outbox/requeue?status=pending":                      "not allowed",
+		"/outbox/purge?status=failed":                         "not allowed",
+		"/outbox/requeue?id=%3Cscript%3E":                     "UUID",
+		"/outbox/drop":                                        "no outbox action",
+		"/dlq/" + dlqTopic + "?kind=fatal":                    "kind",
+		"/dlq/" + dlqTopic + "?partition=-1":                  "partition",
+		"/dlq/" + dlqTopic + "?offset=3":                      "offset",
+		"/dlq/" + dlqTopic + "?after=zz":                      "cursor",
+		"/dlq/" + dlqTopic + "?group=%00":                     "NUL",
+		"/dlq/" + dlqTopic + "/0/99":                          "no record",
+		"/dlq/" + dlqTopic + "/x/1":                           "partition and offset",
+		"/dlq/" + dlqTopic + "/0/9223372036854775807":         "partition and offset",
+		"/dlq/orders":                                         "not a dead-letter topic",
+		"/dlq/bad%20topic!.dlq":                               "not a topic name",
+		"/dlq/t.nope.dlq":                                     "does not exist",
+		"/jobs/nope":                                          "no such replay job",
+		"/audit?before=-1":                                    "before",
+	} {
+		status, body := c.get(path)
+		if status < 400 || status >= 500 || !strings.Contains(body, want) {
+			t.Errorf("GET %.80s: %d, want a 4xx saying %q (%.300s)", path, status, want, body)
+		}
+		if strings.ContainsAny(body, "\x00\x1b") {
+			t.Errorf("GET %.80s: the page holds a raw control character", path)
+		}
+	}
+	c.get("/")
+	for path, form := range map[string]url.Values{
+		"/outbox/requeue":               {"status": {"dead_lettered"}},
+		"/dlq/" + dlqTopic + "/dry-run": {"rate": {"-1"}},
+		"/dlq/" + dlqTopic + "/replay":  {"rate": {"NaN"}},
+		"/jobs/nope/cancel":             {},
+	} {
+		form.Set("csrf", c.csrf)
+		status, body, _ := c.do(http.MethodPost, path, form, nil)
+		if status < 400 || status >= 500 {
+			t.Errorf("POST %s %v: %d, want a 4xx (%.300s)", path, form, status, body)
+		}
+	}
+}
+
+// TestActionsNeedTheAuditTable: without the audit table the console shows
+// its pages, says which command creates the table, and refuses every
+// action, so that nothing is done unrecorded.
+func TestActionsNeedTheAuditTable(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	if _, err := r.pg.Pool.Exec(context.Background(), "DROP TABLE "+r.pg.Schema+".courier_outbox_audit"); err != nil {
+		t.Fatal(err)
+	}
+	srv, err := console.New(context.Background(), console.Config{DB: r.pg.Pool, Schema: r.pg.Schema, Kafka: r.client, Brokers: r.kafka.Brokers})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	rec := httptestServe(t, srv)
+	c := newClient(t, rec)
+	status, body := c.get("/outbox/events")
+	if status != http.StatusOK || !strings.Contains(body, "courier migrate up") || strings.Contains(body, "requeue-matching") {
+		t.Errorf("without the audit table the list is %d; it must name the migrate command and offer no action", status)
+	}
+	dlqTopic := r.kafka.Topic(t, 1) + ".dlq"
+	r.kafka.CreateTopic(t, dlqTopic, 1)
+	c.get("/dlq/" + dlqTopic) // a dry run needs no audit: its form gives the anti-forgery token
+	status, body, _ = c.do(http.MethodPost, "/outbox/requeue", url.Values{"csrf": {c.csrf}, "status": {"dead_lettered"}, "expect": {"0"}}, nil)
+	if status != http.StatusConflict || !strings.Contains(body, "audit table") {
+		t.Errorf("an action without the audit table: %d (%.300s)", status, body)
+	}
+}

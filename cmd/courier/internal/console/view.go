@@ -1,0 +1,180 @@
+package console
+
+import (
+	"bytes"
+	"crypto/subtle"
+	"encoding/json"
+	"fmt"
+	"html/template"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/courierkit/courier/cmd/courier/internal/display"
+)
+
+// funcs are the templates' helpers. Every string from Kafka or the
+// database is shown through text (or body), which makes control
+// characters visible; html/template then escapes it for HTML.
+var funcs = template.FuncMap{
+	"text":  display.Text,
+	"ptext": func(s *string) string { return ptext(s) },
+	"ts":    timestamp,
+	"ago":   ago,
+	"age":   func(d time.Duration) string { return roundDuration(d) },
+	"count": thousands,
+	"body":  body,
+	"args":  func(a ...any) []any { return a },
+	"movedTitle": func(dryRun bool) string {
+		if dryRun {
+			return "would move"
+		}
+		return "moved"
+	},
+	"pct": func(n, total int64) string {
+		if total <= 0 {
+			return "0"
+		}
+		return strconv.FormatFloat(min(100, float64(n)*100/float64(total)), 'f', 1, 64)
+	},
+}
+
+// ptext is display.Text of *s, "" for nil.
+func ptext(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return display.Text(*s)
+}
+
+// timestamp formats t in UTC to the second; "" for the zero time or nil.
+func timestamp(t any) string {
+	switch v := t.(type) {
+	case time.Time:
+		if v.IsZero() {
+			return ""
+		}
+		return v.UTC().Format("2006-01-02 15:04:05Z")
+	case *time.Time:
+		if v == nil {
+			return ""
+		}
+		return timestamp(*v)
+	}
+	return ""
+}
+
+// ago says how long before now t was: "3m ago"; "" for the zero time.
+func ago(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return roundDuration(time.Since(t)) + " ago"
+}
+
+// roundDuration shortens d for people: 950ms, 42s, 3m12s, 5h3m, 2d4h.
+func roundDuration(d time.Duration) string {
+	switch {
+	case d < 0:
+		return "0s"
+	case d < time.Second:
+		return d.Round(time.Millisecond).String()
+	case d < time.Minute:
+		return d.Round(time.Second).String()
+	case d < time.Hour:
+		return strings.TrimSuffix(d.Round(time.Second).String(), "0s")
+	case d < 48*time.Hour:
+		return strings.TrimSuffix(d.Round(time.Minute).String(), "0s")
+	}
+	days := d / (24 * time.Hour)
+	return fmt.Sprintf("%dd%dh", days, (d-days*24*time.Hour)/time.Hour)
+}
+
+// thousands writes n with thin commas: 1,234,567.
+func thousands(n any) string {
+	var v int64
+	switch x := n.(type) {
+	case int:
+		v = int64(x)
+	case int64:
+		v = x
+	case int32:
+		v = int64(x)
+	}
+	s := strconv.FormatInt(v, 10)
+	neg := strings.HasPrefix(s, "-")
+	s = strings.TrimPrefix(s, "-")
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	if neg {
+		return "-" + b.String()
+	}
+	return b.String()
+}
+
+// shownBody is a payload, key or header value as a page shows it.
+type shownBody struct {
+	// Kind is "json" (pretty-printed), "text", "hex" (a dump of bytes
+	// that are not printable UTF-8), "empty" or "null".
+	Kind string
+	Text string
+	Size int
+}
+
+// maxShown caps the bytes of a body a page shows.
+const maxShown = 256 << 10
+
+// body renders b for a page: JSON pretty-printed, printable UTF-8 as
+// text, other bytes as a hex dump; nil as null.
+func body(b []byte) shownBody {
+	switch {
+	case b == nil:
+		return shownBody{Kind: "null"}
+	case len(b) == 0:
+		return shownBody{Kind: "empty"}
+	}
+	s := shownBody{Size: len(b)}
+	if len(b) > maxShown {
+		b = b[:maxShown]
+	}
+	var pretty bytes.Buffer
+	if json.Valid(b) && json.Indent(&pretty, b, "", "  ") == nil && display.Printable(pretty.Bytes(), true) {
+		s.Kind, s.Text = "json", pretty.String()
+		return s
+	}
+	if display.Printable(b, true) {
+		s.Kind, s.Text = "text", string(b)
+		return s
+	}
+	if utf8.Valid(b) {
+		s.Kind, s.Text = "text", display.Lines(string(b), "")
+		return s
+	}
+	s.Kind, s.Text = "hex", display.Hex(b)
+	return s
+}
+
+// equalToken compares an anti-forgery token in constant time.
+func equalToken(got, want string) bool {
+	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
+}
+
+// urlQueryEscape escapes s for a query value.
+func urlQueryEscape(s string) string { return url.QueryEscape(s) }
+
+// localPath returns next when it is a path of this console ("/…", not
+// "//…"), else "/": a sign-in never sends a browser to another site.
+func localPath(next string) string {
+	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
+		strings.ContainsAny(next, "\r\n\t") {
+		return "/"
+	}
+	return next
+}
