@@ -1,7 +1,6 @@
 package console
 
 import (
-	"strconv"
 	"time"
 
 	"github.com/courierkit/courier/producer"
@@ -18,8 +17,8 @@ const (
 type chart struct {
 	Width, Height int
 	Bars          []bar
-	// Lag is the polyline of the maximum lag per step, "x,y x,y …".
-	Lag string
+	// Lag marks the longest lag of each step that published events.
+	Lag []tick
 	// MaxPublished and MaxLag label the scales.
 	MaxPublished int64
 	MaxLag       time.Duration
@@ -29,6 +28,10 @@ type chart struct {
 	PerSecond float64
 	From, To  time.Time
 }
+
+// tick is a short horizontal mark on the chart: it stretches with the
+// chart, as a dot would not.
+type tick struct{ X, Y, W float64 }
 
 // bar is one step's count.
 type bar struct {
@@ -55,7 +58,6 @@ func newChart(points []producer.ActivityPoint) chart {
 	c.To = c.To.Add(step)
 	c.PerSecond = float64(c.Total) / c.To.Sub(c.From).Seconds()
 	w := float64(chartWidth) / float64(len(points))
-	var lag []byte
 	for i, p := range points {
 		x := float64(i) * w
 		h := 0.0
@@ -64,22 +66,13 @@ func newChart(points []producer.ActivityPoint) chart {
 		}
 		c.Bars = append(c.Bars, bar{X: x, Y: chartHeight - h, W: max(w-1, 1), H: h,
 			Title: p.At.UTC().Format("15:04") + ": " + thousands(p.Published) + " published, lag up to " + roundDuration(p.MaxLag)})
-		y := float64(chartHeight)
-		if c.MaxLag > 0 {
-			y = chartHeight - float64(p.MaxLag)/float64(c.MaxLag)*(chartHeight-4)
+		if p.Published > 0 {
+			y := float64(chartHeight - 3)
+			if c.MaxLag > 0 {
+				y = 3 + (1-float64(p.MaxLag)/float64(c.MaxLag))*(chartHeight-6)
+			}
+			c.Lag = append(c.Lag, tick{X: x, Y: y - 1.5, W: max(w-1, 1)})
 		}
-		if i > 0 {
-			lag = append(lag, ' ')
-		}
-		lag = appendPoint(lag, x+w/2, y)
 	}
-	c.Lag = string(lag)
 	return c
-}
-
-// appendPoint appends "x,y" with one decimal.
-func appendPoint(b []byte, x, y float64) []byte {
-	b = strconv.AppendFloat(b, x, 'f', 1, 64)
-	b = append(b, ',')
-	return strconv.AppendFloat(b, y, 'f', 1, 64)
 }

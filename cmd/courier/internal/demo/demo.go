@@ -60,6 +60,10 @@ func DefaultRedisPrefix(schema string) string { return "courier:demo:" + schema 
 // DefaultDataDir: see DefaultRedisPrefix.
 func DefaultDataDir(schema string) string { return filepath.Join(".courier-demo", schema) }
 
+// retryDelays are the payout worker's retry tiers, which the closing hint
+// gives the console.
+var retryDelays = []time.Duration{500 * time.Millisecond, time.Second}
+
 // DevListen is the address the closing hint starts `courier dev` on: not
 // 9092, which a `courier dev` of the README's tour may hold already.
 const DevListen = "127.0.0.1:19092"
@@ -512,7 +516,7 @@ func (d *run) worker() (*consumer.Consumer, error) {
 		Brokers: d.broker.ListenAddrs(), Sarama: sc, Group: group, Topics: []string{topic},
 		MaxAttempts: 6, Backoff: backoff.Backoff{Base: 20 * time.Millisecond, Max: 200 * time.Millisecond},
 		Workers:     8,
-		RetryTopics: retrytopics.Config{Delays: []time.Duration{500 * time.Millisecond, time.Second}, CreateTopics: true},
+		RetryTopics: retrytopics.Config{Delays: retryDelays, CreateTopics: true},
 		Dedupe:      consumer.DedupeConfig{Store: store},
 		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
 			if m.Attempt > 1 {
@@ -707,6 +711,17 @@ finished in %.1fs. Inspect what it left:
   courier dev --data-dir %s --listen %s &   # the demo's topics, beside a courier dev on 9092
   kcat -b %[7]s -t orders.dlq -C -e -f '%%k %%h\n'
   courier dlq list orders.dlq --brokers %[7]s
-`, s.Seconds, databaseURL, s.Schema, redisURL, s.RedisPrefix, s.DataDir, DevListen)
+  courier console --database-url %[2]q --schema %[3]s --brokers %[7]s --retry-delays %[8]s
+      # the outbox and orders.dlq in a browser, at http://127.0.0.1:8080/
+`, s.Seconds, databaseURL, s.Schema, redisURL, s.RedisPrefix, s.DataDir, DevListen, delaysFlag(retryDelays))
 	return err
+}
+
+// delaysFlag writes delays as --retry-delays takes them: 500ms,1s.
+func delaysFlag(delays []time.Duration) string {
+	parts := make([]string, len(delays))
+	for i, d := range delays {
+		parts[i] = d.String()
+	}
+	return strings.Join(parts, ",")
 }

@@ -57,7 +57,7 @@ func TestDemoCountsEveryEvent(t *testing.T) {
 	if err := demo.WriteSummary(&summary, s, pg.URL, testkit.RedisURL()); err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"0  lost", "psql", "redis-cli", "kcat", "courier dlq list orders.dlq"} {
+	for _, want := range []string{"0  lost", "psql", "redis-cli", "kcat", "courier dlq list orders.dlq", "courier console --database-url"} {
 		if !strings.Contains(summary.String(), want) {
 			t.Errorf("summary lacks %q:\n%s", want, summary.String())
 		}

@@ -33,4 +33,6 @@ func ExampleWriteSummary() {
 	//   courier dev --data-dir .courier-demo/courier_demo/kafka --listen 127.0.0.1:19092 &   # the demo's topics, beside a courier dev on 9092
 	//   kcat -b 127.0.0.1:19092 -t orders.dlq -C -e -f '%k %h\n'
 	//   courier dlq list orders.dlq --brokers 127.0.0.1:19092
+	//   courier console --database-url "postgres://postgres@127.0.0.1:5432/test" --schema courier_demo --brokers 127.0.0.1:19092 --retry-delays 500ms,1s
+	//       # the outbox and orders.dlq in a browser, at http://127.0.0.1:8080/
 }
