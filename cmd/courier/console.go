@@ -15,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/courierkit/courier/cmd/courier/internal/console"
+	"github.com/courierkit/courier/cmd/courier/internal/display"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -107,7 +108,7 @@ func parseTokens(raw string) (map[string]string, error) {
 func loopbackListen(addr string) (bool, error) {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
-		return false, fmt.Errorf("--listen %q: use host:port, e.g. 127.0.0.1:8080", termText(addr))
+		return false, fmt.Errorf("--listen %q: use host:port, e.g. 127.0.0.1:8080", display.Text(addr))
 	}
 	if strings.EqualFold(host, "localhost") {
 		return true, nil

@@ -19,6 +19,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/spf13/cobra"
 
+	"github.com/courierkit/courier/cmd/courier/internal/display"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -233,7 +234,7 @@ func maxTime(a, b time.Time) time.Time {
 }
 
 func printDLQStats(w io.Writer, s dlqStats) error {
-	fmt.Fprintf(w, "%s: %d dead letter(s)", termText(s.Topic), s.Total)
+	fmt.Fprintf(w, "%s: %d dead letter(s)", display.Text(s.Topic), s.Total)
 	if s.Corrupt > 0 {
 		fmt.Fprintf(w, ", %d of them corrupt (see `courier dlq list`)", s.Corrupt)
 	}
@@ -394,7 +395,7 @@ func newDLQListCmd(o *dlqOptions) *cobra.Command {
 
 func printDLQEntries(w io.Writer, topic string, entries []dlq.Entry, more int) error {
 	if len(entries) == 0 {
-		_, err := fmt.Fprintf(w, "no dead letters in %s match\n", termText(topic))
+		_, err := fmt.Fprintf(w, "no dead letters in %s match\n", display.Text(topic))
 		return err
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -452,9 +453,9 @@ func newDLQShowCmd(o *dlqOptions) *cobra.Command {
 }
 
 func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
-	fmt.Fprintf(w, "%s partition %d offset %d, written %s\n", termText(topic), e.Partition, e.Offset, e.Timestamp.UTC().Format(time.RFC3339Nano))
+	fmt.Fprintf(w, "%s partition %d offset %d, written %s\n", display.Text(topic), e.Partition, e.Offset, e.Timestamp.UTC().Format(time.RFC3339Nano))
 	if e.Err != nil {
-		_, err := fmt.Fprintf(w, "corrupt: %s\nreplay skips it; it stays in the topic\n", termLines(e.Err.Error(), "  "))
+		_, err := fmt.Fprintf(w, "corrupt: %s\nreplay skips it; it stays in the topic\n", display.Lines(e.Err.Error(), "  "))
 		return err
 	}
 	env := e.Envelope
@@ -479,7 +480,7 @@ func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "error text:\n  %s\n", termLines(env.Error, "  "))
+	fmt.Fprintf(w, "error text:\n  %s\n", display.Lines(env.Error, "  "))
 	fmt.Fprintf(w, "key: %s\n", bytesForPeople(o.Key))
 	fmt.Fprintf(w, "headers (%d):\n", len(o.Headers))
 	for _, h := range o.Headers {
@@ -496,7 +497,7 @@ func bytesForPeople(b []byte) string {
 	if b == nil {
 		return "(null)"
 	}
-	if printable(b, false) && !strings.HasPrefix(string(b), "base64:") {
+	if display.Printable(b, false) && !strings.HasPrefix(string(b), "base64:") {
 		return string(b)
 	}
 	return "base64:" + base64.StdEncoding.EncodeToString(b)
@@ -506,7 +507,7 @@ func bytesForPeople(b []byte) string {
 // else as bytesForPeople does.
 func valueForPeople(b []byte) string {
 	var pretty bytes.Buffer
-	if printable(b, true) && json.Indent(&pretty, b, "  ", "  ") == nil {
+	if display.Printable(b, true) && json.Indent(&pretty, b, "  ", "  ") == nil {
 		return "  " + pretty.String()
 	}
 	return "  " + bytesForPeople(b)

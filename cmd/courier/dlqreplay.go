@@ -14,6 +14,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/spf13/cobra"
 
+	"github.com/courierkit/courier/cmd/courier/internal/display"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
@@ -272,7 +273,7 @@ func replayError(o *dlqOptions, topic string, err error) error {
 
 // replayLine is the line printed for a record replay acted on.
 func replayLine(topic string, r dlq.ReplayedRecord) string {
-	place := fmt.Sprintf("%s %d@%d", termText(topic), r.Entry.Partition, r.Entry.Offset)
+	place := fmt.Sprintf("%s %d@%d", display.Text(topic), r.Entry.Partition, r.Entry.Offset)
 	if r.Entry.Err != nil {
 		return fmt.Sprintf("%-10s  %s: %s", r.Action, place, cell(&r.Reason, 200))
 	}
@@ -287,7 +288,7 @@ func replayLine(topic string, r dlq.ReplayedRecord) string {
 	case dlq.ActionWouldMove:
 		return fmt.Sprintf("%-10s  %s → %s %d  %s", r.Action, place, r.To, r.ToPartition, what)
 	}
-	return fmt.Sprintf("%-10s  %s  %s; %s", r.Action, place, what, termText(r.Reason))
+	return fmt.Sprintf("%-10s  %s  %s; %s", r.Action, place, what, display.Text(r.Reason))
 }
 
 func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) error {

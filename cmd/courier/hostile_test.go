@@ -18,6 +18,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/courierkit/courier/cmd/courier/internal/display"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/record"
@@ -423,9 +424,10 @@ func runContext(ctx context.Context, args []string, stdout, stderr *bytes.Buffer
 	return run(ctx, args, stdout, stderr)
 }
 
-// FuzzTerminalEscape checks the terminal escaper: termText's output holds
-// no control character, no non-printable rune and no byte that is not
-// UTF-8, and termUnescape gives the exact input back; termLines keeps
+// FuzzTerminalEscape checks the terminal escaper: display.Text's output
+// holds no control character, no non-printable rune and no byte that is
+// not UTF-8, and termUnescape gives the exact input back (and the text
+// itself when it needs no escape); display.Lines keeps
 // only line feeds and tabs raw; JSON written by writeJSON decodes to the
 // same string and holds no DEL, C1 or other non-printable rune.
 func FuzzTerminalEscape(f *testing.F) {
@@ -434,20 +436,21 @@ func FuzzTerminalEscape(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		out := termText(s)
+		out := display.Text(s)
 		if bad := terminalUnsafe(out); bad != "" || strings.ContainsAny(out, "\n\t") {
-			t.Fatalf("termText(%q) = %q holds %s", s, out, bad)
+			t.Fatalf("display.Text(%q) = %q holds %s", s, out, bad)
 		}
 		back, err := termUnescape(out)
 		if err != nil || back != s {
-			t.Fatalf("termUnescape(termText(%q)) = %q, %v", s, back, err)
+			t.Fatalf("termUnescape(display.Text(%q)) = %q, %v", s, back, err)
 		}
-		if !needsEscape(s) && out != s {
-			t.Fatalf("termText(%q) = %q changed text that needs no escape", s, out)
+		plain := display.Printable([]byte(s), false) && !strings.ContainsAny(s, "\\\uFFFD")
+		if plain && out != s {
+			t.Fatalf("display.Text(%q) = %q changed text that needs no escape", s, out)
 		}
-		lines := termLines(s, "  ")
+		lines := display.Lines(s, "  ")
 		if bad := terminalUnsafe(lines); bad != "" {
-			t.Fatalf("termLines(%q) = %q holds %s", s, lines, bad)
+			t.Fatalf("display.Lines(%q) = %q holds %s", s, lines, bad)
 		}
 		var buf bytes.Buffer
 		if err := writeJSON(&buf, map[string]string{"v": s}); err != nil {
@@ -463,7 +466,7 @@ func FuzzTerminalEscape(f *testing.F) {
 	})
 }
 
-// termUnescape inverts termText: the test's proof that the escape loses
+// termUnescape inverts display.Text: the test's proof that the escape loses
 // nothing.
 func termUnescape(s string) (string, error) {
 	if !strings.Contains(s, `\`) {

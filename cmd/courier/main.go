@@ -36,6 +36,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/courierkit/courier/cmd/courier/internal/display"
 	"github.com/courierkit/courier/internal/redact"
 )
 
@@ -71,7 +72,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// Errors quote what Kafka and PostgreSQL sent (and may hold the
 	// connection strings given): escaped and with every secret masked.
-	fmt.Fprintln(stderr, "courier:", termLines(redactSecrets(err.Error(), secretsOf(cmd)), ""))
+	fmt.Fprintln(stderr, "courier:", display.Lines(redactSecrets(err.Error(), secretsOf(cmd)), ""))
 	if _, ok := errors.AsType[usageError](err); ok || isCobraUsageError(err) {
 		fmt.Fprintln(stderr, "run `courier --help` for usage")
 		return exitUsage

@@ -23,6 +23,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
 
+	"github.com/courierkit/courier/cmd/courier/internal/display"
 	"github.com/courierkit/courier/internal/pgname"
 	"github.com/courierkit/courier/internal/redact"
 	"github.com/courierkit/courier/producer"
@@ -350,46 +351,14 @@ func orList(words []string) string {
 	return strings.Join(words[:len(words)-1], ", ") + " or " + words[len(words)-1]
 }
 
-// parseTimeRange parses --since and --until (see parseTimeFlag) and
-// refuses a range no time falls in.
+// parseTimeRange parses --since and --until (an RFC 3339 time or a
+// duration ago, see display.ParseTime); a bad one is a usage error.
 func parseTimeRange(sinceText, untilText string, now time.Time) (since, until time.Time, err error) {
-	if since, err = parseTimeFlag("--since", sinceText, now); err != nil {
-		return since, until, err
-	}
-	if until, err = parseTimeFlag("--until", untilText, now); err != nil {
-		return since, until, err
-	}
-	if !since.IsZero() && !until.IsZero() && !until.After(since) {
-		return since, until, usageError{fmt.Errorf("--until %s is not after --since %s, so nothing matches", untilText, sinceText)}
+	since, until, err = display.ParseTimeRange("--since", sinceText, "--until", untilText, now)
+	if err != nil {
+		return since, until, usageError{err}
 	}
 	return since, until, nil
-}
-
-// parseTimeFlag parses an RFC 3339 time or a duration before now (Go
-// syntax, plus d for days); empty is the zero time.
-func parseTimeFlag(flag, value string, now time.Time) (time.Time, error) {
-	if value == "" {
-		return time.Time{}, nil
-	}
-	if t, err := time.Parse(time.RFC3339Nano, value); err == nil {
-		return t, nil
-	}
-	if ago, err := parseDuration(value); err == nil && ago >= 0 {
-		return now.Add(-ago), nil
-	}
-	return time.Time{}, usageError{fmt.Errorf("%s %q: use an RFC 3339 time (2026-01-16T09:00:00Z) or a duration ago (90m, 2h, 7d)", flag, value)}
-}
-
-// parseDuration is time.ParseDuration that also takes whole days ("7d").
-func parseDuration(s string) (time.Duration, error) {
-	if days, ok := strings.CutSuffix(s, "d"); ok {
-		n, err := strconv.Atoi(days)
-		if err != nil {
-			return 0, err
-		}
-		return time.Duration(n) * 24 * time.Hour, nil
-	}
-	return time.ParseDuration(s)
 }
 
 // filterError makes a filter the Admin refused (a status it does not allow
@@ -484,12 +453,12 @@ func utc(t *time.Time) *time.Time {
 }
 
 // cell renders a value for a text table: "-" for none, escaped by
-// termText, at most maxLen runes.
+// display.Text, at most maxLen runes.
 func cell(s *string, maxLen int) string {
 	if s == nil || *s == "" {
 		return "-"
 	}
-	v := termText(*s)
+	v := display.Text(*s)
 	if utf8.RuneCountInString(v) > maxLen {
 		v = string([]rune(v)[:maxLen-1]) + "…"
 	}
@@ -666,7 +635,7 @@ func printEvent(w io.Writer, r producer.Record) error {
 		value := r.Headers[name]
 		fmt.Fprintf(w, "  %s: %s\n", cell(&name, unlimited), cell(&value, unlimited))
 	}
-	if printable(r.Payload, true) {
+	if display.Printable(r.Payload, true) {
 		_, err := fmt.Fprintf(w, "payload (%s, %d bytes):\n%s\n", cell(&r.ContentType, unlimited), len(r.Payload), r.Payload)
 		return err
 	}
