@@ -18,14 +18,14 @@ import (
 // follows no redirect, and sends the headers a browser sends for the
 // console's own forms unless a test overrides them.
 type client struct {
-	t    *testing.T
+	t    testing.TB
 	base string
 	http *http.Client
 	// csrf is the anti-forgery token of the last page read.
 	csrf string
 }
 
-func newClient(t *testing.T, base string) *client {
+func newClient(t testing.TB, base string) *client {
 	jar, err := cookiejar.New(nil)
 	if err != nil {
 		t.Fatal(err)

@@ -30,7 +30,7 @@ type rig struct {
 
 // newRig migrates a fresh outbox, connects to Kafka and serves a console
 // on 127.0.0.1; adjust changes its config first.
-func newRig(t *testing.T, adjust func(*console.Config)) *rig {
+func newRig(t testing.TB, adjust func(*console.Config)) *rig {
 	t.Helper()
 	r := &rig{pg: testkit.Postgres(t), kafka: testkit.NewKafka(t)}
 	r.pg.Migrate(t)
@@ -60,7 +60,7 @@ func newRig(t *testing.T, adjust func(*console.Config)) *rig {
 }
 
 // enqueue commits events to the outbox and returns their ids.
-func (r *rig) enqueue(t *testing.T, events ...producer.Event) []uuid.UUID {
+func (r *rig) enqueue(t testing.TB, events ...producer.Event) []uuid.UUID {
 	t.Helper()
 	ctx := context.Background()
 	var out []producer.Enqueued
@@ -81,7 +81,7 @@ func (r *rig) enqueue(t *testing.T, events ...producer.Event) []uuid.UUID {
 
 // relay runs a relay on the rig's outbox until stop is called or the
 // test ends.
-func (r *rig) relay(t *testing.T, adjust func(*producer.RelayConfig)) (stop func()) {
+func (r *rig) relay(t testing.TB, adjust func(*producer.RelayConfig)) (stop func()) {
 	t.Helper()
 	cfg := producer.RelayConfig{Schema: r.pg.Schema, Brokers: r.kafka.Brokers, Sarama: r.kafka.Config(), Workers: 1,
 		PollInterval: 20 * time.Millisecond, Logger: testkit.Logger(t)}
@@ -110,7 +110,7 @@ func (r *rig) relay(t *testing.T, adjust func(*producer.RelayConfig)) (stop func
 }
 
 // status is an event's status now.
-func (r *rig) status(t *testing.T, id uuid.UUID) string {
+func (r *rig) status(t testing.TB, id uuid.UUID) string {
 	t.Helper()
 	rec, err := r.admin.Get(context.Background(), id)
 	if err != nil {
@@ -121,7 +121,7 @@ func (r *rig) status(t *testing.T, id uuid.UUID) string {
 
 // deadLettered enqueues events for a topic that does not exist, each with
 // one attempt, and runs a relay until it has dead-lettered them.
-func (r *rig) deadLettered(t *testing.T, events ...producer.Event) []uuid.UUID {
+func (r *rig) deadLettered(t testing.TB, events ...producer.Event) []uuid.UUID {
 	t.Helper()
 	for i := range events {
 		events[i].MaxAttempts = 1
@@ -142,7 +142,7 @@ func (r *rig) deadLettered(t *testing.T, events ...producer.Event) []uuid.UUID {
 
 // httptestServe serves srv on 127.0.0.1 until the test ends and returns
 // its address.
-func httptestServe(t *testing.T, srv *console.Server) string {
+func httptestServe(t testing.TB, srv *console.Server) string {
 	t.Helper()
 	hs := httptest.NewServer(srv.Handler())
 	t.Cleanup(hs.Close)
