@@ -64,10 +64,7 @@ func newConsoleFixture(t *testing.T) consoleFixture {
 	})
 	runOnce(t, newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: newFakeClock().Now}))
 	f.o5 = enqueue(t, pg, out, ev("orders", "acme", "Order", "o-5"))
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	f.admin = admin
 	return f
 }
@@ -256,10 +253,7 @@ func TestAdminListReadsTheHistoryInRangesOfSeq(t *testing.T) {
 	if _, err := pg.Pool.Exec(ctx, "SELECT setval('courier_outbox_seq', 2000001)"); err != nil {
 		t.Fatal(err)
 	}
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	pub := []string{"published"}
 	var seen []int64
 	for after := int64(0); ; {
@@ -315,10 +309,7 @@ func TestAdminCountStopsAtCountLimit(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	if got, err := admin.Count(ctx, producer.Filter{}); err != nil || got != producer.CountLimit {
 		t.Errorf("Count = %d, %v; want CountLimit (%d)", got, err, producer.CountLimit)
 	}
@@ -340,10 +331,7 @@ func TestAdminEstimatesALargeHistory(t *testing.T) {
 	t.Parallel()
 	pg, _ := setup(t)
 	ctx := context.Background()
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	publish := func(from, to int) {
 		t.Helper()
 		_, err := pg.Pool.Exec(ctx, `INSERT INTO courier_outbox_published (seq, id, topic, event_type, payload, content_type,
@@ -422,10 +410,7 @@ func TestActivityTalliesWhatTheRelaysPublish(t *testing.T) {
 	t.Parallel()
 	pg, out := setup(t)
 	ctx := context.Background()
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	before := time.Now()
 	for i := range 4 {
 		enqueue(t, pg, out, orderCreated(fmt.Sprintf("o-%d", i)))
@@ -476,10 +461,7 @@ func TestActivityCountsConcurrentWorkersAndExpires(t *testing.T) {
 	t.Parallel()
 	pg, out := setup(t)
 	ctx := context.Background()
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	if _, err := pg.Pool.Exec(ctx, `INSERT INTO courier_outbox_activity (minute, shard, published, lag_sum_seconds, lag_max_seconds)
 		VALUES (date_trunc('minute', now()) - interval '8 days', 0, 7, 1, 1)`); err != nil {
 		t.Fatal(err)
@@ -558,10 +540,7 @@ func TestDeadLetterGroups(t *testing.T) {
 	deadLetter("invoices", "too large", 5)
 	deadLetter("invoices", "too large", 6)
 	deadLetter("orders", "invalid topic", 1)
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	groups, err := admin.DeadLetterGroups(ctx, 10)
 	if err != nil {
 		t.Fatal(err)

@@ -140,10 +140,7 @@ func TestAdminAtOneMillion(t *testing.T) {
 		}
 	}
 	t.Logf("seeded %d events in %v", scaleEvents, time.Since(start).Round(time.Millisecond))
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	// Values of a published event in the middle of the history.
 	var mid producer.Record
 	if err := pg.Pool.QueryRow(ctx, "SELECT id, partition_key, aggregate_type, aggregate_id FROM courier_outbox_published WHERE seq = 460000").

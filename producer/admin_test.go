@@ -52,10 +52,7 @@ func newAdminFixture(t *testing.T) adminFixture {
 	later := orderCreated("o-5")
 	later.NotBefore = time.Now().Add(time.Hour)
 	f.pending = enqueue(t, pg, out, later)
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	f.admin = admin
 	return f
 }

@@ -20,10 +20,7 @@ func TestAuditLogPagesNewestFirst(t *testing.T) {
 	t.Parallel()
 	pg, _ := setup(t)
 	ctx := context.Background()
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	filter, err := json.Marshal(producer.Filter{Topic: "orders", TenantID: "acme", Statuses: []string{"dead_lettered"}})
 	if err != nil {
 		t.Fatal(err)
@@ -149,11 +146,8 @@ func TestAuditLogIsOptional(t *testing.T) {
 	if _, err := producer.AuditReady(ctx, pg.Pool, "Bad Schema", ""); !errors.Is(err, producer.ErrInvalidConfig) {
 		t.Fatalf("AuditReady of a bad schema name = %v, want ErrInvalidConfig", err)
 	}
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = admin.Audit(ctx, producer.AuditEntry{Actor: "alice", Action: "requeue"})
+	admin := newAdmin(t, pg)
+	err := admin.Audit(ctx, producer.AuditEntry{Actor: "alice", Action: "requeue"})
 	if !errors.Is(err, producer.ErrOutboxNotReady) || !strings.Contains(err.Error(), "courier migrate up") {
 		t.Fatalf("Audit without the log = %v, want ErrOutboxNotReady naming the migrate command", err)
 	}

@@ -33,6 +33,16 @@ func setup(t *testing.T) (*testkit.PG, *producer.Outbox) {
 	return pg, out
 }
 
+// newAdmin returns an Admin of pg's outbox.
+func newAdmin(t testing.TB, pg *testkit.PG) *producer.Admin {
+	t.Helper()
+	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return admin
+}
+
 func orderCreated(id string) producer.Event {
 	return producer.Event{
 		Topic:   "orders",

@@ -213,10 +213,7 @@ func TestHoldKeyOnDeadLetterUntilRequeued(t *testing.T) {
 		t.Fatalf("with the key held, the relay claimed %+v", res)
 	}
 
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	n, err := admin.Requeue(context.Background(), producer.Filter{IDs: []uuid.UUID{poison}})
 	if err != nil || n != 1 {
 		t.Fatalf("Requeue = %d, %v", n, err)

@@ -99,10 +99,7 @@ func TestUpgradeMovesALiveTableWithoutLosingOrReordering(t *testing.T) {
 	}
 	insertV1(t, pg, topic, events)
 	var before []producer.Record
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 
 	m, err := migrations.New(migrations.Config{Schema: pg.Schema})
 	if err != nil {
@@ -365,10 +362,7 @@ func TestUpgradeToKeyHashIndexesOnALiveOutbox(t *testing.T) {
 			t.Errorf("event %s is %s, want %s", id, got, want)
 		}
 	}
-	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
-	if err != nil {
-		t.Fatal(err)
-	}
+	admin := newAdmin(t, pg)
 	recs, err := admin.List(ctx, producer.Filter{Topic: topic, Key: "k-later", Statuses: []string{producer.StatusPending, producer.StatusFailed}})
 	if err != nil || len(recs) != 2 {
 		t.Fatalf("Admin.List of k-later = %d records, %v; want its retry and the event behind it", len(recs), err)

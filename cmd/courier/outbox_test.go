@@ -229,17 +229,7 @@ func TestOutboxListFiltersAndPages(t *testing.T) {
 	o.deadLetter(t, ids[2], "kafka server: message was too large")
 	o.publish(t, ids[4], 0)
 
-	list := func(args ...string) []uuid.UUID {
-		t.Helper()
-		var page listJSON
-		code, out, errOut := o.cli(t, append([]string{"list", "--output", "json"}, args...)...)
-		decode(t, code, out, errOut, &page)
-		var got []uuid.UUID
-		for _, e := range page.Events {
-			got = append(got, e.ID)
-		}
-		return got
-	}
+	list := func(args ...string) []uuid.UUID { return o.listIDs(t, args...) }
 	for _, c := range []struct {
 		args []string
 		want []uuid.UUID
@@ -311,17 +301,7 @@ func TestOutboxFiltersByTenantAndAggregate(t *testing.T) {
 	o.publish(t, ids[3], 0)
 	// ids[4] stays pending.
 
-	list := func(args ...string) []uuid.UUID {
-		t.Helper()
-		var page listJSON
-		code, out, errOut := o.cli(t, append([]string{"list", "--output", "json"}, args...)...)
-		decode(t, code, out, errOut, &page)
-		var got []uuid.UUID
-		for _, e := range page.Events {
-			got = append(got, e.ID)
-		}
-		return got
-	}
+	list := func(args ...string) []uuid.UUID { return o.listIDs(t, args...) }
 	every := "pending,failed,dead_lettered,published"
 	for _, c := range []struct {
 		args []string
@@ -645,4 +625,18 @@ func TestOutboxHelpHasExamples(t *testing.T) {
 			t.Errorf("courier outbox %s --help: exit %d, want examples\n%s", sub, code, out)
 		}
 	}
+}
+
+// listIDs runs `courier outbox list --output json` with args and returns
+// the ids it lists, in order.
+func (o *outboxDB) listIDs(t *testing.T, args ...string) []uuid.UUID {
+	t.Helper()
+	var page listJSON
+	code, out, errOut := o.cli(t, append([]string{"list", "--output", "json"}, args...)...)
+	decode(t, code, out, errOut, &page)
+	var got []uuid.UUID
+	for _, e := range page.Events {
+		got = append(got, e.ID)
+	}
+	return got
 }
