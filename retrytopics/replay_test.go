@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/courierkit/courier/dlq"
-	"github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -50,15 +49,6 @@ func ordersTopology(t *testing.T) retrytopics.Topology {
 	return topo
 }
 
-// pointers returns headers as Parse and Strip take them.
-func pointers(hs []record.Header) []*record.Header {
-	out := make([]*record.Header, len(hs))
-	for i := range hs {
-		out[i] = &hs[i]
-	}
-	return out
-}
-
 func TestReplayToGroupWritesTheFirstTierDueNowForTheGroup(t *testing.T) {
 	t.Parallel()
 	before := time.Now().Truncate(time.Millisecond)
@@ -70,7 +60,7 @@ func TestReplayToGroupWritesTheFirstTierDueNowForTheGroup(t *testing.T) {
 	if rec.Topic != "orders.retry.5s" || rec.Partition != 2 || !bytes.Equal(rec.Key, []byte{0xff, 'k'}) || string(rec.Value) != `{"amount":5}` {
 		t.Fatalf("record %s/%d %q=%q, want orders.retry.5s/2 with the original key and value", rec.Topic, rec.Partition, rec.Key, rec.Value)
 	}
-	info, found, err := retrytopics.Parse(pointers(rec.Headers))
+	info, found, err := retrytopics.Parse(ptrs(rec.Headers))
 	if err != nil || !found {
 		t.Fatalf("Parse: %v (found %v)", err, found)
 	}
@@ -89,7 +79,7 @@ func TestReplayToGroupWritesTheFirstTierDueNowForTheGroup(t *testing.T) {
 	}
 	// The original headers come first, in order, without the stale retry
 	// header; the application's retry_reason stays.
-	kept := retrytopics.Strip(pointers(rec.Headers))
+	kept := retrytopics.Strip(ptrs(rec.Headers))
 	wantKept := []dlq.Header{{Key: []byte("ce_id"), Value: []byte("evt-1")}, {Key: []byte("retry_reason"), Value: []byte("mine")}, {Key: []byte("null"), Value: nil}}
 	if len(kept) != len(wantKept) {
 		t.Fatalf("%d original headers kept, want %d: ce_id, retry_reason, null", len(kept), len(wantKept))
@@ -155,7 +145,7 @@ func TestReplayToGroupLeavesOutTimesBefore1970(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	info, _, err := retrytopics.Parse(pointers(rec.Headers))
+	info, _, err := retrytopics.Parse(ptrs(rec.Headers))
 	if err != nil || !info.OriginalTimestamp.IsZero() || !info.FirstFailedAt.IsZero() {
 		t.Errorf("Parse: %+v, %v; want readable headers without the two times", info, err)
 	}
