@@ -163,6 +163,8 @@ func runConsole(cmd *cobra.Command, f *consoleFlags) error {
 	if err != nil {
 		return err
 	}
+	// A page naming a topic that does not exist must not create it.
+	scfg.Metadata.AllowAutoTopicCreation = false
 	pool, err := f.db.pool(ctx, 4, "courier-console")
 	if err != nil {
 		return err

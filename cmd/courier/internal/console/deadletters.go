@@ -11,7 +11,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/IBM/sarama"
 
 	"github.com/courierkit/courier/cmd/courier/internal/display"
 	"github.com/courierkit/courier/cmd/courier/internal/dlqindex"
@@ -63,6 +66,13 @@ func (f dlqFilter) Hidden() [][2]string {
 		}
 	}
 	return out
+}
+
+// absolute returns f with its since and until as the times they named
+// (see outboxFilter.absolute).
+func (f dlqFilter) absolute(pf dlq.Filter) dlqFilter {
+	f.Since, f.Until = rfc3339(pf.Since), rfc3339(pf.Until)
+	return f
 }
 
 // errorKinds are the kinds a dead letter's error has.
@@ -122,17 +132,32 @@ type topicRow struct {
 	Err     string
 }
 
-// deadLetterTopics lists the cluster's dead-letter topics.
+// listIndexed is how many dead-letter topics the topics page follows and
+// counts at once; it links the others.
+const listIndexed = 20
+
+// deadLetterTopics lists the cluster's dead-letter topics, with the
+// counts of the first listIndexed (read in parallel, waiting at most
+// firstWait for topics no page read before).
 func (s *Server) deadLetterTopics(w http.ResponseWriter, r *http.Request) {
-	topics, err := dlqindex.Topics(r.Context(), s.cfg.Kafka)
+	topics, err := dlqindex.Topics(r.Context(), s.indexClient)
 	if err != nil {
 		s.fail(w, r, http.StatusBadGateway, fmt.Errorf("list the topics of Kafka: %w", err))
 		return
 	}
-	rows := make([]topicRow, 0, len(topics))
-	for _, topic := range topics {
-		row := topicRow{Topic: topic}
-		if idx, ok := s.indexes.get(topic); ok {
+	rows := make([]topicRow, len(topics))
+	var wg sync.WaitGroup
+	for i, topic := range topics {
+		rows[i].Topic = topic
+		idx, ok := s.indexes.peek(topic)
+		if !ok && i < listIndexed {
+			idx, ok = s.indexes.get(topic)
+		}
+		if !ok {
+			continue
+		}
+		wg.Go(func() {
+			row := &rows[i]
 			err := first(r.Context(), idx)
 			if err == nil || isDeadline(err) {
 				err = s.indexes.problem(topic)
@@ -141,10 +166,22 @@ func (s *Server) deadLetterTopics(w http.ResponseWriter, r *http.Request) {
 				row.Err = err.Error()
 			}
 			row.Indexed, row.Summary, row.At = true, idx.Summary(dlq.Filter{}), idx.RefreshedAt()
-		}
-		rows = append(rows, row)
+		})
 	}
+	wg.Wait()
 	s.render(w, r, http.StatusOK, "dlqtopics", "Dead-letter topics", "dlq", rows)
+}
+
+// exists checks that topic is in the cluster, asking the brokers (which
+// the console's clients never make create a topic).
+func (s *Server) exists(topic string) error {
+	if _, err := s.indexClient.Partitions(topic); err != nil {
+		if errors.Is(err, sarama.ErrUnknownTopicOrPartition) {
+			return fmt.Errorf("topic %q does not exist", topic)
+		}
+		return fmt.Errorf("look up topic %q in Kafka: %w", topic, err)
+	}
+	return nil
 }
 
 // isDeadline reports whether err is a page's wait running out.
@@ -186,9 +223,13 @@ func (s *Server) deadLetters(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
+	if err := s.exists(topic); err != nil {
+		s.fail(w, r, http.StatusNotFound, err)
+		return
+	}
 	idx, ok := s.indexes.get(topic)
 	if !ok {
-		s.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("the console follows %d dead-letter topics already; restart it to follow others", maxIndexes))
+		s.fail(w, r, http.StatusServiceUnavailable, fmt.Errorf("the console follows %d dead-letter topics already; it drops those no page asked for in %v", maxIndexes, idleAfter))
 		return
 	}
 	d := deadLettersData{Topic: topic, Filter: df, Kinds: errorKinds, First: after.IsZero(), ToGroup: len(s.cfg.RetryDelays) > 0}
@@ -242,7 +283,11 @@ func (s *Server) deadLetter(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q/%q is not a partition and offset", display.Text(r.PathValue("partition")), display.Text(r.PathValue("offset"))))
 		return
 	}
-	e, err := dlq.Get(r.Context(), s.cfg.Kafka, topic, int32(partition), offset)
+	if err := s.exists(topic); err != nil {
+		s.fail(w, r, http.StatusNotFound, err)
+		return
+	}
+	e, err := dlq.Get(r.Context(), s.indexClient, topic, int32(partition), offset)
 	switch {
 	case errors.Is(err, dlq.ErrNotFound), errors.Is(err, dlq.ErrNoTopic):
 		s.fail(w, r, http.StatusNotFound, err)

@@ -1,7 +1,9 @@
 package console
 
 import (
+	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/base64"
 	"fmt"
@@ -30,24 +32,44 @@ type session struct {
 	actor string
 	csrf  string
 	seen  time.Time
+	// bearer is set for a request a bearer token authenticated: a
+	// script's, which a browser cannot forge (it sends Authorization
+	// cross-site only after a preflight the console never answers).
+	bearer bool
+	// signedIn is set for a session of a sign-in, which can sign out.
+	signedIn bool
 }
 
 // guard authenticates requests and refuses forged ones.
 type guard struct {
 	tokens   map[string]string // token → actor; empty: no sign-in (loopback only)
-	readOnly bool
 	mu       sync.Mutex
-	sessions map[string]*session // by session id
-	// localActor names the person at a console without tokens.
-	localActor string
+	sessions map[string]*session // by session id, of those signed in with a token
+	// key signs the anti-forgery tokens of a console without tokens,
+	// whose browsers keep only a random id: no state per browser.
+	key []byte
 }
 
-func newGuard(tokens map[string]string, readOnly bool, localActor string) *guard {
+func newGuard(tokens map[string]string) *guard {
 	byToken := make(map[string]string, len(tokens))
 	for name, token := range tokens {
 		byToken[token] = name
 	}
-	return &guard{tokens: byToken, readOnly: readOnly, sessions: map[string]*session{}, localActor: localActor}
+	return &guard{tokens: byToken, sessions: map[string]*session{}, key: []byte(randomToken())}
+}
+
+// anonymous returns the session of a browser at a console without tokens:
+// its anti-forgery token is the browser id signed with the guard's key.
+func (g *guard) anonymous(id, actor string) *session {
+	mac := hmac.New(sha256.New, g.key)
+	mac.Write([]byte(id))
+	return &session{actor: actor, csrf: base64.RawURLEncoding.EncodeToString(mac.Sum(nil))}
+}
+
+// isBrowserID reports whether id can be one randomToken made.
+func isBrowserID(id string) bool {
+	b, err := base64.RawURLEncoding.DecodeString(id)
+	return err == nil && len(b) == 32
 }
 
 // randomToken returns 32 random bytes in URL-safe base64.
@@ -89,7 +111,7 @@ func (g *guard) newSession(actor string) (string, *session) {
 		delete(g.sessions, oldestID)
 	}
 	id := randomToken()
-	s := &session{actor: actor, csrf: randomToken(), seen: now}
+	s := &session{actor: actor, csrf: randomToken(), seen: now, signedIn: true}
 	g.sessions[id] = s
 	return id, s
 }
@@ -134,6 +156,15 @@ func isLoopbackHost(host string) bool {
 	}
 	ip := net.ParseIP(h)
 	return ip != nil && ip.IsLoopback()
+}
+
+// crossSite reports whether the browser marked r as sent by another site,
+// other than a top-level navigation (a link followed): such a request is
+// refused whatever it asks, so that another site's page cannot make the
+// console work for it.
+func crossSite(r *http.Request) bool {
+	return r.Header.Get("Sec-Fetch-Site") == "cross-site" &&
+		!(r.Method == http.MethodGet && r.Header.Get("Sec-Fetch-Mode") == "navigate")
 }
 
 // sameOrigin refuses a request that changes something unless it comes from

@@ -10,7 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kfake"
+
 	"github.com/courierkit/courier/cmd/courier/internal/console"
+	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
 )
 
@@ -269,5 +273,87 @@ func TestSecurityHeaders(t *testing.T) {
 			h.Get("X-Content-Type-Options") != "nosniff" || h.Get("X-Frame-Options") != "DENY" || h.Get("Cache-Control") != "no-store" {
 			t.Errorf("%s: headers %v", path, h)
 		}
+	}
+}
+
+// TestABearerTokenRunsActions: a script with a bearer token posts an
+// action without a form token or an Origin (a browser cannot send the
+// Authorization header cross-site), and the audit names the token's
+// holder; no session is kept for it.
+func TestABearerTokenRunsActions(t *testing.T) {
+	t.Parallel()
+	const token = "token-of-the-nightly-job-42"
+	r := newRig(t, func(c *console.Config) { c.Tokens = map[string]string{"nightly": token} })
+	ids := r.deadLettered(t, producer.Event{Topic: "t.none-" + t.Name(), Key: "k", Type: "T", Payload: []byte(`{}`)})
+	c := newClient(t, r.url)
+	status, body, _ := c.do(http.MethodPost, "/outbox/requeue", url.Values{"status": {"dead_lettered"}, "expect": {"1"}},
+		map[string]string{"Authorization": "Bearer " + token, "Origin": "", "Sec-Fetch-Site": ""})
+	if status != http.StatusSeeOther {
+		t.Fatalf("a bearer requeue: %d %.300s", status, body)
+	}
+	if got := r.status(t, ids[0]); got != producer.StatusPending {
+		t.Errorf("after the bearer requeue the event is %s, want pending", got)
+	}
+	entries, err := r.admin.AuditLog(context.Background(), 0, 10)
+	if err != nil || len(entries) != 1 || entries[0].Actor != "nightly" {
+		t.Errorf("audit %+v, %v: want the requeue by nightly", entries, err)
+	}
+}
+
+// TestAnotherSitesPageGetsNothing: a request the browser marks as sent by
+// another site's page (an image, a fetch) is refused, even a GET; a link
+// followed from another site (a top-level navigation) opens the page.
+func TestAnotherSitesPageGetsNothing(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	c := newClient(t, r.url)
+	for mode, want := range map[string]int{"no-cors": http.StatusForbidden, "cors": http.StatusForbidden, "navigate": http.StatusOK} {
+		status, _, _ := c.do(http.MethodGet, "/outbox/events", nil, map[string]string{"Sec-Fetch-Site": "cross-site", "Sec-Fetch-Mode": mode})
+		if status != want {
+			t.Errorf("a cross-site GET in mode %s: %d, want %d", mode, status, want)
+		}
+	}
+}
+
+// TestAPageNamingAMissingTopicCreatesNone: on a broker that creates the
+// topics a client asks about (Kafka's auto.create.topics.enable), the
+// dead-letter pages of a topic that does not exist answer 404 and create
+// nothing.
+func TestAPageNamingAMissingTopicCreatesNone(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.InProcess(), testkit.KfakeOptions(kfake.AllowAutoTopicCreation()))
+	r := newRig(t, func(c *console.Config) { c.Brokers = k.Brokers })
+	missing := "t.typo-" + testkit.UniqueName(t, 40) + ".dlq"
+	c := newClient(t, r.url)
+	for _, path := range []string{"/dlq/" + missing, "/dlq/" + missing + "/0/0"} {
+		if status, body := c.get(path); status != http.StatusNotFound || !strings.Contains(body, "does not exist") {
+			t.Errorf("GET %s: %d, want 404 saying the topic does not exist", path, status)
+		}
+	}
+	admin, err := sarama.NewClusterAdmin(k.Brokers, k.Config())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close()
+	topics, err := admin.ListTopics()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, created := topics[missing]; created {
+		t.Errorf("the pages created topic %s", missing)
+	}
+}
+
+// TestNoticesAreTheConsolesOwnWords: the status line after an action is
+// built from a code and a count; text in the URL never reaches it.
+func TestNoticesAreTheConsolesOwnWords(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	c := newClient(t, r.url)
+	if _, body := c.get("/outbox/events?notice=Your+session+expired%2C+call+555-0100&done=drop&n=1"); strings.Contains(body, "555-0100") || strings.Contains(body, `role="status"`) {
+		t.Errorf("a notice from the URL reached the page")
+	}
+	if _, body := c.get("/outbox/events?done=requeue&n=3"); !strings.Contains(body, "Requeue: 3 event(s).") {
+		t.Errorf("the requeue's notice is missing")
 	}
 }

@@ -25,6 +25,16 @@ type relayState struct {
 	Problem string
 }
 
+// BreakerClass is the page's style of the breaker's state: one of a fixed
+// set, whatever the relay answered.
+func (st relayState) BreakerClass() string {
+	switch st.Breaker {
+	case "closed", "open", "half-open":
+		return "breaker-" + st.Breaker
+	}
+	return "breaker-unknown"
+}
+
 // healthData is the health page.
 type healthData struct {
 	Groups    []grouplag.Group

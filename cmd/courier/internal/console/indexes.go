@@ -22,6 +22,9 @@ const (
 	indexMaxWait = 20 * time.Millisecond
 	// maxIndexes bounds the topics followed at once.
 	maxIndexes = 200
+	// idleAfter is how long a topic no page asked for is followed still;
+	// then its index is dropped, and the next page reads it anew.
+	idleAfter = 10 * time.Minute
 )
 
 // indexes are the followed dead-letter topics.
@@ -30,9 +33,15 @@ type indexes struct {
 	client sarama.Client
 	wg     *sync.WaitGroup
 	mu     sync.Mutex
-	byName map[string]*dlqindex.Index
-	// problems holds each topic's last refresh error, nil once one works.
-	problems map[string]error
+	byName map[string]*followed
+}
+
+// followed is a topic's index, when a page last asked for it, and its
+// last refresh error (nil once one works).
+type followed struct {
+	idx     *dlqindex.Index
+	viewed  time.Time
+	problem error
 }
 
 // newIndexClient opens the client the indexes read through: cfg with a
@@ -44,51 +53,74 @@ func newIndexClient(brokers []string, cfg *sarama.Config) (sarama.Client, error)
 		c = &copied
 	}
 	c.Consumer.MaxWaitTime = indexMaxWait
+	c.Metadata.AllowAutoTopicCreation = false
 	return sarama.NewClient(brokers, c)
 }
 
 func newIndexes(ctx context.Context, client sarama.Client, wg *sync.WaitGroup) *indexes {
-	return &indexes{ctx: ctx, client: client, wg: wg, byName: map[string]*dlqindex.Index{}, problems: map[string]error{}}
+	return &indexes{ctx: ctx, client: client, wg: wg, byName: map[string]*followed{}}
 }
 
-// get returns the index of topic, following it from now on; false when
-// the console follows maxIndexes topics already. Callers check that topic
-// is a dead-letter topic first.
+// get returns the index of topic, following it from now on (until no
+// page asked for it for idleAfter); false when the console follows
+// maxIndexes topics already. Callers check that topic exists first.
 func (x *indexes) get(topic string) (*dlqindex.Index, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	if idx, ok := x.byName[topic]; ok {
-		return idx, true
+	if f, ok := x.byName[topic]; ok {
+		f.viewed = time.Now()
+		return f.idx, true
 	}
 	if len(x.byName) >= maxIndexes {
 		return nil, false
 	}
-	idx := dlqindex.New(x.client, topic)
-	x.byName[topic] = idx
-	x.wg.Go(func() { x.follow(topic, idx) })
-	return idx, true
+	f := &followed{idx: dlqindex.New(x.client, topic), viewed: time.Now()}
+	x.byName[topic] = f
+	x.wg.Go(func() { x.follow(topic, f) })
+	return f.idx, true
+}
+
+// peek returns the index of topic when it is followed, without asking for
+// it.
+func (x *indexes) peek(topic string) (*dlqindex.Index, bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if f, ok := x.byName[topic]; ok {
+		return f.idx, true
+	}
+	return nil, false
 }
 
 // problem is the last refresh error of topic; nil when it worked.
 func (x *indexes) problem(topic string) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	return x.problems[topic]
+	if f, ok := x.byName[topic]; ok {
+		return f.problem
+	}
+	return nil
 }
 
-// follow refreshes idx until the console closes, keeping its last error
-// for the pages.
-func (x *indexes) follow(topic string, idx *dlqindex.Index) {
+// follow refreshes f's index until the console closes or no page asked
+// for it for idleAfter, keeping its last error for the pages.
+func (x *indexes) follow(topic string, f *followed) {
 	t := time.NewTicker(refreshEvery)
 	defer t.Stop()
 	for {
-		err := idx.Refresh(x.ctx)
+		err := f.idx.Refresh(x.ctx)
 		if x.ctx.Err() != nil {
 			return
 		}
 		x.mu.Lock()
-		x.problems[topic] = err
+		f.problem = err
+		idle := time.Since(f.viewed) > idleAfter
+		if idle {
+			delete(x.byName, topic)
+		}
 		x.mu.Unlock()
+		if idle {
+			return
+		}
 		select {
 		case <-x.ctx.Done():
 			return

@@ -35,10 +35,22 @@ type job struct {
 
 	mu       sync.Mutex
 	report   dlq.ReplayReport
-	records  map[dlq.ReplayAction][]dlq.ReplayedRecord
+	records  map[dlq.ReplayAction][]shownRecord
 	done     bool
 	err      error
 	finished time.Time
+}
+
+// shownRecord is what a job's page lists of a record acted on: its place
+// and where it went or why not, without its envelope.
+type shownRecord struct {
+	Partition     int32
+	Offset        int64
+	OriginalTopic string
+	To            string
+	ToPartition   int32
+	ToOffset      int64
+	Reason        string
 }
 
 // jobs are the console's replay jobs.
@@ -68,13 +80,15 @@ func (js *jobs) add(j *job) error {
 	}
 	js.byID[j.ID] = j
 	js.order = append(js.order, j.ID)
-	for len(js.order) > maxJobs {
-		old := js.byID[js.order[0]]
-		if old.running() {
-			break
+	// Forget the oldest finished jobs beyond maxJobs (running ones stay:
+	// at most maxRunningJobs).
+	for i := 0; len(js.order) > maxJobs && i < len(js.order); {
+		if old := js.byID[js.order[i]]; !old.running() {
+			delete(js.byID, js.order[i])
+			js.order = append(js.order[:i], js.order[i+1:]...)
+			continue
 		}
-		delete(js.byID, js.order[0])
-		js.order = js.order[1:]
+		i++
 	}
 	return nil
 }
@@ -98,7 +112,8 @@ func (j *job) onRecord(rec dlq.ReplayedRecord) {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if len(j.records[rec.Action]) < maxShownPerAct {
-		j.records[rec.Action] = append(j.records[rec.Action], rec)
+		j.records[rec.Action] = append(j.records[rec.Action], shownRecord{Partition: rec.Entry.Partition, Offset: rec.Entry.Offset,
+			OriginalTopic: rec.Entry.Envelope.OriginalTopic, To: rec.To, ToPartition: rec.ToPartition, ToOffset: rec.ToOffset, Reason: rec.Reason})
 	}
 }
 
@@ -161,7 +176,7 @@ func (j *job) snapshot() progress {
 }
 
 // shown returns the records kept for action.
-func (j *job) shown(action dlq.ReplayAction) []dlq.ReplayedRecord {
+func (j *job) shown(action dlq.ReplayAction) []shownRecord {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	return j.records[action]
@@ -182,7 +197,14 @@ func (s *Server) startJob(w http.ResponseWriter, r *http.Request, dryRun bool) {
 		return
 	}
 	j := &job{ID: randomToken()[:16], Topic: topic, Actor: current(r).actor, DryRun: dryRun, ToGroup: r.PostFormValue("to_group") == "on",
-		Filter: df, Started: time.Now(), records: map[dlq.ReplayAction][]dlq.ReplayedRecord{}}
+		Filter: df.absolute(f), Started: time.Now(), records: map[dlq.ReplayAction][]shownRecord{}}
+	var expect int64
+	if !dryRun {
+		if expect, err = strconv.ParseInt(r.PostFormValue("expect"), 10, 64); err != nil || expect < 0 {
+			s.fail(w, r, http.StatusBadRequest, errors.New("the form names no count from a dry run; dry-run the replay first"))
+			return
+		}
+	}
 	if rate := r.PostFormValue("rate"); rate != "" {
 		if j.Rate, err = strconv.ParseFloat(rate, 64); err != nil || !(j.Rate >= 0 && j.Rate <= maxRate) {
 			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("rate %q: use records per second from 0 (no cap) to %d", display.Text(rate), maxRate))
@@ -198,15 +220,15 @@ func (s *Server) startJob(w http.ResponseWriter, r *http.Request, dryRun bool) {
 		}
 		cfg.Route = retrytopics.ReplayRoute(retrytopics.Config{Delays: s.cfg.RetryDelays, Suffix: s.cfg.RetrySuffix})
 	}
+	ctx, cancel := context.WithCancel(s.ctx)
+	j.cancel = cancel
 	if err := s.jobs.add(j); err != nil {
+		cancel()
 		s.fail(w, r, http.StatusConflict, err)
 		return
 	}
-	ctx, cancel := context.WithCancel(s.ctx)
-	j.cancel = cancel
-	filterJSON, _ := json.Marshal(df.values())
+	filterJSON, _ := json.Marshal(j.Filter.values())
 	if !dryRun {
-		expect, _ := strconv.ParseInt(r.PostFormValue("expect"), 10, 64)
 		if err := s.admin.Audit(r.Context(), producer.AuditEntry{Actor: j.Actor, Remote: r.RemoteAddr, Action: "dlq.replay", Target: topic,
 			Filter: filterJSON, Count: expect, Detail: j.Describe() + "; started as job " + j.ID}); err != nil {
 			cancel()
@@ -225,7 +247,7 @@ func (s *Server) startJob(w http.ResponseWriter, r *http.Request, dryRun bool) {
 		}
 		detail := fmt.Sprintf("job %s: moved %d, refused %d, skipped %d, corrupt %d", j.ID, report.Moved, report.Refused, report.Skipped, report.Corrupt)
 		if err != nil {
-			detail += "; stopped: " + err.Error()
+			detail = cut(detail+"; stopped: "+err.Error(), producer.MaxAuditDetailBytes)
 		}
 		audit, cancelAudit := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancelAudit()
@@ -263,7 +285,10 @@ func (s *Server) replay(w http.ResponseWriter, r *http.Request) { s.startJob(w, 
 type jobData struct {
 	Job                              *job
 	Progress                         progress
-	Moved, Refused, Skipped, Corrupt []dlq.ReplayedRecord
+	Moved, Refused, Skipped, Corrupt []shownRecord
+	// CanStop is whether this page may stop the job: a dry run anyone
+	// may stop; a replay only where actions are on.
+	CanStop bool
 }
 
 // job shows a job: its progress while it runs (the page's script polls
@@ -279,7 +304,7 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 		moved = dlq.ActionWouldMove
 	}
 	d := jobData{Job: j, Progress: j.snapshot(), Moved: j.shown(moved), Refused: j.shown(dlq.ActionRefused),
-		Skipped: j.shown(dlq.ActionSkipped), Corrupt: j.shown(dlq.ActionCorrupt)}
+		Skipped: j.shown(dlq.ActionSkipped), Corrupt: j.shown(dlq.ActionCorrupt), CanStop: j.DryRun || s.actionsOn()}
 	title := "Replay of " + j.Topic
 	if j.DryRun {
 		title = "Dry run of " + j.Topic
@@ -298,12 +323,19 @@ func (s *Server) jobProgress(w http.ResponseWriter, r *http.Request) {
 	_ = json.NewEncoder(w).Encode(j.snapshot())
 }
 
-// cancelJob stops a running job after its batch in flight.
+// cancelJob stops a running job after its batch in flight. Anyone may
+// stop a dry run, which changes nothing; stopping a replay is an action.
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	j, ok := s.jobs.get(r.PathValue("id"))
 	if !ok {
 		s.fail(w, r, http.StatusNotFound, errors.New("no such replay job"))
 		return
+	}
+	if !j.DryRun {
+		if err := s.actionsRefused(); err != nil {
+			s.fail(w, r, http.StatusForbidden, err)
+			return
+		}
 	}
 	if j.running() {
 		j.cancel()

@@ -77,7 +77,7 @@ func (f outboxFilter) Describe() string {
 	}
 	for i, s := range f.fields() {
 		if s != "" {
-			parts = append(parts, strings.ReplaceAll(outboxFilterFields[i], "_", " ")+" "+strconv.Quote(display.Text(s)))
+			parts = append(parts, strings.ReplaceAll(outboxFilterFields[i], "_", " ")+" "+display.Text(s))
 		}
 	}
 	return strings.Join(parts, ", ")
@@ -333,7 +333,8 @@ func (s *Server) showConfirm(w http.ResponseWriter, r *http.Request, action outb
 	if changed {
 		status = http.StatusConflict
 	}
-	s.render(w, r, status, "confirm", action.Verb+" events", "events", confirmData{Action: action, Filter: of, Count: n, Sample: records, Changed: changed})
+	s.render(w, r, status, "confirm", action.Verb+" events", "events",
+		confirmData{Action: action, Filter: of.absolute(f), Count: n, Sample: records, Changed: changed})
 }
 
 // errChanged aborts an action whose set changed since it was confirmed.
@@ -378,12 +379,44 @@ func (s *Server) changeOutbox(w http.ResponseWriter, r *http.Request) {
 	case errors.Is(err, errChanged):
 		s.showConfirm(w, r, action, of, true)
 		return
+	case errors.Is(err, producer.ErrInvalidAuditEntry):
+		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("nothing was done: the audit cannot record this filter: %w", err))
+		return
 	case err != nil:
 		s.listError(w, r, err)
 		return
 	}
 	s.log.Info("console: "+action.Name, "actor", current(r).actor, "events", n)
 	back := of.values()
-	back.Set("notice", fmt.Sprintf("%s: %d event(s).", action.Verb, n))
+	back.Set("done", action.Name)
+	back.Set("n", strconv.FormatInt(n, 10))
 	http.Redirect(w, r, "/outbox/events?"+back.Encode(), http.StatusSeeOther)
+}
+
+// notice is the status line a page shows after an action sent the browser
+// there with ?done=<action>&n=<count>. Its words are the console's own:
+// a link cannot put other text in that line.
+func notice(q url.Values) string {
+	action, ok := outboxActions[q.Get("done")]
+	n, err := strconv.ParseInt(q.Get("n"), 10, 64)
+	if !ok || err != nil || n < 0 {
+		return ""
+	}
+	return fmt.Sprintf("%s: %d event(s).", action.Verb, n)
+}
+
+// absolute returns f with its since and until as the times they named at
+// now (RFC 3339): a confirmation carries them so, and the action selects
+// what it showed, however long the operator looked at it.
+func (f outboxFilter) absolute(pf producer.Filter) outboxFilter {
+	f.Since, f.Until = rfc3339(pf.Since), rfc3339(pf.Until)
+	return f
+}
+
+// rfc3339 formats t, "" for the zero time.
+func rfc3339(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"embed"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -18,6 +19,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/courierkit/courier/cmd/courier/internal/display"
 	"github.com/courierkit/courier/producer"
 )
 
@@ -99,10 +101,15 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	case len(cfg.Brokers) == 0:
 		return nil, fmt.Errorf("%w: Brokers is empty; name the Kafka bootstrap addresses", ErrInvalidConfig)
 	}
+	holders := map[string]string{}
 	for name, token := range cfg.Tokens {
 		if err := CheckToken(name, token); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
+		if other, dup := holders[token]; dup {
+			return nil, fmt.Errorf("%w: %q and %q have the same token; give each its own, so that the audit can tell them apart", ErrInvalidConfig, min(name, other), max(name, other))
+		}
+		holders[token] = name
 	}
 	if cfg.LocalActor == "" {
 		cfg.LocalActor = "local"
@@ -128,7 +135,7 @@ func New(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{cfg: cfg, admin: admin, guard: newGuard(cfg.Tokens, cfg.ReadOnly, cfg.LocalActor), pages: pages,
+	s := &Server{cfg: cfg, admin: admin, guard: newGuard(cfg.Tokens), pages: pages,
 		static: static, jobs: newJobs(), auditable: auditable, log: cfg.Logger}
 	if s.indexClient, err = newIndexClient(cfg.Brokers, cfg.Sarama); err != nil {
 		return nil, fmt.Errorf("console: connect to Kafka for the dead-letter pages: %w", err)
@@ -186,7 +193,7 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /dlq/{topic}/replay", s.act(s.replay))
 	mux.HandleFunc("GET /jobs/{id}", s.job)
 	mux.HandleFunc("GET /jobs/{id}/progress", s.jobProgress)
-	mux.HandleFunc("POST /jobs/{id}/cancel", s.act(s.cancelJob))
+	mux.HandleFunc("POST /jobs/{id}/cancel", s.cancelJob)
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /audit", s.audit)
 	return s.protect(mux)
@@ -195,17 +202,28 @@ func (s *Server) routes() http.Handler {
 // ctxKey keys the request's session in its context.
 type ctxKey struct{}
 
+// maxFormBytes bounds the body of a POST: a form of filters and tokens.
+const maxFormBytes = 64 << 10
+
 // protect sends the security headers, answers only the console's own
-// hosts (without tokens) and signed-in browsers (with tokens), and
-// refuses a POST that is not from the console's own page with the
-// session's anti-forgery token.
+// hosts (without tokens) and signed-in browsers or bearer tokens (with
+// tokens), refuses what another site's page sends, and refuses a POST of
+// a browser that is not from the console's own page with the session's
+// anti-forgery token.
 func (s *Server) protect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		securityHeaders(w)
 		if len(s.guard.tokens) == 0 && !isLoopbackHost(r.Host) {
 			s.fail(w, r, http.StatusForbidden, fmt.Errorf("this console answers only to localhost, 127.0.0.1 and [::1], not to %q: "+
-				"without COURIER_CONSOLE_TOKEN it listens on the loopback only, and a page of another name is a DNS-rebinding attempt", r.Host))
+				"without COURIER_CONSOLE_TOKEN it listens on the loopback only, and a page of another name is a DNS-rebinding attempt", display.Text(r.Host)))
 			return
+		}
+		if crossSite(r) {
+			s.fail(w, r, http.StatusForbidden, errors.New("refused as a cross-site request: another site's page asked for it"))
+			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
 		}
 		if strings.HasPrefix(r.URL.Path, "/static/") {
 			next.ServeHTTP(w, r)
@@ -213,23 +231,28 @@ func (s *Server) protect(next http.Handler) http.Handler {
 		}
 		sess := s.sessionOf(w, r)
 		if sess == nil {
-			if r.Method == http.MethodGet && r.URL.Path == "/login" || r.Method == http.MethodPost && r.URL.Path == "/login" {
+			switch {
+			case r.URL.Path == "/login" && r.Method == http.MethodGet:
 				next.ServeHTTP(w, r)
-				return
-			}
-			if r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/progress") {
+			case r.URL.Path == "/login" && r.Method == http.MethodPost:
+				if err := sameOrigin(r); err != nil {
+					s.fail(w, r, http.StatusForbidden, fmt.Errorf("refused as a possible cross-site request: %w", err))
+					return
+				}
+				next.ServeHTTP(w, r)
+			case r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/progress"):
 				http.Redirect(w, r, "/login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
-				return
+			default:
+				s.fail(w, r, http.StatusUnauthorized, errors.New("sign in first: open /login with your token, or send it as Authorization: Bearer <token>"))
 			}
-			s.fail(w, r, http.StatusUnauthorized, errors.New("sign in first: open /login with your token, or send it as Authorization: Bearer <token>"))
 			return
 		}
-		if r.Method == http.MethodPost && r.URL.Path != "/login" {
+		if r.Method == http.MethodPost && !sess.bearer {
 			if err := sameOrigin(r); err != nil {
 				s.fail(w, r, http.StatusForbidden, fmt.Errorf("refused as a possible cross-site request: %w", err))
 				return
 			}
-			if subtle := r.PostFormValue(csrfField); !equalToken(subtle, sess.csrf) {
+			if token := r.PostFormValue(csrfField); !equalToken(token, sess.csrf) {
 				s.fail(w, r, http.StatusForbidden, errors.New("refused as a possible cross-site request: the form's anti-forgery token is missing or stale; reload the page and try again"))
 				return
 			}
@@ -238,26 +261,27 @@ func (s *Server) protect(next http.Handler) http.Handler {
 	})
 }
 
-// sessionOf returns the request's session: the one its cookie names, one
-// for its bearer token, or, without tokens, a new anonymous one (whose
-// cookie it sets). Nil: not signed in.
+// sessionOf returns the request's session: without tokens, the browser's
+// (a random id in a cookie, set when missing); with tokens, the one its
+// cookie names after a sign-in, or one for its bearer token. Nil: not
+// signed in.
 func (s *Server) sessionOf(w http.ResponseWriter, r *http.Request) *session {
+	if len(s.guard.tokens) == 0 {
+		c, err := r.Cookie(sessionCookie)
+		if err != nil || !isBrowserID(c.Value) {
+			c = &http.Cookie{Value: randomToken()}
+			setSessionCookie(w, r, c.Value, 0)
+		}
+		return s.guard.anonymous(c.Value, s.cfg.LocalActor)
+	}
 	if c, err := r.Cookie(sessionCookie); err == nil {
 		if sess, ok := s.guard.lookup(c.Value); ok {
 			return sess
 		}
 	}
-	if len(s.guard.tokens) == 0 {
-		id, sess := s.guard.newSession(s.cfg.LocalActor)
-		setSessionCookie(w, r, id, 0)
-		return sess
-	}
 	if token, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 		if actor, ok := s.guard.actorOfToken(token); ok {
-			// A script with a bearer token sends no cookie; it gets the
-			// form token in its page like a browser, so it can post.
-			_, sess := s.guard.newSession(actor)
-			return sess
+			return &session{actor: actor, bearer: true}
 		}
 	}
 	return nil
@@ -275,13 +299,28 @@ func (s *Server) act(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case s.cfg.ReadOnly:
-			s.fail(w, r, http.StatusForbidden, errors.New("this console is read-only (--read-only): it changes nothing"))
+			s.fail(w, r, http.StatusForbidden, s.actionsRefused())
 		case !s.auditable:
-			s.fail(w, r, http.StatusConflict, s.auditMissing())
+			s.fail(w, r, http.StatusConflict, s.actionsRefused())
 		default:
 			h(w, r)
 		}
 	}
+}
+
+// actionsOn reports whether the console changes things: not read-only,
+// and with its audit table.
+func (s *Server) actionsOn() bool { return !s.cfg.ReadOnly && s.auditable }
+
+// actionsRefused says why the console changes nothing; nil when it does.
+func (s *Server) actionsRefused() error {
+	switch {
+	case s.cfg.ReadOnly:
+		return errors.New("this console is read-only (--read-only): it changes nothing")
+	case !s.auditable:
+		return s.auditMissing()
+	}
+	return nil
 }
 
 // auditMissing explains why actions are off.
@@ -302,15 +341,17 @@ type page struct {
 	Actions bool
 	Notice  string
 	Error   string
+	// SignOut is set for a signed-in session, which can sign out.
+	SignOut bool
 	Data    any
 }
 
 // render writes the page named name with data.
 func (s *Server) render(w http.ResponseWriter, r *http.Request, status int, name, title, nav string, data any) {
-	p := page{Title: title, Nav: nav, ReadOnly: s.cfg.ReadOnly, Actions: !s.cfg.ReadOnly && s.auditable, Data: data,
-		Notice: r.URL.Query().Get("notice")}
+	p := page{Title: title, Nav: nav, ReadOnly: s.cfg.ReadOnly, Actions: s.actionsOn(), Data: data,
+		Notice: notice(r.URL.Query())}
 	if sess := current(r); sess != nil {
-		p.Actor, p.CSRF = sess.actor, sess.csrf
+		p.Actor, p.CSRF, p.SignOut = sess.actor, sess.csrf, sess.signedIn
 	}
 	if !s.auditable && !s.cfg.ReadOnly {
 		p.Error = s.auditMissing().Error()
@@ -334,7 +375,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, err er
 	if strings.HasSuffix(r.URL.Path, "/progress") {
 		w.Header().Set("Content-Type", "application/json")
 		w.WriteHeader(status)
-		_, _ = fmt.Fprintf(w, "{\"error\":%q}\n", err.Error())
+		_ = json.NewEncoder(w).Encode(map[string]string{"error": display.Text(err.Error())})
 		return
 	}
 	s.render(w, r, status, "error", http.StatusText(status), "", err.Error())

@@ -27,6 +27,9 @@ var funcs = template.FuncMap{
 	"count": thousands,
 	"body":  body,
 	"args":  func(a ...any) []any { return a },
+	// errorPrefix is the start of an error, short enough for a filter
+	// link: "error contains" matches it.
+	"errorPrefix": func(s string) string { return cut(s, 200) },
 	"movedTitle": func(dryRun bool) string {
 		if dryRun {
 			return "would move"
@@ -142,7 +145,7 @@ func body(b []byte) shownBody {
 	}
 	s := shownBody{Size: len(b)}
 	if len(b) > maxShown {
-		b = b[:maxShown]
+		b = []byte(cut(string(b), maxShown))
 	}
 	var pretty bytes.Buffer
 	if json.Valid(b) && json.Indent(&pretty, b, "", "  ") == nil && display.Printable(pretty.Bytes(), true) {
@@ -177,4 +180,17 @@ func localPath(next string) string {
 		return "/"
 	}
 	return next
+}
+
+// cut returns s cut to at most n bytes, at the start of a rune when s is
+// UTF-8, so that a long text stays text.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	i := n
+	for i > 0 && i > n-utf8.UTFMax && !utf8.RuneStart(s[i]) {
+		i--
+	}
+	return s[:i]
 }
