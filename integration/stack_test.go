@@ -6,11 +6,13 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/IBM/sarama"
 
@@ -203,20 +205,32 @@ func lookKcat(t *testing.T) string {
 	return tool(t, "kcat", "apt-get install kcat")
 }
 
-// kcat runs the kcat at path with args and stdin and returns what it
-// printed.
-func kcat(t *testing.T, path, stdin string, args ...string) string {
+// runTool runs the command-line client at path (see tool) with args and
+// stdin and returns what it printed; output that is not plain text is
+// logged quoted.
+func runTool(t *testing.T, path, stdin string, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, path, args...)
 	var out, errOut bytes.Buffer
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = strings.NewReader(stdin), &out, &errOut
+	name := filepath.Base(path)
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("kcat %s: %v\n%s%s", strings.Join(args, " "), err, out.String(), errOut.String())
+		t.Fatalf("%s %s: %v\n%s%s", name, strconv.Quote(strings.Join(args, " ")), err, printable(out.String()), printable(errOut.String()))
 	}
-	t.Logf("kcat %s printed:\n%s", strings.Join(args, " "), out.String())
+	t.Logf("%s %s printed:\n%s", name, strconv.Quote(strings.Join(args, " ")), printable(out.String()))
 	return out.String()
+}
+
+// printable is s as it is when it is text of printable lines, else quoted.
+func printable(s string) string {
+	for _, r := range s {
+		if r != '\n' && r != '\t' && !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // containsAll fails the test for each of want that got lacks.

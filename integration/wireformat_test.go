@@ -65,7 +65,7 @@ func TestKcatReadsTheCloudEventsHeaders(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	got := kcat(t, kc, "", "-b", strings.Join(s.k.Brokers, ","), "-C", "-t", s.topic, "-o", "beginning",
+	got := runTool(t, kc, "", "-b", strings.Join(s.k.Brokers, ","), "-C", "-t", s.topic, "-o", "beginning",
 		"-c", "1", "-e", "-q", "-f", "key=%k\nvalue=%s\nheaders=%h\n")
 	containsAll(t, "kcat output", got,
 		"key=order-42\n",
@@ -88,7 +88,7 @@ func TestKcatReadsDeadLetters(t *testing.T) {
 	})))
 	testkit.WaitFor(t, 10*time.Second, "offset 1 committed", func() bool { return s.settled(t) })
 
-	out := kcat(t, kc, "", "-C", "-b", s.k.Brokers[0], "-t", s.deadLetter, "-e", "-q", "-f", "key=%k\\nheaders=%h\\nvalue=%s\\n")
+	out := runTool(t, kc, "", "-C", "-b", s.k.Brokers[0], "-t", s.deadLetter, "-e", "-q", "-f", "key=%k\\nheaders=%h\\nvalue=%s\\n")
 	attempts := strconv.Itoa(consumer.DefaultMaxAttempts)
 	containsAll(t, "kcat output", out,
 		"key=tx_xyz\n",
@@ -147,7 +147,7 @@ func TestKcatAndRedisCliReadRetryState(t *testing.T) {
 	testkit.WaitFor(t, 10*time.Second, "offset 2 committed", func() bool { return s.settled(t) })
 	stop()
 
-	out := kcat(t, kc, "", "-C", "-b", s.k.Brokers[0], "-t", s.topic+".retry.1m", "-e", "-q", "-f", "key=%k\\nheaders=%h\\nvalue=%s\\n")
+	out := runTool(t, kc, "", "-C", "-b", s.k.Brokers[0], "-t", s.topic+".retry.1m", "-e", "-q", "-f", "key=%k\\nheaders=%h\\nvalue=%s\\n")
 	containsAll(t, "kcat output", out,
 		"key=tx_xyz\n",
 		"headers=ce_id=id-1,ce_correlationid=tx_xyz,retry_attempt=1,retry_failed_attempts=1,retry_original_topic="+s.topic+
@@ -185,7 +185,7 @@ func TestConsumerHandlesARecordKcatProduced(t *testing.T) {
 	t.Parallel()
 	kc := lookKcat(t)
 	s := newStack(t, 1)
-	kcat(t, kc, `order-7:{"amount_cents":500}`+"\n", "-P", "-b", strings.Join(s.k.Brokers, ","), "-t", s.topic, "-p", "0", "-K:",
+	runTool(t, kc, `order-7:{"amount_cents":500}`+"\n", "-P", "-b", strings.Join(s.k.Brokers, ","), "-t", s.topic, "-p", "0", "-K:",
 		"-H", "ce_id=evt-kcat-7", "-H", "ce_correlationid=checkout-7", "-H", "x-region=eu")
 
 	var mu sync.Mutex
