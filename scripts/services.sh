@@ -2,7 +2,8 @@
 # Make sure the local services the test suite needs are running:
 #   - PostgreSQL on 127.0.0.1:5432, trust auth, user "postgres", database "test"
 #   - Redis on 127.0.0.1:6379
-#   - the kcat Kafka client (plus psql / redis-cli)
+#   - the kcat Kafka client and jq, which the wire-format tests read with
+#     (plus psql / redis-cli)
 #   - Chromium, for the web console's browser tests
 #
 # Called by `make services` (and therefore `make test` and CI). Designed for
@@ -95,6 +96,7 @@ install_missing() {
 		pkgs+=(redis-server)
 	fi
 	have kcat || pkgs+=(kcat)
+	have jq || pkgs+=(jq)
 	have chromium || pkgs+=(chromium)
 	apt_install "${pkgs[@]}"
 }
@@ -315,6 +317,7 @@ main() {
 	have psql || die "psql is missing (install postgresql-client)"
 	have redis-cli || die "redis-cli is missing (install redis-tools)"
 	have kcat || die "kcat is missing (install kcat)"
+	have jq || die "jq is missing (install jq)"
 	have chromium || die "chromium is missing (install chromium)"
 
 	ensure_postgres
