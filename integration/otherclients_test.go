@@ -453,9 +453,6 @@ func jqLine(s *stack, offset int64, p wire) string {
 			correlation = string(h.Value)
 		}
 	}
-	if keyB64 != "null" {
-		key = "null"
-	}
 	return strings.Join([]string{"1", s.topic, "0", strconv.FormatInt(offset, 10), key, keyB64, strconv.Itoa(len(p.Headers)), valueB64,
 		"psp timeout", "retries_exhausted", "2", correlation, s.group, "0", "number", ""}, "|")
 }
