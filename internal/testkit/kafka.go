@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/courierkit/courier/internal/kafkafloor"
+	"github.com/courierkit/courier/internal/kfakefloor"
 	"github.com/twmb/franz-go/pkg/kfake"
 )
 
@@ -42,7 +44,8 @@ func KfakeOptions(opts ...kfake.Opt) KafkaOption {
 
 // NewKafka returns the real cluster named by COURIER_TEST_KAFKA_BROKERS, or
 // else (or with InProcess) starts an in-process kfake cluster that stops
-// when the test ends.
+// when the test ends. The in-process cluster refuses, as Kafka 4.0 does,
+// every request version Kafka 4.0 removed, and fails the test naming it.
 func NewKafka(t testing.TB, opts ...KafkaOption) *Kafka {
 	t.Helper()
 	cfg := kafkaConfig{brokers: 1}
@@ -63,6 +66,9 @@ func NewKafka(t testing.TB, opts ...KafkaOption) *Kafka {
 		t.Fatalf("testkit: start kfake: %v", err)
 	}
 	t.Cleanup(cluster.Close)
+	kfakefloor.Refuse(cluster, func(api string, version int16) {
+		t.Errorf("testkit: the broker refused %s version %d, which Kafka 4.0 removed (KIP-896); a client is configured for a Kafka older than %s", api, version, kafkafloor.OldestKafka)
+	})
 	return &Kafka{Brokers: cluster.ListenAddrs(), Cluster: cluster}
 }
 
