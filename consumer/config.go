@@ -13,6 +13,7 @@ import (
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/kafkaaddr"
+	"github.com/courierkit/courier/internal/kafkafloor"
 	"github.com/courierkit/courier/internal/topicname"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -382,6 +383,9 @@ func (c *Config) validate() error {
 		}
 	} else if err := c.Sarama.Validate(); err != nil {
 		return fmt.Errorf("%w: Sarama: %w", ErrInvalidConfig, err)
+	}
+	if err := kafkafloor.Check(c.saramaConfig().Version); err != nil {
+		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if n := c.saramaConfig().ChannelBufferSize; n > MaxSaramaChannelBuffer {
 		return fmt.Errorf("%w: Sarama.ChannelBufferSize is %d; use at most %d (Sarama makes channels of that size per partition)", ErrInvalidConfig, n, MaxSaramaChannelBuffer)

@@ -75,6 +75,10 @@ func TestConfigValidation(t *testing.T) {
 		{"max below base", func(c *consumer.Config) { c.Backoff.Base, c.Backoff.Max = time.Second, time.Millisecond }, "Backoff.Max"},
 		{"bad suffix", func(c *consumer.Config) { c.DeadLetterSuffix = ".dead letters" }, "DeadLetterSuffix"},
 		{"bad sarama", func(c *consumer.Config) { c.Sarama = sarama.NewConfig(); c.Sarama.ChannelBufferSize = -1 }, "Sarama"},
+		{"Sarama below Kafka 4.0's floor", func(c *consumer.Config) {
+			c.Sarama = consumer.NewSaramaConfig()
+			c.Sarama.Version = sarama.V2_0_0_0
+		}, "Version 2.0.0 is older than 2.1.0"},
 		{"zero retry delay", func(c *consumer.Config) { c.RetryTopics.Delays = []time.Duration{time.Second, 0} }, "Delays[1]"},
 		{"bad retry suffix", func(c *consumer.Config) {
 			c.RetryTopics = retrytopics.Config{Delays: []time.Duration{time.Second}, Suffix: "+r"}

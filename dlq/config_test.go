@@ -70,6 +70,8 @@ func TestInvalidConfigIsOneError(t *testing.T) {
 	}
 	badSarama := sarama.NewConfig()
 	badSarama.ChannelBufferSize = -1
+	oldSarama := sarama.NewConfig()
+	oldSarama.Version = sarama.V2_0_0_0
 	_, nilPublisher := dlq.NewWriter(nil, dlq.WriterConfig{})
 	_, badSuffix := dlq.NewWriter(publisherFunc(nil), dlq.WriterConfig{Suffix: ".dead letters"})
 	for _, c := range []struct {
@@ -85,6 +87,7 @@ func TestInvalidConfigIsOneError(t *testing.T) {
 		{"batch too big", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", BatchSize: dlq.MaxReplayBatch + 1}), dlq.ErrInvalidReplayConfig, "BatchSize"},
 		{"to itself", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", To: "orders.dlq"}), dlq.ErrInvalidReplayConfig, "To"},
 		{"bad sarama", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", Sarama: badSarama}), dlq.ErrInvalidReplayConfig, "Sarama"},
+		{"Sarama below Kafka 4.0's floor", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", Sarama: oldSarama}), dlq.ErrInvalidReplayConfig, "Version 2.0.0 is older than 2.1.0"},
 		{"nil publisher", nilPublisher, dlq.ErrInvalidWriterConfig, "publisher is nil"},
 		{"bad suffix", badSuffix, dlq.ErrInvalidWriterConfig, "Suffix"},
 		{"Validate bad suffix", dlq.WriterConfig{Suffix: ".dead letters"}.Validate(), dlq.ErrInvalidWriterConfig, "Suffix"},

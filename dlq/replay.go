@@ -13,6 +13,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/courierkit/courier/internal/kafkafloor"
 	"github.com/courierkit/courier/internal/topicname"
 	"github.com/courierkit/courier/record"
 )
@@ -210,11 +211,9 @@ func (c ReplayConfig) WithDefaults() ReplayConfig {
 	// A target topic that does not exist is reported and skipped, never
 	// created by asking for its metadata.
 	sc.Metadata.AllowAutoTopicCreation = false
-	if sc.Version.IsAtLeast(sarama.V0_11_0_0) {
-		// No duplicates from the producer's own retries.
-		sc.Producer.Idempotent = true
-		sc.Net.MaxOpenRequests = 1
-	}
+	// No duplicates from the producer's own retries.
+	sc.Producer.Idempotent = true
+	sc.Net.MaxOpenRequests = 1
 	c.Sarama = sc
 	return c
 }
@@ -257,6 +256,9 @@ func (c ReplayConfig) validate() error {
 	}
 	if err := c.Sarama.Validate(); err != nil {
 		return bad("Sarama: %v", err)
+	}
+	if err := kafkafloor.Check(c.Sarama.Version); err != nil {
+		return bad("%v", err)
 	}
 	return nil
 }

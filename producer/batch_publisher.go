@@ -11,6 +11,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/courierkit/courier/internal/kafkafloor"
 	"github.com/courierkit/courier/record"
 )
 
@@ -46,8 +47,8 @@ type batchPublisher struct {
 // record.Publisher promises by writing the records of a partition as one
 // record batch, which the broker appends whole or not at all; it sets the
 // Partition and Offset of each record the broker acknowledged, and never
-// otherwise changes a record. cfg.Version must be 0.11
-// or later (record headers), RequiredAcks must ask for an acknowledgement,
+// otherwise changes a record. cfg.Version must be sarama.V2_1_0_0
+// or later (Kafka 4.0 refuses older requests), RequiredAcks must ask for an acknowledgement,
 // the partitioner must put a key always on the same partition, and the
 // idempotent and transactional producers are not supported: the relay
 // orders and retries events itself.
@@ -61,9 +62,10 @@ func NewSaramaPublisher(brokers []string, cfg *sarama.Config) (record.Publisher,
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("producer: Sarama config: %w", err)
 	}
+	if err := kafkafloor.Check(cfg.Version); err != nil {
+		return nil, fmt.Errorf("producer: Sarama config: %w", err)
+	}
 	switch {
-	case !cfg.Version.IsAtLeast(sarama.V0_11_0_0):
-		return nil, fmt.Errorf("producer: Sarama config: Version %s is older than 0.11, which record headers need; leave Version at Sarama's default", cfg.Version)
 	case cfg.Producer.RequiredAcks == sarama.NoResponse:
 		return nil, errors.New("producer: Sarama config: Producer.RequiredAcks is NoResponse, so the relay could not know an event arrived; use sarama.WaitForAll (the default) or WaitForLocal")
 	case cfg.Producer.Idempotent || cfg.Producer.Transaction.ID != "":
@@ -81,14 +83,13 @@ func produceVersion(v sarama.KafkaVersion) int16 {
 		since   sarama.KafkaVersion
 		version int16
 	}{
-		{sarama.V3_7_0_0, 10}, {sarama.V2_8_0_0, 9}, {sarama.V2_4_0_0, 8}, {sarama.V2_1_0_0, 7},
-		{sarama.V2_0_0_0, 6}, {sarama.V1_0_0_0, 5},
+		{sarama.V3_7_0_0, 10}, {sarama.V2_8_0_0, 9}, {sarama.V2_4_0_0, 8},
 	} {
 		if v.IsAtLeast(c.since) {
 			return c.version
 		}
 	}
-	return 3
+	return 7 // Kafka 2.1, the oldest NewSaramaPublisher accepts
 }
 
 // errPublisherClosed is the error of records a closed publisher will not

@@ -286,7 +286,7 @@ func TestNewSaramaPublisherRefusesConfigsItCannotHonour(t *testing.T) {
 		name, want string
 		tune       func(*sarama.Config)
 	}{
-		{"old version", "Version", func(c *sarama.Config) { c.Version = sarama.V0_10_2_0 }},
+		{"version below Kafka 4.0's floor", "Version 2.0.0 is older than 2.1.0", func(c *sarama.Config) { c.Version = sarama.V2_0_0_0 }},
 		{"no acks", "RequiredAcks", func(c *sarama.Config) { c.Producer.RequiredAcks = sarama.NoResponse }},
 		{"idempotent", "Idempotent", func(c *sarama.Config) {
 			c.Producer.Idempotent, c.Net.MaxOpenRequests = true, 1
