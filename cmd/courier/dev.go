@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/courierkit/courier/internal/kafkafloor"
+	"github.com/courierkit/courier/internal/kfakefloor"
 	"github.com/spf13/cobra"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -104,6 +106,12 @@ It is for development only: no TLS, no SASL, one broker, no replication.`,
 				return devStartError(listen, broker.DataDir, err)
 			}
 			autoCreateTopics(cluster, int32(partitions))
+			// As a Kafka 4.0 broker does, refuse the request versions
+			// 4.0 removed, so that a client that works here works there.
+			stderr := cmd.ErrOrStderr()
+			kfakefloor.Refuse(cluster, func(api string, version int16) {
+				fmt.Fprintf(stderr, "courier dev: refused %s version %d, which Kafka 4.0 removed (KIP-896); configure the client for Kafka %s or later\n", api, version, kafkafloor.OldestKafka)
+			})
 			broker.Address = cluster.ListenAddrs()[0]
 			if err := printDevBroker(cmd.OutOrStdout(), out, broker); err != nil {
 				cluster.Close()

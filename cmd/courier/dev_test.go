@@ -69,8 +69,10 @@ func TestDevServesKcatAndKeepsRecordsAcrossRestarts(t *testing.T) {
 
 // TestDevSaramaAutoCreatesTopics runs courier dev in this process with
 // records in memory only: a Sarama producer creates a topic on first
-// produce with --partitions partitions, and cancelling the command's
-// context (what a signal does) ends it with exit code 0.
+// produce with --partitions partitions; one configured for Kafka 0.10.2
+// is refused, as Kafka 4.0 refuses its produce version 2, and stderr says
+// so; cancelling the command's context (what a signal does) ends it with
+// exit code 0.
 func TestDevSaramaAutoCreatesTopics(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -112,12 +114,29 @@ func TestDevSaramaAutoCreatesTopics(t *testing.T) {
 	if _, _, err := producer.SendMessage(&sarama.ProducerMessage{Topic: "dev.auto", Value: sarama.StringEncoder("again")}); err != nil {
 		t.Fatalf("produce to the topic again: %v", err)
 	}
+	old := sarama.NewConfig()
+	old.Version = sarama.V0_10_2_0
+	old.Producer.Return.Successes = true
+	old.Producer.Retry.Max = 0
+	oldProducer, err := sarama.NewSyncProducer([]string{printed.Address}, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer oldProducer.Close()
+	if _, _, err := oldProducer.SendMessage(&sarama.ProducerMessage{Topic: "dev.auto", Value: sarama.StringEncoder("old")}); err == nil {
+		t.Error("produce with version 2 (Sarama at Kafka 0.10.2): nil error, want it refused as Kafka 4.0 refuses it")
+	}
 
 	cancel()
 	select {
 	case c := <-code:
 		if c != exitOK {
 			t.Errorf("exit code %d after the context ended, want %d; stderr:\n%s", c, exitOK, stderr.String())
+		}
+		if refused := strings.Count(stderr.String(), "courier dev: refused "); refused == 0 || !strings.Contains(stderr.String(), "refused Produce version 2, which Kafka 4.0 removed") {
+			t.Errorf("stderr %q, want it to name the refused Produce version 2 and nothing the default Sarama config sent", stderr.String())
+		} else if refused != strings.Count(stderr.String(), "courier dev: refused Produce version 2") {
+			t.Errorf("stderr %q refuses more than the old producer's requests", stderr.String())
 		}
 	case <-time.After(devWait):
 		t.Fatal("courier dev did not stop after its context ended")
