@@ -201,7 +201,6 @@ type deadLettersData struct {
 	Loading bool
 	ToGroup bool
 	Problem string
-	Presets []string
 }
 
 // deadLetters shows a dead-letter topic: counts and a filtered list.

@@ -161,12 +161,11 @@ func (j *job) snapshot() progress {
 	elapsed := end.Sub(j.Started)
 	p.Elapsed = roundDuration(elapsed)
 	switch {
+	case j.done && j.err == nil:
+		p.Percent = 100
 	case r.Total > 0:
 		p.Percent = min(100, float64(r.Read)*100/float64(r.Total))
 	case j.done:
-		p.Percent = 100
-	}
-	if j.done && j.err == nil {
 		p.Percent = 100
 	}
 	if s := elapsed.Seconds(); s > 0 {

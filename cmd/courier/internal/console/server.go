@@ -11,6 +11,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"path"
 	"strings"
 	"sync"
@@ -241,7 +242,7 @@ func (s *Server) protect(next http.Handler) http.Handler {
 				}
 				next.ServeHTTP(w, r)
 			case r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/progress"):
-				http.Redirect(w, r, "/login?next="+urlQueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
+				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			default:
 				s.fail(w, r, http.StatusUnauthorized, errors.New("sign in first: open /login with your token, or send it as Authorization: Bearer <token>"))
 			}

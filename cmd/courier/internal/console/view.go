@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"html/template"
-	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -35,12 +34,6 @@ var funcs = template.FuncMap{
 			return "would move"
 		}
 		return "moved"
-	},
-	"pct": func(n, total int64) string {
-		if total <= 0 {
-			return "0"
-		}
-		return strconv.FormatFloat(min(100, float64(n)*100/float64(total)), 'f', 1, 64)
 	},
 }
 
@@ -168,9 +161,6 @@ func body(b []byte) shownBody {
 func equalToken(got, want string) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
-
-// urlQueryEscape escapes s for a query value.
-func urlQueryEscape(s string) string { return url.QueryEscape(s) }
 
 // localPath returns next when it is a path of this console ("/…", not
 // "//…"), else "/": a sign-in never sends a browser to another site.
