@@ -30,11 +30,17 @@ import (
 // Kafka may accept on a second try (a leader moved, a broker restarted) up
 // to Producer.Retry.Max times after Producer.Retry.Backoff, and connects on
 // first use and again after a failure, so a relay can start while Kafka is
-// down.
+// down. Its batches are idempotent unless turned off (see producerSession):
+// a batch whose fate is unknown (sent, and no answer came, or one that may
+// hide an append) is sent again with the same sequence numbers, beyond
+// Retry.Max, until it is answered or deliveryTimeout passes, so that the
+// broker keeps one copy.
 type batchPublisher struct {
-	brokers []string
-	cfg     *sarama.Config
-	version int16 // of the produce requests
+	brokers    []string
+	cfg        *sarama.Config
+	version    int16 // of the produce requests
+	idempotent bool
+	sessions   sessionPool
 
 	mu       sync.Mutex // guards client, and closed against new writes
 	client   sarama.Client
@@ -42,17 +48,41 @@ type batchPublisher struct {
 	closed   chan struct{}
 }
 
+// PublisherOption changes how NewSaramaPublisher writes.
+type PublisherOption func(*batchPublisher)
+
+// WithoutIdempotence makes a publisher's produce requests plain ones, with
+// no producer id: a request sent again after its answer was lost may then
+// write its records twice. It is for clusters that refuse idempotent
+// writes (before Kafka 2.8 they need the IdempotentWrite permission on the
+// cluster; see ErrIdempotenceRefused), and it allows RequiredAcks
+// WaitForLocal.
+func WithoutIdempotence() PublisherOption {
+	return func(p *batchPublisher) { p.idempotent = false }
+}
+
 // NewSaramaPublisher returns the record.Publisher the relay uses by default,
 // on brokers with cfg (nil means NewSaramaConfig()). It keeps the order
 // record.Publisher promises by writing the records of a partition as one
 // record batch, which the broker appends whole or not at all; it sets the
-// Partition and Offset of each record the broker acknowledged, and never
-// otherwise changes a record. cfg.Version must be sarama.V2_1_0_0
-// or later (Kafka 4.0 refuses older requests), RequiredAcks must ask for an acknowledgement,
-// the partitioner must put a key always on the same partition, and the
-// idempotent and transactional producers are not supported: the relay
-// orders and retries events itself.
-func NewSaramaPublisher(brokers []string, cfg *sarama.Config) (record.Publisher, error) {
+// Partition and Offset of each record the broker acknowledged (an offset of
+// -1 for a batch an older broker reports as a duplicate without its
+// offset), and never otherwise changes a record.
+//
+// Its produce requests are idempotent, as Kafka's own producer's are by
+// default: a request sent again because its answer was lost does not write
+// its records twice (WithoutIdempotence turns this off). It asks Kafka for
+// producer ids with InitProducerId; a cluster that refuses one fails the
+// records with ErrIdempotenceRefused.
+//
+// cfg.Version must be sarama.V2_1_0_0 or later (Kafka 4.0 refuses older
+// requests); RequiredAcks must be WaitForAll (WaitForLocal too without
+// idempotence: an idempotent write acknowledged by the leader alone could
+// still be lost); the partitioner must put a key always on the same
+// partition; and Sarama's own idempotent and transactional producers
+// (Producer.Idempotent, Producer.Transaction) are not used: the publisher
+// numbers its batches itself, and the relay orders and retries events.
+func NewSaramaPublisher(brokers []string, cfg *sarama.Config, opts ...PublisherOption) (record.Publisher, error) {
 	if len(brokers) == 0 {
 		return nil, errors.New("producer: no Kafka brokers given; set RelayConfig.Brokers, e.g. []string{\"localhost:9092\"}")
 	}
@@ -65,15 +95,21 @@ func NewSaramaPublisher(brokers []string, cfg *sarama.Config) (record.Publisher,
 	if err := kafkafloor.Check(cfg.Version); err != nil {
 		return nil, fmt.Errorf("producer: Sarama config: %w", err)
 	}
+	p := &batchPublisher{brokers: brokers, cfg: cfg, version: produceVersion(cfg.Version), idempotent: true, closed: make(chan struct{})}
+	for _, opt := range opts {
+		opt(p)
+	}
 	switch {
 	case cfg.Producer.RequiredAcks == sarama.NoResponse:
-		return nil, errors.New("producer: Sarama config: Producer.RequiredAcks is NoResponse, so the relay could not know an event arrived; use sarama.WaitForAll (the default) or WaitForLocal")
+		return nil, errors.New("producer: Sarama config: Producer.RequiredAcks is NoResponse, so the relay could not know an event arrived; use sarama.WaitForAll (the default)")
+	case p.idempotent && cfg.Producer.RequiredAcks != sarama.WaitForAll:
+		return nil, errors.New("producer: Sarama config: idempotent writes need Producer.RequiredAcks WaitForAll (the default): a write only the leader acknowledged is lost when the leader fails; use WaitForAll, or turn idempotence off (RelayConfig.DisableIdempotence, courier relay --no-idempotence)")
 	case cfg.Producer.Idempotent || cfg.Producer.Transaction.ID != "":
-		return nil, errors.New("producer: Sarama config: Producer.Idempotent and Producer.Transaction are not supported; the relay keeps each key's order and retries itself")
+		return nil, errors.New("producer: Sarama config: Producer.Idempotent and Producer.Transaction are not used: the relay's own produce requests are idempotent (unless RelayConfig.DisableIdempotence), and it keeps each key's order and retries itself; leave them unset")
 	case !cfg.Producer.Partitioner("").RequiresConsistency():
 		return nil, errors.New("producer: Sarama config: Producer.Partitioner does not put a key always on the same partition, so per-key order could not hold; use sarama.NewMurmur2Partitioner (the default), NewHashPartitioner or NewReferenceHashPartitioner")
 	}
-	return &batchPublisher{brokers: brokers, cfg: cfg, version: produceVersion(cfg.Version), closed: make(chan struct{})}, nil
+	return p, nil
 }
 
 // produceVersion is the newest produce request version that Kafka version v
@@ -171,6 +207,9 @@ func (o *outcome) ack(idx []int, partition int32, base int64) {
 	}
 	for n, i := range idx {
 		o.records[i].Partition, o.records[i].Offset = partition, base+int64(n)
+		if base < 0 { // a duplicate an older broker did not place
+			o.records[i].Offset = -1
+		}
 		o.errs[i], o.answered[i] = nil, true
 	}
 }
@@ -208,10 +247,66 @@ type partitionBatches struct {
 	sizes     []int   // of each batch, in bytes
 	next      int     // the first batch not yet acknowledged
 	tries     int     // failed tries of batches[next]
+
+	// Idempotent writes: the session the batches are numbered in, or why
+	// none could be started; the first sequence number of batches[next]
+	// once it was sent; since when its fate is unknown (zero: it is
+	// known not to be on the log); and how often the broker had lost the
+	// session's sequence.
+	session    *producerSession
+	sessionErr error
+	seq        int32
+	numbered   bool
+	unknown    time.Time
+	resets     int
 }
 
-// giveUp fails the records of pb not yet acknowledged with err.
+// maxSessionResets bounds how often a batch moves to a new session because
+// the broker lost the sequence of the one before.
+const maxSessionResets = 3
+
+// acked moves pb to its next batch once batches[next] was acknowledged.
+func (pb *partitionBatches) acked() {
+	if pb.session != nil {
+		pb.session.next[topicPartition{pb.topic, pb.partition}] = addSequence(pb.seq, len(pb.batches[pb.next]))
+	}
+	pb.next, pb.tries, pb.numbered, pb.unknown = pb.next+1, 0, false, time.Time{}
+}
+
+// failed records a failed try of batches[next], and reports whether to try
+// it again: a broker might accept it on a second try, and either tries are
+// left or (idempotent writes) its fate is unknown and deliveryTimeout has
+// not passed: another try with the same sequence numbers settles it.
+func (pb *partitionBatches) failed(err error, maxTries int, now time.Time) bool {
+	if pb.session != nil && pb.unknown.IsZero() && !refusedUnwritten(err) && !errors.As(err, new(unsentError)) {
+		pb.unknown = now
+	}
+	if !retriable(err) {
+		return false
+	}
+	pb.tries++
+	return pb.tries <= maxTries || (!pb.unknown.IsZero() && now.Sub(pb.unknown) < deliveryTimeout)
+}
+
+// renumber moves pb to a new session after the broker lost the sequence of
+// its session on the partition (which appended nothing), and reports
+// whether it may: a batch that keeps losing it fails.
+func (pb *partitionBatches) renumber() bool {
+	if pb.session == nil || pb.resets == maxSessionResets {
+		return false
+	}
+	pb.session.broken = true
+	pb.session, pb.numbered, pb.resets = nil, false, pb.resets+1
+	return true
+}
+
+// giveUp fails the records of pb not yet acknowledged with err. A batch
+// whose fate is unknown leaves its session broken: the broker may hold it,
+// and the session's next batch on the partition could be taken for it.
 func (pb *partitionBatches) giveUp(out *outcome, err error) {
+	if pb.session != nil && !pb.unknown.IsZero() {
+		pb.session.broken = true
+	}
 	for _, batch := range pb.batches[pb.next:] {
 		out.set(batch, err)
 	}
@@ -222,9 +317,12 @@ func (pb *partitionBatches) giveUp(out *outcome, err error) {
 // sends, for every partition that has one left, its next batch, one produce
 // request per leader. A partition stops at its first batch that fails for
 // good, and its later batches fail with the same error unsent. Every record
-// gets its outcome in out.
+// gets its outcome in out. Idempotent writes number their batches in
+// sessions, which go back to the pool when the write is done.
 func (p *batchPublisher) write(ctx context.Context, client sarama.Client, records []*record.Record, out *outcome) {
 	parts, wire := p.partition(ctx, client, records, out)
+	var sessions []*producerSession // those this write used
+	defer func() { p.sessions.put(sessions) }()
 	for len(parts) > 0 {
 		if err := p.stopped(ctx); err != nil {
 			for _, pb := range parts {
@@ -232,15 +330,20 @@ func (p *batchPublisher) write(ctx context.Context, client sarama.Client, record
 			}
 			return
 		}
+		if p.idempotent {
+			sessions = p.attachSessions(client, parts, sessions)
+		}
 		results := p.round(client, wire, parts, out)
 		var retry bool
+		now := time.Now()
 		live := parts[:0]
 		for i, pb := range parts {
 			switch err := results[i]; {
 			case err == nil:
-				pb.next, pb.tries = pb.next+1, 0
-			case pb.tries < p.cfg.Producer.Retry.Max && retriable(err):
-				pb.tries++
+				pb.acked()
+			case sequenceLost(err) && pb.renumber():
+				retry = true
+			case pb.failed(err, p.cfg.Producer.Retry.Max, now):
 				retry = true
 			default:
 				pb.giveUp(out, err)
@@ -255,6 +358,38 @@ func (p *batchPublisher) write(ctx context.Context, client sarama.Client, record
 			p.wait(ctx, p.cfg.Producer.Retry.Backoff)
 		}
 	}
+}
+
+// attachSessions gives every partition of parts without a session one: the
+// write's last session while it is sound, else an idle one, else a new one
+// from the leader of the partition. A partition whose session could not be
+// started keeps the error for this round. It returns sessions with those
+// it added.
+func (p *batchPublisher) attachSessions(client sarama.Client, parts []*partitionBatches, sessions []*producerSession) []*producerSession {
+	for _, pb := range parts {
+		if pb.session != nil {
+			continue
+		}
+		if n := len(sessions); n > 0 && !sessions[n-1].broken {
+			pb.session = sessions[n-1]
+			continue
+		}
+		s := p.sessions.take()
+		if s == nil {
+			broker, err := client.Leader(pb.topic, pb.partition)
+			if err != nil {
+				pb.sessionErr = unsentError{err}
+				continue
+			}
+			if s, err = p.newSession(broker); err != nil {
+				pb.sessionErr = err
+				continue
+			}
+		}
+		sessions = append(sessions, s)
+		pb.session = s
+	}
+	return sessions
 }
 
 // stopped returns why the write must stop: ctx ended or the publisher
@@ -496,12 +631,22 @@ func (p *batchPublisher) round(client sarama.Client, records []*record.Record, p
 	maxSize := int(sarama.MaxRequestSize) - requestHeadroom
 	now := time.Now().Truncate(time.Millisecond)
 	for i, pb := range parts {
+		if p.idempotent && pb.session == nil {
+			results[i] = pb.sessionErr
+			continue
+		}
 		broker, err := client.Leader(pb.topic, pb.partition)
 		if err != nil {
-			results[i] = err
+			results[i] = unsentError{err}
 			continue
 		}
 		batch := recordBatch(records, pb.batches[pb.next], now, p.cfg)
+		if s := pb.session; s != nil {
+			if !pb.numbered {
+				pb.seq, pb.numbered = s.next[topicPartition{pb.topic, pb.partition}], true
+			}
+			batch.ProducerID, batch.ProducerEpoch, batch.FirstSequence = s.id, s.epoch, pb.seq
+		}
 		size := pb.sizes[pb.next]
 		r := open[broker]
 		if r == nil || r.size+size > maxSize {
@@ -520,10 +665,13 @@ func (p *batchPublisher) round(client sarama.Client, records []*record.Record, p
 	for _, r := range requests {
 		wg.Go(func() {
 			resp, err := r.broker.Produce(r.req)
-			if err != nil && !errors.As(err, new(sarama.PacketEncodingError)) {
+			switch {
+			case err == nil:
+			case errors.As(err, new(sarama.PacketEncodingError)), errors.Is(err, sarama.ErrNotConnected):
+				err = unsentError{err}
+			default:
 				// The connection is broken or out of step: drop it, so
-				// that the next round connects again. (An encoding error
-				// sent nothing.)
+				// that the next round connects again.
 				_ = r.broker.Close()
 			}
 			for _, i := range r.parts {
@@ -574,8 +722,8 @@ func blockError(resp *sarama.ProduceResponse, err error, topic string, partition
 	switch {
 	case block == nil:
 		return sarama.ErrIncompleteResponse
-	case block.Err == sarama.ErrNoError:
-		return nil
+	case block.Err == sarama.ErrNoError, block.Err == sarama.ErrDuplicateSequenceNumber:
+		return nil // a duplicate: the broker had appended the batch before
 	case block.ErrorMessage != nil && *block.ErrorMessage != "":
 		return fmt.Errorf("%w: %s", block.Err, *block.ErrorMessage)
 	default:

@@ -68,13 +68,17 @@ type permanentError struct{ error }
 func (e permanentError) Unwrap() error { return e.error }
 
 // classify sorts a publish error. Every error code a broker sent back
-// (a sarama.KError) is a broker's answer about one topic, partition or
-// record, so it is never failUnavailable: only errors that mean no broker
-// answered are.
+// (a sarama.KError) about a produce request is a broker's answer about one
+// topic, partition or record, so it is never failUnavailable: only errors
+// that mean no broker answered are, and a cluster's refusal to start an
+// idempotent producer session, which no event caused.
 func classify(err error) failureClass {
 	var perm permanentError
 	if errors.As(err, &perm) {
 		return failPermanent
+	}
+	if errors.As(err, new(sessionError)) {
+		return failUnavailable // no producer id: nothing to do with the event
 	}
 	var kerr sarama.KError
 	if errors.As(err, &kerr) {

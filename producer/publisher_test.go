@@ -22,13 +22,13 @@ import (
 
 // newPublisher is the relay's default Publisher on k, closed when the test
 // ends.
-func newPublisher(t *testing.T, k *testkit.Kafka, tune func(*sarama.Config)) record.Publisher {
+func newPublisher(t *testing.T, k *testkit.Kafka, tune func(*sarama.Config), opts ...producer.PublisherOption) record.Publisher {
 	t.Helper()
 	cfg := producer.NewSaramaConfig()
 	if tune != nil {
 		tune(cfg)
 	}
-	pub, err := producer.NewSaramaPublisher(k.Brokers, cfg)
+	pub, err := producer.NewSaramaPublisher(k.Brokers, cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,6 +292,7 @@ func TestNewSaramaPublisherRefusesConfigsItCannotHonour(t *testing.T) {
 			c.Producer.Idempotent, c.Net.MaxOpenRequests = true, 1
 		}},
 		{"random partitioner", "Partitioner", func(c *sarama.Config) { c.Producer.Partitioner = sarama.NewRandomPartitioner }},
+		{"leader-only acks with idempotence", "WaitForAll", func(c *sarama.Config) { c.Producer.RequiredAcks = sarama.WaitForLocal }},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := producer.NewSaramaConfig()

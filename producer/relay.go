@@ -123,6 +123,15 @@ type RelayConfig struct {
 	// Sarama configures the Kafka producer (TLS, SASL, versions, …).
 	// Defaults to NewSaramaConfig().
 	Sarama *sarama.Config
+	// DisableIdempotence makes the relay's produce requests plain ones. By
+	// default they are idempotent, as Kafka's own producer's are: a
+	// request the relay sends again because its answer was lost (a
+	// dropped connection, a timeout after the leader appended) is dropped
+	// by the broker instead of writing its events twice. Turn it off only
+	// for a cluster that refuses it (before Kafka 2.8, idempotent writes
+	// need the IdempotentWrite permission on the cluster; see
+	// ErrIdempotenceRefused). Ignored when Publisher is set.
+	DisableIdempotence bool
 	// Publisher replaces the Sarama publisher built from Brokers and Sarama
 	// (NewSaramaPublisher), e.g. to share one or to test. The relay does not
 	// close it. It is the relay's only view of the broker: the relay passes
@@ -373,7 +382,11 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 	r.presence = &presence{r: r}
 	r.publisher = cfg.Publisher
 	if r.publisher == nil {
-		if r.publisher, err = NewSaramaPublisher(cfg.Brokers, cfg.Sarama); err != nil {
+		var opts []PublisherOption
+		if cfg.DisableIdempotence {
+			opts = append(opts, WithoutIdempotence())
+		}
+		if r.publisher, err = NewSaramaPublisher(cfg.Brokers, cfg.Sarama, opts...); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		r.ownsPub = true
@@ -892,7 +905,12 @@ func (r *Relay) noteReachable(answered bool, unreachableErr error) {
 			r.log.Info("Kafka answers again; publishing the events that waited", "brokers", r.brokersText())
 		}
 	case unreachableErr != nil:
-		if r.unreachable.CompareAndSwap(false, true) {
+		switch {
+		case !r.unreachable.CompareAndSwap(false, true):
+		case errors.Is(unreachableErr, ErrIdempotenceRefused):
+			r.log.Error("Kafka refuses the relay a producer id for idempotent writes; events wait in the outbox, none lost, and are published once it grants one",
+				"brokers", r.brokersText(), "error", unreachableErr)
+		default:
 			r.log.Warn("cannot reach Kafka; events wait in the outbox, none lost, and are published once a broker answers",
 				"brokers", r.brokersText(), "error", unreachableErr)
 		}

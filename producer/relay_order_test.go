@@ -90,51 +90,107 @@ func checkKeyOrder(t *testing.T, msgs []*sarama.ConsumerMessage) (duplicates int
 	return duplicates
 }
 
-// TestThreeRelaysKeepKeyOrderUnderProduceFaults drains 20,000 events over
-// 500 keys with three relays while the broker fails about one produce
-// request in seven, with errors of both kinds: every event arrives, and each
-// key's events arrive in enqueue order.
-func TestThreeRelaysKeepKeyOrderUnderProduceFaults(t *testing.T) {
+// TestThreeRelaysUnderProduceFaults drains 20,000 events over 500 keys
+// with three relays while the broker fails about one produce partition in
+// five: refusals before the append (NOT_LEADER_FOR_PARTITION,
+// LEADER_NOT_AVAILABLE, NOT_ENOUGH_REPLICAS), answers after it
+// (NOT_ENOUGH_REPLICAS_AFTER_APPEND, REQUEST_TIMED_OUT: the records are on
+// the log, the relay is told they failed), and one request in twenty loses
+// its connection. Every event arrives, each key's in enqueue order. With
+// idempotent writes (the default) not one is written twice, although no
+// relay died; without them, the answers after an append leave duplicates.
+func TestThreeRelaysUnderProduceFaults(t *testing.T) {
 	t.Parallel()
-	pg, out := setup(t)
-	k := testkit.NewKafka(t, testkit.Brokers(3), testkit.InProcess()) // the test injects faults
-	topic := k.Topic(t, 6)
-	total := enqueueKeyed(t, pg, out, topic, 500, 40)
+	for _, c := range []struct {
+		name          string
+		noIdempotence bool
+	}{{"idempotent", false}, {"without idempotence", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pg, out := setup(t)
+			k := testkit.NewKafka(t, testkit.Brokers(3), testkit.InProcess()) // the test injects faults
+			topic := k.Topic(t, 6)
+			total := enqueueKeyed(t, pg, out, topic, 500, 40)
+			faults, afterAppend := injectProduceFaults(k)
 
-	// Broker refusals (retriable: counted attempts) and dropped connections
-	// (Kafka unreachable: deferrals that count none).
-	for _, code := range []*kerr.Error{kerr.NotLeaderForPartition, kerr.UnknownServerError} {
-		k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: code, Count: -1,
-			When: func(kmsg.Request) bool { return rand.IntN(14) == 0 }})
+			metrics := &recordedMetrics{}
+			for range 3 {
+				saramaCfg := producer.NewSaramaConfig()
+				saramaCfg.Producer.Retry.Max = 0 // let the faults reach the relay
+				relay := newRelay(t, pg, k, producer.RelayConfig{
+					Sarama: saramaCfg, DisableIdempotence: c.noIdempotence,
+					PollInterval: 50 * time.Millisecond, Hooks: []producer.Hook{metrics},
+					MaxAttempts: 1000, Backoff: backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+					Breaker: producer.BreakerConfig{OpenFor: 100 * time.Millisecond},
+				})
+				runRelay(t, relay)
+			}
+			testkit.WaitFor(t, 3*time.Minute, "every event published", func() bool {
+				return countRows(t, pg.Pool, "status <> 'published'") == 0
+			})
+			faults.Remove()
+			msgs := waitFaultRecords(t, k, consume(t, k, topic), topic, total)
+			if n := len(distinctIDs(msgs)); n != total {
+				t.Fatalf("%d distinct events on Kafka, want all %d", n, total)
+			}
+			dups := checkKeyOrder(t, msgs)
+			metrics.mu.Lock()
+			defer metrics.mu.Unlock()
+			t.Logf("%d events, %d duplicates (%.2f %%), %d answers after an append, failures by reason %v",
+				total, dups, 100*float64(dups)/float64(total), afterAppend.Hits(), metrics.failures)
+			if metrics.failures["retriable"] == 0 || afterAppend.Hits() == 0 {
+				t.Fatalf("the faults did not reach the relay (%v, %d answers after an append): the test proves nothing", metrics.failures, afterAppend.Hits())
+			}
+			switch {
+			case !c.noIdempotence && dups != 0:
+				t.Errorf("%d duplicates with idempotent writes and no relay dying, want none", dups)
+			case c.noIdempotence && dups == 0:
+				t.Errorf("no duplicates without idempotence after %d answers after an append: the fault mix proves nothing", afterAppend.Hits())
+			}
+		})
+	}
+}
+
+// injectProduceFaults makes k fail about one produce partition in five,
+// with the five error codes of a broker in trouble, and drop the
+// connection of one produce request in twenty. It returns the faults, and
+// those answered after the records were appended.
+func injectProduceFaults(k *testkit.Kafka) (all faultHandles, afterAppend faultHandles) {
+	sometimes := func(kmsg.Request) bool { return rand.Float64() < 0.045 } // per partition; five codes: about 20 %
+	for _, code := range []*kerr.Error{kerr.NotLeaderForPartition, kerr.LeaderNotAvailable, kerr.NotEnoughReplicas,
+		kerr.NotEnoughReplicasAfterAppend, kerr.RequestTimedOut} {
+		h := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: code, Count: -1, When: sometimes})
+		all = append(all, h)
+		if code == kerr.NotEnoughReplicasAfterAppend || code == kerr.RequestTimedOut {
+			afterAppend = append(afterAppend, h)
+		}
 	}
 	k.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
-		if rand.IntN(14) != 0 {
+		k.Cluster.KeepControl()
+		if rand.IntN(20) != 0 {
 			return nil, nil, false
 		}
-		k.Cluster.KeepControl()
 		return nil, errors.New("connection dropped"), true // closes the connection
 	})
-	metrics := &recordedMetrics{}
-	for range 3 {
-		saramaCfg := producer.NewSaramaConfig()
-		saramaCfg.Producer.Retry.Max = 0 // let the faults reach the relay
-		relay := newRelay(t, pg, k, producer.RelayConfig{
-			Sarama: saramaCfg, PollInterval: 50 * time.Millisecond, Hooks: []producer.Hook{metrics},
-			MaxAttempts: 1000, Backoff: backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
-			Breaker: producer.BreakerConfig{OpenFor: 100 * time.Millisecond},
-		})
-		runRelay(t, relay)
+	return all, afterAppend
+}
+
+// faultHandles are several faults, counted and removed together.
+type faultHandles []*kfake.FaultHandle
+
+// Hits is how many requests the faults answered.
+func (hs faultHandles) Hits() int {
+	n := 0
+	for _, h := range hs {
+		n += h.Hits()
 	}
-	testkit.WaitFor(t, 3*time.Minute, "every event published", func() bool {
-		return countRows(t, pg.Pool, "status <> 'published'") == 0
-	})
-	msgs := consume(t, k, topic).waitDistinct(total, time.Minute)
-	dups := checkKeyOrder(t, msgs)
-	metrics.mu.Lock()
-	defer metrics.mu.Unlock()
-	t.Logf("%d events, %d duplicates, failures by reason %v", total, dups, metrics.failures)
-	if metrics.failures["retriable"] == 0 || metrics.failures["broker_unavailable"] == 0 {
-		t.Fatalf("no injected failure reached the relay (%v): the test proves nothing", metrics.failures)
+	return n
+}
+
+// Remove uninstalls the faults.
+func (hs faultHandles) Remove() {
+	for _, h := range hs {
+		h.Remove()
 	}
 }
 

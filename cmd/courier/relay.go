@@ -33,6 +33,7 @@ type relayFlags struct {
 	pollInterval, probeInterval, retention, cleanupInterval time.Duration
 	shutdownTimeout                                         time.Duration
 	pollOnly, structured, publishDeadLetters, holdKey       bool
+	noIdempotence                                           bool
 	source, deadLetterSuffix                                string
 	metricsAddr, logFormat, logLevel                        string
 }
@@ -50,6 +51,7 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.structured, "structured", false, "publish each event as a JSON CloudEvent (structured mode) instead of its payload with ce_ headers")
 	fs.BoolVar(&f.publishDeadLetters, "publish-dead-letters", false, "also write each dead-lettered event to <topic><dead-letter-suffix> as a dlq envelope")
 	fs.StringVar(&f.deadLetterSuffix, "dead-letter-suffix", producer.DefaultDeadLetterSuffix, "suffix of the dead-letter topics")
+	fs.BoolVar(&f.noIdempotence, "no-idempotence", false, "send plain produce requests instead of idempotent ones, for a cluster that refuses idempotent writes (before Kafka 2.8 they need IdempotentWrite on the cluster); a request sent again after a lost answer may then write its events twice")
 	fs.BoolVar(&f.holdKey, "hold-key-on-dead-letter", false, "keep a key's later events waiting behind its dead-lettered event until it is requeued or purged")
 	fs.DurationVar(&f.retention, "retention", producer.DefaultRetention, "how long published events stay in the history (whole days are dropped: a day's events go once all of it is past); 0 keeps them forever")
 	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", producer.DefaultCleanupInterval, "how often the relay makes the history's day partitions ahead and drops those past --retention")
@@ -58,7 +60,7 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "least severe level logged: debug (Sarama's own logs too), info, warn or error")
 	bindEnv(fs, "batch-size", "workers", "probe-interval", "poll-interval", "poll-only", "max-attempts", "source", "structured",
-		"publish-dead-letters", "dead-letter-suffix", "hold-key-on-dead-letter", "retention", "cleanup-interval",
+		"publish-dead-letters", "dead-letter-suffix", "hold-key-on-dead-letter", "no-idempotence", "retention", "cleanup-interval",
 		"shutdown-timeout", "metrics-addr", "log-format", "log-level")
 	renameFlag(fs, "max-retries", "max-attempts")
 }
@@ -133,6 +135,7 @@ func (f *relayFlags) relayConfig() producer.RelayConfig {
 		PollOnly:            f.pollOnly,
 		MaxAttempts:         f.maxAttempts,
 		HoldKeyOnDeadLetter: f.holdKey,
+		DisableIdempotence:  f.noIdempotence,
 		PublishDeadLetters:  f.publishDeadLetters,
 		DeadLetterSuffix:    f.deadLetterSuffix,
 		ShutdownTimeout:     f.shutdownTimeout,
@@ -278,7 +281,7 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	defer stopLog()
 
 	log.Info("relay started", "database", databaseName(pool.Config().ConnConfig), "table", table.String(), "brokers", strings.Join(brokers, ","),
-		"workers", flags.workers, "batch_size", flags.batchSize, "source", flags.source)
+		"workers", flags.workers, "batch_size", flags.batchSize, "source", flags.source, "idempotent", !cfg.DisableIdempotence)
 	started := time.Now()
 	if err := relay.Run(ctx); err != nil {
 		return err

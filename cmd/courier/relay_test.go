@@ -164,13 +164,14 @@ func TestRelayTakesFlagsFromEnvironment(t *testing.T) {
 	for name, value := range map[string]string{
 		"COURIER_DATABASE_URL": o.URL, "COURIER_SCHEMA": o.Schema, "COURIER_BROKERS": strings.Join(k.Brokers, ","),
 		"COURIER_SOURCE": "env-service", "COURIER_LOG_FORMAT": "json", "COURIER_WORKERS": "3", "COURIER_OUTPUT": "json",
+		"COURIER_NO_IDEMPOTENCE": "true",
 	} {
 		t.Setenv(name, value)
 	}
 
 	r := startRelay(t, "--workers", "1")
 	started := waitLog(t, &r.stderr, "relay started")
-	if started["workers"] != 1.0 || started["source"] != "env-service" || started["table"] != o.Schema+".courier_outbox" {
+	if started["workers"] != 1.0 || started["source"] != "env-service" || started["table"] != o.Schema+".courier_outbox" || started["idempotent"] != false {
 		t.Errorf("relay started with %v, want --workers 1 over COURIER_WORKERS=3 and the rest from the environment", started)
 	}
 	records := topicRecords(t, k, topic, 1)
