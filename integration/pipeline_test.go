@@ -16,6 +16,7 @@ import (
 
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/kafkafloor"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
 )
@@ -60,9 +61,27 @@ func (e *effects) done() int {
 // the handler is fixed. Every committed event is handled exactly once by
 // its effect, none is lost, no rolled-back one appears, the dead-letter
 // topic holds the poison events before the replay and nothing is left to
-// replay after it.
+// replay after it. It runs with Sarama's default Version and with the
+// oldest courier accepts (kafkafloor.OldestSarama, Kafka 2.1): on the
+// in-process broker, which refuses what Kafka 4.0 removed, that proves
+// every request the relay, the consumer and the replay send at that
+// version is one Kafka 4.0 takes.
 func TestPipelineCountsEveryEvent(t *testing.T) {
 	t.Parallel()
+	for name, version := range map[string]sarama.KafkaVersion{
+		"sarama default": sarama.NewConfig().Version,
+		"oldest supported, " + kafkafloor.OldestSarama.String(): kafkafloor.OldestSarama,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			countEveryEvent(t, version)
+		})
+	}
+}
+
+// countEveryEvent is TestPipelineCountsEveryEvent with courier's Sarama
+// clients set to version.
+func countEveryEvent(t *testing.T, version sarama.KafkaVersion) {
 	const (
 		healthy, slow, poison = 40, 3, 3
 		committed             = healthy + slow + poison
@@ -72,6 +91,7 @@ func TestPipelineCountsEveryEvent(t *testing.T) {
 	ctx := context.Background()
 	pg, out := outbox(t)
 	s := newStack(t, 3)
+	s.version = version
 	r := testkit.NewRedis(t)
 	if _, err := pg.Pool.Exec(ctx, "CREATE TABLE orders (id text PRIMARY KEY, kind text NOT NULL)"); err != nil {
 		t.Fatal(err)
@@ -182,7 +202,7 @@ func TestPipelineCountsEveryEvent(t *testing.T) {
 
 	// Replay once the handler is fixed.
 	fixed.Store(true)
-	replay := dlq.ReplayConfig{Brokers: s.k.Brokers, Sarama: s.k.Config(), Topic: s.deadLetter, Group: "replay." + s.group}
+	replay := dlq.ReplayConfig{Brokers: s.k.Brokers, Sarama: s.saramaConfig(), Topic: s.deadLetter, Group: "replay." + s.group}
 	report, err := dlq.Replay(ctx, replay)
 	if err != nil || report.Moved != poison {
 		t.Fatalf("replay: %+v, %v; want %d moved", report, err, poison)

@@ -33,6 +33,19 @@ type stack struct {
 	deadLetter string
 	group      string
 	partitions int32
+	// version is the Sarama Version of the stack's relay, consumer and
+	// replay; zero: Sarama's default.
+	version sarama.KafkaVersion
+}
+
+// saramaConfig is the stack's Sarama config for courier's clients: the
+// test kit's, at the stack's version.
+func (s *stack) saramaConfig() *sarama.Config {
+	cfg := s.k.Config()
+	if s.version != (sarama.KafkaVersion{}) {
+		cfg.Version = s.version
+	}
+	return cfg
 }
 
 func newStack(t *testing.T, partitions int32) *stack {
@@ -61,6 +74,10 @@ func outbox(t *testing.T) (*testkit.PG, *producer.Outbox) {
 func (s *stack) relay(t *testing.T, pg *testkit.PG, cfg producer.RelayConfig) *producer.Relay {
 	t.Helper()
 	cfg.Schema, cfg.Brokers, cfg.Logger = pg.Schema, s.k.Brokers, testkit.Logger(t)
+	if cfg.Sarama == nil && s.version != (sarama.KafkaVersion{}) {
+		cfg.Sarama = producer.NewSaramaConfig()
+		cfg.Sarama.Version = s.version
+	}
 	r, err := producer.NewRelay(pg.Pool, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -72,7 +89,7 @@ func (s *stack) relay(t *testing.T, pg *testkit.PG, cfg producer.RelayConfig) *p
 // test-sized waits and offsets committed often, so that a test sees them
 // soon.
 func (s *stack) consumerConfig(t *testing.T, h consumer.Handler) consumer.Config {
-	sc := s.k.Config()
+	sc := s.saramaConfig()
 	sc.Consumer.Offsets.AutoCommit.Interval = 50 * time.Millisecond
 	sc.Consumer.Group.Heartbeat.Interval = 200 * time.Millisecond
 	sc.Consumer.Group.Rebalance.Timeout = 10 * time.Second
