@@ -105,6 +105,9 @@ in the same run: without failures, with 1% of the messages failing for good
 two retry tiers (the main topic's rate), with Redis dedupe on (--redis-url),
 and with a 5 ms handler on 1 and on 16 workers per partition. The
 configurations take turns --rounds times and each figure is the median.
+After each round, redis-benchmark (--redis-benchmark, when on the path) runs
+the two commands the Redis dedupe sends per message against the same Redis,
+and the report sets what Redis alone serves beside the dedupe's rate.
 
 Without --brokers it starts an in-process Kafka-protocol broker (kfake) and
 times from the group's first fetch. Against a cluster it creates and deletes
