@@ -442,3 +442,66 @@ func inboxDB(t *testing.T) *testkit.PG {
 	}
 	return db
 }
+
+// claimCounter passes calls to a Store and closes second when a second
+// Claim call starts.
+type claimCounter struct {
+	dedupe.Store
+	calls  atomic.Int32
+	second chan struct{}
+}
+
+func (s *claimCounter) Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]dedupe.Status, error) {
+	if s.calls.Add(1) == 2 {
+		close(s.second)
+	}
+	return s.Store.Claim(ctx, owner, ids, lease)
+}
+
+// TestDedupeClaimsTheNextBatchWhileHandling: with one worker, the ids of
+// the next batch are claimed while the current batch is handled (so that
+// the store's round trip is not added to the handling), and the messages
+// are still handled one at a time, in order.
+func TestDedupeClaimsTheNextBatchWhileHandling(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	r := testkit.NewRedis(t)
+	store := &claimCounter{Store: f.redisDedupe(t, r.Client, r.Prefix), second: make(chan struct{})}
+	var (
+		mu      sync.Mutex
+		order   []string
+		overlap atomic.Bool
+	)
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		if string(m.Value) == "1" {
+			// The first batch is being handled: the second is claimed
+			// meanwhile, or not before the attempt times out.
+			select {
+			case <-store.second:
+				overlap.Store(true)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, string(m.Value))
+		return nil
+	}))
+	cfg.TakeBatch = 1
+	cfg.MaxAttempts = 1 // without the overlap, "1" times out and is dead-lettered
+	cfg.AttemptTimeout = 2 * time.Second
+	cfg.Dedupe = consumer.DedupeConfig{Store: store, Lease: 10 * time.Second}
+	f.produce(t, f.topic, record("k", "1"), record("k", "2"))
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 20*time.Second, "both messages committed", func() bool { return f.committed(t, 0) == 2 })
+	stop()
+	if !overlap.Load() {
+		t.Error("the second batch was not claimed while the first was handled")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(order, []string{"1", "2"}) {
+		t.Errorf("handled %v, want [1 2]: each once, in order", order)
+	}
+}

@@ -93,8 +93,9 @@
 //
 // With Config.Dedupe (package dedupe), the ids (ce_id) of the messages
 // taken are claimed in the store in one round trip per batch before the
-// handler sees them. A message processed already is skipped; one being
-// processed elsewhere waits (the partition pauses) until that claim ends.
+// handler sees them; the next batch is claimed while this one is handled.
+// A message processed already is skipped; one being processed elsewhere
+// waits (the partition pauses) until that claim ends.
 // After the handler succeeds, the id is marked processed, in batches beside
 // the handling, and only then is the offset marked. When the message moves
 // to a retry tier or the dead-letter topic, its claim is released. While

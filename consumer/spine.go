@@ -154,10 +154,17 @@ type feature interface {
 
 // serial handles the messages one at a time, in offset order. Writes to
 // retry and dead-letter topics run beside it (see forward), so offsets are
-// marked up to the lowest message not yet settled.
+// marked up to the lowest message not yet settled. With a feature on, the
+// next batch is taken while this one is handled (see takeAhead).
 func (p *partition) serial() {
+	next := p.take
+	if len(p.features) > 0 {
+		var stop func()
+		next, stop = p.takeAhead()
+		defer stop()
+	}
 	for {
-		batch := p.take()
+		batch := next()
 		for i, t := range batch {
 			if !p.process(t.d, t.traced) {
 				for _, left := range batch[i+1:] {
@@ -170,6 +177,47 @@ func (p *partition) serial() {
 			return
 		}
 	}
+}
+
+// takeAhead takes batches in a goroutine of its own, one batch ahead of
+// their handling, so that the features' round trip for the next batch
+// (Dedupe's claim, KeyOrder's lookup) runs while this one is handled, as it
+// does beside keyed workers. next returns the next batch, nil once the
+// session ended; the batch is the caller's until its next call. stop ends
+// the goroutine, abandoning the batch it took and could not hand over,
+// and waits for it; it must be called once the session ended (take
+// returns only then when no message comes).
+func (p *partition) takeAhead() (next func() []taken, stop func()) {
+	batches := make(chan []taken) // unbuffered: a batch handed over is the caller's alone
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		defer close(batches)
+		// take fills p.batch: two buffers take turns, the one handed over
+		// last being the caller's until it asks for the next.
+		spare := make([]taken, 0, p.maxBatch)
+		for {
+			batch := p.take()
+			if batch == nil {
+				return
+			}
+			select {
+			case batches <- batch:
+				p.batch, spare = spare, batch
+			case <-quit:
+				for _, t := range batch {
+					t.d.abandon()
+				}
+				return
+			}
+		}
+	}()
+	next = func() []taken { return <-batches }
+	stop = func() {
+		close(quit)
+		<-done
+	}
+	return next, stop
 }
 
 // workerQueue is how many messages wait for each keyed worker.

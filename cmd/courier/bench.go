@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os/exec"
 	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -103,6 +105,9 @@ in the same run: without failures, with 1% of the messages failing for good
 two retry tiers (the main topic's rate), with Redis dedupe on (--redis-url),
 and with a 5 ms handler on 1 and on 16 workers per partition. The
 configurations take turns --rounds times and each figure is the median.
+After each round, redis-benchmark (--redis-benchmark, when on the path) runs
+the two commands the Redis dedupe sends per message against the same Redis,
+and the report sets what Redis alone serves beside the dedupe's rate.
 
 Without --brokers it starts an in-process Kafka-protocol broker (kfake) and
 times from the group's first fetch. Against a cluster it creates and deletes
@@ -126,6 +131,7 @@ type benchFlags struct {
 	brokers        string
 	databaseURL    string
 	redisURL       string
+	redisBenchmark string
 	quick          bool
 	rounds         int
 	counts         []countFlag
@@ -165,6 +171,8 @@ func newBenchFlags(cmd *cobra.Command, relay, consume bool, defaultFormat string
 	if consume {
 		fs.StringVar(&f.redisURL, "redis-url", envOr("COURIER_REDIS_URL", "redis://127.0.0.1:6379/0"),
 			"Redis for the dedupe run (env COURIER_REDIS_URL); empty: no dedupe run")
+		fs.StringVar(&f.redisBenchmark, "redis-benchmark", "redis-benchmark",
+			"redis-benchmark to run after each round against --redis-url, for the commands the dedupe sends (empty, or not found: none)")
 		f.count(fs, &f.consumeCfg.Messages, "messages", bench.DefaultMessages, quickMessages, "backlog of the consumer's throughput runs")
 		f.count(fs, &f.consumeCfg.SlowMessages, "slow-messages", bench.DefaultSlowMessages, quickSlowMessages, "backlog of the consumer's 5 ms handler runs")
 	}
@@ -232,6 +240,7 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 			}
 			defer client.Close()
 			cfg.Redis, report.Services.Redis = client, version
+			cfg.RedisBenchmark = f.findRedisBenchmark(cmd, client)
 		}
 		consume, err := bench.Consume(ctx, cfg)
 		if err != nil {
@@ -315,6 +324,23 @@ func (f *benchFlags) write(w io.Writer, report bench.Report) error {
 		return writeJSON(w, v)
 	}
 	return text(w)
+}
+
+// findRedisBenchmark returns the path of --redis-benchmark when it can
+// measure the Redis of client, else "" after saying why on stderr.
+func (f *benchFlags) findRedisBenchmark(cmd *cobra.Command, client *redis.Client) string {
+	if f.redisBenchmark == "" {
+		return ""
+	}
+	path, err := exec.LookPath(f.redisBenchmark)
+	if err == nil {
+		_, _, err = bench.RedisBenchmarkTarget(client)
+	}
+	if err != nil {
+		fmt.Fprintf(cmd.ErrOrStderr(), "not running redis-benchmark (--redis-benchmark %q): %s; the report leaves out what Redis alone does with the dedupe's commands\n", f.redisBenchmark, strconv.Quote(err.Error()))
+		return ""
+	}
+	return path
 }
 
 // connectRedis connects to the Redis of rawURL and returns its version.

@@ -95,6 +95,12 @@ type ConsumeConfig struct {
 	// keys live under courier:bench:<Name>: and are deleted after each
 	// round. Defaults to none.
 	Redis redis.UniversalClient
+	// RedisBenchmark, when set with Redis, is the path of redis-benchmark:
+	// each round then also runs it against that Redis (a *redis.Client
+	// reached over TCP without TLS or a password), Messages requests of each
+	// command the Redis dedupe sends per message, so that the report shows
+	// what Redis alone does with them. Defaults to none.
+	RedisBenchmark string
 	// Progress, when set, receives a line as each round starts. Defaults
 	// to none.
 	Progress io.Writer
@@ -119,6 +125,10 @@ type ConsumeReport struct {
 	SlowMessages int      `json:"slow_messages"`
 	Rounds       int      `json:"rounds"`
 	Results      []Result `json:"results"`
+	// Redis is what redis-benchmark measured of the commands the Redis
+	// dedupe sends per message (ConsumeConfig.RedisBenchmark); empty when
+	// it did not run.
+	Redis []RedisCommandRate `json:"redis_benchmark,omitempty"`
 }
 
 // WriteText writes the report as the table the benchmarks print.
@@ -128,8 +138,35 @@ func (r ConsumeReport) WriteText(w io.Writer) error {
 		r.Messages, r.SlowMessages, keys, partitions, r.Rounds)
 	writeRateLines(&b, r.rows())
 	b.WriteString("  (ceiling: the backlog's busiest worker handling its messages one after the other)\n")
+	if alone, dedupe, ok := r.redisAlone(); ok {
+		fmt.Fprintf(&b, "redis-benchmark against the same Redis, the commands %s sends per message, median of %s:\n", DedupeRedis, plural(r.Rounds, "run"))
+		for _, c := range r.Redis {
+			fmt.Fprintf(&b, "  %-12s %9.0f ops/s  %s\n", c.What, c.Rate, c.Command)
+		}
+		fmt.Fprintf(&b, "  Redis alone, one of each per message: %.0f msgs/s; %s: %.0f msgs/s (%.2fx)\n", alone, DedupeRedis, dedupe, dedupe/alone)
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// redisAlone returns the messages per second Redis alone serves when each
+// costs one of each command redis-benchmark measured (the commands' times
+// add up), and the Redis dedupe configuration's rate; ok is false when
+// either is missing.
+func (r ConsumeReport) redisAlone() (alone, dedupe float64, ok bool) {
+	if len(r.Redis) == 0 {
+		return 0, 0, false
+	}
+	perMessage := 0.0
+	for _, c := range r.Redis {
+		perMessage += 1 / c.Rate
+	}
+	for _, res := range r.Results {
+		if res.Name == DedupeRedis {
+			dedupe = res.Rate
+		}
+	}
+	return 1 / perMessage, dedupe, dedupe > 0
 }
 
 // rows are the results as the tables show them, with their ceilings.
@@ -201,6 +238,9 @@ type ConsumeRun struct {
 	cfg    ConsumeConfig
 	cases  []*benchCase
 	rounds int
+	// redisBench runs redis-benchmark after each round; nil when it does
+	// not.
+	redisBench *redisBench
 }
 
 // NewConsumeRun validates cfg and applies its defaults.
@@ -260,7 +300,15 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 		}
 		cases = kept
 	}
-	return &ConsumeRun{cfg: cfg, cases: cases}, nil
+	run := &ConsumeRun{cfg: cfg, cases: cases}
+	if cfg.Redis != nil && cfg.RedisBenchmark != "" && slices.ContainsFunc(cases, func(c *benchCase) bool { return c.name == DedupeRedis }) {
+		b, err := newRedisBench(cfg.RedisBenchmark, cfg.Redis, cfg.Name)
+		if err != nil {
+			return nil, err
+		}
+		run.redisBench = b
+	}
+	return run, nil
 }
 
 // Round consumes one backlog with every configuration, starting one
@@ -270,6 +318,11 @@ func (r *ConsumeRun) Round(ctx context.Context) error {
 		c := r.cases[(r.rounds+i)%len(r.cases)]
 		if err := c.once(ctx, &r.cfg, fmt.Sprintf("%s_%d_%d", r.cfg.Name, r.rounds, i)); err != nil {
 			return fmt.Errorf("%s: %w", c.name, err)
+		}
+	}
+	if r.redisBench != nil {
+		if err := r.redisBench.round(ctx, r.cfg.Messages); err != nil {
+			return err
 		}
 	}
 	r.rounds++
@@ -293,6 +346,9 @@ func (r *ConsumeRun) Report() ConsumeReport {
 			res.Ratio = res.Rate / base
 		}
 		report.Results = append(report.Results, res)
+	}
+	if r.redisBench != nil {
+		report.Redis = r.redisBench.rates()
 	}
 	return report
 }
@@ -625,7 +681,7 @@ func memoryDedupeRunner(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s 
 func dedupeRunner(client redis.UniversalClient) consumeFunc {
 	return func(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error) {
 		prefix := "courier:bench:" + bl.group + ":"
-		store, err := dedupe.NewRedis(client, dedupe.RedisConfig{Scope: "bench", Prefix: prefix, Window: 10 * time.Minute})
+		store, err := dedupe.NewRedis(client, dedupe.RedisConfig{Scope: "bench", Prefix: prefix, Window: dedupeWindow})
 		if err != nil {
 			return 0, err
 		}
