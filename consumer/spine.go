@@ -181,8 +181,10 @@ func (p *partition) serial() {
 
 // takeAhead takes batches in a goroutine of its own, one batch ahead of
 // their handling, so that the features' round trip for the next batch
-// (Dedupe's claim, KeyOrder's lookup) runs while this one is handled, as it
-// does beside keyed workers. next returns the next batch, nil once the
+// (Dedupe's claim, KeyOrder's lookup) runs while the whole of this one is
+// handled. (Beside keyed workers the partition's goroutine takes the next
+// batch once the last messages of this one are queued to the workers.)
+// next returns the next batch, nil once the
 // session ended; the batch is the caller's until its next call. stop ends
 // the goroutine, abandoning the batch it took and could not hand over,
 // and waits for it; it must be called once the session ended (take

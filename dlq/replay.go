@@ -251,7 +251,7 @@ func (c ReplayConfig) validate() error {
 			return bad("%v", err)
 		}
 	}
-	if err := c.Filter.validate(); err != nil {
+	if err := c.Filter.Validate(); err != nil {
 		return bad("%v", err)
 	}
 	if err := c.Sarama.Validate(); err != nil {

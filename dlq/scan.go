@@ -104,8 +104,11 @@ func (f Filter) matchPlace(partition int32, offset int64) bool {
 	return offset >= f.FromOffset && (f.UntilOffset == 0 || offset < f.UntilOffset)
 }
 
-// validate names what is wrong with f.
-func (f Filter) validate() error {
+// Validate names what is wrong with f: a negative partition or offset, an
+// empty offset or time range, an unknown ErrorKind, an invalid
+// ConsumerGroup. Scan, Get and Replay call it; a caller that builds a
+// filter from a form calls it to refuse one before acting on it.
+func (f Filter) Validate() error {
 	switch {
 	case slices.ContainsFunc(f.Partitions, func(p int32) bool { return p < 0 }):
 		return fmt.Errorf("dlq: Partitions %v holds a negative partition; partitions are numbered from 0", f.Partitions)
@@ -291,7 +294,7 @@ func (r reader) recordsLeft(partition int32, from, end int64) (left, known bool,
 // nothing, so inspecting never moves a replay's position. Corrupt records
 // come with Entry.Err set. Scan stops at fn's first error and returns it.
 func Scan(ctx context.Context, client sarama.Client, topic string, f Filter, fn func(Entry) error) error {
-	if err := f.validate(); err != nil {
+	if err := f.Validate(); err != nil {
 		return err
 	}
 	list, err := spans(client, topic, f)

@@ -20,7 +20,6 @@ import (
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
-	"github.com/courierkit/courier/producer"
 )
 
 // send writes records to partition 0 of the stack's topic.
@@ -46,33 +45,6 @@ func payout(n int, tx, id string, correlated bool) *sarama.ProducerMessage {
 		m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte("ce_correlationid"), Value: []byte(tx)})
 	}
 	return m
-}
-
-// TestKcatReadsTheCloudEventsHeaders uses kcat, a Kafka client nobody here
-// wrote, to read what the relay published: the wire format is what the
-// README says it is.
-func TestKcatReadsTheCloudEventsHeaders(t *testing.T) {
-	t.Parallel()
-	kc := lookKcat(t)
-	pg, out := outbox(t)
-	s := newStack(t, 1)
-	ev := producer.Event{Topic: s.topic, Key: "order-42", Type: "OrderCreated", Payload: []byte(`{"order_id":"order-42"}`), CorrelationID: "corr-42"}
-	res, err := out.Enqueue(context.Background(), pg.Pool, ev)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.relay(t, pg, producer.RelayConfig{Source: "orders-service"}).RunOnce(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-
-	got := runTool(t, kc, "", "-b", strings.Join(s.k.Brokers, ","), "-C", "-t", s.topic, "-o", "beginning",
-		"-c", "1", "-e", "-q", "-f", "key=%k\nvalue=%s\nheaders=%h\n")
-	containsAll(t, "kcat output", got,
-		"key=order-42\n",
-		"value="+string(ev.Payload)+"\n",
-		"ce_specversion=1.0", "ce_id="+res.ID.String(), "ce_type=OrderCreated", "ce_source=orders-service",
-		"content-type=application/json", "ce_correlationid=corr-42",
-	)
 }
 
 // TestKcatReadsDeadLetters: the dead-letter topic a consumer writes is

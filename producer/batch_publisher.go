@@ -241,24 +241,20 @@ func (o *outcome) rest(err error) []error {
 // partitionBatches are the records of one partition, split into record
 // batches that each fit in Producer.MaxMessageBytes.
 type partitionBatches struct {
-	topic     string
-	partition int32
-	batches   [][]int // indexes into the records of the call
-	sizes     []int   // of each batch, in bytes
-	next      int     // the first batch not yet acknowledged
-	tries     int     // failed tries of batches[next]
+	topicPartition
+	batches [][]int // indexes into the records of the call
+	sizes   []int   // of each batch, in bytes
+	next    int     // the first batch not yet acknowledged
+	tries   int     // failed tries of batches[next]
 
-	// Idempotent writes: the session the batches are numbered in, or why
-	// none could be started; the first sequence number of batches[next]
-	// once it was sent; since when its fate is unknown (zero: it is
-	// known not to be on the log); and how often the broker had lost the
-	// session's sequence.
-	session    *producerSession
-	sessionErr error
-	seq        int32
-	numbered   bool
-	unknown    time.Time
-	resets     int
+	// Idempotent writes: the session the batches are numbered in (its
+	// next sequence number on the partition is that of batches[next]:
+	// only this write uses it); since when the fate of batches[next] is
+	// unknown (zero: it is known not to be on the log); and how often the
+	// broker had lost the session's sequence.
+	session *producerSession
+	unknown time.Time
+	resets  int
 }
 
 // maxSessionResets bounds how often a batch moves to a new session because
@@ -267,10 +263,10 @@ const maxSessionResets = 3
 
 // acked moves pb to its next batch once batches[next] was acknowledged.
 func (pb *partitionBatches) acked() {
-	if pb.session != nil {
-		pb.session.next[topicPartition{pb.topic, pb.partition}] = addSequence(pb.seq, len(pb.batches[pb.next]))
+	if s := pb.session; s != nil {
+		s.next[pb.topicPartition] = addSequence(s.next[pb.topicPartition], len(pb.batches[pb.next]))
 	}
-	pb.next, pb.tries, pb.numbered, pb.unknown = pb.next+1, 0, false, time.Time{}
+	pb.next, pb.tries, pb.unknown = pb.next+1, 0, time.Time{}
 }
 
 // failed records a failed try of batches[next], and reports whether to try
@@ -296,7 +292,7 @@ func (pb *partitionBatches) renumber() bool {
 		return false
 	}
 	pb.session.broken = true
-	pb.session, pb.numbered, pb.resets = nil, false, pb.resets+1
+	pb.session, pb.resets = nil, pb.resets+1
 	return true
 }
 
@@ -330,10 +326,7 @@ func (p *batchPublisher) write(ctx context.Context, client sarama.Client, record
 			}
 			return
 		}
-		if p.idempotent {
-			sessions = p.attachSessions(client, parts, sessions)
-		}
-		results := p.round(client, wire, parts, out)
+		results := p.round(client, wire, parts, out, &sessions)
 		var retry bool
 		now := time.Now()
 		live := parts[:0]
@@ -360,36 +353,22 @@ func (p *batchPublisher) write(ctx context.Context, client sarama.Client, record
 	}
 }
 
-// attachSessions gives every partition of parts without a session one: the
-// write's last session while it is sound, else an idle one, else a new one
-// from the leader of the partition. A partition whose session could not be
-// started keeps the error for this round. It returns sessions with those
-// it added.
-func (p *batchPublisher) attachSessions(client sarama.Client, parts []*partitionBatches, sessions []*producerSession) []*producerSession {
-	for _, pb := range parts {
-		if pb.session != nil {
-			continue
-		}
-		if n := len(sessions); n > 0 && !sessions[n-1].broken {
-			pb.session = sessions[n-1]
-			continue
-		}
-		s := p.sessions.take()
-		if s == nil {
-			broker, err := client.Leader(pb.topic, pb.partition)
-			if err != nil {
-				pb.sessionErr = unsentError{err}
-				continue
-			}
-			if s, err = p.newSession(broker); err != nil {
-				pb.sessionErr = err
-				continue
-			}
-		}
-		sessions = append(sessions, s)
-		pb.session = s
+// session is the session for a partition of a write that has none: the
+// write's last one while it is sound, else an idle one, else a new one
+// from broker. It adds a session it did not have to sessions.
+func (p *batchPublisher) session(broker *sarama.Broker, sessions *[]*producerSession) (*producerSession, error) {
+	if n := len(*sessions); n > 0 && !(*sessions)[n-1].broken {
+		return (*sessions)[n-1], nil
 	}
-	return sessions
+	s := p.sessions.take()
+	if s == nil {
+		var err error
+		if s, err = p.newSession(broker); err != nil {
+			return nil, err
+		}
+	}
+	*sessions = append(*sessions, s)
+	return s, nil
 }
 
 // stopped returns why the write must stop: ctx ended or the publisher
@@ -441,11 +420,7 @@ type route struct {
 // be found, fails at once; so do the later records of its key (with
 // errHeldBack), which must not overtake it.
 func (p *batchPublisher) partition(ctx context.Context, client sarama.Client, records []*record.Record, out *outcome) ([]*partitionBatches, []*record.Record) {
-	type tp struct {
-		topic     string
-		partition int32
-	}
-	index := map[tp]*partitionBatches{}
+	index := map[topicPartition]*partitionBatches{}
 	routes := map[string]*route{}
 	held := map[topicKey]bool{} // keys with a record failed here
 	var parts []*partitionBatches
@@ -498,10 +473,11 @@ func (p *batchPublisher) partition(ctx context.Context, client sarama.Client, re
 			continue
 		}
 		partition := rt.partitions[choice]
-		pb := index[tp{r.Topic, partition}]
+		at := topicPartition{r.Topic, partition}
+		pb := index[at]
 		if pb == nil {
-			pb = &partitionBatches{topic: r.Topic, partition: partition}
-			index[tp{r.Topic, partition}] = pb
+			pb = &partitionBatches{topicPartition: at}
+			index[at] = pb
 			parts = append(parts, pb)
 		}
 		if n := len(pb.batches); n == 0 || pb.sizes[n-1]+size > limit {
@@ -623,29 +599,33 @@ type produceRequest struct {
 // round sends the next batch of every partition of parts, one request per
 // leader (more when they would exceed sarama.MaxRequestSize), all at once,
 // and returns each partition's outcome; acknowledged records get theirs in
-// out at once.
-func (p *batchPublisher) round(client sarama.Client, records []*record.Record, parts []*partitionBatches, out *outcome) []error {
+// out at once. Idempotent writes give a partition without a session one
+// (see session), asking for a producer id at most once a round.
+func (p *batchPublisher) round(client sarama.Client, records []*record.Record, parts []*partitionBatches, out *outcome, sessions *[]*producerSession) []error {
 	results := make([]error, len(parts))
 	var requests []*produceRequest
 	open := map[*sarama.Broker]*produceRequest{}
 	maxSize := int(sarama.MaxRequestSize) - requestHeadroom
 	now := time.Now().Truncate(time.Millisecond)
+	var sessionErr error // this round's failure to start a session
 	for i, pb := range parts {
-		if p.idempotent && pb.session == nil {
-			results[i] = pb.sessionErr
-			continue
-		}
 		broker, err := client.Leader(pb.topic, pb.partition)
 		if err != nil {
 			results[i] = unsentError{err}
 			continue
 		}
+		if p.idempotent && pb.session == nil {
+			if sessionErr == nil {
+				pb.session, sessionErr = p.session(broker, sessions)
+			}
+			if pb.session == nil {
+				results[i] = sessionErr
+				continue
+			}
+		}
 		batch := recordBatch(records, pb.batches[pb.next], now, p.cfg)
 		if s := pb.session; s != nil {
-			if !pb.numbered {
-				pb.seq, pb.numbered = s.next[topicPartition{pb.topic, pb.partition}], true
-			}
-			batch.ProducerID, batch.ProducerEpoch, batch.FirstSequence = s.id, s.epoch, pb.seq
+			batch.ProducerID, batch.ProducerEpoch, batch.FirstSequence = s.id, s.epoch, s.next[pb.topicPartition]
 		}
 		size := pb.sizes[pb.next]
 		r := open[broker]

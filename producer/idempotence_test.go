@@ -72,27 +72,15 @@ func (l *batchLog) all() []sentBatch {
 	return slices.Clone(l.batches)
 }
 
-// copiesOnTopic reads topic up to its high watermarks and returns how many
-// records carry each ce_id; want is how many distinct ids must arrive.
-func copiesOnTopic(t *testing.T, k *testkit.Kafka, topic string, want int) map[string]int {
+// duplicatesOn reads topic up to its high watermarks, checks that want
+// distinct ids arrived, and returns how many records repeat an id.
+func duplicatesOn(t *testing.T, k *testkit.Kafka, topic string, want int) int {
 	t.Helper()
-	copies := map[string]int{}
-	for _, m := range waitFaultRecords(t, k, consume(t, k, topic), topic, want) {
-		copies[headerValue(m, producer.HeaderID)]++
+	msgs := waitFaultRecords(t, k, consume(t, k, topic), topic, want)
+	if n := len(distinctIDs(msgs)); n != want {
+		t.Fatalf("%d distinct records on %s, want %d", n, topic, want)
 	}
-	if len(copies) != want {
-		t.Fatalf("%d distinct records on %s, want %d", len(copies), topic, want)
-	}
-	return copies
-}
-
-// duplicated counts the records beyond the first copy of each id.
-func duplicated(copies map[string]int) int {
-	n := 0
-	for _, c := range copies {
-		n += c - 1
-	}
-	return n
+	return len(msgs) - want
 }
 
 // publishAll publishes records and fails the test on any error.
@@ -169,7 +157,7 @@ func TestPublisherKeepsOneCopyOfAnUnansweredBatch(t *testing.T) {
 		afterAppend(k)
 		records := keyedRecords(topic, 5, 2, 10)
 		publishAll(t, pub, records)
-		if dups := duplicated(copiesOnTopic(t, k, topic, len(records))); dups != 0 {
+		if dups := duplicatesOn(t, k, topic, len(records)); dups != 0 {
 			t.Fatalf("%d duplicates on the topic, want none: the broker must drop the batch sent again", dups)
 		}
 	})
@@ -181,15 +169,10 @@ func TestPublisherKeepsOneCopyOfAnUnansweredBatch(t *testing.T) {
 		afterAppend(k)
 		records := keyedRecords(topic, 5, 2, 10)
 		publishAll(t, pub, records)
-		if dups := duplicated(copiesOnTopic(t, k, topic, len(records))); dups != 3*len(records) {
+		if dups := duplicatesOn(t, k, topic, len(records)); dups != 3*len(records) {
 			t.Fatalf("%d duplicates on the topic, want %d: each retried answer after an append leaves a copy", dups, 3*len(records))
 		}
 	})
-}
-
-// observeInitProducerID counts the InitProducerId requests k answers.
-func observeInitProducerID(k *testkit.Kafka) *kfake.FaultHandle {
-	return k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Count: -1, Observe: true})
 }
 
 // TestPublisherStartsANewSessionWhenTheBrokerLostItsSequence: a broker that
@@ -201,7 +184,7 @@ func TestPublisherStartsANewSessionWhenTheBrokerLostItsSequence(t *testing.T) {
 	t.Parallel()
 	k := testkit.NewKafka(t, testkit.InProcess())
 	topic := k.Topic(t, 1)
-	inits := observeInitProducerID(k)
+	inits := observeKey(k, kmsg.InitProducerID)
 	pub := newPublisher(t, k, func(c *sarama.Config) { c.Producer.Retry.Max, c.Producer.Retry.Backoff = 0, time.Millisecond })
 	first := keyedRecords(topic, 3, 1, 10)
 	publishAll(t, pub, first)
@@ -211,8 +194,7 @@ func TestPublisherStartsANewSessionWhenTheBrokerLostItsSequence(t *testing.T) {
 	if n := inits.Hits(); n != 2 {
 		t.Fatalf("%d InitProducerId requests, want 2: one session, then one for the lost sequence", n)
 	}
-	copies := copiesOnTopic(t, k, topic, len(first)+len(second))
-	if dups := duplicated(copies); dups != 0 {
+	if dups := duplicatesOn(t, k, topic, len(first)+len(second)); dups != 0 {
 		t.Fatalf("%d duplicates, want none", dups)
 	}
 
@@ -236,7 +218,7 @@ func TestConcurrentCallsWriteInSeparateSessions(t *testing.T) {
 	t.Parallel()
 	k := testkit.NewKafka(t, testkit.InProcess())
 	topic := k.Topic(t, 1)
-	inits := observeInitProducerID(k)
+	inits := observeKey(k, kmsg.InitProducerID)
 	log := logBatches(t, k)
 	pub := newPublisher(t, k, nil)
 	const callers, calls = 4, 25
@@ -267,7 +249,7 @@ func TestConcurrentCallsWriteInSeparateSessions(t *testing.T) {
 	if len(sessions) != inits.Hits() {
 		t.Fatalf("batches of producer ids %v, want one per InitProducerId (%d)", slices.Sorted(maps.Keys(sessions)), inits.Hits())
 	}
-	if dups := duplicated(copiesOnTopic(t, k, topic, callers*calls*2)); dups != 0 {
+	if dups := duplicatesOn(t, k, topic, callers*calls*2); dups != 0 {
 		t.Fatalf("%d duplicates, want none", dups)
 	}
 }

@@ -58,8 +58,11 @@ func keyedRecords(topic string, keys, perKey int, valueSize int) []*record.Recor
 }
 
 // observeProduce counts the produce requests the in-process broker answers.
-func observeProduce(k *testkit.Kafka) *kfake.FaultHandle {
-	return k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Count: -1, Observe: true})
+func observeProduce(k *testkit.Kafka) *kfake.FaultHandle { return observeKey(k, kmsg.Produce) }
+
+// observeKey counts the requests of key the in-process broker answers.
+func observeKey(k *testkit.Kafka, key kmsg.Key) *kfake.FaultHandle {
+	return k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{key}, Count: -1, Observe: true})
 }
 
 // arrivedIDs reads topic until want records arrived and returns their ce_ids

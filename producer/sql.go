@@ -6,7 +6,7 @@ package producer
 // The code that runs them is in store.go, admin.go, summary.go, audit.go,
 // outbox.go, layout.go and presence.go; beside transaction control (BEGIN, COMMIT, ROLLBACK and
 // savepoints) none of it writes SQL of its own. The other writers are the
-// benchmark harness (cmd/courier/internal/bench) and TestAdminAtOneMillion,
+// benchmark harness (cmd/courier/internal/bench) and BenchmarkAdminAtOneMillion,
 // which seed what they measure (backlogs in bulk, a history of millions of
 // published rows that Enqueue would take hours to write) and read table
 // sizes; no code path of a service runs their SQL.
@@ -824,23 +824,12 @@ func (n outboxNames) dropTableSQL(name string) string {
 	return "DROP TABLE " + n.table.Schema + "." + name
 }
 
-// expirePublishedSQL deletes up to $2 events published before $1 from the
-// default partition of the history; expireKeysSQL up to $2 idempotency
-// keys made before $1.
-func (n outboxNames) expirePublishedSQL() string {
-	return "DELETE FROM " + n.partitionDefault + " WHERE ctid IN (SELECT ctid FROM " +
-		n.partitionDefault + " WHERE published_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
-}
-
-func (n outboxNames) expireKeysSQL() string {
-	return "DELETE FROM " + n.keys + " WHERE ctid IN (SELECT ctid FROM " +
-		n.keys + " WHERE created_at < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
-}
-
-// expireActivitySQL deletes up to $2 minutes of activity before $1.
-func (n outboxNames) expireActivitySQL() string {
-	return "DELETE FROM " + n.activity + " WHERE ctid IN (SELECT ctid FROM " +
-		n.activity + " WHERE minute < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
+// expireSQL deletes up to $2 rows of table whose column is before $1:
+// published events of the history's default partition, idempotency keys,
+// minutes of activity.
+func expireSQL(table, column string) string {
+	return "DELETE FROM " + table + " WHERE ctid IN (SELECT ctid FROM " +
+		table + " WHERE " + column + " < $1 LIMIT $2 FOR UPDATE SKIP LOCKED)"
 }
 
 // summarizeTimeoutSQL bounds the lock waits of summarizeSQL's transaction
@@ -848,15 +837,26 @@ func (n outboxNames) expireActivitySQL() string {
 // cancel an autovacuum of the partition.
 const summarizeTimeoutSQL = "SELECT set_config('lock_timeout', '100ms', true)"
 
-// summarizeSQL summarizes the block ranges not yet summarized of every
-// BRIN index of the partitions of the history ($1).
-const summarizeSQL = `
-SELECT count(brin_summarize_new_values(i.indexrelid))
+// historyBRIN selects the BRIN indexes (i) of the partitions of the
+// history ($1).
+const historyBRIN = `
 FROM pg_inherits h
 JOIN pg_index i ON i.indrelid = h.inhrelid
 JOIN pg_class c ON c.oid = i.indexrelid
 JOIN pg_am a ON a.oid = c.relam
 WHERE h.inhparent = $1::regclass AND a.amname = 'brin'`
+
+// summarizeSQL summarizes the block ranges not yet summarized of every
+// BRIN index of the partitions of the history, the last, partly filled one
+// too (brin_summarize_new_values does); unsummarizeTailSQL then drops the
+// summary of that last range, so that the inserts filling it do not each
+// have to widen it (an insert into an unsummarized range leaves the index
+// alone).
+const (
+	summarizeSQL       = `SELECT count(brin_summarize_new_values(i.indexrelid))` + historyBRIN
+	unsummarizeTailSQL = `SELECT count(brin_desummarize_range(i.indexrelid, pg_relation_size(i.indrelid) / current_setting('block_size')::bigint - 1))` +
+		historyBRIN + ` AND pg_relation_size(i.indrelid) > 0`
+)
 
 // partitionsSQL lists the partitions of the history ($1).
 const partitionsSQL = `SELECT c.relname FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid

@@ -603,15 +603,15 @@ func (s *store) maintain(ctx context.Context, db beginner, now pgtype.Timestampt
 		return c, true, s.summarize(ctx, db)
 	}
 	cutoff := pgtype.Timestamptz{Time: today.Add(-retention), Valid: true}
-	deleted, err := s.deleteExpired(ctx, db, s.names.expirePublishedSQL(), cutoff, batch)
+	deleted, err := s.deleteExpired(ctx, db, expireSQL(s.names.partitionDefault, "published_at"), cutoff, batch)
 	c.Events += deleted
 	if err != nil {
 		return c, true, err
 	}
-	if c.Keys, err = s.deleteExpired(ctx, db, s.names.expireKeysSQL(), cutoff, batch); err != nil {
+	if c.Keys, err = s.deleteExpired(ctx, db, expireSQL(s.names.keys, "created_at"), cutoff, batch); err != nil {
 		return c, true, err
 	}
-	if _, err = s.deleteExpired(ctx, db, s.names.expireActivitySQL(), cutoff, batch); err != nil {
+	if _, err = s.deleteExpired(ctx, db, expireSQL(s.names.activity, "minute"), cutoff, batch); err != nil {
 		return c, true, err
 	}
 	return c, true, s.summarize(ctx, db)
@@ -621,10 +621,11 @@ func (s *store) maintain(ctx context.Context, db beginner, now pgtype.Timestampt
 // indexes that no vacuum has yet. Until a range is summarized, every
 // lookup through the index reads it whole, and autovacuum comes to a
 // partition only once a fifth of its rows are new: the console's lookups
-// by time, key or id (migration 6) would read that fifth every time. Each
-// range is summarized once, by whichever comes first, so this costs no
-// more than autovacuum would. It gives up at once when a vacuum holds a
-// partition (and summarizes it).
+// by time, key or id (migration 6) would read that fifth every time. The
+// last range, still filling, is left unsummarized (see summarizeSQL), so
+// the relay's inserts do not pay for widening its summary; a full range is
+// summarized once, by whichever of this or a vacuum comes first. It gives
+// up at once when a vacuum holds a partition (and summarizes it).
 func (s *store) summarize(ctx context.Context, db beginner) error {
 	tx, err := db.Begin(ctx)
 	if err != nil {
@@ -634,11 +635,13 @@ func (s *store) summarize(ctx context.Context, db beginner) error {
 	if _, err := tx.Exec(ctx, summarizeTimeoutSQL); err != nil {
 		return s.maintainErr(err)
 	}
-	if _, err := tx.Exec(ctx, summarizeSQL, s.names.published); err != nil {
-		if pgErr, ok := pgError(err); ok && pgErr.Code == "55P03" { // lock_not_available
-			return nil
+	for _, sql := range []string{summarizeSQL, unsummarizeTailSQL} {
+		if _, err := tx.Exec(ctx, sql, s.names.published); err != nil {
+			if pgErr, ok := pgError(err); ok && pgErr.Code == "55P03" { // lock_not_available
+				return nil
+			}
+			return s.maintainErr(err)
 		}
-		return s.maintainErr(err)
 	}
 	return s.maintainErr(tx.Commit(ctx))
 }

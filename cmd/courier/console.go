@@ -15,7 +15,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/courierkit/courier/cmd/courier/internal/console"
-	"github.com/courierkit/courier/cmd/courier/internal/display"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -106,15 +105,10 @@ func parseTokens(raw string) (map[string]string, error) {
 
 // loopbackListen reports whether addr listens on the loopback only.
 func loopbackListen(addr string) (bool, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false, fmt.Errorf("--listen %q: use host:port, e.g. 127.0.0.1:8080", display.Text(addr))
+	if _, _, err := net.SplitHostPort(addr); err != nil {
+		return false, fmt.Errorf("--listen %q: use host:port, e.g. 127.0.0.1:8080", addr)
 	}
-	if strings.EqualFold(host, "localhost") {
-		return true, nil
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback(), nil
+	return console.IsLoopbackHost(addr), nil
 }
 
 // osUser names who runs the console, for the audit of a console without

@@ -31,6 +31,9 @@ const (
 	// id is. redis-benchmark reads -r as an int: a larger value wraps,
 	// and every command then writes one key.
 	redisBenchKeyspace = 1_000_000_000
+	// The blank constant fails to compile when the keyspace would
+	// wrap in redis-benchmark's int.
+	_ int32 = redisBenchKeyspace
 	// dedupeWindow is the Window of the Redis dedupe configuration.
 	dedupeWindow = 10 * time.Minute
 )
@@ -136,12 +139,7 @@ func (b *redisBench) rates() []RedisCommandRate {
 		if len(cmd.rates) == 0 {
 			continue
 		}
-		sorted := slices.Sorted(slices.Values(cmd.rates))
-		median := sorted[len(sorted)/2]
-		if len(sorted)%2 == 0 {
-			median = (sorted[len(sorted)/2-1] + median) / 2
-		}
-		out = append(out, RedisCommandRate{What: cmd.what, Command: cmd.line, Rate: median})
+		out = append(out, RedisCommandRate{What: cmd.what, Command: cmd.line, Rate: median(cmd.rates)})
 	}
 	return out
 }

@@ -5,7 +5,6 @@ import (
 	"net/http"
 	"strconv"
 
-	"github.com/courierkit/courier/cmd/courier/internal/display"
 	"github.com/courierkit/courier/producer"
 )
 
@@ -26,7 +25,7 @@ func (s *Server) audit(w http.ResponseWriter, r *http.Request) {
 	if b := r.URL.Query().Get("before"); b != "" {
 		var err error
 		if before, err = strconv.ParseInt(b, 10, 64); err != nil || before < 0 {
-			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("before %q: use an audit entry's id", display.Text(b)))
+			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("before %q: use an audit entry's id", b))
 			return
 		}
 	}

@@ -86,7 +86,7 @@ func (f dlqFilter) filter(now time.Time) (dlq.Filter, error) {
 		}
 	}
 	if f.Kind != "" && !slices.Contains(errorKinds, f.Kind) {
-		return dlq.Filter{}, fmt.Errorf("kind %q: use %s", display.Text(f.Kind), strings.Join(errorKinds, " or "))
+		return dlq.Filter{}, fmt.Errorf("kind %q: use %s", f.Kind, strings.Join(errorKinds, " or "))
 	}
 	since, until, err := display.ParseTimeRange("since", f.Since, "until", f.Until, now)
 	if err != nil {
@@ -97,16 +97,19 @@ func (f dlqFilter) filter(now time.Time) (dlq.Filter, error) {
 	if f.Partition != "" {
 		p, err := strconv.ParseInt(f.Partition, 10, 32)
 		if err != nil || p < 0 {
-			return dlq.Filter{}, fmt.Errorf("partition %q: use a partition number, 0 or more", display.Text(f.Partition))
+			return dlq.Filter{}, fmt.Errorf("partition %q: use a partition number, 0 or more", f.Partition)
 		}
 		out.Partitions = []int32{int32(p)}
 	}
 	if f.Offset != "" {
 		o, err := strconv.ParseInt(f.Offset, 10, 64)
 		if err != nil || o < 0 || o == math.MaxInt64 || f.Partition == "" {
-			return dlq.Filter{}, fmt.Errorf("offset %q: use an offset, 0 or more, with a partition", display.Text(f.Offset))
+			return dlq.Filter{}, fmt.Errorf("offset %q: use an offset, 0 or more, with a partition", f.Offset)
 		}
 		out.FromOffset, out.UntilOffset = o, o+1
+	}
+	if err := out.Validate(); err != nil {
+		return dlq.Filter{}, err
 	}
 	return out, nil
 }
@@ -115,7 +118,7 @@ func (f dlqFilter) filter(now time.Time) (dlq.Filter, error) {
 func topicOf(r *http.Request) (string, error) {
 	topic := r.PathValue("topic")
 	if err := topicname.Validate(topic); err != nil {
-		return "", fmt.Errorf("%q is not a topic name: %w", display.Text(topic), err)
+		return "", fmt.Errorf("%q is not a topic name: %w", topic, err)
 	}
 	if !strings.HasSuffix(topic, dlq.DefaultSuffix) {
 		return "", fmt.Errorf("%q is not a dead-letter topic: their names end in %s", topic, dlq.DefaultSuffix)
@@ -279,7 +282,7 @@ func (s *Server) deadLetter(w http.ResponseWriter, r *http.Request) {
 	partition, err1 := strconv.ParseInt(r.PathValue("partition"), 10, 32)
 	offset, err2 := strconv.ParseInt(r.PathValue("offset"), 10, 64)
 	if err1 != nil || err2 != nil || partition < 0 || offset < 0 || offset == math.MaxInt64 {
-		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q/%q is not a partition and offset", display.Text(r.PathValue("partition")), display.Text(r.PathValue("offset"))))
+		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q/%q is not a partition and offset", r.PathValue("partition"), r.PathValue("offset")))
 		return
 	}
 	if err := s.exists(topic); err != nil {

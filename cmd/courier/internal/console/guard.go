@@ -143,9 +143,10 @@ func setSessionCookie(w http.ResponseWriter, r *http.Request, id string, maxAge 
 		SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil, MaxAge: maxAge})
 }
 
-// isLoopbackHost reports whether a Host header names this machine's
-// loopback: localhost, 127.0.0.0/8 or ::1, with or without a port.
-func isLoopbackHost(host string) bool {
+// IsLoopbackHost reports whether host (a Host header or a listen address)
+// names this machine's loopback: localhost, 127.0.0.0/8 or ::1, with or
+// without a port.
+func IsLoopbackHost(host string) bool {
 	h := host
 	if hh, _, err := net.SplitHostPort(host); err == nil {
 		h = hh

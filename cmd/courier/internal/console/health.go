@@ -10,7 +10,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/courierkit/courier/cmd/courier/internal/display"
 	"github.com/courierkit/courier/cmd/courier/internal/grouplag"
 )
 
@@ -65,7 +64,7 @@ func (s *Server) health(w http.ResponseWriter, r *http.Request) {
 func CheckRelayURL(raw string) error {
 	u, err := url.Parse(raw)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.User != nil {
-		return fmt.Errorf("relay URL %q: use http://host:port/healthz of a relay started with --metrics-addr (no user or password in it)", display.Text(raw))
+		return fmt.Errorf("relay URL %q: use http://host:port/healthz of a relay started with --metrics-addr (no user or password in it)", raw)
 	}
 	return nil
 }

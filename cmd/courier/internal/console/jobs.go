@@ -206,7 +206,7 @@ func (s *Server) startJob(w http.ResponseWriter, r *http.Request, dryRun bool) {
 	}
 	if rate := r.PostFormValue("rate"); rate != "" {
 		if j.Rate, err = strconv.ParseFloat(rate, 64); err != nil || !(j.Rate >= 0 && j.Rate <= maxRate) {
-			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("rate %q: use records per second from 0 (no cap) to %d", display.Text(rate), maxRate))
+			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("rate %q: use records per second from 0 (no cap) to %d", rate, maxRate))
 			return
 		}
 	}

@@ -125,13 +125,13 @@ func (f outboxFilter) filter(now time.Time) (producer.Filter, error) {
 	if f.ID != "" {
 		id, err := uuid.Parse(f.ID)
 		if err != nil {
-			return producer.Filter{}, fmt.Errorf("id %q is not an event id (a UUID)", display.Text(f.ID))
+			return producer.Filter{}, fmt.Errorf("id %q is not an event id (a UUID)", f.ID)
 		}
 		ids = []uuid.UUID{id}
 	}
 	for _, st := range f.Statuses {
 		if !slices.Contains(statuses, st) {
-			return producer.Filter{}, fmt.Errorf("status %q: use pending, failed, published or dead_lettered", display.Text(st))
+			return producer.Filter{}, fmt.Errorf("status %q: use pending, failed, published or dead_lettered", st)
 		}
 	}
 	since, until, err := display.ParseTimeRange("since", f.Since, "until", f.Until, now)
@@ -200,7 +200,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	if after := q.Get("after"); after != "" {
 		if f.AfterSeq, err = strconv.ParseInt(after, 10, 64); err != nil || f.AfterSeq < 0 {
-			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("after %q: a page starts after an event's seq, a whole number", display.Text(after)))
+			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("after %q: a page starts after an event's seq, a whole number", after))
 			return
 		}
 	}
@@ -251,7 +251,7 @@ func (s *Server) listError(w http.ResponseWriter, r *http.Request, err error) {
 func (s *Server) event(w http.ResponseWriter, r *http.Request) {
 	id, err := uuid.Parse(r.PathValue("id"))
 	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q is not an event id (a UUID)", display.Text(r.PathValue("id"))))
+		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("%q is not an event id (a UUID)", r.PathValue("id")))
 		return
 	}
 	rec, err := s.admin.Get(r.Context(), id)
@@ -298,7 +298,7 @@ type confirmData struct {
 func (s *Server) confirmOutbox(w http.ResponseWriter, r *http.Request) {
 	action, ok := outboxActions[r.PathValue("action")]
 	if !ok {
-		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no outbox action %q: use requeue or purge", display.Text(r.PathValue("action"))))
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no outbox action %q: use requeue or purge", r.PathValue("action")))
 		return
 	}
 	s.showConfirm(w, r, action, readOutboxFilter(r.URL.Query()), false)
@@ -345,7 +345,7 @@ var errChanged = errors.New("the set changed")
 func (s *Server) changeOutbox(w http.ResponseWriter, r *http.Request) {
 	action, ok := outboxActions[r.PathValue("action")]
 	if !ok {
-		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no outbox action %q: use requeue or purge", display.Text(r.PathValue("action"))))
+		s.fail(w, r, http.StatusNotFound, fmt.Errorf("no outbox action %q: use requeue or purge", r.PathValue("action")))
 		return
 	}
 	of := readOutboxFilter(r.PostForm)

@@ -214,9 +214,9 @@ const maxFormBytes = 64 << 10
 func (s *Server) protect(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		securityHeaders(w)
-		if len(s.guard.tokens) == 0 && !isLoopbackHost(r.Host) {
+		if len(s.guard.tokens) == 0 && !IsLoopbackHost(r.Host) {
 			s.fail(w, r, http.StatusForbidden, fmt.Errorf("this console answers only to localhost, 127.0.0.1 and [::1], not to %q: "+
-				"without COURIER_CONSOLE_TOKEN it listens on the loopback only, and a page of another name is a DNS-rebinding attempt", display.Text(r.Host)))
+				"without COURIER_CONSOLE_TOKEN it listens on the loopback only, and a page of another name is a DNS-rebinding attempt", r.Host))
 			return
 		}
 		if crossSite(r) {

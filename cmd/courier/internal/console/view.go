@@ -3,6 +3,7 @@ package console
 import (
 	"bytes"
 	"crypto/subtle"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"html/template"
@@ -141,7 +142,7 @@ func body(b []byte) shownBody {
 		b = []byte(cut(string(b), maxShown))
 	}
 	var pretty bytes.Buffer
-	if json.Valid(b) && json.Indent(&pretty, b, "", "  ") == nil && display.Printable(pretty.Bytes(), true) {
+	if json.Indent(&pretty, b, "", "  ") == nil && display.Printable(pretty.Bytes(), true) {
 		s.Kind, s.Text = "json", pretty.String()
 		return s
 	}
@@ -153,7 +154,7 @@ func body(b []byte) shownBody {
 		s.Kind, s.Text = "text", display.Lines(string(b), "")
 		return s
 	}
-	s.Kind, s.Text = "hex", display.Hex(b)
+	s.Kind, s.Text = "hex", hex.Dump(b)
 	return s
 }
 

@@ -10,11 +10,11 @@
 // the inside of a Go string literal (strconv.Quote without its quotes), so
 // a backslash always starts an escape and strconv.Unquote gets the exact
 // bytes back. A web page escapes the result for HTML on top (html/template
-// does).
+// does). Errors quote what was typed with %q and are escaped once, where
+// they are shown.
 package display
 
 import (
-	"encoding/hex"
 	"fmt"
 	"strconv"
 	"strings"
@@ -78,10 +78,6 @@ func Printable(b []byte, multiline bool) bool {
 	return true
 }
 
-// Hex returns b as a hex dump: offset, 16 bytes in hex, and the printable
-// ASCII of them, a line per 16 bytes.
-func Hex(b []byte) string { return hex.Dump(b) }
-
 // ParseTime parses an RFC 3339 time or a duration before now (Go syntax,
 // plus d for whole days, e.g. 90m, 2h, 7d); empty is the zero time. what
 // names the field in the error.
@@ -95,7 +91,7 @@ func ParseTime(what, value string, now time.Time) (time.Time, error) {
 	if ago, err := ParseDuration(value); err == nil && ago >= 0 {
 		return now.Add(-ago), nil
 	}
-	return time.Time{}, fmt.Errorf("%s %q: use an RFC 3339 time (2026-01-16T09:00:00Z) or a duration ago (90m, 2h, 7d)", what, Text(value))
+	return time.Time{}, fmt.Errorf("%s %q: use an RFC 3339 time (2026-01-16T09:00:00Z) or a duration ago (90m, 2h, 7d)", what, value)
 }
 
 // ParseTimeRange parses since and until (see ParseTime) and refuses a
@@ -109,7 +105,7 @@ func ParseTimeRange(sinceName, sinceText, untilName, untilText string, now time.
 		return since, until, err
 	}
 	if !since.IsZero() && !until.IsZero() && !until.After(since) {
-		return since, until, fmt.Errorf("%s %s is not after %s %s, so nothing matches", untilName, Text(untilText), sinceName, Text(sinceText))
+		return since, until, fmt.Errorf("%s %q is not after %s %q, so nothing matches", untilName, untilText, sinceName, sinceText)
 	}
 	return since, until, nil
 }

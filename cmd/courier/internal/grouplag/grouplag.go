@@ -8,6 +8,8 @@ import (
 	"slices"
 
 	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/internal/kafkafloor"
 )
 
 // Partition is one partition a group reads.
@@ -62,11 +64,11 @@ type place struct {
 // Read gives up as soon as ctx is done, returning ctx's error; a request
 // already sent then ends in the background, within client's Net timeouts,
 // and no other follows it. A group deleted while Read runs is left out. The
-// client needs Kafka 0.10.2 or later (Config.Version), which lists a
-// group's committed offsets in one request. Read does not close client.
+// client's Config.Version must be courier's oldest, Kafka 2.1, or later
+// (see kafkafloor). Read does not close client.
 func Read(ctx context.Context, client sarama.Client) ([]Group, error) {
-	if v := client.Config().Version; !v.IsAtLeast(sarama.V0_10_2_0) {
-		return nil, fmt.Errorf("grouplag: the client's Config.Version %s is older than 0.10.2, which reads a group's committed offsets in one request; set a newer version", v)
+	if err := kafkafloor.Check(client.Config().Version); err != nil {
+		return nil, fmt.Errorf("grouplag: the client's config: %w", err)
 	}
 	type result struct {
 		groups []Group
