@@ -107,7 +107,9 @@ and with a 5 ms handler on 1 and on 16 workers per partition. The
 configurations take turns --rounds times and each figure is the median.
 After each round, redis-benchmark (--redis-benchmark, when on the path) runs
 the two commands the Redis dedupe sends per message against the same Redis,
-and the report sets what Redis alone serves beside the dedupe's rate.
+and the report sets what Redis alone serves beside the dedupe's rate. With a
+single Redis it also reports what the server spent while the dedupe consumed
+(cores busy, CPU per command, commands per message, from Redis's INFO).
 
 Without --brokers it starts an in-process Kafka-protocol broker (kfake) and
 times from the group's first fetch. Against a cluster it creates and deletes

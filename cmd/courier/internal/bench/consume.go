@@ -129,6 +129,10 @@ type ConsumeReport struct {
 	// dedupe sends per message (ConsumeConfig.RedisBenchmark); empty when
 	// it did not run.
 	Redis []RedisCommandRate `json:"redis_benchmark,omitempty"`
+	// RedisServer is what the Redis server spent while the Redis dedupe
+	// consumed; nil without that configuration or with a Redis other than
+	// a single *redis.Client.
+	RedisServer *RedisServerLoad `json:"redis_server,omitempty"`
 }
 
 // WriteText writes the report as the table the benchmarks print.
@@ -144,6 +148,10 @@ func (r ConsumeReport) WriteText(w io.Writer) error {
 			fmt.Fprintf(&b, "  %-12s %9.0f ops/s  %s\n", c.What, c.Rate, c.Command)
 		}
 		fmt.Fprintf(&b, "  Redis alone, one of each per message: %.0f msgs/s; %s: %.0f msgs/s (%.2fx)\n", alone, DedupeRedis, dedupe, dedupe/alone)
+	}
+	if l := r.RedisServer; l != nil {
+		fmt.Fprintf(&b, "redis-server while %s consumed (INFO cpu and stats), median of %s: %.2f cores busy, %.1f us of CPU per command, %.2f commands per message\n",
+			DedupeRedis, plural(r.Rounds, "run"), l.Busy, l.MicrosPerCommand, l.CommandsPerMessage)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -241,6 +249,9 @@ type ConsumeRun struct {
 	// redisBench runs redis-benchmark after each round; nil when it does
 	// not.
 	redisBench *redisBench
+	// redisLoads is what the Redis server spent in each round's Redis
+	// dedupe run.
+	redisLoads *redisLoads
 }
 
 // NewConsumeRun validates cfg and applies its defaults.
@@ -281,8 +292,9 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 			return nil
 		})})
 	cases = append(cases, &benchCase{name: DedupeMemory, n: cfg.Messages, consume: memoryDedupeRunner})
+	loads := &redisLoads{}
 	if cfg.Redis != nil {
-		cases = append(cases, &benchCase{name: DedupeRedis, n: cfg.Messages, consume: dedupeRunner(cfg.Redis)})
+		cases = append(cases, &benchCase{name: DedupeRedis, n: cfg.Messages, consume: dedupeRunner(cfg.Redis, loads)})
 	}
 	for _, workers := range []int{1, 16} {
 		cases = append(cases, &benchCase{name: fmt.Sprintf("runner/handler=5ms/workers=%d", workers), n: cfg.SlowMessages,
@@ -300,7 +312,7 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 		}
 		cases = kept
 	}
-	run := &ConsumeRun{cfg: cfg, cases: cases}
+	run := &ConsumeRun{cfg: cfg, cases: cases, redisLoads: loads}
 	if cfg.Redis != nil && cfg.RedisBenchmark != "" && slices.ContainsFunc(cases, func(c *benchCase) bool { return c.name == DedupeRedis }) {
 		b, err := newRedisBench(cfg.RedisBenchmark, cfg.Redis, cfg.Name)
 		if err != nil {
@@ -350,6 +362,7 @@ func (r *ConsumeRun) Report() ConsumeReport {
 	if r.redisBench != nil {
 		report.Redis = r.redisBench.rates()
 	}
+	report.RedisServer = r.redisLoads.load()
 	return report
 }
 
@@ -677,15 +690,29 @@ func memoryDedupeRunner(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s 
 }
 
 // dedupeRunner consumes with Redis dedupe on, under a key prefix of the
-// backlog's that it deletes afterwards.
-func dedupeRunner(client redis.UniversalClient) consumeFunc {
+// backlog's that it deletes afterwards. With a single Redis (a
+// *redis.Client) it records in loads what the server spent meanwhile.
+func dedupeRunner(client redis.UniversalClient, loads *redisLoads) consumeFunc {
 	return func(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error) {
 		prefix := "courier:bench:" + bl.group + ":"
 		store, err := dedupe.NewRedis(client, dedupe.RedisConfig{Scope: "bench", Prefix: prefix, Window: dedupeWindow})
 		if err != nil {
 			return 0, err
 		}
+		single, _ := client.(*redis.Client)
+		var before redisCounters
+		if single != nil {
+			if before, err = readRedisCounters(ctx, single); err != nil {
+				return 0, err
+			}
+		}
 		took, err := runner(consumer.Config{Dedupe: consumer.DedupeConfig{Store: store}}, handleAll)(ctx, cfg, bl, s)
+		if err == nil && single != nil {
+			var after redisCounters
+			if after, err = readRedisCounters(ctx, single); err == nil {
+				loads.add(before, after, took, bl.n)
+			}
+		}
 		_, delErr := rediskeys.Delete(ctx, client, prefix)
 		return took, errors.Join(err, delErr)
 	}

@@ -259,6 +259,13 @@ messages over the median time.
 | --- | ---: | --- | ---: | ---: | ---: |
 `, thousands(float64(r.Messages)), payloadSize, thousands(keys), partitions, thousands(float64(r.SlowMessages)), plural(r.Rounds, "backlog"))
 	writeRateTable(b, r.rows())
+	r.writeRedisAlone(b)
+	r.writeRedisServer(b)
+}
+
+// writeRedisAlone writes what redis-benchmark measured beside the Redis
+// dedupe, when it ran.
+func (r ConsumeReport) writeRedisAlone(b *strings.Builder) {
 	alone, dedupe, ok := r.redisAlone()
 	if !ok {
 		return
@@ -282,6 +289,27 @@ nothing else to do.
 	}
 	fmt.Fprintf(b, "| Redis alone, one of each per message | | %s |\n", thousands(alone))
 	fmt.Fprintf(b, "| `%s` | | %s (%s Redis alone) |\n", DedupeRedis, thousands(dedupe), ratio(dedupe/alone))
+}
+
+// writeRedisServer writes what the Redis server spent while the Redis
+// dedupe consumed, when it was measured.
+func (r ConsumeReport) writeRedisServer(b *strings.Builder) {
+	l := r.RedisServer
+	if l == nil {
+		return
+	}
+	fmt.Fprintf(b, `
+## Redis server while the Redis dedupe consumed
+
+Redis's own counters (`+"`INFO cpu`, `INFO stats`"+`) read before and after each `+"`%s`"+` run:
+its CPU time over the consuming time, and per command it ran. Redis runs commands on one thread:
+near 1 core busy, Redis is what limits the dedupe. Anything else using that Redis meanwhile counts
+too. Median of %s.
+
+| cores busy | µs of CPU per command | commands per message |
+| ---: | ---: | ---: |
+| %.2f | %.1f | %.2f |
+`, DedupeRedis, plural(r.Rounds, "run"), l.Busy, l.MicrosPerCommand, l.CommandsPerMessage)
 }
 
 // rateRow is a rate beside its baseline, as the tables show it.
