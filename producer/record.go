@@ -144,8 +144,15 @@ func recordBytes(e *Event) int {
 	for name, value := range e.Headers {
 		add(name, len(value))
 	}
+	if _, ok := e.Headers[HeaderTraceParent]; !ok {
+		// Room for the traceparent of the relay's span, when it traces.
+		add(HeaderTraceParent, traceParentLen)
+	}
 	return size
 }
+
+// traceParentLen is the length of a W3C traceparent of version 00.
+const traceParentLen = len("00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01")
 
 // headerValues builds headers whose values are cut from one buffer, which
 // must be allocated large enough for all of them: a value never moves once
@@ -193,7 +200,7 @@ func (e *claimedEvent) structuredRecord(source string) (*record.Record, error) {
 	for _, x := range e.extensions() {
 		doc[x[0]] = x[1]
 	}
-	if tp, ok := e.Headers[HeaderTraceParent]; ok {
+	if tp, ok := e.published(HeaderTraceParent); ok {
 		doc[HeaderTraceParent] = tp // the Distributed Tracing extension
 	}
 	value, err := json.Marshal(doc)
@@ -210,16 +217,31 @@ func (e *claimedEvent) structuredRecord(source string) (*record.Record, error) {
 
 // userHeaders are the event's own headers (and trace context), by name.
 func (e *claimedEvent) userHeaders() []record.Header {
-	names := make([]string, 0, len(e.Headers))
+	names := make([]string, 0, len(e.Headers)+1)
 	for name := range e.Headers {
 		names = append(names, name)
+	}
+	if _, stored := e.Headers[HeaderTraceParent]; e.traceParent != "" && !stored {
+		names = append(names, HeaderTraceParent)
 	}
 	slices.Sort(names)
 	out := make([]record.Header, len(names))
 	for i, name := range names {
-		out[i] = header(name, e.Headers[name])
+		value, _ := e.published(name)
+		out[i] = header(name, value)
 	}
 	return out
+}
+
+// published is the value of the event's header name as the relay
+// publishes it: the relay's span's traceparent when it made one, else the
+// stored header.
+func (e *claimedEvent) published(name string) (string, bool) {
+	if name == HeaderTraceParent && e.traceParent != "" {
+		return e.traceParent, true
+	}
+	value, ok := e.Headers[name]
+	return value, ok
 }
 
 func header(name, value string) record.Header {

@@ -14,8 +14,10 @@ import (
 // the relay counts against Producer.MaxMessageBytes for the record it
 // builds in binary mode (which is Sarama's reckoning of it), with a
 // ce_source of MaxSourceBytes and a ce_time of its longest, for events with
-// and without a key, attributes and headers: when the relay adds a header,
-// this fails until recordBytes counts it.
+// and without a key, attributes and headers, and with the traceparent of
+// the relay's span (RelayConfig.TracerProvider), which it adds when the
+// event has none: when the relay adds a header, this fails until
+// recordBytes counts it.
 func TestRecordBytesIsWhatTheRelayCounts(t *testing.T) {
 	t.Parallel()
 	created := time.Date(2026, 11, 25, 23, 59, 59, 123456789, time.UTC)
@@ -32,7 +34,7 @@ func TestRecordBytesIsWhatTheRelayCounts(t *testing.T) {
 			t.Fatal(err)
 		}
 		c := claimedEvent{ID: uuid.Must(uuid.NewV7()), Topic: n.Topic, Type: n.Type, Payload: n.Payload, ContentType: n.ContentType,
-			Headers: n.Headers, CreatedAt: created}
+			Headers: n.Headers, CreatedAt: created, traceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
 		for _, f := range []struct {
 			dst **string
 			src string

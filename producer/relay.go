@@ -18,6 +18,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/dlq"
@@ -201,6 +202,15 @@ type RelayConfig struct {
 	// <topic><DeadLetterSuffix> as a dlq envelope. Dead-lettered events
 	// always stay in the table until purged. Defaults to false.
 	PublishDeadLetters bool
+
+	// TracerProvider, when set, makes OpenTelemetry spans of what the
+	// relay publishes: a "send" span per batch, and a "create <topic>" span
+	// per event, a child of the span that enqueued it (the traceparent
+	// Enqueue stored) and linked from its batch's span. The event is
+	// published with its own span's traceparent, so that the consumer's
+	// spans continue the same trace. nil (the default) makes no span and
+	// costs nothing.
+	TracerProvider trace.TracerProvider
 	// DeadLetterSuffix names the dead-letter topic. Defaults to
 	// DefaultDeadLetterSuffix, dlq.DefaultSuffix (".dlq").
 	DeadLetterSuffix string
@@ -318,6 +328,7 @@ type Relay struct {
 	backoff   backoff.Backoff
 	log       *slog.Logger
 	metrics   hooks
+	tracer    trace.Tracer // nil without RelayConfig.TracerProvider
 
 	dbClock bool // Now was not injected: due checks use the database clock
 
@@ -380,6 +391,9 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 		r.wake = append(r.wake, make(chan struct{}, 1))
 	}
 	r.presence = &presence{r: r}
+	if cfg.TracerProvider != nil {
+		r.tracer = cfg.TracerProvider.Tracer(tracerName)
+	}
 	r.publisher = cfg.Publisher
 	if r.publisher == nil {
 		var opts []PublisherOption
@@ -829,7 +843,9 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	// A refused event's dead letter is written after this send: when it
 	// goes to a topic or holds its key, the key waits for it.
 	hold := r.cfg.HoldKeyOnDeadLetter || r.cfg.PublishDeadLetters
+	spans := r.startSpans(ctx, send)
 	errs := r.sendRetriesApart(ctx, send, hold)
+	spans.end(send, errs)
 	// The breaker hears only whether Kafka answered: a record acknowledged
 	// or refused by a broker says it did; one no broker answered says it
 	// did not (see failUnavailable).

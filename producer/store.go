@@ -57,6 +57,9 @@ type claimedEvent struct {
 	Headers       map[string]string
 	MaxAttempts   *int
 	CreatedAt     time.Time
+	// traceParent, when set, is published as the traceparent instead of
+	// the one in Headers: the relay's span of the event (see startSpans).
+	traceParent string
 	// scheduled says a new event's NotBefore is ahead; blocked that its
 	// key has events waiting before it.
 	scheduled bool
