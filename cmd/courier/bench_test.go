@@ -95,7 +95,7 @@ func TestBenchReport(t *testing.T) {
 	want := map[string][]string{
 		"Relay throughput": {bench.PlainLoop + "/events=300", "plain-skip-locked-loop/delete/workers=1/events=300", bench.PlainLoopKeep + "/events=300",
 			bench.RelayDefaults + "/events=300", bench.RelayDiscard + "/events=300", "relay/workers=1/events=300", "relay/workers=4/events=300",
-			"relay/relays=2/events=300"},
+			"relay/relays=2/events=300", bench.RelayTraced + "/events=300"},
 		"Relay scaling": {"relay/defaults/relays=1/workers=1", "relay/defaults/relays=2/workers=1", "relay/defaults/relays=4/workers=1",
 			"relay/defaults/relays=1/workers=2", "relay/defaults/relays=1/workers=4"},
 		"Relay latency": bench.LatencyConfigurations(),

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courierkit/courier/migrations"
 	"github.com/courierkit/courier/producer"
@@ -216,28 +217,33 @@ func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, err
 			return nil, err
 		}
 	}
+	defaults := relayConfig{workers: producer.DefaultWorkers}
 	for _, c := range []struct {
-		name            string
-		relays, workers int
-		discard         bool
-		baseline        string
-		target          float64
+		name     string
+		relays   int
+		rc       relayConfig
+		baseline string
+		target   float64
 	}{
-		{name: RelayDefaults, relays: 1, workers: producer.DefaultWorkers, baseline: PlainLoopKeep, target: 1.2},
-		{name: RelayDiscard, relays: 1, workers: producer.DefaultWorkers, discard: true, baseline: PlainLoop, target: 1.2},
-		{name: "relay/workers=1", relays: 1, workers: 1, baseline: PlainLoopKeep},
-		{name: "relay/workers=4", relays: 1, workers: 4, baseline: PlainLoopKeep},
-		{name: "relay/relays=2", relays: 2, workers: producer.DefaultWorkers, baseline: PlainLoopKeep},
+		{name: RelayDefaults, relays: 1, rc: defaults, baseline: PlainLoopKeep, target: 1.2},
+		{name: RelayDiscard, relays: 1, rc: relayConfig{workers: producer.DefaultWorkers, discard: true}, baseline: PlainLoop, target: 1.2},
+		{name: "relay/workers=1", relays: 1, rc: relayConfig{workers: 1}, baseline: PlainLoopKeep},
+		{name: "relay/workers=4", relays: 1, rc: relayConfig{workers: 4}, baseline: PlainLoopKeep},
+		{name: "relay/relays=2", relays: 2, rc: defaults, baseline: PlainLoopKeep},
+		{name: RelayTraced, relays: 1, rc: defaults, baseline: RelayDefaults},
 	} {
 		if !wanted(c.name) {
 			continue
 		}
-		if err := add(relayDrain(ctx, svc, c.name, c.relays, c.workers, c.discard, c.baseline, c.target)); err != nil {
+		if c.name == RelayTraced {
+			c.rc.tracer = svc.tracer()
+		}
+		if err := add(relayDrain(ctx, svc, c.name, c.relays, c.rc, c.baseline, c.target)); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.History > 0 {
-		c, err := relayDrain(ctx, svc, historyName, 1, producer.DefaultWorkers, false, RelayDefaults, 0.9)
+		c, err := relayDrain(ctx, svc, historyName, 1, defaults, RelayDefaults, 0.9)
 		if err == nil {
 			progress(cfg.Progress, "relay throughput: writing a history of %d published events", cfg.History)
 			err = c.table.keepHistory(ctx, cfg.History)
@@ -488,12 +494,11 @@ func plainBatch(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer,
 	return n, nil
 }
 
-// relayDrain drains the backlog with relays relays of workers workers and
-// the default batch size, keeping the published events in the history
-// unless discard (see drainWith). Each relay has its own Sarama producer, connected beforehand,
-// as the plain loop's are. target is the ratio to baseline the goal asks
-// for (0: none).
-func relayDrain(ctx context.Context, svc *relayServices, name string, relays, workers int, discard bool, baseline string, target float64) (*drainCase, error) {
+// relayDrain drains the backlog with relays relays configured as rc says,
+// with the default batch size (see drainWith). Each relay has its own
+// Sarama producer, connected beforehand, as the plain loop's are. target is
+// the ratio to baseline the goal asks for (0: none).
+func relayDrain(ctx context.Context, svc *relayServices, name string, relays int, rc relayConfig, baseline string, target float64) (*drainCase, error) {
 	c := &drainCase{name: name, baseline: baseline, target: target}
 	table, err := svc.table(ctx)
 	if err != nil {
@@ -508,7 +513,7 @@ func relayDrain(ctx context.Context, svc *relayServices, name string, relays, wo
 		if c.claims[n] == nil {
 			c.claims[n] = &atomic.Int64{}
 		}
-		return drainWith(ctx, []*pgxpool.Pool{table.pool}, table, pubs, relayConfig{workers: workers, discard: discard}, n, svc.cfg.Logger, c.claims[n])
+		return drainWith(ctx, []*pgxpool.Pool{table.pool}, table, pubs, rc, n, svc.cfg.Logger, c.claims[n])
 	}
 	return c, nil
 }
@@ -535,8 +540,9 @@ func warmPublishers(ctx context.Context, svc *relayServices, topic string, n int
 // relayConfig is what drainWith sets of each relay's configuration.
 type relayConfig struct {
 	workers int
-	discard bool
-	started func() // when set, called as the clock starts
+	discard bool                 // DiscardPublished, else the history keeps them
+	tracer  trace.TracerProvider // TracerProvider; nil: none
+	started func()               // when set, called as the clock starts
 }
 
 func (rc relayConfig) atStart() {
@@ -563,6 +569,7 @@ func drainWith(ctx context.Context, pools []*pgxpool.Pool, table *outboxTable, p
 	for i := range rs {
 		r, err := producer.NewRelay(pools[i%len(pools)], producer.RelayConfig{
 			Schema: table.schema, Publisher: pubs[i], Workers: workers, DiscardPublished: rc.discard, Logger: logger, Hooks: []producer.Hook{counter},
+			TracerProvider: rc.tracer,
 		})
 		if err != nil {
 			return 0, err

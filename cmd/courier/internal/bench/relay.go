@@ -49,6 +49,10 @@ const (
 	// RelayDefaults names the relay with its default configuration: the
 	// baseline of the drain beside a long history, and of the scaling run.
 	RelayDefaults = "relay/defaults"
+	// RelayTraced names the relay with the defaults and a TracerProvider
+	// that samples every span and exports it to nowhere: what tracing
+	// costs the relay, beside RelayDefaults.
+	RelayTraced = "relay/traced"
 	// DirectProduce names the baseline of the relay's latency: the same
 	// events sent straight to Kafka with a Sarama SyncProducer, at the same
 	// pace: what the outbox adds to an event's way.
