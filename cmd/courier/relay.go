@@ -34,6 +34,7 @@ type relayFlags struct {
 	shutdownTimeout                                         time.Duration
 	pollOnly, structured, publishDeadLetters, holdKey       bool
 	noIdempotence                                           bool
+	trace                                                   traceFlags
 	source, deadLetterSuffix                                string
 	metricsAddr, logFormat, logLevel                        string
 }
@@ -63,6 +64,7 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 		"publish-dead-letters", "dead-letter-suffix", "hold-key-on-dead-letter", "no-idempotence", "retention", "cleanup-interval",
 		"shutdown-timeout", "metrics-addr", "log-format", "log-level")
 	renameFlag(fs, "max-retries", "max-attempts")
+	f.trace.register(cmd)
 }
 
 // validate checks what the relay's own validation would take for its
@@ -190,6 +192,9 @@ name in capitals with _ for -, e.g. COURIER_BATCH_SIZE=500.`,
 			if err := flags.validate(); err != nil {
 				return err
 			}
+			if err := flags.trace.validate(); err != nil {
+				return err
+			}
 			return runRelay(cmd, &db, &kafka, out, flags)
 		},
 	}
@@ -209,6 +214,11 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 		return err
 	}
 	log := slog.New(handler)
+	tracer, stopTracing, err := flags.trace.provider(ctx, "courier-relay", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	table, err := db.outboxTable()
 	if err != nil {
 		return err
@@ -254,6 +264,7 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	cfg.Schema, cfg.Table = table.Schema, table.Name
 	cfg.Brokers, cfg.Sarama = brokers, saramaCfg
 	cfg.Logger, cfg.Hooks = log, []producer.Hook{tally, metrics}
+	cfg.TracerProvider = tracer
 	relay, err := producer.NewRelay(pool, cfg)
 	if err != nil {
 		return usageError{fmt.Errorf("relay options: %w", err)}
@@ -281,7 +292,8 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	defer stopLog()
 
 	log.Info("relay started", "database", databaseName(pool.Config().ConnConfig), "table", table.String(), "brokers", strings.Join(brokers, ","),
-		"workers", flags.workers, "batch_size", flags.batchSize, "source", flags.source, "idempotent", !cfg.DisableIdempotence)
+		"workers", flags.workers, "batch_size", flags.batchSize, "source", flags.source, "idempotent", !cfg.DisableIdempotence,
+		"tracing", flags.trace.endpointText())
 	started := time.Now()
 	if err := relay.Run(ctx); err != nil {
 		return err

@@ -1,0 +1,165 @@
+package main
+
+import (
+	"encoding/hex"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	collectortrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
+)
+
+// otlpCollector is an OTLP/HTTP trace endpoint that keeps what it is sent.
+type otlpCollector struct {
+	mu       sync.Mutex
+	requests []*collectortrace.ExportTraceServiceRequest
+	srv      *httptest.Server
+}
+
+func newOTLPCollector(t *testing.T) *otlpCollector {
+	c := &otlpCollector{}
+	c.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, err := io.ReadAll(r.Body)
+		req := &collectortrace.ExportTraceServiceRequest{}
+		if err != nil || r.URL.Path != "/v1/traces" || proto.Unmarshal(body, req) != nil {
+			http.Error(w, "not an OTLP trace export", http.StatusBadRequest)
+			return
+		}
+		c.mu.Lock()
+		c.requests = append(c.requests, req)
+		c.mu.Unlock()
+		w.Header().Set("Content-Type", "application/x-protobuf")
+		_, _ = w.Write(nil)
+	}))
+	t.Cleanup(c.srv.Close)
+	return c
+}
+
+// spans returns the span ids of the spans received by name, and the
+// service names of their resources.
+func (c *otlpCollector) spans() (byName map[string][]string, services map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	byName, services = map[string][]string{}, map[string]bool{}
+	for _, req := range c.requests {
+		for _, rs := range req.ResourceSpans {
+			for _, a := range rs.GetResource().GetAttributes() {
+				if a.Key == "service.name" {
+					services[a.GetValue().GetStringValue()] = true
+				}
+			}
+			for _, ss := range rs.ScopeSpans {
+				for _, s := range ss.Spans {
+					byName[s.Name] = append(byName[s.Name], hex.EncodeToString(s.SpanId))
+				}
+			}
+		}
+	}
+	return byName, services
+}
+
+// TestRelayExportsSpansOverOTLP: with --otlp-endpoint the CLI relay sends
+// its spans to the collector over OTLP/HTTP, as the service courier-relay,
+// by the time it has stopped; the record it published carries its create
+// span's id in its traceparent.
+func TestRelayExportsSpansOverOTLP(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 1)
+	collector := newOTLPCollector(t)
+	o.enqueue(t, event(topic, "order-1", "OrderCreated"))
+
+	r := startRelay(t, append(o.flags(), "--brokers", strings.Join(k.Brokers, ","), "--log-format", "json",
+		"--otlp-endpoint", collector.srv.URL)...)
+	records := topicRecords(t, k, topic, 1)
+	if started := waitLog(t, &r.stderr, "relay started"); started["tracing"] != collector.srv.URL {
+		t.Errorf("start log says tracing %v, want %s", started["tracing"], collector.srv.URL)
+	}
+	if code := r.stop(t); code != exitOK {
+		t.Fatalf("relay exit %d\n%s", code, r.stderr.String())
+	}
+	spans, services := collector.spans()
+	if len(spans["send"]) != 1 || len(spans["create "+topic]) != 1 || !services["courier-relay"] {
+		t.Fatalf("the collector received spans %v of services %v, want a send and a create %s span of courier-relay", spans, services, topic)
+	}
+	var traceParent string
+	for _, h := range records[0].Headers {
+		if string(h.Key) == producer.HeaderTraceParent {
+			traceParent = string(h.Value)
+		}
+	}
+	if parts := strings.Split(traceParent, "-"); len(parts) != 4 || parts[2] != spans["create "+topic][0] {
+		t.Errorf("the record's traceparent %q does not name the create span %s", traceParent, spans["create "+topic][0])
+	}
+}
+
+// TestRelayWithoutOTLPEndpointExportsNothing: without --otlp-endpoint and
+// the OTEL_EXPORTER_OTLP_* variables, the relay says tracing is off and
+// publishes the event with no traceparent.
+func TestRelayWithoutOTLPEndpointExportsNothing(t *testing.T) {
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "")
+	o := newOutboxDB(t)
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 1)
+	o.enqueue(t, event(topic, "order-1", "OrderCreated"))
+	r := startRelay(t, append(o.flags(), "--brokers", strings.Join(k.Brokers, ","), "--log-format", "json")...)
+	records := topicRecords(t, k, topic, 1)
+	if started := waitLog(t, &r.stderr, "relay started"); started["tracing"] != "off" {
+		t.Errorf("start log says tracing %v, want off", started["tracing"])
+	}
+	for _, h := range records[0].Headers {
+		if string(h.Key) == producer.HeaderTraceParent {
+			t.Errorf("the record carries a traceparent %q without tracing", h.Value)
+		}
+	}
+}
+
+// TestRelayTracesToTheEnvironmentsEndpoint: OTEL_EXPORTER_OTLP_ENDPOINT
+// alone turns tracing on, as for any OpenTelemetry SDK, and the start log
+// names it without its password.
+func TestRelayTracesToTheEnvironmentsEndpoint(t *testing.T) {
+	collector := newOTLPCollector(t)
+	withPassword := strings.Replace(collector.srv.URL, "http://", "http://courier:s3cret@", 1)
+	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", withPassword)
+	t.Setenv("OTEL_SERVICE_NAME", "orders-relay")
+	o := newOutboxDB(t)
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 1)
+	o.enqueue(t, event(topic, "order-1", "OrderCreated"))
+	r := startRelay(t, append(o.flags(), "--brokers", strings.Join(k.Brokers, ","), "--log-format", "json")...)
+	topicRecords(t, k, topic, 1)
+	waitLog(t, &r.stderr, "relay started")
+	if code := r.stop(t); code != exitOK {
+		t.Fatalf("relay exit %d\n%s", code, r.stderr.String())
+	}
+	if out := r.stdout.String() + r.stderr.String(); strings.Contains(out, "s3cret") {
+		t.Errorf("the relay printed the endpoint's password:\n%s", out)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the spans at the collector", func() bool {
+		spans, services := collector.spans()
+		return len(spans["create "+topic]) == 1 && services["orders-relay"]
+	})
+}
+
+// TestRelayRefusesABadOTLPEndpoint: an --otlp-endpoint that is not an
+// http(s) URL with a host is a usage error, exit 2, that shows no password.
+func TestRelayRefusesABadOTLPEndpoint(t *testing.T) {
+	t.Parallel()
+	for _, endpoint := range []string{"otel-collector:4318", "ftp://collector", "http://", "http://u:s3cret@/v1", "http://u:s3cret@%zz"} {
+		var stdout, stderr strings.Builder
+		code := run(t.Context(), []string{"relay", "--database-url", "postgres://127.0.0.1:1/x", "--otlp-endpoint", endpoint}, &stdout, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), "--otlp-endpoint") || strings.Contains(stderr.String(), "s3cret") {
+			t.Errorf("--otlp-endpoint %q: exit %d, want %d naming the flag without the password\n%s", endpoint, code, exitUsage, stderr.String())
+		}
+	}
+}
