@@ -118,7 +118,9 @@ install_missing() {
 # disabled at boot.
 install_promtool() {
 	apt_install --no-install-recommends prometheus
-	if [[ -x /etc/init.d/prometheus ]]; then
+	if [[ -d /run/systemd/system ]] && have systemctl; then
+		as_root systemctl disable --now prometheus >/dev/null 2>&1 || true
+	elif [[ -x /etc/init.d/prometheus ]]; then
 		as_root /etc/init.d/prometheus stop >/dev/null 2>&1 || true
 		if have update-rc.d; then
 			as_root update-rc.d prometheus disable >/dev/null 2>&1 || true
