@@ -5,6 +5,10 @@
 #   - the kcat Kafka client and jq, which the wire-format tests read with
 #     (plus psql / redis-cli)
 #   - Chromium, for the web console's browser tests
+#   - promtool (Debian's prometheus package), which checks and unit-tests
+#     the alert rules in monitoring/; the Prometheus server the package
+#     brings is stopped and kept from starting at boot: only the tool is
+#     needed
 #
 # Called by `make services` (and therefore `make test` and CI). Designed for
 # Debian 12 without systemd. Idempotent: when everything is already up it only
@@ -54,7 +58,13 @@ port_open() { (exec 3<>"/dev/tcp/$HOST/$1") >/dev/null 2>&1; }
 # --- apt -------------------------------------------------------------------
 
 APT_UPDATED=0
+# apt_install [--no-install-recommends] <package>...
 apt_install() {
+	local opts=()
+	if [[ ${1:-} == --no-install-recommends ]]; then
+		opts+=("$1")
+		shift
+	fi
 	[[ $# -gt 0 ]] || return 0
 	have apt-get || die "need to install $*, but apt-get is not available"
 	local out
@@ -66,7 +76,7 @@ apt_install() {
 	fi
 	log "apt: installing $*"
 	as_root env DEBIAN_FRONTEND=noninteractive \
-		apt-get install -y "$@" >"$out" 2>&1 ||
+		apt-get install -y "${opts[@]}" "$@" >"$out" 2>&1 ||
 		apt_fail "$out" "apt-get install $*"
 	rm -f "$out"
 }
@@ -99,6 +109,23 @@ install_missing() {
 	have jq || pkgs+=(jq)
 	have chromium || pkgs+=(chromium)
 	apt_install "${pkgs[@]}"
+	have promtool || install_promtool
+}
+
+# promtool ships in the prometheus package. Its recommends (the node
+# exporter) are left out, and the server the package may have started (on
+# :9090, where the examples serve courier's metrics) is stopped and
+# disabled at boot.
+install_promtool() {
+	apt_install --no-install-recommends prometheus
+	if [[ -d /run/systemd/system ]] && have systemctl; then
+		as_root systemctl disable --now prometheus >/dev/null 2>&1 || true
+	elif [[ -x /etc/init.d/prometheus ]]; then
+		as_root /etc/init.d/prometheus stop >/dev/null 2>&1 || true
+		if have update-rc.d; then
+			as_root update-rc.d prometheus disable >/dev/null 2>&1 || true
+		fi
+	fi
 }
 
 # --- PostgreSQL ------------------------------------------------------------
@@ -319,6 +346,7 @@ main() {
 	have kcat || die "kcat is missing (install kcat)"
 	have jq || die "jq is missing (install jq)"
 	have chromium || die "chromium is missing (install chromium)"
+	have promtool || die "promtool is missing (install prometheus)"
 
 	ensure_postgres
 	ensure_redis
