@@ -218,6 +218,8 @@ func New(cfg Config) (*Notifier, error) {
 		log:   cfg.Logger.With("webhook", Redacted(u)),
 		queue: make(chan Notification, cfg.QueueSize),
 		client: &http.Client{
+			// Its own connections, which Run closes when it returns.
+			Transport: http.DefaultTransport.(*http.Transport).Clone(),
 			// A redirect is answered, not followed: it would carry the
 			// headers elsewhere.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
@@ -496,6 +498,7 @@ func (n *Notifier) Run(ctx context.Context) {
 		}
 		mu.Unlock()
 		cancel()
+		n.client.CloseIdleConnections()
 	}()
 
 	for ctx.Err() == nil {

@@ -23,7 +23,11 @@ import (
 	"github.com/courierkit/courier/producer"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	// Sarama, under the relay of relay_test.go, starts go-metrics' one
+	// global ticker, which lives as long as the process.
+	goleak.VerifyTestMain(m, goleak.IgnoreAnyFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"))
+}
 
 // hookServer records each POST it gets, then answers it with answer (204
 // when nil); i counts the requests from 0.
@@ -298,9 +302,13 @@ func TestWebhookClientErrorsAreNotRetried(t *testing.T) {
 		answer func(int, http.ResponseWriter, *http.Request)
 		log    string
 	}{
-		{"400", func(_ int, w http.ResponseWriter, _ *http.Request) { http.Error(w, "invalid_payload", http.StatusBadRequest) },
+		{"400", func(_ int, w http.ResponseWriter, _ *http.Request) {
+			http.Error(w, "invalid_payload", http.StatusBadRequest)
+		},
 			"answered 400 Bad Request: invalid_payload"},
-		{"307", func(_ int, w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect) },
+		{"307", func(_ int, w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "/elsewhere", http.StatusTemporaryRedirect)
+		},
 			"redirects are not followed"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
