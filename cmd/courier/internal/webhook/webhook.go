@@ -375,14 +375,15 @@ func ParseURL(raw string) (*url.URL, error) {
 
 // Redacted shows u without its password, path or query, which may hold
 // secrets (chat services put their token in the path):
-// https://user:xxxxx@hooks.example.com/….
+// https://user:xxxxx@hooks.example.com/…. A user without a password,
+// often a token itself, is masked too: https://xxxxx@hooks.example.com/….
 func Redacted(u *url.URL) string {
 	shown := url.URL{Scheme: u.Scheme, Host: u.Host}
 	if u.User != nil {
 		if _, ok := u.User.Password(); ok {
 			shown.User = url.UserPassword(u.User.Username(), redact.Mask)
 		} else {
-			shown.User = url.User(u.User.Username())
+			shown.User = url.User(redact.Mask) // a user alone is often a token
 		}
 	}
 	s := shown.String()

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"strings"
 	"sync"
 	"testing"
@@ -435,6 +436,9 @@ func TestWebhookNeverPrintsSecrets(t *testing.T) {
 	}
 
 	printed := logs.String()
+	if u, _ := url.Parse("https://s3cret@hooks.example.com/T0K3N?key=s3cret"); webhook.Redacted(u) != "https://xxxxx@hooks.example.com/…" {
+		t.Errorf("Redacted(%q) = %q, want the user and path masked", u, webhook.Redacted(u))
+	}
 	for _, raw := range []string{"ftp://app:s3cret@host/T0K3N", "http://app:s3cret@host:port/T0K3N", "http://app:s3cret@/T0K3N", "http://app:s3cret@host/T0K3N\x00"} {
 		_, err := webhook.New(webhook.Config{URL: raw})
 		if err == nil {
