@@ -17,7 +17,8 @@
 // *_base64 fields of JSON). No password given in a connection string
 // (URL userinfo, password= or sslpassword= with or without spaces and
 // quotes, a query parameter), in COURIER_DATABASE_URL, PGPASSWORD or
-// --sasl-password / COURIER_SASL_PASSWORD is ever printed. Against Kafka
+// --sasl-password / COURIER_SASL_PASSWORD is ever printed, nor the password,
+// path or query of --webhook-url nor a --webhook-header value. Against Kafka
 // brokers that refuse or never answer a command fails within about twice
 // --kafka-timeout (default 10s); against PostgreSQL within the URL's
 // connect_timeout (default 10s); the message names Kafka or PostgreSQL and
@@ -105,7 +106,7 @@ func isCobraUsageError(err error) bool {
 
 // secretEnv are the environment variables that may hold a secret courier
 // is given.
-var secretEnv = []string{"COURIER_DATABASE_URL", "DATABASE_URL", "PGPASSWORD", "PGSSLPASSWORD", envSASLPassword}
+var secretEnv = []string{"COURIER_DATABASE_URL", "DATABASE_URL", "PGPASSWORD", "PGSSLPASSWORD", envSASLPassword, "COURIER_WEBHOOK_URL"}
 
 // secretsOf returns the secrets cmd was given, in its flags or the
 // environment: those of every connection string (redact.Secrets) and the
@@ -118,10 +119,14 @@ func secretsOf(cmd *cobra.Command) []string {
 			out = append(out, redact.Secrets(v)...)
 		}
 	}
+	out = append(out, headerSecrets(os.Getenv("COURIER_WEBHOOK_HEADER"))...)
 	if cmd == nil {
 		return out
 	}
-	for _, name := range []string{"database-url", "redis-url", "sasl-password"} {
+	if headers, err := cmd.Flags().GetStringArray("webhook-header"); err == nil {
+		out = append(out, headerSecrets(headers...)...)
+	}
+	for _, name := range []string{"database-url", "redis-url", "sasl-password", "webhook-url"} {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Value.String() != "" {
 			if name == "sasl-password" {
 				out = append(out, f.Value.String())

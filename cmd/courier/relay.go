@@ -37,6 +37,7 @@ type relayFlags struct {
 	trace                                                   traceFlags
 	source, deadLetterSuffix                                string
 	metricsAddr, logFormat, logLevel                        string
+	webhook                                                 webhookFlags
 }
 
 // register adds the relay's flags to cmd and binds each to its variable.
@@ -65,6 +66,7 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 		"shutdown-timeout", "metrics-addr", "log-format", "log-level")
 	renameFlag(fs, "max-retries", "max-attempts")
 	f.trace.register(cmd)
+	f.webhook.register(fs)
 }
 
 // validate checks what the relay's own validation would take for its
@@ -98,7 +100,7 @@ func (f *relayFlags) validate() error {
 	if f.retention < 0 || f.retention > producer.MaxRetention {
 		return usageError{fmt.Errorf("--retention %v: use a positive duration up to %v such as 168h, or 0 to keep published events forever", f.retention, producer.MaxRetention)}
 	}
-	return nil
+	return f.webhook.validate()
 }
 
 // logHandler is the stderr log handler that --log-format and --log-level
@@ -170,6 +172,10 @@ circuit breaker, PostgreSQL by retrying). On SIGINT or SIGTERM the batch in
 flight finishes (within --shutdown-timeout), the relay prints what it did and
 exits 0.
 
+With --webhook-url it POSTs a JSON notification for each dead-lettered event
+and each time the Kafka breaker opens or closes, from its own goroutine with a
+bounded queue, so a slow or failing endpoint never holds the relay back.
+
 Logs go to stderr (--log-format, --log-level). With --metrics-addr it serves
 Prometheus metrics on /metrics (courier_outbox_*, plus Go and process
 metrics) and /healthz, which answers 200 while the relay runs and 503 once it
@@ -180,6 +186,7 @@ name in capitals with _ for -, e.g. COURIER_BATCH_SIZE=500.`,
 		Example: `  courier relay --database-url postgres://app@db:5432/shop --schema shop --brokers kafka-1:9092,kafka-2:9092
   courier relay --source orders-service --metrics-addr :9090 --log-format json
   courier relay --max-attempts 10 --publish-dead-letters --hold-key-on-dead-letter
+  courier relay --webhook-url https://hooks.example.com/courier --webhook-header "Authorization: Bearer $TOKEN"
   COURIER_DATABASE_URL=postgres://app@db/shop COURIER_BROKERS=kafka:9092 courier relay --poll-only`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -265,6 +272,13 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	cfg.Brokers, cfg.Sarama = brokers, saramaCfg
 	cfg.Logger, cfg.Hooks = log, []producer.Hook{tally, metrics}
 	cfg.TracerProvider = tracer
+	// The webhook sends what the relay's last batch dead-lettered after
+	// Run returned, within --shutdown-timeout.
+	stopWebhook, err := flags.webhook.start(ctx, &cfg, flags.shutdownTimeout, log)
+	if err != nil {
+		return err
+	}
+	defer stopWebhook()
 	relay, err := producer.NewRelay(pool, cfg)
 	if err != nil {
 		return usageError{fmt.Errorf("relay options: %w", err)}
@@ -293,7 +307,7 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 
 	log.Info("relay started", "database", databaseName(pool.Config().ConnConfig), "table", table.String(), "brokers", strings.Join(brokers, ","),
 		"workers", flags.workers, "batch_size", flags.batchSize, "source", flags.source, "idempotent", !cfg.DisableIdempotence,
-		"tracing", flags.trace.endpointText())
+		"tracing", flags.trace.endpointText(), "webhook", flags.webhook.shown())
 	started := time.Now()
 	if err := relay.Run(ctx); err != nil {
 		return err
