@@ -150,7 +150,8 @@ type Config struct {
 	// OnDeadLetter is called once for each message written to its
 	// dead-letter topic, after the write and before its offset is marked,
 	// e.g. to page the on-call. It runs on the goroutine of the write, so
-	// calls can overlap, also for one partition: return quickly.
+	// calls can overlap, also for one partition: return quickly. With
+	// TracerProvider, its context carries the dead-letter write's span.
 	OnDeadLetter func(context.Context, DeadLetter)
 	// MaxWritesInFlight bounds the writes of one partition to its retry
 	// topics and dead-letter topic in flight at once. A write runs beside the handling: the partition

@@ -23,27 +23,16 @@ import (
 // waiting for that write (so the lines can come in either order). The
 // example runs on an in-process broker.
 func Example() {
-	broker, err := kfake.NewCluster(kfake.SeedTopics(1, "payouts", "payouts.dlq"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer broker.Close()
-	producer, err := sarama.NewSyncProducer(broker.ListenAddrs(), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
+	var payouts []*sarama.ProducerMessage
 	for _, id := range []string{"p-1", "p-2", "p-3"} {
-		_, _, err := producer.SendMessage(&sarama.ProducerMessage{
-			Topic:   "payouts",
+		payouts = append(payouts, &sarama.ProducerMessage{
 			Key:     sarama.StringEncoder(id),
 			Value:   sarama.StringEncoder(`{"payout_id":"` + id + `"}`),
 			Headers: []sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("event-" + id)}},
 		})
-		if err != nil {
-			log.Fatal(err)
-		}
 	}
-	_ = producer.Close()
+	broker := payoutsBroker(payouts...)
+	defer broker.Close()
 
 	ctx, stop := context.WithCancel(context.Background())
 	var settled atomic.Int32
@@ -124,25 +113,12 @@ func ExampleBreaker() {
 // children. Pass the provider of your OpenTelemetry setup (an OTLP
 // exporter's, say); this one keeps the spans in memory to print them.
 func ExampleConfig_tracerProvider() {
-	broker, err := kfake.NewCluster(kfake.SeedTopics(1, "payouts", "payouts.dlq"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer broker.Close()
-	producer, err := sarama.NewSyncProducer(broker.ListenAddrs(), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
-	_, _, err = producer.SendMessage(&sarama.ProducerMessage{
-		Topic: "payouts",
+	broker := payoutsBroker(&sarama.ProducerMessage{
 		Value: sarama.StringEncoder(`{"payout_id":"p-1"}`),
 		Headers: []sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("event-p-1")},
 			{Key: []byte("traceparent"), Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}},
 	})
-	if err != nil {
-		log.Fatal(err)
-	}
-	_ = producer.Close()
+	defer broker.Close()
 
 	spans := tracetest.NewInMemoryExporter()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
@@ -181,4 +157,25 @@ func ExampleConfig_tracerProvider() {
 	// Output:
 	// psp.pay (internal), trace 4bf92f3577b34da6a3ce929d0e0e4736, child of process payouts
 	// process payouts (consumer), trace 4bf92f3577b34da6a3ce929d0e0e4736, child of the producer's 00f067aa0ba902b7
+}
+
+// payoutsBroker starts an in-process broker with the topics payouts and
+// payouts.dlq, and writes msgs to payouts.
+func payoutsBroker(msgs ...*sarama.ProducerMessage) *kfake.Cluster {
+	broker, err := kfake.NewCluster(kfake.SeedTopics(1, "payouts", "payouts.dlq"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	producer, err := sarama.NewSyncProducer(broker.ListenAddrs(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer producer.Close()
+	for _, m := range msgs {
+		m.Topic = "payouts"
+		if _, _, err := producer.SendMessage(m); err != nil {
+			log.Fatal(err)
+		}
+	}
+	return broker
 }
