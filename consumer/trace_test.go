@@ -6,11 +6,14 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unicode/utf8"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -258,3 +261,49 @@ func TestTracingSpanOfAnErrorWhoseErrorPanics(t *testing.T) {
 type panickyError struct{ text string }
 
 func (e *panickyError) Error() string { return e.text }
+
+// A dead-letter write whose first try the broker refuses: one span covers
+// the tries, failed, and the record written at last carries it.
+func TestTracingSpanOfADeadLetterWriteThatFailedOnce(t *testing.T) {
+	t.Parallel()
+	tp, exporter := newTracing(t)
+	f := newFixture(t, 1, testkit.InProcess())
+	var refused atomic.Bool
+	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if len(pr.Topics) != 1 || pr.Topics[0].Topic != f.dlq || !refused.CompareAndSwap(false, true) {
+			return nil, nil, false
+		}
+		resp := pr.ResponseKind().(*kmsg.ProduceResponse)
+		rt := kmsg.NewProduceResponseTopic()
+		rt.Topic = f.dlq
+		for _, p := range pr.Topics[0].Partitions {
+			rp := kmsg.NewProduceResponseTopicPartition()
+			rp.Partition, rp.ErrorCode = p.Partition, kerr.InvalidRecord.Code // no retry of Sarama's helps
+			rt.Partitions = append(rt.Partitions, rp)
+		}
+		resp.Topics = append(resp.Topics, rt)
+		return resp, nil, true
+	})
+	cfg := f.config(t, consumer.HandlerFunc(func(context.Context, *consumer.Message) error {
+		return consumer.Permanent(fmt.Errorf("cannot parse"))
+	}))
+	cfg.TracerProvider = tp
+	f.produce(t, f.topic, record("k", "poison"))
+	run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 20*time.Second, "2 spans", func() bool { return len(exporter.GetSpans()) == 2 })
+	var send tracetest.SpanStub
+	for _, s := range exporter.GetSpans() {
+		if s.Name == "send "+f.dlq {
+			send = s
+		}
+	}
+	if !refused.Load() || send.Status.Code != codes.Error || len(send.Events) != 1 || !strings.Contains(send.Status.Description, "failed the validation") {
+		t.Errorf("refused %v; the write's span: %q status %+v events %v; want one failed try", refused.Load(), send.Name, send.Status, send.Events)
+	}
+	letters := f.readAll(t, f.dlq)
+	if len(letters) != 1 || !slices.Equal(header(letters[0], "traceparent"), []string{traceparentOf(send.SpanContext)}) {
+		t.Fatalf("%d dead letters; want one, carrying the write's span %s", len(letters), traceparentOf(send.SpanContext))
+	}
+}

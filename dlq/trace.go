@@ -66,8 +66,12 @@ func (r *replayer) startReplay(ctx context.Context, m *sarama.ConsumerMessage, m
 
 // endSpans ends the spans of batch, once sendErr says how its write went:
 // nil, written; sarama.ProducerErrors, the records it names failed; any
-// other error, none was written.
+// other error, none was written. Without a tracer (the batch's records
+// have no span), it does nothing.
 func endSpans(batch []pending, sendErr error) {
+	if len(batch) == 0 || batch[0].span == nil {
+		return
+	}
 	var perrs sarama.ProducerErrors
 	errors.As(sendErr, &perrs)
 	failed := make(map[*sarama.ProducerMessage]error, len(perrs))
@@ -75,9 +79,6 @@ func endSpans(batch []pending, sendErr error) {
 		failed[pe.Msg] = pe.Err
 	}
 	for _, p := range batch {
-		if p.span == nil {
-			continue
-		}
 		err := failed[p.msg]
 		if err == nil && perrs == nil {
 			err = sendErr

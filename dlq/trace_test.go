@@ -2,17 +2,20 @@ package dlq_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync/atomic"
 	"testing"
 
 	"github.com/IBM/sarama"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/record"
 )
 
@@ -163,3 +166,33 @@ func (c *startCounter) OnStart(context.Context, sdktrace.ReadWriteSpan) { c.n.Ad
 func (c *startCounter) OnEnd(sdktrace.ReadOnlySpan)                     {}
 func (c *startCounter) Shutdown(context.Context) error                  { return nil }
 func (c *startCounter) ForceFlush(context.Context) error                { return nil }
+
+// The broker refuses the records of one partition: their replay spans
+// fail, those of the other partition's records do not.
+func TestTracingReplaySpansOfRefusedWrites(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 2, testkit.InProcess())
+	for i := range 4 {
+		f.deadLetter(t, dlq.Original{Partition: int32(i % 2), Offset: int64(i), Key: fmt.Appendf(nil, "order-%d", i), Value: []byte("{}"),
+			Headers: []dlq.Header{hdr("ce_id", fmt.Sprint("evt-", i))}}, dlq.Failure{Error: "boom", Kind: dlq.KindRetriesExhausted}, false)
+	}
+	f.refuseWrites(func() bool { return true }, func(p int32) bool { return p == 1 })
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	if report, _, err := f.replay(t, dlq.ReplayConfig{TracerProvider: tp}); err == nil || report.Moved != 2 {
+		t.Fatalf("moved %d, err %v; want the 2 of partition 0 and an error", report.Moved, err)
+	}
+	spans := exporter.GetSpans()
+	if len(spans) != 4 {
+		t.Fatalf("%d spans, want 4", len(spans))
+	}
+	for _, s := range spans {
+		id, _ := attributeSet(s).Value("messaging.message.id")
+		var n int
+		fmt.Sscanf(id.AsString(), "evt-%d", &n)
+		if wantFailed := n%2 == 1; (s.Status.Code == codes.Error) != wantFailed || wantFailed && len(s.Events) != 1 {
+			t.Errorf("span of %s: status %+v events %d; want failed: %v", id.AsString(), s.Status, len(s.Events), wantFailed)
+		}
+	}
+}
