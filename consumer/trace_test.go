@@ -14,6 +14,7 @@ import (
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kmsg"
+	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -55,8 +56,8 @@ type tracedRun struct {
 // failThroughRetryTier sends a message with a traceparent through a
 // consumer (with tp unless nil) whose handler always fails: two attempts
 // on the main topic, a move to the retry tier, two attempts there, then
-// the dead-letter topic. The dead-letter topic is written in raw mode if
-// raw. It waits for spans more spans when tp is set.
+// the dead-letter topic, written in raw mode if raw. With exporter, it
+// waits for the 6 spans too.
 func failThroughRetryTier(t *testing.T, tp trace.TracerProvider, exporter *tracetest.InMemoryExporter, raw bool) tracedRun {
 	t.Helper()
 	f := newFixture(t, 1)
@@ -212,9 +213,17 @@ func TestTracingSpansFollowAMessageThroughARetryTierToTheDeadLetterTopic(t *test
 	}
 }
 
+// Not parallel: it sets the global tracer provider, which the consumer must
+// not fall back to.
 func TestTracingWithoutAProviderMakesNoSpansAndKeepsTheTraceparent(t *testing.T) {
-	t.Parallel()
+	global, exporter := newTracing(t)
+	before := otel.GetTracerProvider()
+	otel.SetTracerProvider(global)
+	t.Cleanup(func() { otel.SetTracerProvider(before) })
 	got := failThroughRetryTier(t, nil, nil, true)
+	if spans := exporter.GetSpans(); len(spans) != 0 {
+		t.Errorf("the global provider got %d spans, want none", len(spans))
+	}
 	for _, rec := range []*sarama.ConsumerMessage{got.retried, got.deadLetter} {
 		if tp := header(rec, "traceparent"); !slices.Equal(tp, []string{producerParent}) {
 			t.Errorf("%s: traceparent headers %q, want the producer's %q", rec.Topic, tp, producerParent)
