@@ -11,6 +11,7 @@ import (
 	"github.com/failsafe-go/failsafe-go"
 	"github.com/failsafe-go/failsafe-go/retrypolicy"
 	"github.com/sony/gobreaker/v2"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courierkit/courier/dedupe"
 )
@@ -124,8 +125,13 @@ func (d *delivery) try(ctx context.Context) error {
 // ends then, with ErrAttemptTimeout as the cause. (An attemptContext rather
 // than a failsafe Timeout policy, which costs a dozen allocations per
 // message, or a plain context timeout, whose timer costs more than the rest
-// of the message.)
+// of the message.) With Config.TracerProvider, the attempt has a span,
+// which its context carries.
 func (p *partition) attempt(ctx context.Context, actx *attemptContext, m *Message) error {
+	var span trace.Span
+	if p.c.tracer != nil {
+		ctx, span = p.startProcess(ctx, m)
+	}
 	// The clock is a good part of an attempt's cost: read only the
 	// monotonic clock, twice, against the partition's time base.
 	start := p.clock.Add(time.Since(p.clock))
@@ -137,6 +143,9 @@ func (p *partition) attempt(ctx context.Context, actx *attemptContext, m *Messag
 		err = fmt.Errorf("%w after %v (Config.AttemptTimeout)", ErrAttemptTimeout, p.c.cfg.AttemptTimeout)
 	}
 	p.c.metrics.HandlerDuration(m.Topic, took)
+	if span != nil {
+		endSpan(span, err)
+	}
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/dedupe"
@@ -149,7 +150,8 @@ type Config struct {
 	// OnDeadLetter is called once for each message written to its
 	// dead-letter topic, after the write and before its offset is marked,
 	// e.g. to page the on-call. It runs on the goroutine of the write, so
-	// calls can overlap, also for one partition: return quickly.
+	// calls can overlap, also for one partition: return quickly. With
+	// TracerProvider, its context carries the dead-letter write's span.
 	OnDeadLetter func(context.Context, DeadLetter)
 	// MaxWritesInFlight bounds the writes of one partition to its retry
 	// topics and dead-letter topic in flight at once. A write runs beside the handling: the partition
@@ -201,6 +203,16 @@ type Config struct {
 	// *Hook interfaces (see Hook and package prom), and is called in
 	// order. Defaults to none.
 	Hooks []Hook
+	// TracerProvider makes the consumer's spans (OpenTelemetry, after the
+	// messaging semantic conventions), with the tracer named
+	// "github.com/courierkit/courier/consumer": a "process <topic>" span
+	// per attempt, which the handler's context carries, and a "send
+	// <topic>" span per write to a retry topic or the dead-letter topic,
+	// whose trace context the record written carries. See the README's
+	// "Tracing". Defaults to nil: no spans (the global provider is not
+	// used), and a message's traceparent still continues its trace in the
+	// handler's context.
+	TracerProvider trace.TracerProvider
 }
 
 // DedupeConfig configures deduplication: before the handler sees a

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/record"
@@ -34,6 +35,8 @@ type Consumer struct {
 	// topologies holds the retry topology of each main topic and each
 	// retry topic (the one it belongs to); empty without Config.RetryTopics.
 	topologies map[string]*retrytopics.Topology
+	// tracer makes the spans; nil without Config.TracerProvider.
+	tracer trace.Tracer
 }
 
 // New validates cfg, applies its defaults and returns a Consumer. It does
@@ -62,6 +65,7 @@ func New(cfg Config) (*Consumer, error) {
 		dedupeHooks: dedupeHooks,
 		topics:      topics,
 		topologies:  topologies,
+		tracer:      newTracer(cfg.TracerProvider),
 	}, nil
 }
 
@@ -157,8 +161,12 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 		k.close(c)
 		return nil, fmt.Errorf("consumer: dead-letter producer: %w", err)
 	}
+	pub := record.NewSyncPublisher(k.producer)
+	if c.tracer != nil {
+		pub = tracedPublisher{pub} // dead letters carry the trace context of their write
+	}
 	// The suffix was validated by New.
-	k.publisher, _ = dlq.NewWriter(record.NewSyncPublisher(k.producer), dlq.WriterConfig{Suffix: c.cfg.DeadLetterSuffix, Raw: c.cfg.DeadLetterRaw})
+	k.publisher, _ = dlq.NewWriter(pub, dlq.WriterConfig{Suffix: c.cfg.DeadLetterSuffix, Raw: c.cfg.DeadLetterRaw})
 	go func() {
 		defer close(k.drained)
 		for err := range k.group.Errors() {

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -31,7 +33,8 @@ func (d *delivery) deadLetterRoute(cause error) route {
 }
 
 // writeDeadLetter writes the message to its dead-letter topic and calls
-// OnDeadLetter.
+// OnDeadLetter with ctx. With Config.TracerProvider, ctx carries the
+// write's span, whose trace context the dead-letter record carries.
 func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 	c := d.p.c
 	origin := d.origin()
@@ -56,10 +59,15 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 			return err
 		}
 	}
-	w, err := d.p.deadLetters.writer.Write(d.p.workCtx, env)
+	wctx := d.p.workCtx
+	if c.tracer != nil {
+		wctx = trace.ContextWithSpan(wctx, trace.SpanFromContext(ctx)) // for tracedPublisher
+	}
+	w, err := d.p.deadLetters.writer.Write(wctx, env)
 	if err != nil {
 		return err
 	}
+	d.sent(ctx, w.Partition, w.Offset)
 	c.metrics.Message(d.m.Topic, OutcomeDeadLettered)
 	d.log().Error("message dead-lettered", "error", r.cause, "error_kind", r.kind, "retry_count", failure.Attempts,
 		"dlq_topic", w.Topic, "dlq_partition", w.Partition, "dlq_offset", w.Offset, "dlq_format", w.Format)

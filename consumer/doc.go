@@ -105,7 +105,11 @@
 // A message carries its ce_id (Message.ID) and ce_correlationid; a
 // traceparent header continues the producer's trace in the handler's
 // context. Missing or malformed headers leave those empty; the message is
-// handled all the same.
+// handled all the same. With Config.TracerProvider the consumer makes
+// OpenTelemetry spans: one per attempt ("process <topic>", which the
+// handler's context carries) and one per write to a retry topic or the
+// dead-letter topic ("send <topic>", whose trace context the record
+// carries).
 //
 // # Ordering
 //

@@ -11,6 +11,9 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kfake"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courierkit/courier/consumer"
 )
@@ -20,27 +23,16 @@ import (
 // waiting for that write (so the lines can come in either order). The
 // example runs on an in-process broker.
 func Example() {
-	broker, err := kfake.NewCluster(kfake.SeedTopics(1, "payouts", "payouts.dlq"))
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer broker.Close()
-	producer, err := sarama.NewSyncProducer(broker.ListenAddrs(), nil)
-	if err != nil {
-		log.Fatal(err)
-	}
+	var payouts []*sarama.ProducerMessage
 	for _, id := range []string{"p-1", "p-2", "p-3"} {
-		_, _, err := producer.SendMessage(&sarama.ProducerMessage{
-			Topic:   "payouts",
+		payouts = append(payouts, &sarama.ProducerMessage{
 			Key:     sarama.StringEncoder(id),
 			Value:   sarama.StringEncoder(`{"payout_id":"` + id + `"}`),
 			Headers: []sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("event-" + id)}},
 		})
-		if err != nil {
-			log.Fatal(err)
-		}
 	}
-	_ = producer.Close()
+	broker := payoutsBroker(payouts...)
+	defer broker.Close()
 
 	ctx, stop := context.WithCancel(context.Background())
 	var settled atomic.Int32
@@ -113,4 +105,77 @@ func ExampleBreaker() {
 	// call 5: breaker open: true
 	// call 6: breaker open: true
 	// state: open
+}
+
+// Trace the payouts: each attempt is a "process payouts" span, a child of
+// the span the message's traceparent names (the producer's), and the
+// handler's context carries it, so the handler's own spans are its
+// children. Pass the provider of your OpenTelemetry setup (an OTLP
+// exporter's, say); this one keeps the spans in memory to print them.
+func ExampleConfig_tracerProvider() {
+	broker := payoutsBroker(&sarama.ProducerMessage{
+		Value: sarama.StringEncoder(`{"payout_id":"p-1"}`),
+		Headers: []sarama.RecordHeader{{Key: []byte("ce_id"), Value: []byte("event-p-1")},
+			{Key: []byte("traceparent"), Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}},
+	})
+	defer broker.Close()
+
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	ctx, stop := context.WithCancel(context.Background())
+	c, err := consumer.New(consumer.Config{
+		Brokers: broker.ListenAddrs(),
+		Group:   "payout-worker",
+		Topics:  []string{"payouts"},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+			_, span := tp.Tracer("payout-worker").Start(ctx, "psp.pay")
+			span.End()
+			stop()
+			return nil
+		}),
+		TracerProvider: tp,
+		Logger:         slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+	names := map[trace.SpanID]string{}
+	for _, s := range spans.GetSpans() {
+		names[s.SpanContext.SpanID()] = s.Name
+	}
+	for _, s := range spans.GetSpans() {
+		parent := names[s.Parent.SpanID()]
+		if s.Parent.IsRemote() {
+			parent = "the producer's " + s.Parent.SpanID().String()
+		}
+		fmt.Printf("%s (%s), trace %s, child of %s\n", s.Name, s.SpanKind, s.SpanContext.TraceID(), parent)
+	}
+	// Output:
+	// psp.pay (internal), trace 4bf92f3577b34da6a3ce929d0e0e4736, child of process payouts
+	// process payouts (consumer), trace 4bf92f3577b34da6a3ce929d0e0e4736, child of the producer's 00f067aa0ba902b7
+}
+
+// payoutsBroker starts an in-process broker with the topics payouts and
+// payouts.dlq, and writes msgs to payouts.
+func payoutsBroker(msgs ...*sarama.ProducerMessage) *kfake.Cluster {
+	broker, err := kfake.NewCluster(kfake.SeedTopics(1, "payouts", "payouts.dlq"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	producer, err := sarama.NewSyncProducer(broker.ListenAddrs(), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer producer.Close()
+	for _, m := range msgs {
+		m.Topic = "payouts"
+		if _, _, err := producer.SendMessage(m); err != nil {
+			log.Fatal(err)
+		}
+	}
+	return broker
 }

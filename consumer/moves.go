@@ -7,7 +7,10 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/recordtrace"
 	"github.com/courierkit/courier/retrytopics"
 )
 
@@ -121,23 +124,39 @@ func (d *delivery) forward(ctx context.Context, r route) bool {
 // Backoff delays until it succeeds or the session ends, and reports where
 // it was written, if it was. While it is failing, the partition takes no
 // new message. A record too large for its retry topic goes to the
-// dead-letter topic instead.
+// dead-letter topic instead. With Config.TracerProvider, the writes to a
+// topic have a span (its tries failed ones), a child of the span of ctx.
 func (d *delivery) write(ctx context.Context, r route) (route, bool) {
 	c := d.p.c
 	failing := false
+	var span trace.Span
 	defer func() {
 		if failing {
 			d.p.moves.ended()
 		}
+		if span != nil {
+			span.End()
+		}
 	}()
+	wctx := ctx
 	for writes := 1; ; writes++ {
-		err := d.writeOnce(ctx, r)
+		if c.tracer != nil && span == nil {
+			wctx, span = d.startSend(ctx, r)
+		}
+		err := d.writeOnce(wctx, r)
 		if err == nil {
 			return r, true
+		}
+		if span != nil {
+			recordtrace.Fail(span, err)
 		}
 		if r.tier != nil && dlq.TooLarge(err) {
 			d.log().Warn("message too large for its retry topic; dead-lettering it", "error", err, "retry_topic", r.tier.Topic)
 			r = d.tooLargeRoute(r, err)
+			if span != nil {
+				span.End()
+				span = nil // the dead-letter write gets its own
+			}
 			continue
 		}
 		if !failing {
@@ -168,10 +187,12 @@ func (d *delivery) tooLargeRoute(r route, err error) route {
 	return route{cause: cause, kind: dlq.KindPermanent}
 }
 
-// writeOnce writes the message to its route once.
+// writeOnce writes the message to its route once. With
+// Config.TracerProvider, ctx carries the write's span, whose trace context
+// the record carries.
 func (d *delivery) writeOnce(ctx context.Context, r route) error {
 	if r.tier != nil {
-		return d.writeRetry(r)
+		return d.writeRetry(ctx, r)
 	}
 	return d.writeDeadLetter(ctx, r)
 }

@@ -83,6 +83,9 @@ type partition struct {
 	batch    []taken
 	carry    *taken
 
+	// processSpan names the span of an attempt (Config.TracerProvider).
+	processSpan string
+
 	// features are the partition's features that are on (key order,
 	// dedupe), in the order the spine calls them (see feature).
 	features []feature
@@ -110,6 +113,9 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		p.tracked = true
 	}
 	p.batch = make([]taken, 0, p.maxBatch)
+	if h.c.tracer != nil {
+		p.processSpan = "process " + p.topic
+	}
 	p.tracked = p.tracked || p.tierDelay > 0
 	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.sessCtx))
 	grace := h.c.cfg.ShutdownTimeout

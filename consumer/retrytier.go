@@ -1,10 +1,12 @@
 package consumer
 
 import (
+	"context"
 	"fmt"
 	"strconv"
 	"time"
 
+	"github.com/courierkit/courier/internal/recordtrace"
 	"github.com/courierkit/courier/record"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -194,10 +196,16 @@ func (d *delivery) retryInfo(round int, tier retrytopics.Tier, cause error) retr
 	return info
 }
 
-// writeRetry writes the message to its retry tier.
-func (d *delivery) writeRetry(r route) error {
+// writeRetry writes the message to its retry tier; with
+// Config.TracerProvider, with the trace context of the span of ctx, the
+// write's.
+func (d *delivery) writeRetry(ctx context.Context, r route) error {
 	m := d.m
-	msg := record.Message(&record.Record{Topic: r.tier.Topic, Key: m.Key, Value: m.Value, Headers: retrytopics.Headers(m.Headers, r.info)})
+	headers := retrytopics.Headers(m.Headers, r.info)
+	if d.p.c.tracer != nil {
+		headers = recordtrace.Stamp(ctx, headers)
+	}
+	msg := record.Message(&record.Record{Topic: r.tier.Topic, Key: m.Key, Value: m.Value, Headers: headers})
 	if err := d.p.workCtx.Err(); err != nil {
 		return err
 	}
@@ -205,6 +213,7 @@ func (d *delivery) writeRetry(r route) error {
 	if err != nil {
 		return fmt.Errorf("write to retry topic %s: %w", r.tier.Topic, err)
 	}
+	d.sent(ctx, partition, offset)
 	log := d.log().With("retry_topic", r.tier.Topic, "retry_partition", partition, "retry_offset", offset,
 		"retry_round", r.info.Round, "failed_attempts", r.info.FailedAttempts, "not_before", r.info.NotBefore)
 	if r.cause == nil {

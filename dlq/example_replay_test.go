@@ -45,7 +45,7 @@ func ExampleReplay() {
 }
 
 // deadLetter writes the dead letter of a payouts record, as the consumer
-// does.
+// does; the record had a traceparent.
 func deadLetter(brokers []string, key, errText string) {
 	cfg := sarama.NewConfig()
 	cfg.Producer.Return.Successes = true
@@ -55,7 +55,8 @@ func deadLetter(brokers []string, key, errText string) {
 	}
 	pub := record.NewSyncPublisher(producer)
 	defer pub.Close() // closes producer
-	env, err := dlq.New(dlq.Original{Topic: "payouts", Partition: 0, Offset: 0, Key: []byte(key), Value: []byte(`{}`)},
+	traceparent := dlq.Header{Key: []byte("traceparent"), Value: []byte("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")}
+	env, err := dlq.New(dlq.Original{Topic: "payouts", Partition: 0, Offset: 0, Key: []byte(key), Value: []byte(`{}`), Headers: []dlq.Header{traceparent}},
 		dlq.Failure{Error: errText, Kind: dlq.KindRetriesExhausted})
 	if err != nil {
 		log.Fatal(err)

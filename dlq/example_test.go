@@ -1,9 +1,14 @@
 package dlq_test
 
 import (
+	"context"
 	"fmt"
 	"log"
 	"time"
+
+	"github.com/twmb/franz-go/pkg/kfake"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/courierkit/courier/dlq"
 )
@@ -104,4 +109,42 @@ func ExampleEnvelope_OriginalValue() {
 	// binary: original_message null, original_message_base64 "CgH/", restored "\n\x01\xff", nil false
 	// empty: original_message null, original_message_base64 "", restored "", nil false
 	// tombstone: original_message null, original_message_base64 null, restored "", nil true
+}
+
+// Trace a replay: each record written back is a "send <topic>" span, a
+// child of the span of Replay's context (the job's) and linked to the dead
+// letter's span (here the original's: this dead letter's record names
+// none), whose trace holds the attempts that failed; the record
+// carries the replay span's traceparent, so its next attempts are the
+// replay's children. Pass the provider of your OpenTelemetry setup; this
+// one keeps the spans in memory to print them.
+func ExampleReplayConfig_tracerProvider() {
+	broker, err := kfake.NewCluster(kfake.SeedTopics(1, "payouts", "payouts.dlq"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer broker.Close()
+	deadLetter(broker.ListenAddrs(), "p-1", "psp timeout after 30s")
+
+	spans := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(spans))
+	defer tp.Shutdown(context.Background())
+	ctx, job := tp.Tracer("replay-job").Start(context.Background(), "nightly replay")
+	_, err = dlq.Replay(ctx, dlq.ReplayConfig{
+		Brokers:        broker.ListenAddrs(),
+		Topic:          "payouts.dlq",
+		TracerProvider: tp,
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	job.End()
+	replay := spans.GetSpans()[0]
+	fmt.Printf("%s (%s), a child of the job's span: %t\n", replay.Name, replay.SpanKind, replay.Parent.SpanID() == job.SpanContext().SpanID())
+	for _, l := range replay.Links {
+		fmt.Println("linked to", l.SpanContext.TraceID(), l.SpanContext.SpanID())
+	}
+	// Output:
+	// send payouts (producer), a child of the job's span: true
+	// linked to 4bf92f3577b34da6a3ce929d0e0e4736 00f067aa0ba902b7
 }

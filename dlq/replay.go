@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/IBM/sarama"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courierkit/courier/internal/kafkafloor"
 	"github.com/courierkit/courier/internal/topicname"
@@ -112,6 +113,16 @@ type ReplayConfig struct {
 	// OnProgress, if set, is called after every batch with the counts so
 	// far.
 	OnProgress func(ReplayReport)
+	// TracerProvider makes a span per record written back (OpenTelemetry,
+	// tracer "github.com/courierkit/courier/dlq"): "send <target topic>",
+	// kind producer, with courier.operation=replay, a child of the span of
+	// Replay's context and linked to the dead letter's span (the one the
+	// dead-letter record's traceparent names, else the original's); the
+	// record written carries the replay span's traceparent and tracestate
+	// in place of the original's. A dry run makes none. Defaults to nil: no
+	// spans (the global provider is not used), and the headers are
+	// restored as they were.
+	TracerProvider trace.TracerProvider
 }
 
 // ReplayAction says what Replay did with a record.
@@ -302,17 +313,26 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	}
 	defer client.Close()
 	r := &replayer{cfg: cfg, client: client, start: time.Now(), positions: positions{client: client, group: cfg.Group, topic: cfg.Topic}}
+	if !cfg.DryRun {
+		r.tracer = newTracer(cfg.TracerProvider)
+	}
 	r.report.DryRun = cfg.DryRun
 	err = r.run(ctx)
+	if len(r.batch) > 0 { // the run stopped before writing them
+		endSpans(r.batch, fmt.Errorf("dlq: replay stopped before writing the record: %w", err))
+	}
 	r.report.Elapsed = time.Since(r.start)
 	return r.report, err
 }
 
 // replayer is one run of Replay.
 type replayer struct {
-	cfg       ReplayConfig
-	client    sarama.Client
-	producer  sarama.SyncProducer
+	cfg      ReplayConfig
+	client   sarama.Client
+	producer sarama.SyncProducer
+	// tracer makes the spans; nil without ReplayConfig.TracerProvider,
+	// and for a dry run.
+	tracer    trace.Tracer
 	positions positions
 	start     time.Time
 	report    ReplayReport
@@ -329,6 +349,7 @@ type replayer struct {
 type pending struct {
 	entry Entry
 	msg   *sarama.ProducerMessage
+	span  trace.Span // its replay span; nil without a tracer
 }
 
 // errStop ends the run early without an error (Max reached).
@@ -439,7 +460,11 @@ func (r *replayer) consider(ctx context.Context, pos *position, m *sarama.Consum
 	if err := r.pace(ctx, pos); err != nil {
 		return err
 	}
-	r.batch = append(r.batch, pending{entry: e, msg: msg})
+	p := pending{entry: e, msg: msg}
+	if r.tracer != nil {
+		p.span = r.startReplay(ctx, m, msg)
+	}
+	r.batch = append(r.batch, p)
 	if len(r.batch) >= r.cfg.BatchSize {
 		return r.flush(ctx, pos)
 	}
@@ -601,20 +626,21 @@ func (r *replayer) flush(ctx context.Context, pos *position) error {
 	// The position after the batch must fit in the commit metadata; find
 	// out before writing, so nothing is written twice for it.
 	if n := len(settled(pos, batch, nil).metadata()); n > maxMetadataBytes {
-		return fmt.Errorf("dlq: partition %d: the records this run leaves behind (below the ones it replays, from offset %d on) "+
+		return r.notWritten(batch, fmt.Errorf("dlq: partition %d: the records this run leaves behind (below the ones it replays, from offset %d on) "+
 			"would need %d bytes of commit metadata, over %d: the filters leave out too many records between selected ones; "+
-			"replay with fewer filters, or over a narrower --partition/--from-offset/--until-offset range", partition, pos.next, n, maxMetadataBytes)
+			"replay with fewer filters, or over a narrower --partition/--from-offset/--until-offset range", partition, pos.next, n, maxMetadataBytes))
 	}
 	// Another run of the group moving the position means both could write
 	// the same records: stop before writing.
 	if err := r.checkOwn(ctx, partition); err != nil {
-		return err
+		return r.notWritten(batch, err)
 	}
 	msgs := make([]*sarama.ProducerMessage, len(batch))
 	for i, p := range batch {
 		msgs[i] = p.msg
 	}
 	sendErr := r.producer.SendMessages(msgs)
+	endSpans(batch, sendErr)
 	failed := map[*sarama.ProducerMessage]bool{}
 	if sendErr != nil {
 		var perrs sarama.ProducerErrors
@@ -642,6 +668,13 @@ func (r *replayer) flush(ctx context.Context, pos *position) error {
 			len(failed), len(msgs), r.cfg.Topic, partition, sendErr)
 	}
 	return nil
+}
+
+// notWritten ends the spans of batch, which was not written for err, and
+// returns err.
+func (r *replayer) notWritten(batch []pending, err error) error {
+	endSpans(batch, err)
+	return err
 }
 
 // settled returns pos with the records of batch settled, but for those

@@ -31,15 +31,20 @@ type Entry struct {
 
 // entry reads a consumed record into an Entry.
 func entry(m *sarama.ConsumerMessage) Entry {
+	e := Entry{Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp}
+	e.Envelope, e.Err = Read(m.Key, m.Value, recordHeaders(m))
+	return e
+}
+
+// recordHeaders are the headers of m, in order.
+func recordHeaders(m *sarama.ConsumerMessage) []Header {
 	headers := make([]Header, 0, len(m.Headers))
 	for _, h := range m.Headers {
 		if h != nil {
 			headers = append(headers, Header(*h))
 		}
 	}
-	e := Entry{Partition: m.Partition, Offset: m.Offset, Timestamp: m.Timestamp}
-	e.Envelope, e.Err = Read(m.Key, m.Value, headers)
-	return e
+	return headers
 }
 
 // Filter selects dead letters for Scan's callers and Replay. Empty fields

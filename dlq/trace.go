@@ -1,0 +1,96 @@
+package dlq
+
+import (
+	"context"
+	"errors"
+	"strconv"
+
+	"github.com/IBM/sarama"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/courierkit/courier/internal/ceheader"
+	"github.com/courierkit/courier/internal/recordtrace"
+)
+
+// tracerName names Replay's tracer (ReplayConfig.TracerProvider): the
+// package's import path.
+const tracerName = "github.com/courierkit/courier/dlq"
+
+// attrOperation is the courier operation of a span: "replay" on Replay's.
+const attrOperation = attribute.Key("courier.operation")
+
+// newTracer returns the tracer of tp; nil for no tp: no spans.
+func newTracer(tp trace.TracerProvider) trace.Tracer {
+	if tp == nil {
+		return nil
+	}
+	return tp.Tracer(tracerName, trace.WithSchemaURL(semconv.SchemaURL))
+}
+
+// startReplay starts the span of the replay of the dead letter m as msg, a
+// child of the span of ctx linked to the dead letter's span, and gives msg
+// its trace context (replacing the original's traceparent and tracestate).
+// The dead letter's span is the one its record's traceparent names (the
+// consumer's dead-letter write stamps it); without one, the one the
+// original's traceparent names. A missing or malformed traceparent makes no
+// link.
+func (r *replayer) startReplay(ctx context.Context, m *sarama.ConsumerMessage, msg *sarama.ProducerMessage) trace.Span {
+	headers := make([]Header, len(msg.Headers))
+	for i, h := range msg.Headers {
+		headers[i] = Header(h)
+	}
+	var opts []trace.SpanStartOption
+	link := recordtrace.SpanContext(recordHeaders(m))
+	if !link.IsValid() {
+		link = recordtrace.SpanContext(headers)
+	}
+	if link.IsValid() {
+		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: link}))
+	}
+	id := ""
+	for _, h := range headers {
+		if string(h.Key) == ceheader.ID {
+			id = string(h.Value)
+		}
+	}
+	sctx, span := recordtrace.Send(ctx, r.tracer, msg.Topic, id, opts, attrOperation.String("replay"))
+	headers = recordtrace.Stamp(sctx, headers)
+	msg.Headers = make([]sarama.RecordHeader, len(headers))
+	for i, h := range headers {
+		msg.Headers[i] = sarama.RecordHeader(h)
+	}
+	return span
+}
+
+// endSpans ends the spans of batch, once sendErr says how its write went:
+// nil, written; sarama.ProducerErrors, the records it names failed; any
+// other error, none was written. Without a tracer (the batch's records
+// have no span), it does nothing.
+func endSpans(batch []pending, sendErr error) {
+	if len(batch) == 0 || batch[0].span == nil {
+		return
+	}
+	var perrs sarama.ProducerErrors
+	errors.As(sendErr, &perrs)
+	failed := make(map[*sarama.ProducerMessage]error, len(perrs))
+	for _, pe := range perrs {
+		failed[pe.Msg] = pe.Err
+	}
+	for _, p := range batch {
+		err := failed[p.msg]
+		if err == nil && perrs == nil {
+			err = sendErr
+		}
+		if err != nil {
+			recordtrace.Fail(p.span, err)
+		} else {
+			p.span.SetAttributes(
+				semconv.MessagingDestinationPartitionID(strconv.Itoa(int(p.msg.Partition))),
+				semconv.MessagingKafkaOffset(int(p.msg.Offset)),
+			)
+		}
+		p.span.End()
+	}
+}
