@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"os"
 	"strings"
@@ -113,6 +114,7 @@ func (g *toGroupFlags) route(cmd *cobra.Command, cfg dlq.ReplayConfig, dlqTopic 
 func newDLQReplayCmd(o *dlqOptions) *cobra.Command {
 	var ff dlqFilterFlags
 	var tg toGroupFlags
+	var tf traceFlags
 	cfg := dlq.ReplayConfig{}
 	cmd := &cobra.Command{
 		Use:   "replay <dlq-topic>",
@@ -153,6 +155,12 @@ plain lines otherwise).`,
   courier dlq replay orders.dlq --consumer-group payouts --to-group --retry-delays 5s,1m`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := applyEnv(cmd.Flags(), cmd.ErrOrStderr()); err != nil {
+				return err
+			}
+			if err := tf.validate(); err != nil {
+				return err
+			}
 			filter, err := ff.filter(time.Now())
 			if err != nil {
 				return err
@@ -189,11 +197,19 @@ plain lines otherwise).`,
 			_ = probe.Close()
 			run := cfg
 			run.Brokers, run.Sarama, run.Topic, run.Filter, run.Route = brokers, sc, args[0], filter, route
+			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+			tracer, stopTracing, err := tf.provider(cmd.Context(), "courier-dlq-replay", log)
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
+			run.TracerProvider = tracer
 			return runReplay(cmd, o, run)
 		},
 	}
 	ff.register(cmd)
 	tg.register(cmd)
+	tf.register(cmd)
 	f := cmd.Flags()
 	f.StringVar(&cfg.Group, "group", envOr("COURIER_REPLAY_GROUP", dlq.DefaultReplayGroup),
 		"consumer group that keeps the replay's position (env COURIER_REPLAY_GROUP)")

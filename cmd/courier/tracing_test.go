@@ -163,3 +163,26 @@ func TestRelayRefusesABadOTLPEndpoint(t *testing.T) {
 		}
 	}
 }
+
+// TestDLQReplayExportsSpansOverOTLP: with --otlp-endpoint, `courier dlq
+// replay` sends a span per record it writes back to the collector, as the
+// service courier-dlq-replay, before it exits; a bad endpoint is a usage
+// error.
+func TestDLQReplayExportsSpansOverOTLP(t *testing.T) {
+	t.Parallel()
+	f := newDLQFixture(t, 1)
+	f.deadLetters(t, 2, "psp timeout")
+	collector := newOTLPCollector(t)
+	code, out, errOut := courier(t, f.args("dlq", "replay", f.dlqName, "--otlp-endpoint", collector.srv.URL)...)
+	if code != exitOK {
+		t.Fatalf("dlq replay: exit %d\n%s%s", code, out, errOut)
+	}
+	spans, services := collector.spans()
+	if len(spans["send "+f.topic]) != 2 || !services["courier-dlq-replay"] {
+		t.Errorf("the collector received spans %v of services %v, want 2 send %s spans of courier-dlq-replay", spans, services, f.topic)
+	}
+	code, _, errOut = courier(t, f.args("dlq", "replay", f.dlqName, "--otlp-endpoint", "collector:4318")...)
+	if code != exitUsage || !strings.Contains(errOut, "--otlp-endpoint") {
+		t.Errorf("dlq replay --otlp-endpoint collector:4318: exit %d, want %d naming the flag\n%s", code, exitUsage, errOut)
+	}
+}
