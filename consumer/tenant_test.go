@@ -1,0 +1,74 @@
+package consumer_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/testkit"
+)
+
+// TestTenantIDThroughRetryTierAndDeadLetter: a message with ce_tenantid
+// has its TenantID on the main topic, in its retry tier and in
+// OnDeadLetter, and its dead letter keeps the header, so a dead-letter
+// filter of its tenant selects it and a replay writes it back.
+func TestTenantIDThroughRetryTierAndDeadLetter(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	var (
+		mu      sync.Mutex
+		tenants []string
+		rounds  []int
+	)
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		mu.Lock()
+		defer mu.Unlock()
+		tenants, rounds = append(tenants, m.TenantID), append(rounds, m.RetryRound)
+		return errors.New("ledger down")
+	}))
+	f.withRetry(t, &cfg, 20*time.Millisecond)
+	dead := make(chan string, 1)
+	cfg.OnDeadLetter = func(_ context.Context, d consumer.DeadLetter) { dead <- d.Message.TenantID }
+	m := record("k", "v")
+	m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte("ce_tenantid"), Value: []byte("acme")})
+	f.produce(t, f.topic, m)
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 20*time.Second, "a dead letter", func() bool { return len(f.readAll(t, f.dlq)) == 1 })
+	stop()
+
+	mu.Lock()
+	defer mu.Unlock()
+	if !slices.Equal(rounds, []int{0, 1}) || !slices.Equal(tenants, []string{"acme", "acme"}) {
+		t.Errorf("handled in rounds %v with tenants %q, want rounds [0 1] both of tenant acme", rounds, tenants)
+	}
+	select {
+	case got := <-dead:
+		if got != "acme" {
+			t.Errorf("OnDeadLetter's message has TenantID %q, want acme", got)
+		}
+	default:
+		t.Error("OnDeadLetter was not called")
+	}
+	rec := f.readAll(t, f.dlq)[0]
+	env, err := dlq.Read(rec.Key, rec.Value, dlqHeaders(rec))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if env.TenantID() != "acme" || !(dlq.Filter{TenantID: "acme"}).Match(dlq.Entry{Envelope: env}) {
+		t.Errorf("dead letter of tenant %q, want acme and a match of the tenant's filter", env.TenantID())
+	}
+	o, err := env.Original()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.ContainsFunc(o.Headers, func(h dlq.Header) bool { return string(h.Key) == "ce_tenantid" && string(h.Value) == "acme" }) {
+		t.Errorf("the record a replay writes has headers %q, without ce_tenantid: acme", o.Headers)
+	}
+}
