@@ -72,3 +72,63 @@ func TestTenantIDThroughRetryTierAndDeadLetter(t *testing.T) {
 		t.Errorf("the record a replay writes has headers %q, without ce_tenantid: acme", o.Headers)
 	}
 }
+
+// tenantOutcomes implements TenantMessageHook and MessageHook: it notes
+// the tenant of each handled message, and counts the calls of Message.
+type tenantOutcomes struct {
+	mu      sync.Mutex
+	tenants []string
+	plain   int
+}
+
+func (h *tenantOutcomes) TenantMessage(_, tenant string, o consumer.Outcome) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if o == consumer.OutcomeHandled {
+		h.tenants = append(h.tenants, tenant)
+	}
+}
+
+func (h *tenantOutcomes) Message(string, consumer.Outcome) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.plain++
+}
+
+func (h *tenantOutcomes) handled() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.tenants)
+}
+
+// TestTenantMessageHookHearsTheTenant: a TenantMessageHook is told each
+// outcome with the message's tenant ("" for none, or an invalid one); a
+// hook implementing it and MessageHook is told once, through it, while a
+// MessageHook alone is still told.
+func TestTenantMessageHookHearsTheTenant(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	withTenant := func(key, tenant string) *sarama.ProducerMessage {
+		m := record(key, key)
+		m.Headers = append(m.Headers, sarama.RecordHeader{Key: []byte("ce_tenantid"), Value: []byte(tenant)})
+		return m
+	}
+	f.produce(t, f.topic, withTenant("a", "acme"), record("b", "b"), withTenant("c", "bad\xff"), withTenant("d", "globex"))
+	var (
+		hook tenantOutcomes
+		only handledOnly
+	)
+	cfg := f.config(t, consumer.HandlerFunc(func(context.Context, *consumer.Message) error { return nil }))
+	cfg.Hooks = []consumer.Hook{&hook, &only}
+	stop := run(t, newConsumer(t, cfg))
+	defer stop()
+	testkit.WaitFor(t, 10*time.Second, "four messages handled", func() bool { return len(hook.handled()) == 4 && only.handled.Load() == 4 })
+	if got, want := hook.handled(), []string{"acme", "", "", "globex"}; !slices.Equal(got, want) {
+		t.Errorf("the hook heard tenants %q, want %q", got, want)
+	}
+	hook.mu.Lock()
+	defer hook.mu.Unlock()
+	if hook.plain != 0 {
+		t.Errorf("Message of a TenantMessageHook was called %d times, want never", hook.plain)
+	}
+}
