@@ -835,7 +835,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	// did not (see failUnavailable).
 	// The acknowledgements' latencies are only measured for a hook that
 	// hears them.
-	acked := len(r.metrics.published) > 0
+	acked := len(r.metrics.published)+len(r.metrics.tenantPublished) > 0
 	answered := false
 	var unreachableErr error // set when no broker answered some event
 	now := r.cfg.Now()
