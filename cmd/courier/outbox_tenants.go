@@ -11,28 +11,30 @@ import (
 // defaultStatsTenants is how many tenants outbox stats shows by default.
 const defaultStatsTenants = 10
 
-// tenantCountJSON is one row of producer.TenantCounts as --output json
-// prints it: tenant_id null for the events without a tenant.
-type tenantCountJSON struct {
-	TenantID     *string `json:"tenant_id"`
-	Waiting      int64   `json:"waiting"`
-	Pending      int64   `json:"pending"`
-	Failed       int64   `json:"failed"`
-	DeadLettered int64   `json:"dead_lettered"`
+// countsJSON are the counts of a producer.TenantCount as --output json
+// prints them.
+type countsJSON struct {
+	Waiting      int64 `json:"waiting"`
+	Pending      int64 `json:"pending"`
+	Failed       int64 `json:"failed"`
+	DeadLettered int64 `json:"dead_lettered"`
 }
 
-func newTenantCountJSON(c producer.TenantCount) tenantCountJSON {
-	j := tenantCountJSON{Waiting: c.Waiting(), Pending: c.Pending, Failed: c.Failed, DeadLettered: c.DeadLettered}
-	if c.TenantID != "" {
-		j.TenantID = &c.TenantID
-	}
-	return j
+func newCountsJSON(c producer.TenantCount) countsJSON {
+	return countsJSON{Waiting: c.Waiting(), Pending: c.Pending, Failed: c.Failed, DeadLettered: c.DeadLettered}
+}
+
+// tenantCountJSON is one tenant's counts: tenant_id null for the events
+// without a tenant.
+type tenantCountJSON struct {
+	TenantID *string `json:"tenant_id"`
+	countsJSON
 }
 
 // otherTenantsJSON sums the tenants past the top ones.
 type otherTenantsJSON struct {
 	Tenants int64 `json:"tenants"`
-	tenantCountJSON
+	countsJSON
 }
 
 // tenantStatsJSON is producer.TenantCounts as --output json prints it.
@@ -44,11 +46,14 @@ type tenantStatsJSON struct {
 func newTenantStatsJSON(c producer.TenantCounts) *tenantStatsJSON {
 	j := &tenantStatsJSON{Top: make([]tenantCountJSON, 0, len(c.Top))}
 	for _, t := range c.Top {
-		j.Top = append(j.Top, newTenantCountJSON(t))
+		row := tenantCountJSON{countsJSON: newCountsJSON(t)}
+		if t.TenantID != "" {
+			row.TenantID = &t.TenantID
+		}
+		j.Top = append(j.Top, row)
 	}
 	if c.OtherTenants > 0 {
-		j.Others = &otherTenantsJSON{Tenants: c.OtherTenants, tenantCountJSON: newTenantCountJSON(c.Others)}
-		j.Others.TenantID = nil
+		j.Others = &otherTenantsJSON{Tenants: c.OtherTenants, countsJSON: newCountsJSON(c.Others)}
 	}
 	return j
 }

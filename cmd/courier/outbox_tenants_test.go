@@ -51,7 +51,7 @@ func TestOutboxStatsCountsByTenant(t *testing.T) {
 	code, out, errOut = o.cli(t, "stats", "--tenants", "1", "--output", "json")
 	decode(t, code, out, errOut, &stats)
 	if tt := stats.Tenants; tt == nil || len(tt.Top) != 1 || tt.Top[0].TenantID == nil || *tt.Top[0].TenantID != "acme" || tt.Top[0].Waiting != 2 ||
-		tt.Others == nil || tt.Others.Tenants != 4 || tt.Others.Waiting != 4 || tt.Others.DeadLettered != 1 || tt.Others.TenantID != nil {
+		tt.Others == nil || tt.Others.Tenants != 4 || tt.Others.Waiting != 4 || tt.Others.DeadLettered != 1 || strings.Contains(out, `"tenant_id": null`) {
 		t.Errorf("stats --tenants 1 --output json: %s", out)
 	}
 	code, out, errOut = o.cli(t, "stats", "--tenants", "0", "--output", "json")
