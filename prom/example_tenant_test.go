@@ -24,23 +24,28 @@ func ExampleConfig_tenants() {
 	}
 	metrics.TenantPublished("orders", "acme", 40*time.Millisecond)
 
+	printCounter(reg, prom.NamePublished)
+	// Output:
+	// tenant=acme topic=orders 1
+	// tenant=other topic=orders 1000
+}
+
+// printCounter prints each series of the counter name in reg: its labels
+// and its value.
+func printCounter(reg prometheus.Gatherer, name string) {
 	families, err := reg.Gather()
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, f := range families {
-		if f.GetName() != prom.NamePublished {
+		if f.GetName() != name {
 			continue
 		}
 		for _, m := range f.GetMetric() {
 			for _, l := range m.GetLabel() {
-				if l.GetName() == prom.LabelTenant {
-					fmt.Printf("tenant=%s %v\n", l.GetValue(), m.GetCounter().GetValue())
-				}
+				fmt.Printf("%s=%s ", l.GetName(), l.GetValue())
 			}
+			fmt.Println(m.GetCounter().GetValue())
 		}
 	}
-	// Output:
-	// tenant=acme 1
-	// tenant=other 1000
 }
