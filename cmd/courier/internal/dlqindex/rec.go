@@ -147,6 +147,20 @@ func (x *Index) rec(e dlq.Entry) rec {
 	return r
 }
 
+// fillTenant adds to e, filled from r, the one header Filter.Match reads,
+// the tenant's (Envelope.TenantID), for a filter of a tenant. The map is
+// e's own, reused, so that a match allocates nothing.
+func (s *snapshot) fillTenant(e *dlq.Entry, r *rec) {
+	env := &e.Envelope
+	if env.OriginalHeaders == nil {
+		env.OriginalHeaders = map[string]string{}
+	}
+	clear(env.OriginalHeaders)
+	if tenant := s.vals[colTenant][r.ids[colTenant]]; tenant != "" {
+		env.OriginalHeaders[ceheader.TenantID] = tenant
+	}
+}
+
 // corruptReason is the text of why a record is not a readable dead letter:
 // never "", which means readable.
 func corruptReason(err error) string {
@@ -179,15 +193,6 @@ func (s *snapshot) fill(e *dlq.Entry, r *rec) {
 	env.FailedAt = fromMillis(r.failedAt)
 	env.ConsumerGroup = s.vals[colGroup][r.ids[colGroup]]
 	env.ReplayCount = int(r.replays)
-	// The tenant is the one header Filter.Match reads; the map is e's own,
-	// reused, so that a match allocates nothing.
-	if env.OriginalHeaders == nil {
-		env.OriginalHeaders = map[string]string{}
-	}
-	clear(env.OriginalHeaders)
-	if tenant := s.vals[colTenant][r.ids[colTenant]]; tenant != "" {
-		env.OriginalHeaders[ceheader.TenantID] = tenant
-	}
 	env.OriginalKey, env.OriginalKeyBase64 = nil, nil
 	switch r.keyKind {
 	case textKey:
