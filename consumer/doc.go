@@ -102,10 +102,11 @@
 // the store fails, the partition pauses and asks again (nothing processed
 // twice, nothing lost); Dedupe.FailOpen handles messages without it instead.
 //
-// A message carries its ce_id (Message.ID) and ce_correlationid; a
-// traceparent header continues the producer's trace in the handler's
-// context. Missing or malformed headers leave those empty; the message is
-// handled all the same.
+// A message carries its ce_id (Message.ID), ce_correlationid and
+// ce_tenantid (Message.TenantID, kept through retry tiers, dead letters and
+// replays); a traceparent header continues the producer's trace in the
+// handler's context. Missing or malformed headers leave those empty; the
+// message is handled all the same.
 //
 // # Ordering
 //
@@ -118,7 +119,7 @@
 // # Observing
 //
 // Logs go to Config.Logger with topic, partition, offset, ce_id and
-// correlation_id. Config.Hooks receive counts, durations, in-flight
-// messages, breaker states and lag; package prom has the Prometheus
-// implementation.
+// correlation_id. Config.Hooks receive counts (with the tenant, for a
+// TenantMessageHook), durations, in-flight messages, breaker states and
+// lag; package prom has the Prometheus implementation.
 package consumer
