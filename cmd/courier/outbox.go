@@ -162,7 +162,8 @@ func newOutboxCmd() *cobra.Command {
 		Short: "Inspect and repair the outbox table: stats, list, show, requeue, purge, cleanup",
 		Long: `Inspects and repairs an outbox table while relays run against it.
 
-  stats    count the events by status; the age of the oldest due event
+  stats    count the events by status, and per tenant; the age of the oldest
+           due event
   list     list events (failed and dead-lettered by default), with filters
   show     print one event in full: payload, headers, error
   requeue  send failed and dead-lettered events back to the relays
