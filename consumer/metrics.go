@@ -39,13 +39,13 @@ const (
 // Hook is a value implementing one or more of the package's *Hook
 // interfaces (MessageHook or TenantMessageHook, HandlerDurationHook,
 // InFlightHook, BreakerChangedHook, LagHook, ReleasedHook), each a
-// measurement it wants; list it in Config.Hooks (and
-// BreakerConfig.Hooks). New sorts the hooks by
-// interface once, and refuses a hook implementing none of them. A new
-// measurement is a new interface, so adding one breaks no hook. The
-// consumer calls hooks on its hot path, from many goroutines: they must be
-// safe for concurrent use and return at once (update a counter, never do
-// I/O). Package prom's ConsumerMetrics implements them all.
+// measurement it wants; list it in Config.Hooks (and BreakerConfig.Hooks).
+// New sorts the hooks by interface once, and refuses a hook implementing
+// none of them. A new measurement is a new interface, so adding one breaks
+// no hook. The consumer calls hooks on its hot path, from many goroutines:
+// they must be safe for concurrent use and return at once (update a
+// counter, never do I/O). Package prom's ConsumerMetrics implements them
+// all.
 type Hook any
 
 // MessageHook is told each outcome of a message of topic.
