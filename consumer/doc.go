@@ -102,11 +102,13 @@
 // the store fails, the partition pauses and asks again (nothing processed
 // twice, nothing lost); Dedupe.FailOpen handles messages without it instead.
 //
-// A message carries its ce_id (Message.ID), ce_correlationid and
-// ce_tenantid (Message.TenantID, kept through retry tiers, dead letters and
-// replays); a traceparent header continues the producer's trace in the
-// handler's context. Missing or malformed headers leave those empty; the
-// message is handled all the same.
+// Message.TenantID is the ce_tenantid header, kept through retry tiers,
+// dead letters and replays; an invalid one counts as none.
+//
+// A message carries its ce_id (Message.ID) and ce_correlationid; a
+// traceparent header continues the producer's trace in the handler's
+// context. Missing or malformed headers leave those empty; the message is
+// handled all the same.
 //
 // # Ordering
 //
