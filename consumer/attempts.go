@@ -78,7 +78,7 @@ func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 			return c.cfg.Backoff.Delay(d.failed, rand.Float64)
 		}).
 		OnRetryScheduled(func(e failsafe.ExecutionScheduledEvent[any]) {
-			c.metrics.Message(d.m.Topic, OutcomeRetried)
+			c.metrics.Message(d.m, OutcomeRetried)
 			d.log().Warn("handler failed; retrying", "error", e.LastError(), "attempt", d.failed, "retry_in", e.Delay)
 		}).
 		Build()

@@ -68,7 +68,7 @@ func (d *delivery) writeDeadLetter(ctx context.Context, r route) error {
 		return err
 	}
 	d.sent(ctx, w.Partition, w.Offset)
-	c.metrics.Message(d.m.Topic, OutcomeDeadLettered)
+	c.metrics.Message(d.m, OutcomeDeadLettered)
 	d.log().Error("message dead-lettered", "error", r.cause, "error_kind", r.kind, "retry_count", failure.Attempts,
 		"dlq_topic", w.Topic, "dlq_partition", w.Partition, "dlq_offset", w.Offset, "dlq_format", w.Format)
 	if c.cfg.OnDeadLetter != nil {

@@ -116,7 +116,7 @@ func (f *dedupeFeature) admit(ctx context.Context, d *delivery) (fate, bool) {
 	}
 	if d.claim == dedupe.Processed {
 		p.c.dedupeHooks.Hits(1)
-		p.c.metrics.Message(d.m.Topic, OutcomeDeduplicated)
+		p.c.metrics.Message(d.m, OutcomeDeduplicated)
 		d.log().Info("message processed already; skipped", "dedupe_id", d.id)
 		return fateProcessed, true
 	}

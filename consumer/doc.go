@@ -102,6 +102,9 @@
 // the store fails, the partition pauses and asks again (nothing processed
 // twice, nothing lost); Dedupe.FailOpen handles messages without it instead.
 //
+// Message.TenantID is the ce_tenantid header, kept through retry tiers,
+// dead letters and replays; an invalid one counts as none.
+//
 // A message carries its ce_id (Message.ID) and ce_correlationid; a
 // traceparent header continues the producer's trace in the handler's
 // context. Missing or malformed headers leave those empty; the message is
@@ -122,7 +125,7 @@
 // # Observing
 //
 // Logs go to Config.Logger with topic, partition, offset, ce_id and
-// correlation_id. Config.Hooks receive counts, durations, in-flight
-// messages, breaker states and lag; package prom has the Prometheus
-// implementation.
+// correlation_id. Config.Hooks receive counts (with the tenant, for a
+// TenantMessageHook), durations, in-flight messages, breaker states and
+// lag; package prom has the Prometheus implementation.
 package consumer

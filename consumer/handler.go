@@ -4,6 +4,8 @@ import (
 	"context"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 	"unsafe"
 
 	"github.com/IBM/sarama"
@@ -50,6 +52,12 @@ type Message struct {
 	ID string
 	// CorrelationID is the ce_correlationid header; "" when missing.
 	CorrelationID string
+	// TenantID is the ce_tenantid header (producer.Event.TenantID); ""
+	// when missing or invalid: a value that is not UTF-8, holds a control
+	// character or has more than 2048 bytes counts as none (Headers still
+	// hold it). Messages from a retry topic and dead letters keep it, as
+	// they keep every original header.
+	TenantID string
 	// Attempt is 1 on the first attempt, 2 on the first retry, and so on,
 	// counting on through the retry topics: a message that failed 3
 	// attempts on its main topic has Attempt 4 in its first retry tier.
@@ -108,7 +116,7 @@ func setMessage(m *Message, msg *sarama.ConsumerMessage) (traced bool) {
 
 		OriginalTopic: msg.Topic,
 	}
-	var id, corr []byte
+	var id, corr, tenant []byte
 	for _, h := range msg.Headers {
 		if h == nil {
 			continue
@@ -118,19 +126,41 @@ func setMessage(m *Message, msg *sarama.ConsumerMessage) (traced bool) {
 			id = h.Value
 		case ceheader.CorrelationID:
 			corr = h.Value
+		case ceheader.TenantID:
+			tenant = h.Value
 		case ceheader.TraceParent:
 			traced = true
 		}
 	}
-	// One string for both: a message usually has both, and this is the
+	if !validTenant(tenant) {
+		tenant = nil
+	}
+	// One string for all: a message usually has several, and this is the
 	// hot path.
-	if len(id)+len(corr) > 0 {
+	if len(id)+len(corr)+len(tenant) > 0 {
 		var b strings.Builder
-		b.Grow(len(id) + len(corr))
+		b.Grow(len(id) + len(corr) + len(tenant))
 		b.Write(id)
 		b.Write(corr)
-		both := b.String()
-		m.ID, m.CorrelationID = both[:len(id)], both[len(id):]
+		b.Write(tenant)
+		all := b.String()
+		m.ID, m.CorrelationID, m.TenantID = all[:len(id)], all[len(id):len(id)+len(corr)], all[len(id)+len(corr):]
 	}
 	return traced
+}
+
+// validTenant reports whether a ce_tenantid value can be a TenantID: at
+// most ceheader.MaxAttributeBytes of UTF-8 without control characters.
+// The tenant ends up in logs and metric labels, so a value from Kafka that
+// could not be one counts as none.
+func validTenant(b []byte) bool {
+	if len(b) > ceheader.MaxAttributeBytes || !utf8.Valid(b) {
+		return false
+	}
+	for _, r := range string(b) {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }

@@ -37,19 +37,27 @@ const (
 )
 
 // Hook is a value implementing one or more of the package's *Hook
-// interfaces (MessageHook, HandlerDurationHook, InFlightHook,
-// BreakerChangedHook, LagHook, ReleasedHook), each a measurement it wants;
-// list it in Config.Hooks (and BreakerConfig.Hooks). New sorts the hooks by
-// interface once, and refuses a hook implementing none of them. A new
-// measurement is a new interface, so adding one breaks no hook. The
-// consumer calls hooks on its hot path, from many goroutines: they must be
-// safe for concurrent use and return at once (update a counter, never do
-// I/O). Package prom's ConsumerMetrics implements them all.
+// interfaces (MessageHook or TenantMessageHook, HandlerDurationHook,
+// InFlightHook, BreakerChangedHook, LagHook, ReleasedHook), each a
+// measurement it wants; list it in Config.Hooks (and BreakerConfig.Hooks).
+// New sorts the hooks by interface once, and refuses a hook implementing
+// none of them. A new measurement is a new interface, so adding one breaks
+// no hook. The consumer calls hooks on its hot path, from many goroutines:
+// they must be safe for concurrent use and return at once (update a
+// counter, never do I/O). Package prom's ConsumerMetrics implements them
+// all.
 type Hook any
 
 // MessageHook is told each outcome of a message of topic.
 type MessageHook interface {
 	Message(topic string, outcome Outcome)
+}
+
+// TenantMessageHook is MessageHook with the message's tenant
+// (Message.TenantID, "" for none). A hook implementing both is told only
+// through this one.
+type TenantMessageHook interface {
+	TenantMessage(topic, tenant string, outcome Outcome)
 }
 
 // HandlerDurationHook is told how long one handler attempt took, failed or
@@ -84,6 +92,7 @@ type ReleasedHook interface {
 // hooks are a list of Hooks sorted by interface.
 type hooks struct {
 	message         []MessageHook
+	tenantMessage   []TenantMessageHook
 	handlerDuration []HandlerDurationHook
 	inFlight        []InFlightHook
 	breakerChanged  []BreakerChangedHook
@@ -96,10 +105,10 @@ type hooks struct {
 func sortHooks(field string, list []Hook) (*hooks, error) {
 	h := &hooks{}
 	for i, hook := range list {
-		n := sortHook(hook, &h.message) + sortHook(hook, &h.handlerDuration) + sortHook(hook, &h.inFlight) +
+		n := sortEither(hook, &h.tenantMessage, &h.message) + sortHook(hook, &h.handlerDuration) + sortHook(hook, &h.inFlight) +
 			sortHook(hook, &h.breakerChanged) + sortHook(hook, &h.lag) + sortHook(hook, &h.released)
 		if n == 0 {
-			return nil, fmt.Errorf("%w: %s[%d] (%T) implements none of MessageHook, HandlerDurationHook, InFlightHook, "+
+			return nil, fmt.Errorf("%w: %s[%d] (%T) implements none of MessageHook, TenantMessageHook, HandlerDurationHook, InFlightHook, "+
 				"BreakerChangedHook, LagHook and ReleasedHook; check its method names and signatures", ErrInvalidConfig, field, i, hook)
 		}
 	}
@@ -115,9 +124,22 @@ func sortHook[T any](hook Hook, list *[]T) int {
 	return 0
 }
 
-func (h *hooks) Message(topic string, outcome Outcome) {
+// sortEither appends hook to *tenant when it implements T (the tenant's
+// variant of a measurement), else to *plain when it implements P, and
+// returns 1 when it did either: a hook is told of a measurement once.
+func sortEither[T, P any](hook Hook, tenant *[]T, plain *[]P) int {
+	if sortHook(hook, tenant) == 1 {
+		return 1
+	}
+	return sortHook(hook, plain)
+}
+
+func (h *hooks) Message(m *Message, outcome Outcome) {
 	for _, x := range h.message {
-		x.Message(topic, outcome)
+		x.Message(m.Topic, outcome)
+	}
+	for _, x := range h.tenantMessage {
+		x.TenantMessage(m.Topic, m.TenantID, outcome)
 	}
 }
 

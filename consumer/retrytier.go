@@ -217,11 +217,11 @@ func (d *delivery) writeRetry(ctx context.Context, r route) error {
 	log := d.log().With("retry_topic", r.tier.Topic, "retry_partition", partition, "retry_offset", offset,
 		"retry_round", r.info.Round, "failed_attempts", r.info.FailedAttempts, "not_before", r.info.NotBefore)
 	if r.cause == nil {
-		d.p.c.metrics.Message(m.Topic, OutcomeDeferred)
+		d.p.c.metrics.Message(m, OutcomeDeferred)
 		log.Info("message follows an earlier message of its key to a retry topic")
 		return nil
 	}
-	d.p.c.metrics.Message(m.Topic, OutcomeSentToRetry)
+	d.p.c.metrics.Message(m, OutcomeSentToRetry)
 	log.Warn("message sent to a retry topic", "error", r.cause)
 	return nil
 }

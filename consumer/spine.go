@@ -292,7 +292,7 @@ func (p *partition) process(d *delivery, traced bool) bool {
 	}
 	switch fate {
 	case fateHandled:
-		p.c.metrics.Message(m.Topic, OutcomeHandled)
+		p.c.metrics.Message(m, OutcomeHandled)
 		d.done()
 		return true
 	case fateProcessed:

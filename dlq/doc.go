@@ -35,6 +35,7 @@
 // Scan reads a dead-letter topic up to its end, and Get one record of it,
 // without joining a consumer group or committing anything; Filter selects
 // records by original topic, key, error text and kind, consumer group,
+// tenant (the original ce_tenantid, Envelope.TenantID),
 // failure time and place. ScanFrom reads only what was appended since an
 // earlier read, for a caller that keeps up with a topic. Replay moves the
 // selected records back to their original topic (the original partition,

@@ -14,6 +14,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/courierkit/courier/internal/ceheader"
 	"github.com/courierkit/courier/internal/topicname"
 	"github.com/courierkit/courier/record"
 )
@@ -392,6 +393,11 @@ func (e Envelope) Original() (Original, error) {
 		Headers:   headers,
 	}, nil
 }
+
+// TenantID is the tenant of the original record: the value of its
+// ce_tenantid header (the last one, as in OriginalHeaders), "" when it
+// has none or its value is not UTF-8. Filter.TenantID matches it.
+func (e Envelope) TenantID() string { return e.OriginalHeaders[ceheader.TenantID] }
 
 // OriginalValue restores the original value byte for byte: nil for a
 // tombstone, empty for an empty value. original_message is returned

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/IBM/sarama"
 
@@ -62,6 +63,10 @@ type Filter struct {
 	// ConsumerGroup matches consumer_group exactly: the dead letters of
 	// one consumer group (the relay's have none, so they never match).
 	ConsumerGroup string
+	// TenantID matches the tenant of the original record exactly: the
+	// value of its ce_tenantid header (Envelope.TenantID). Dead letters
+	// without one never match a tenant.
+	TenantID string
 	// Since and Until bound failed_at: Since <= failed_at < Until.
 	Since, Until time.Time
 	// Partitions selects these partitions of the dead-letter topic.
@@ -80,7 +85,7 @@ func (f Filter) Match(e Entry) bool {
 	}
 	if e.Err != nil {
 		return f.OriginalTopic == "" && f.Key == "" && f.ErrorContains == "" && f.ErrorKind == "" && f.ConsumerGroup == "" &&
-			f.Since.IsZero() && f.Until.IsZero()
+			f.TenantID == "" && f.Since.IsZero() && f.Until.IsZero()
 	}
 	env := e.Envelope
 	switch {
@@ -93,6 +98,8 @@ func (f Filter) Match(e Entry) bool {
 	case f.ErrorKind != "" && env.ErrorKind != f.ErrorKind:
 		return false
 	case f.ConsumerGroup != "" && env.ConsumerGroup != f.ConsumerGroup:
+		return false
+	case f.TenantID != "" && env.TenantID() != f.TenantID:
 		return false
 	case !f.Since.IsZero() && env.FailedAt.Before(f.Since):
 		return false
@@ -111,7 +118,8 @@ func (f Filter) matchPlace(partition int32, offset int64) bool {
 
 // Validate names what is wrong with f: a negative partition or offset, an
 // empty offset or time range, an unknown ErrorKind, an invalid
-// ConsumerGroup. Scan, Get and Replay call it; a caller that builds a
+// ConsumerGroup, a TenantID that is not UTF-8 (no header value in the
+// envelope's view is). Scan, Get and Replay call it; a caller that builds a
 // filter from a form calls it to refuse one before acting on it.
 func (f Filter) Validate() error {
 	switch {
@@ -126,6 +134,8 @@ func (f Filter) Validate() error {
 	case f.ErrorKind != "" && f.ErrorKind != KindRetriesExhausted && f.ErrorKind != KindPermanent:
 		return fmt.Errorf("dlq: ErrorKind %q is no error kind; use %q or %q (or leave it empty for both)",
 			short(string(f.ErrorKind)), KindRetriesExhausted, KindPermanent)
+	case !utf8.ValidString(f.TenantID):
+		return fmt.Errorf("dlq: TenantID %.64q is not valid UTF-8, so no dead letter matches it", f.TenantID)
 	}
 	if err := groupname.Validate(f.ConsumerGroup); err != nil {
 		return fmt.Errorf("dlq: ConsumerGroup %q %w", short(f.ConsumerGroup), err)

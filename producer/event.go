@@ -13,6 +13,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+
+	"github.com/courierkit/courier/internal/ceheader"
 )
 
 // DefaultContentType is the content type of an event that names none.
@@ -104,7 +106,7 @@ const (
 	// MaxAttributeBytes bounds Type, ContentType, AggregateType,
 	// AggregateID, TenantID, CorrelationID, CausationID and header names:
 	// each is a Kafka header, and ids and names that long are mistakes.
-	MaxAttributeBytes = 2048
+	MaxAttributeBytes = ceheader.MaxAttributeBytes
 )
 
 // Bounds of Event.NotBefore: the years 1 to 9999 UTC, which RFC 3339 and

@@ -29,7 +29,9 @@ func (s BreakerState) String() string {
 
 // Hook is a value implementing one or more of the hook interfaces:
 // ClaimedHook, PublishedHook, PublishFailedHook, DeadLetteredHook,
-// BreakerChangedHook and BacklogHook. RelayConfig.Hooks takes any number
+// BreakerChangedHook and BacklogHook, or the tenant's variants of three
+// of them (TenantPublishedHook, TenantPublishFailedHook,
+// TenantDeadLetteredHook). RelayConfig.Hooks takes any number
 // of them; the relay calls each for the measurements of the interfaces it
 // implements, so a hook implements only what it needs, and a measurement
 // added later breaks no hook. The relay calls them on its hot path:
@@ -59,6 +61,25 @@ type DeadLetteredHook interface {
 	DeadLettered(topic string)
 }
 
+// TenantPublishedHook is PublishedHook with the event's tenant
+// (Event.TenantID, "" for none). A hook implementing both is called only
+// through this one.
+type TenantPublishedHook interface {
+	TenantPublished(topic, tenant string, latency time.Duration)
+}
+
+// TenantPublishFailedHook is PublishFailedHook with the event's tenant. A
+// hook implementing both is called only through this one.
+type TenantPublishFailedHook interface {
+	TenantPublishFailed(topic, tenant, reason string)
+}
+
+// TenantDeadLetteredHook is DeadLetteredHook with the event's tenant. A
+// hook implementing both is called only through this one.
+type TenantDeadLetteredHook interface {
+	TenantDeadLettered(topic, tenant string)
+}
+
 // BreakerChangedHook hears of each new state of the circuit breaker.
 type BreakerChangedHook interface {
 	BreakerChanged(state BreakerState)
@@ -81,6 +102,10 @@ type hooks struct {
 	deadLettered   []DeadLetteredHook
 	breakerChanged []BreakerChangedHook
 	backlog        []BacklogHook
+
+	tenantPublished     []TenantPublishedHook
+	tenantPublishFailed []TenantPublishFailedHook
+	tenantDeadLettered  []TenantDeadLetteredHook
 }
 
 // newHooks sorts hs by interface; a hook implementing none of them is
@@ -89,12 +114,13 @@ func newHooks(hs []Hook) (hooks, error) {
 	var h hooks
 	for i, hook := range hs {
 		matched := []bool{
-			appendIf(&h.claimed, hook), appendIf(&h.published, hook), appendIf(&h.publishFailed, hook),
-			appendIf(&h.deadLettered, hook), appendIf(&h.breakerChanged, hook), appendIf(&h.backlog, hook),
+			appendIf(&h.claimed, hook), appendEither(&h.tenantPublished, &h.published, hook),
+			appendEither(&h.tenantPublishFailed, &h.publishFailed, hook), appendEither(&h.tenantDeadLettered, &h.deadLettered, hook),
+			appendIf(&h.breakerChanged, hook), appendIf(&h.backlog, hook),
 		}
 		if !slices.Contains(matched, true) {
 			return hooks{}, fmt.Errorf("Hooks[%d] is a %T, which implements none of ClaimedHook, PublishedHook, PublishFailedHook, "+
-				"DeadLetteredHook, BreakerChangedHook and BacklogHook; give it one of their methods, or leave it out", i, hook)
+				"DeadLetteredHook, BreakerChangedHook and BacklogHook (or their Tenant variants); give it one of their methods, or leave it out", i, hook)
 		}
 	}
 	return h, nil
@@ -110,27 +136,43 @@ func appendIf[T any](s *[]T, hook Hook) bool {
 	return ok
 }
 
+// appendEither appends hook to *tenant when it implements T (the tenant's
+// variant of a measurement), else to *plain when it implements P, and
+// reports whether it did either: a hook hears of a measurement once.
+func appendEither[T, P any](tenant *[]T, plain *[]P, hook Hook) bool {
+	return appendIf(tenant, hook) || appendIf(plain, hook)
+}
+
 func (h *hooks) Claimed(events int) {
 	for _, x := range h.claimed {
 		x.Claimed(events)
 	}
 }
 
-func (h *hooks) Published(topic string, latency time.Duration) {
+func (h *hooks) Published(topic, tenant string, latency time.Duration) {
 	for _, x := range h.published {
 		x.Published(topic, latency)
 	}
-}
-
-func (h *hooks) PublishFailed(topic, reason string) {
-	for _, x := range h.publishFailed {
-		x.PublishFailed(topic, reason)
+	for _, x := range h.tenantPublished {
+		x.TenantPublished(topic, tenant, latency)
 	}
 }
 
-func (h *hooks) DeadLettered(topic string) {
+func (h *hooks) PublishFailed(topic, tenant, reason string) {
+	for _, x := range h.publishFailed {
+		x.PublishFailed(topic, reason)
+	}
+	for _, x := range h.tenantPublishFailed {
+		x.TenantPublishFailed(topic, tenant, reason)
+	}
+}
+
+func (h *hooks) DeadLettered(topic, tenant string) {
 	for _, x := range h.deadLettered {
 		x.DeadLettered(topic)
+	}
+	for _, x := range h.tenantDeadLettered {
+		x.TenantDeadLettered(topic, tenant)
 	}
 }
 
@@ -144,4 +186,12 @@ func (h *hooks) Backlog(waiting int64, oldestDueAge time.Duration) {
 	for _, x := range h.backlog {
 		x.Backlog(waiting, oldestDueAge)
 	}
+}
+
+// tenant is the event's TenantID, "" for none, as the hooks hear it.
+func (e *claimedEvent) tenant() string {
+	if e.TenantID == nil {
+		return ""
+	}
+	return *e.TenantID
 }

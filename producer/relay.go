@@ -675,10 +675,10 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 	out.dead = r.isolate(ctx, isolated, out.dead)
 	// Only now, with the outcome committed, is it true.
 	for _, a := range out.acks {
-		r.metrics.Published(a.topic, a.latency)
+		r.metrics.Published(a.topic, a.tenant, a.latency)
 	}
 	for _, d := range out.dead {
-		r.metrics.DeadLettered(d.Topic)
+		r.metrics.DeadLettered(d.Topic, d.TenantID)
 		if r.cfg.OnDeadLetter != nil {
 			r.cfg.OnDeadLetter(ctx, d)
 		}
@@ -772,8 +772,8 @@ type batchOutcome struct {
 
 // ack is one acknowledged event, for the metrics.
 type ack struct {
-	topic   string
-	latency time.Duration
+	topic, tenant string
+	latency       time.Duration
 }
 
 type topicKey struct{ topic, key string }
@@ -851,7 +851,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	// did not (see failUnavailable).
 	// The acknowledgements' latencies are only measured for a hook that
 	// hears them.
-	acked := len(r.metrics.published) > 0
+	acked := len(r.metrics.published)+len(r.metrics.tenantPublished) > 0
 	answered := false
 	var unreachableErr error // set when no broker answered some event
 	now := r.cfg.Now()
@@ -862,7 +862,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			res.Published++
 			out.settlements = append(out.settlements, settlement{e: e, fate: fatePublished})
 			if acked {
-				out.acks = append(out.acks, ack{topic: e.Topic, latency: now.Sub(e.CreatedAt)})
+				out.acks = append(out.acks, ack{topic: e.Topic, tenant: e.tenant(), latency: now.Sub(e.CreatedAt)})
 			}
 			continue
 		}
@@ -871,7 +871,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		}
 		stop(e)
 		class := classify(errs[i])
-		r.metrics.PublishFailed(e.Topic, class.String())
+		r.metrics.PublishFailed(e.Topic, e.tenant(), class.String())
 		if class != failUnavailable && !errors.As(errs[i], new(permanentError)) {
 			answered = true
 		}

@@ -40,6 +40,11 @@ type ConsumerConfig struct {
 	// courier_consumer_handler_seconds histogram, in increasing order.
 	// Defaults to DefaultBuckets(), 1 ms to 1 min.
 	Buckets []float64
+	// Tenants lists the tenants (consumer.Message.TenantID) that get their
+	// own value of the tenant label on courier_consumer_messages_total;
+	// every other tenant counts as TenantOther. At most MaxTenants, each
+	// UTF-8, not empty and not "other". Defaults to none: no tenant label.
+	Tenants []string
 }
 
 // WithDefaults returns c as NewConsumerMetrics runs it: Buckets a copy of
@@ -51,7 +56,12 @@ func (c ConsumerConfig) WithDefaults() ConsumerConfig {
 }
 
 // validate refuses what c, its defaults applied, cannot run with.
-func (c ConsumerConfig) validate() error { return validGroup(c.Group, c.Buckets) }
+func (c ConsumerConfig) validate() error {
+	if _, err := newTenantLabel("Tenants", c.Tenants); err != nil {
+		return err
+	}
+	return validGroup(c.Group, c.Buckets)
+}
 
 // ConsumerMetrics is the Prometheus implementation of the consumer's hook
 // interfaces (consumer.Hook); list it in consumer.Config.Hooks and
@@ -63,6 +73,7 @@ type ConsumerMetrics struct {
 	inFlight     *prometheus.GaugeVec
 	breakerState *prometheus.GaugeVec
 	lag          *prometheus.GaugeVec
+	tenants      *tenantLabel
 }
 
 // ConsumerMetrics implements every consumer hook interface.
@@ -88,9 +99,10 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*Consume
 		return nil, err
 	}
 	f := &family{labels: groupLabels(cfg.Group), buckets: cfg.Buckets}
+	tl, _ := newTenantLabel("Tenants", cfg.Tenants) // checked by validate
 	m := &ConsumerMetrics{
 		messages: f.counterVec(NameConsumerMessages,
-			"Messages by outcome, per topic: handled, retried (once per retry scheduled), dead_lettered, deduplicated.", LabelTopic, LabelOutcome),
+			tl.help("Messages by outcome, per topic: handled, retried (once per retry scheduled), dead_lettered, deduplicated."), tl.names(LabelTopic, LabelOutcome)...),
 		handler: f.histogramVec(NameConsumerHandlerSeconds,
 			"Seconds one handler attempt took, failed or not, per topic.", LabelTopic),
 		inFlight: f.gaugeVec(NameConsumerInFlight,
@@ -99,6 +111,7 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*Consume
 			"State of each consumer.Breaker: 0 closed, 1 half-open, 2 open.", LabelBreaker),
 		lag: f.gaugeVec(NameConsumerLag,
 			"Records of a partition held by this consumer after the last one whose offset was marked, from the high-water mark of the last fetch.", LabelTopic, LabelPartition),
+		tenants: tl,
 	}
 	err := register(reg, f.all, groupHint("ConsumerMetrics", "ConsumerConfig", cfg.Group))
 	if err != nil {
@@ -107,9 +120,16 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*Consume
 	return m, nil
 }
 
-// Message counts a message's outcome.
+// Message counts a message's outcome, as TenantMessage with no tenant.
 func (m *ConsumerMetrics) Message(topic string, outcome consumer.Outcome) {
-	m.messages.WithLabelValues(topic, string(outcome)).Inc()
+	m.TenantMessage(topic, "", outcome)
+}
+
+// TenantMessage counts the outcome of a message of tenant: with
+// ConsumerConfig.Tenants set, under the tenant's value of the tenant
+// label.
+func (m *ConsumerMetrics) TenantMessage(topic, tenant string, outcome consumer.Outcome) {
+	m.messages.WithLabelValues(m.tenants.values(tenant, topic, string(outcome))...).Inc()
 }
 
 // HandlerDuration observes one attempt's duration in seconds.

@@ -73,21 +73,7 @@ func ExampleConfig_table() {
 	shop.Published("orders", time.Second)
 	billing.Published("invoices", time.Second)
 
-	families, err := reg.Gather()
-	if err != nil {
-		log.Fatal(err)
-	}
-	for _, f := range families {
-		if f.GetName() != prom.NamePublished {
-			continue
-		}
-		for _, m := range f.GetMetric() {
-			for _, l := range m.GetLabel() {
-				fmt.Printf("%s=%s ", l.GetName(), l.GetValue())
-			}
-			fmt.Println(m.GetCounter().GetValue())
-		}
-	}
+	printCounter(reg, prom.NamePublished)
 
 	// A third RelayMetrics for the same table collides.
 	_, err = prom.NewRelayMetrics(reg, prom.Config{Table: "shop.courier_outbox"})

@@ -66,6 +66,17 @@
 // sets a constant group label, as ConsumerConfig.Group does; the two may
 // share one registry.
 //
+// # Tenants
+//
+// Config.Tenants (and ConsumerConfig.Tenants) adds a tenant label to the
+// counters of events and messages: courier_outbox_published_total,
+// courier_outbox_failures_total, courier_outbox_dead_lettered_total and
+// courier_consumer_messages_total (histograms and gauges keep their
+// labels). A tenant on the list is its own value; any other tenant, and
+// an event or message without one, is TenantOther ("other"). So a counter
+// has at most len(Tenants)+1 series per topic, however many tenants the
+// events carry. Without a list (the default) there is no tenant label.
+//
 // # Several relays in one process
 //
 // Relays that drain different outbox tables can share a registry when each
@@ -136,6 +147,12 @@ type Config struct {
 	// order; the +Inf bucket is implicit. Defaults to DefaultBuckets(),
 	// 1 ms to 1 min.
 	Buckets []float64
+	// Tenants lists the tenants (producer.Event.TenantID) that get their
+	// own value of the tenant label on the published, failures and
+	// dead-lettered counters; every other tenant counts as TenantOther.
+	// At most MaxTenants, each UTF-8, not empty and not "other". Defaults
+	// to none: no tenant label.
+	Tenants []string
 }
 
 // WithDefaults returns c as NewRelayMetrics runs it: Buckets a copy of
@@ -194,6 +211,9 @@ func groupHint(kind, config, group string) string {
 // validate refuses what c, its defaults applied, cannot run with.
 func (c Config) validate() error {
 	if err := validLabel("Table", c.Table); err != nil {
+		return err
+	}
+	if _, err := newTenantLabel("Tenants", c.Tenants); err != nil {
 		return err
 	}
 	return validBuckets(c.Buckets)
@@ -293,6 +313,7 @@ type RelayMetrics struct {
 	breakerState     prometheus.Gauge
 	claims           prometheus.Counter
 	claimedEvents    prometheus.Counter
+	tenants          *tenantLabel
 }
 
 // RelayMetrics hears of every measurement of the relay.
@@ -323,6 +344,7 @@ func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, erro
 	if cfg.Table != "" {
 		constLabels = prometheus.Labels{LabelTable: cfg.Table}
 	}
+	tl, _ := newTenantLabel("Tenants", cfg.Tenants) // checked by validate
 
 	f := &family{labels: constLabels, buckets: cfg.Buckets}
 	m := &RelayMetrics{
@@ -333,17 +355,18 @@ func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, erro
 		publishLatency: f.histogramVec(NamePublishLatency,
 			"Seconds from an event's enqueue to the broker's acknowledgement of its publish, per topic.", LabelTopic),
 		published: f.counterVec(NamePublished,
-			"Outbox events the broker acknowledged, per topic.", LabelTopic),
+			tl.help("Outbox events the broker acknowledged, per topic."), tl.names(LabelTopic)...),
 		failures: f.counterVec(NameFailures,
-			"Failed publish attempts, per topic and reason: retriable (retried after a backoff), broker_unavailable (Kafka unreachable; the event is released untouched) or permanent (the event is dead-lettered).", LabelTopic, LabelReason),
+			tl.help("Failed publish attempts, per topic and reason: retriable (retried after a backoff), broker_unavailable (Kafka unreachable; the event is released untouched) or permanent (the event is dead-lettered)."), tl.names(LabelTopic, LabelReason)...),
 		deadLettered: f.counterVec(NameDeadLettered,
-			"Outbox events that became dead_lettered (a permanent failure or retries exhausted), per topic.", LabelTopic),
+			tl.help("Outbox events that became dead_lettered (a permanent failure or retries exhausted), per topic."), tl.names(LabelTopic)...),
 		breakerState: f.gauge(NameBreakerState,
 			"State of the relay's circuit breaker around Kafka: 0 closed, 1 half-open, 2 open."),
 		claims: f.counter(NameClaims,
 			"Claim queries the relay ran against the outbox table, including those that found nothing."),
 		claimedEvents: f.counter(NameClaimedEvents,
 			"Outbox events the claim queries locked for publishing."),
+		tenants: tl,
 	}
 
 	hint := "give each relay its own registry or a distinct Config.Table"
@@ -367,20 +390,38 @@ func (m *RelayMetrics) Claimed(events int) {
 
 // Published counts an acknowledged event and observes its enqueue-to-ack
 // latency in seconds. A negative latency (clock skew between PostgreSQL and
-// the relay) is observed as 0.
+// the relay) is observed as 0. It counts as TenantPublished with no tenant.
 func (m *RelayMetrics) Published(topic string, latency time.Duration) {
-	m.published.WithLabelValues(topic).Inc()
+	m.TenantPublished(topic, "", latency)
+}
+
+// TenantPublished is Published of an event of tenant: with Config.Tenants
+// set, it counts under the tenant's value of the tenant label.
+func (m *RelayMetrics) TenantPublished(topic, tenant string, latency time.Duration) {
+	m.published.WithLabelValues(m.tenants.values(tenant, topic)...).Inc()
 	m.publishLatency.WithLabelValues(topic).Observe(max(latency, 0).Seconds())
 }
 
-// PublishFailed counts a failed publish attempt under its topic and reason.
+// PublishFailed counts a failed publish attempt under its topic and
+// reason, as TenantPublishFailed with no tenant.
 func (m *RelayMetrics) PublishFailed(topic, reason string) {
-	m.failures.WithLabelValues(topic, reason).Inc()
+	m.TenantPublishFailed(topic, "", reason)
 }
 
-// DeadLettered counts an event that became dead_lettered.
+// TenantPublishFailed is PublishFailed of an event of tenant.
+func (m *RelayMetrics) TenantPublishFailed(topic, tenant, reason string) {
+	m.failures.WithLabelValues(m.tenants.values(tenant, topic, reason)...).Inc()
+}
+
+// DeadLettered counts an event that became dead_lettered, as
+// TenantDeadLettered with no tenant.
 func (m *RelayMetrics) DeadLettered(topic string) {
-	m.deadLettered.WithLabelValues(topic).Inc()
+	m.TenantDeadLettered(topic, "")
+}
+
+// TenantDeadLettered is DeadLettered of an event of tenant.
+func (m *RelayMetrics) TenantDeadLettered(topic, tenant string) {
+	m.deadLettered.WithLabelValues(m.tenants.values(tenant, topic)...).Inc()
 }
 
 // BreakerChanged sets courier_outbox_breaker_state to the state's number.

@@ -87,7 +87,7 @@ Brokers that refuse or never answer fail the command within about twice
 // dlqFilterFlags select dead letters for stats, list and replay.
 type dlqFilterFlags struct {
 	originalTopic, key, errorContains string
-	errorKind, consumerGroup          string
+	errorKind, consumerGroup, tenant  string
 	since, until                      string
 	partitions                        []int32
 	fromOffset, untilOffset           int64
@@ -100,6 +100,7 @@ func (f *dlqFilterFlags) register(cmd *cobra.Command) {
 	fl.StringVar(&f.errorContains, "error", "", "only dead letters whose error contains this text (ignoring case)")
 	fl.StringVar(&f.errorKind, "error-kind", "", fmt.Sprintf("only dead letters of this kind: %s or %s", dlq.KindRetriesExhausted, dlq.KindPermanent))
 	fl.StringVar(&f.consumerGroup, "consumer-group", "", "only dead letters of this consumer group (exactly; the relay's have none)")
+	fl.StringVar(&f.tenant, "tenant", "", "only dead letters of this tenant: the original record's ce_tenantid header, exactly")
 	fl.StringVar(&f.since, "since", "", "only dead letters that failed at or after this time: RFC 3339 or a duration ago (2h, 7d)")
 	fl.StringVar(&f.until, "until", "", "only dead letters that failed before this time: RFC 3339 or a duration ago")
 	fl.Int32SliceVar(&f.partitions, "partition", nil, "only these partitions of the dead-letter topic (repeat or comma-separate)")
@@ -128,9 +129,13 @@ func (f *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
 	if err := retrytopics.ValidGroup(f.consumerGroup); err != nil {
 		return dlq.Filter{}, usageError{fmt.Errorf("--consumer-group %w", err)}
 	}
+	if !utf8.ValidString(f.tenant) {
+		return dlq.Filter{}, usageError{fmt.Errorf("--tenant %.64q is not valid UTF-8, so no dead letter matches it", f.tenant)}
+	}
 	return dlq.Filter{
 		OriginalTopic: f.originalTopic, Key: f.key, ErrorContains: f.errorContains, ErrorKind: dlq.ErrorKind(f.errorKind), ConsumerGroup: f.consumerGroup,
-		Since: since, Until: until, Partitions: f.partitions, FromOffset: f.fromOffset, UntilOffset: f.untilOffset,
+		TenantID: f.tenant,
+		Since:    since, Until: until, Partitions: f.partitions, FromOffset: f.fromOffset, UntilOffset: f.untilOffset,
 	}, nil
 }
 
@@ -267,6 +272,7 @@ type dlqEntryJSON struct {
 	ReplayCount   int           `json:"replay_count"`
 	FailedAt      *time.Time    `json:"failed_at,omitempty"`
 	ConsumerGroup string        `json:"consumer_group,omitempty"`
+	TenantID      string        `json:"tenant_id,omitempty"`
 	Envelope      *dlq.Envelope `json:"envelope,omitempty"`
 	Original      *originalJSON `json:"original,omitempty"`
 }
@@ -280,7 +286,7 @@ func newDLQEntryJSON(e dlq.Entry, full bool) dlqEntryJSON {
 	env := e.Envelope
 	failedAt := env.FailedAt.UTC()
 	j.OriginalTopic, j.Key, j.KeyBase64, j.ErrorKind, j.Error = env.OriginalTopic, env.OriginalKey, env.OriginalKeyBase64, string(env.ErrorKind), env.Error
-	j.Attempts, j.ReplayCount, j.FailedAt, j.ConsumerGroup = env.Attempts, env.ReplayCount, &failedAt, env.ConsumerGroup
+	j.Attempts, j.ReplayCount, j.FailedAt, j.ConsumerGroup, j.TenantID = env.Attempts, env.ReplayCount, &failedAt, env.ConsumerGroup, env.TenantID()
 	if full {
 		j.Envelope = &env
 		if o, err := env.Original(); err == nil {
@@ -361,7 +367,8 @@ func newDLQListCmd(o *dlqOptions) *cobra.Command {
 		Short: "List a dead-letter topic's records, with filters",
 		Example: `  courier dlq list orders.dlq
   courier dlq list orders.dlq --error "psp timeout" --since 2h
-  courier dlq list orders.dlq --key order-42 --output json`,
+  courier dlq list orders.dlq --key order-42 --output json
+  courier dlq list orders.dlq --tenant acme --since 24h`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if limit < 1 {
@@ -471,7 +478,7 @@ func printDLQEntry(w io.Writer, topic string, e dlq.Entry) error {
 	fmt.Fprintln(tw)
 	fmt.Fprintf(tw, "error\t%s after %d failed attempt(s)\n", cell(ptr(string(env.ErrorKind)), math.MaxInt), env.Attempts)
 	fmt.Fprintf(tw, "failed at\t%s (first failure %s)\n", env.FailedAt.UTC().Format(time.RFC3339Nano), env.FirstFailedAt.UTC().Format(time.RFC3339Nano))
-	for _, row := range [][2]string{{"consumer group", env.ConsumerGroup}, {"correlation id", env.CorrelationID}} {
+	for _, row := range [][2]string{{"consumer group", env.ConsumerGroup}, {"tenant", env.TenantID()}, {"correlation id", env.CorrelationID}} {
 		if row[1] != "" {
 			fmt.Fprintf(tw, "%s\t%s\n", row[0], cell(&row[1], math.MaxInt))
 		}

@@ -57,8 +57,8 @@ func newDLQFixture(t *testing.T, partitions int32) *dlqFixture {
 }
 
 // deadLetters writes n dead letters of keys order-0… to the dead-letter
-// topic, as a consumer would.
-func (f *dlqFixture) deadLetters(t *testing.T, n int, errText string) {
+// topic, as a consumer would, with a ce_id header and extra.
+func (f *dlqFixture) deadLetters(t *testing.T, n int, errText string, extra ...dlq.Header) {
 	t.Helper()
 	pub, err := dlq.NewWriter(record.NewSyncPublisher(f.producer), dlq.WriterConfig{})
 	if err != nil {
@@ -67,7 +67,7 @@ func (f *dlqFixture) deadLetters(t *testing.T, n int, errText string) {
 	for i := range n {
 		env, err := dlq.New(dlq.Original{
 			Topic: f.topic, Partition: 0, Offset: int64(i), Key: fmt.Appendf(nil, "order-%d", i), Value: fmt.Appendf(nil, `{"n":%d}`, i),
-			Headers: []dlq.Header{{Key: []byte("ce_id"), Value: fmt.Appendf(nil, "evt-%d", i)}},
+			Headers: append([]dlq.Header{{Key: []byte("ce_id"), Value: fmt.Appendf(nil, "evt-%d", i)}}, extra...),
 		}, dlq.Failure{Error: errText, Kind: dlq.KindRetriesExhausted, ConsumerGroup: "payouts"})
 		if err != nil {
 			t.Fatal(err)

@@ -162,7 +162,8 @@ func newOutboxCmd() *cobra.Command {
 		Short: "Inspect and repair the outbox table: stats, list, show, requeue, purge, cleanup",
 		Long: `Inspects and repairs an outbox table while relays run against it.
 
-  stats    count the events by status; the age of the oldest due event
+  stats    count the events by status, and per tenant; the age of the oldest
+           due event
   list     list events (failed and dead-lettered by default), with filters
   show     print one event in full: payload, headers, error
   requeue  send failed and dead-lettered events back to the relays
@@ -201,11 +202,13 @@ type statsJSON struct {
 	PublishedEstimated  bool             `json:"published_estimated"`
 	OldestDue           *time.Time       `json:"oldest_due"`
 	OldestDueAgeSeconds float64          `json:"oldest_due_age_seconds"`
+	Tenants             *tenantStatsJSON `json:"tenants,omitempty"`
 }
 
 // newOutboxStatsCmd is `courier outbox stats`.
 func newOutboxStatsCmd(o *outboxOptions) *cobra.Command {
-	return &cobra.Command{
+	tenants := defaultStatsTenants
+	cmd := &cobra.Command{
 		Use:   "stats",
 		Short: "Count the events by status and show how long the oldest due event has waited",
 		Long: `Counts the events of the outbox table by status and finds the oldest due
@@ -213,11 +216,21 @@ event (pending or failed, due now): how long it has been waiting is the
 relay's lag. A growing age means no relay runs, Kafka is unreachable, or the
 relays cannot keep up. Beyond 100,000 published events, their count is
 PostgreSQL's estimate, marked ~ (published_estimated in JSON): an exact count
-would read the whole history.`,
+would read the whole history.
+
+Then it counts the pending, failed and dead-lettered events per tenant
+(Event.TenantID): the --tenants tenants with the most events waiting, then
+the most dead letters, and one line summing the others. The published
+history is not counted per tenant. This reads the queue, waiting and dead
+tables once more; --tenants 0 skips it.`,
 		Example: `  courier outbox stats
+  courier outbox stats --tenants 3
   courier outbox stats --schema shop --output json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if tenants < 0 || tenants > producer.MaxTopTenants {
+				return usageError{fmt.Errorf("--tenants %d: show 0 (none) to %d tenants", tenants, producer.MaxTopTenants)}
+			}
 			outbox, err := o.open(cmd)
 			if err != nil {
 				return err
@@ -231,6 +244,13 @@ would read the whole history.`,
 				OldestDueAgeSeconds: stats.OldestDueAge.Seconds()}
 			if !stats.OldestDue.IsZero() {
 				v.OldestDue = utc(&stats.OldestDue)
+			}
+			var byTenant producer.TenantCounts
+			if tenants > 0 {
+				if byTenant, err = outbox.CountByTenant(cmd.Context(), tenants); err != nil {
+					return err
+				}
+				v.Tenants = newTenantStatsJSON(byTenant)
 			}
 			return o.out.emit(cmd.OutOrStdout(), v, func(w io.Writer) error {
 				tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -251,10 +271,16 @@ would read the whole history.`,
 					_, err = fmt.Fprintf(w, "oldest due event: waiting %s (due since %s)\n",
 						stats.OldestDueAge.Round(time.Millisecond), stats.OldestDue.UTC().Format(time.RFC3339))
 				}
-				return err
+				if err != nil {
+					return err
+				}
+				return printTenantCounts(w, byTenant)
 			})
 		},
 	}
+	cmd.Flags().IntVar(&tenants, "tenants", defaultStatsTenants,
+		fmt.Sprintf("show the counts of this many tenants, the most events waiting first, and the others summed (0: none, at most %d)", producer.MaxTopTenants))
+	return cmd
 }
 
 // filterFlags are the event selectors of list, requeue and purge.

@@ -20,5 +20,9 @@ const (
 	AggregateID   = "ce_aggregateid"
 )
 
+// MaxAttributeBytes bounds the value of an attribute header such as
+// ce_tenantid (producer.MaxAttributeBytes is it).
+const MaxAttributeBytes = 2048
+
 // TraceParent is the W3C trace context header.
 const TraceParent = "traceparent"

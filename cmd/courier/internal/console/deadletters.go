@@ -24,20 +24,20 @@ import (
 
 // dlqFilter is a dead-letter list's filter as a form holds it.
 type dlqFilter struct {
-	OriginalTopic, Key, Error, Kind, Group, Since, Until, Partition, Offset string
+	OriginalTopic, Key, Error, Kind, Group, Tenant, Since, Until, Partition, Offset string
 }
 
 // dlqFilterFields are the query fields of dlqFilter, in order.
-var dlqFilterFields = []string{"original_topic", "key", "error", "kind", "group", "since", "until", "partition", "offset"}
+var dlqFilterFields = []string{"original_topic", "key", "error", "kind", "group", "tenant", "since", "until", "partition", "offset"}
 
 func (f dlqFilter) fields() []string {
-	return []string{f.OriginalTopic, f.Key, f.Error, f.Kind, f.Group, f.Since, f.Until, f.Partition, f.Offset}
+	return []string{f.OriginalTopic, f.Key, f.Error, f.Kind, f.Group, f.Tenant, f.Since, f.Until, f.Partition, f.Offset}
 }
 
 // readDLQFilter reads the filter from a query or form.
 func readDLQFilter(v url.Values) dlqFilter {
 	var f dlqFilter
-	for i, p := range []*string{&f.OriginalTopic, &f.Key, &f.Error, &f.Kind, &f.Group, &f.Since, &f.Until, &f.Partition, &f.Offset} {
+	for i, p := range []*string{&f.OriginalTopic, &f.Key, &f.Error, &f.Kind, &f.Group, &f.Tenant, &f.Since, &f.Until, &f.Partition, &f.Offset} {
 		*p = v.Get(dlqFilterFields[i])
 	}
 	return f
@@ -93,7 +93,7 @@ func (f dlqFilter) filter(now time.Time) (dlq.Filter, error) {
 		return dlq.Filter{}, err
 	}
 	out := dlq.Filter{OriginalTopic: f.OriginalTopic, Key: f.Key, ErrorContains: f.Error, ErrorKind: dlq.ErrorKind(f.Kind),
-		ConsumerGroup: f.Group, Since: since, Until: until}
+		ConsumerGroup: f.Group, TenantID: f.Tenant, Since: since, Until: until}
 	if f.Partition != "" {
 		p, err := strconv.ParseInt(f.Partition, 10, 32)
 		if err != nil || p < 0 {

@@ -41,6 +41,7 @@ func TestHostileRequestsGetClearErrors(t *testing.T) {
 		"/dlq/" + dlqTopic + "?offset=3":                          "offset",
 		"/dlq/" + dlqTopic + "?after=zz":                          "cursor",
 		"/dlq/" + dlqTopic + "?group=%00":                         "NUL",
+		"/dlq/" + dlqTopic + "?tenant=%ff%fe":                     "UTF-8",
 		"/dlq/" + dlqTopic + "?group=" + strings.Repeat("g", 300): "has 300 bytes",
 		"/dlq/" + dlqTopic + "/0/99":                              "no record",
 		"/dlq/" + dlqTopic + "/x/1":                               "partition and offset",

@@ -16,10 +16,11 @@ import (
 )
 
 // writeDeadLetter writes an envelope for a record of original that group
-// failed ("" for one the relay dead-lettered) to dlqTopic.
-func writeDeadLetter(t *testing.T, r *rig, dlqTopic, original, group string) {
+// failed ("" for one the relay dead-lettered) to dlqTopic; the record has
+// headers.
+func writeDeadLetter(t *testing.T, r *rig, dlqTopic, original, group string, headers ...dlq.Header) {
 	t.Helper()
-	o := dlq.Original{Topic: original, Partition: 0, Offset: 7, Key: []byte("payout-9"), Value: []byte(`{"amount":900}`)}
+	o := dlq.Original{Topic: original, Partition: 0, Offset: 7, Key: []byte("payout-9"), Value: []byte(`{"amount":900}`), Headers: headers}
 	if group == "" {
 		o.Partition, o.Offset = dlq.NoPartition, dlq.NoOffset
 	}

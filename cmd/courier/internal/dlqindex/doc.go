@@ -16,7 +16,7 @@
 // Summary and List select with dlq.Filter.Match itself, on a dlq.Entry
 // rebuilt from the Item: the place (partition, offset, timestamp) and the
 // envelope fields an Item holds (original topic and key, error, error
-// kind, failure time, consumer group, attempts, replay count). A filter
+// kind, failure time, consumer group, attempts, replay count, tenant). A filter
 // therefore selects here what dlq.Scan and `courier dlq list` select, and
 // a field added to dlq.Filter on any of these works here unchanged. Two
 // shortcuts keep a read of 100,000 records within a few milliseconds, both
@@ -42,7 +42,7 @@
 //
 // A record costs the index about 80 bytes plus its key (9 MB for the
 // 100,000 of BenchmarkIndex100k): original topics, error kinds, errors,
-// consumer groups and the reasons of corrupt records are each kept once
+// consumer groups, tenants and the reasons of corrupt records are each kept once
 // (interned), and forgotten once retention deleted the last record
 // holding them. The error is kept in full, as ErrorContains
 // matches it; courier never writes one longer than dlq.MaxErrorBytes, and

@@ -126,13 +126,15 @@ var (
 		"shipment address failed validation: postcode",
 	}
 	groups = []string{"payouts", "billing", "fulfilment", ""} // "" is the relay
+	// tenants: "" is a record without ce_tenantid.
+	tenants = []string{"acme", "globex", "acme", "initech", ""}
 )
 
 // corpus makes realistic dead letters, one every 6 seconds from start:
 // six original topics, both kinds, the 30 error texts (a few of them
 // most of the time), three consumer groups and the relay, text keys, some
 // binary and some missing, raw mode now and then, and a corrupt record in
-// every 5,000.
+// every 5,000; most have a tenant.
 type corpus struct {
 	rng        *rand.Rand
 	start      time.Time
@@ -182,6 +184,9 @@ func (c *corpus) record(tb testing.TB) *kgo.Record {
 			{Key: []byte("ce_time"), Value: []byte(at.Format(time.RFC3339Nano))},
 			{Key: []byte("content-type"), Value: []byte("application/json")},
 		},
+	}
+	if tenant := tenants[i%len(tenants)]; tenant != "" {
+		o.Headers = append(o.Headers, dlq.Header{Key: []byte("ce_tenantid"), Value: []byte(tenant)})
 	}
 	switch k := rng.IntN(100); {
 	case k < 2:

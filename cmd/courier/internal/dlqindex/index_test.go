@@ -168,13 +168,15 @@ func (f *fixture) writeCorrupt(t *testing.T, at time.Time) {
 // field, and several together.
 func filters(start time.Time) map[string]dlq.Filter {
 	return map[string]dlq.Filter{
-		"none":           {},
-		"original topic": {OriginalTopic: "payouts"},
-		"key":            {Key: "order-7"},
-		"error contains": {ErrorContains: "TimeOut"},
-		"since until":    {Since: start.Add(10 * time.Minute), Until: start.Add(30 * time.Minute)},
-		"partitions":     {Partitions: []int32{1}},
-		"offsets":        {FromOffset: 40, UntilOffset: 120},
+		"none":             {},
+		"original topic":   {OriginalTopic: "payouts"},
+		"key":              {Key: "order-7"},
+		"error contains":   {ErrorContains: "TimeOut"},
+		"since until":      {Since: start.Add(10 * time.Minute), Until: start.Add(30 * time.Minute)},
+		"partitions":       {Partitions: []int32{1}},
+		"offsets":          {FromOffset: 40, UntilOffset: 120},
+		"tenant":           {TenantID: "acme"},
+		"tenant and topic": {TenantID: "globex", OriginalTopic: "orders"},
 		"several": {OriginalTopic: "orders", ErrorContains: "http", Partitions: []int32{0, 2},
 			Since: start.Add(5 * time.Minute)},
 		"no match": {OriginalTopic: "no-such-topic"},

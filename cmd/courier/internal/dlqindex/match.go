@@ -23,10 +23,11 @@ type matcher struct {
 	rest, errorOnly dlq.Filter
 	byError         []int8
 	e               dlq.Entry // the entry of the record asked about, reused
+	tenant          bool      // the filter asks for a tenant (see fill)
 }
 
 func newMatcher(s *snapshot, f dlq.Filter) *matcher {
-	m := &matcher{s: s, f: f, all: reflect.ValueOf(f).IsZero()}
+	m := &matcher{s: s, f: f, all: reflect.ValueOf(f).IsZero(), tenant: f.TenantID != ""}
 	if f.ErrorContains != "" {
 		m.rest, m.errorOnly = f, dlq.Filter{ErrorContains: f.ErrorContains}
 		m.rest.ErrorContains = ""
@@ -41,7 +42,7 @@ func (m *matcher) match(r *rec) bool {
 	case m.all:
 		return true
 	case m.byError == nil || r.ids[colCorrupt] != 0:
-		m.s.fill(&m.e, r)
+		m.fill(r)
 		return m.f.Match(m.e)
 	}
 	id := r.ids[colError]
@@ -54,6 +55,15 @@ func (m *matcher) match(r *rec) bool {
 	if m.byError[id] < 0 {
 		return false
 	}
-	m.s.fill(&m.e, r)
+	m.fill(r)
 	return m.rest.Match(m.e)
+}
+
+// fill makes m.e the entry of r, with its tenant only when the filter
+// asks for one: the other filters pay nothing for it.
+func (m *matcher) fill(r *rec) {
+	m.s.fill(&m.e, r)
+	if m.tenant {
+		m.s.fillTenant(&m.e, r)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/ceheader"
 )
 
 // The columns whose values the index interns: a record holds the id of
@@ -15,6 +16,7 @@ const (
 	colKind           // error kind
 	colError          // error text
 	colGroup          // consumer group
+	colTenant         // tenant of the original record (dlq.Envelope.TenantID)
 	colCorrupt        // why the record is not a readable dead letter; "" when it is
 	numColumns
 )
@@ -133,6 +135,7 @@ func (x *Index) rec(e dlq.Entry) rec {
 	r.ids[colKind] = x.tabs[colKind].id(string(env.ErrorKind))
 	r.ids[colError] = x.tabs[colError].id(text)
 	r.ids[colGroup] = x.tabs[colGroup].id(env.ConsumerGroup)
+	r.ids[colTenant] = x.tabs[colTenant].id(env.TenantID())
 	r.failedAt = millis(env.FailedAt)
 	r.attempts, r.replays = int32(env.Attempts), int32(env.ReplayCount)
 	switch {
@@ -142,6 +145,20 @@ func (x *Index) rec(e dlq.Entry) rec {
 		r.key, r.keyKind = *env.OriginalKeyBase64, binaryKey
 	}
 	return r
+}
+
+// fillTenant adds to e, filled from r, the one header Filter.Match reads,
+// the tenant's (Envelope.TenantID), for a filter of a tenant. The map is
+// e's own, reused, so that a match allocates nothing.
+func (s *snapshot) fillTenant(e *dlq.Entry, r *rec) {
+	env := &e.Envelope
+	if env.OriginalHeaders == nil {
+		env.OriginalHeaders = map[string]string{}
+	}
+	clear(env.OriginalHeaders)
+	if tenant := s.vals[colTenant][r.ids[colTenant]]; tenant != "" {
+		env.OriginalHeaders[ceheader.TenantID] = tenant
+	}
 }
 
 // corruptReason is the text of why a record is not a readable dead letter:
