@@ -37,6 +37,7 @@ type relayFlags struct {
 	trace                                                   traceFlags
 	source, deadLetterSuffix                                string
 	metricsAddr, logFormat, logLevel                        string
+	metricsTenants                                          []string
 	webhook                                                 webhookFlags
 }
 
@@ -59,11 +60,13 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", producer.DefaultCleanupInterval, "how often the relay makes the history's day partitions ahead and drops those past --retention")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", producer.DefaultShutdownTimeout, "how long the batch in flight may take to finish after SIGINT or SIGTERM")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address, e.g. :9090 (empty: off)")
+	fs.StringSliceVar(&f.metricsTenants, "metrics-tenants", nil, fmt.Sprintf("tenants (ce_tenantid) that get their own value of a tenant label on the published, failed and dead-lettered counters, comma-separated; "+
+		"every other tenant counts as %q (at most %d; empty: no tenant label)", prom.TenantOther, prom.MaxTenants))
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "least severe level logged: debug (Sarama's own logs too), info, warn or error")
 	bindEnv(fs, "batch-size", "workers", "probe-interval", "poll-interval", "poll-only", "max-attempts", "source", "structured",
 		"publish-dead-letters", "dead-letter-suffix", "hold-key-on-dead-letter", "no-idempotence", "retention", "cleanup-interval",
-		"shutdown-timeout", "metrics-addr", "log-format", "log-level")
+		"shutdown-timeout", "metrics-addr", "metrics-tenants", "log-format", "log-level")
 	renameFlag(fs, "max-retries", "max-attempts")
 	f.trace.register(cmd)
 	f.webhook.register(fs)
@@ -262,9 +265,9 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := prom.NewRelayMetrics(registry, prom.Config{})
+	metrics, err := prom.NewRelayMetrics(registry, prom.Config{Tenants: flags.metricsTenants})
 	if err != nil {
-		return err
+		return usageError{fmt.Errorf("--metrics-tenants: %w", err)}
 	}
 	tally := &relayTally{}
 	cfg := flags.relayConfig()
