@@ -19,7 +19,6 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courierkit/courier/internal/ceheader"
-	"github.com/courierkit/courier/record"
 )
 
 // The W3C trace context headers.
@@ -30,11 +29,19 @@ const (
 
 var propagator propagation.TraceContext
 
+// Header is a record header as recordtrace reads and writes it: any type
+// of record.Header's shape (this package, low-level, imports none of
+// courier's public ones).
+type Header interface{ ~struct{ Key, Value []byte } }
+
+// header is the shape every Header converts to and from.
+type header = struct{ Key, Value []byte }
+
 // SpanContext is the span context the traceparent (and tracestate) headers
 // of a record carry, the last of each name counting; it is invalid when
 // there is no traceparent or it is malformed.
-func SpanContext(headers []record.Header) trace.SpanContext {
-	ctx := propagator.Extract(context.Background(), &carrier{headers: headers})
+func SpanContext[H Header](headers []H) trace.SpanContext {
+	ctx := propagator.Extract(context.Background(), &carrier[H]{headers: headers})
 	return trace.SpanContextFromContext(ctx)
 }
 
@@ -44,12 +51,12 @@ func SpanContext(headers []record.Header) trace.SpanContext {
 // appended (tracestate only when the span has one, an old one is dropped
 // otherwise). Without a valid span context in ctx, headers come back as
 // they are. headers itself is not modified.
-func Stamp(ctx context.Context, headers []record.Header) []record.Header {
+func Stamp[H Header](ctx context.Context, headers []H) []H {
 	sc := trace.SpanContextFromContext(ctx)
 	if !sc.IsValid() {
 		return headers
 	}
-	c := &carrier{headers: make([]record.Header, 0, len(headers)+2)}
+	c := &carrier[H]{headers: make([]H, 0, len(headers)+2)}
 	c.headers = append(c.headers, headers...)
 	propagator.Inject(ctx, c)
 	if sc.TraceState().Len() == 0 {
@@ -59,13 +66,13 @@ func Stamp(ctx context.Context, headers []record.Header) []record.Header {
 }
 
 // carrier reads and writes the trace context headers of a record.
-type carrier struct{ headers []record.Header }
+type carrier[H Header] struct{ headers []H }
 
 // Get returns the value of the last header named key.
-func (c *carrier) Get(key string) string {
+func (c *carrier[H]) Get(key string) string {
 	for i := len(c.headers) - 1; i >= 0; i-- {
-		if string(c.headers[i].Key) == key {
-			return string(c.headers[i].Value)
+		if h := header(c.headers[i]); string(h.Key) == key {
+			return string(h.Value)
 		}
 	}
 	return ""
@@ -73,32 +80,32 @@ func (c *carrier) Get(key string) string {
 
 // Set gives the first header named key the value and drops the later ones,
 // or appends one.
-func (c *carrier) Set(key, value string) {
+func (c *carrier[H]) Set(key, value string) {
 	for i := range c.headers {
-		if string(c.headers[i].Key) == key {
-			c.headers[i].Value = []byte(value)
+		if h := header(c.headers[i]); string(h.Key) == key {
+			c.headers[i] = H(header{Key: h.Key, Value: []byte(value)})
 			c.drop(key, i+1)
 			return
 		}
 	}
-	c.headers = append(c.headers, record.Header{Key: []byte(key), Value: []byte(value)})
+	c.headers = append(c.headers, H(header{Key: []byte(key), Value: []byte(value)}))
 }
 
 // drop removes the headers named key from index from on.
-func (c *carrier) drop(key string, from int) {
+func (c *carrier[H]) drop(key string, from int) {
 	kept := c.headers[:from]
 	for _, h := range c.headers[from:] {
-		if string(h.Key) != key {
+		if string(header(h).Key) != key {
 			kept = append(kept, h)
 		}
 	}
 	c.headers = kept
 }
 
-func (c *carrier) Keys() []string {
+func (c *carrier[H]) Keys() []string {
 	keys := make([]string, len(c.headers))
 	for i, h := range c.headers {
-		keys[i] = string(h.Key)
+		keys[i] = string(header(h).Key)
 	}
 	return keys
 }
