@@ -287,7 +287,7 @@ func TestRelayWaitsOutARefusedProducerID(t *testing.T) {
 	topic := k.Topic(t, 2)
 	total := enqueueKeyed(t, pg, out, topic, 5, 2)
 	refused := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.InitProducerID}, Err: kerr.ClusterAuthorizationFailed, Count: -1})
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	metrics := &recordedMetrics{}
 	relay := newRelay(t, pg, k, producer.RelayConfig{
 		MaxAttempts: 1, PollInterval: 20 * time.Millisecond, Hooks: []producer.Hook{metrics},
@@ -305,7 +305,7 @@ func TestRelayWaitsOutARefusedProducerID(t *testing.T) {
 		t.Fatalf("%d events with an attempt counted or dead-lettered, want none", n)
 	}
 	var said []string
-	for _, l := range logs.lines() {
+	for _, l := range logs.Lines() {
 		if strings.Contains(l, "refuses the relay a producer id") {
 			said = append(said, l)
 		}

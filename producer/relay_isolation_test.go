@@ -471,7 +471,7 @@ func TestRelaySaysOnceThatItCannotReachKafka(t *testing.T) {
 	pg, out := setup(t)
 	clock := newFakeClock()
 	enqueue(t, pg, out, orderCreated("o-1"))
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	cfg := isolationConfig()
 	cfg.Now = clock.Now
 	cfg.Sarama.Metadata.Retry.Max = 0
@@ -485,7 +485,7 @@ func TestRelaySaysOnceThatItCannotReachKafka(t *testing.T) {
 	}
 	said := func(msg string) []string {
 		var found []string
-		for _, l := range logs.lines() {
+		for _, l := range logs.Lines() {
 			if strings.Contains(l, msg) {
 				found = append(found, l)
 			}
@@ -502,7 +502,7 @@ func TestRelaySaysOnceThatItCannotReachKafka(t *testing.T) {
 	pub.setFail(func(*record.Record) error {
 		return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
 	})
-	logs2 := &syncBuffer{}
+	logs2 := &testkit.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs2, nil))
 	cfg.Publisher = pub
 	relay2 := newRelay(t, pg, nil, cfg)

@@ -1,14 +1,11 @@
 package producer_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,24 +15,6 @@ import (
 	"github.com/courierkit/courier/producer"
 	"github.com/courierkit/courier/record"
 )
-
-// syncBuffer is a bytes.Buffer safe for the relays' concurrent logs.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) lines() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return strings.Split(strings.TrimSpace(s.b.String()), "\n")
-}
 
 // TestRetentionDropsDayPartitionsWhileRelaysRun gives the history five days
 // of old published events (6 to 10 days ago), each day in its partition,
@@ -73,7 +52,7 @@ func TestRetentionDropsDayPartitionsWhileRelaysRun(t *testing.T) {
 	k := testkit.NewKafka(t)
 	topic := k.Topic(t, 3)
 	c := consume(t, k, topic)
-	logs := &syncBuffer{}
+	logs := &testkit.Buffer{}
 	for range 2 {
 		runRelay(t, newRelay(t, pg, k, producer.RelayConfig{Retention: 7 * 24 * time.Hour, CleanupInterval: 20 * time.Millisecond,
 			Logger: slog.New(slog.NewJSONHandler(logs, nil))}))
@@ -106,7 +85,7 @@ func TestRetentionDropsDayPartitionsWhileRelaysRun(t *testing.T) {
 	// its events.
 	var dropped []string
 	var removed float64
-	for _, line := range logs.lines() {
+	for _, line := range logs.Lines() {
 		var rec struct {
 			Msg        string   `json:"msg"`
 			Events     float64  `json:"events"`

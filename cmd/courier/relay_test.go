@@ -335,7 +335,7 @@ func TestRelayRenamedMaxRetries(t *testing.T) {
 
 // checkStopLogged checks that the relay logged that it was stopping, and
 // then that it stopped.
-func checkStopLogged(t *testing.T, logs *syncBuffer) {
+func checkStopLogged(t *testing.T, logs *testkit.Buffer) {
 	t.Helper()
 	stopping := strings.Index(logs.String(), `"msg":"stopping: `)
 	if stopped := strings.Index(logs.String(), `"msg":"relay stopped"`); stopping < 0 || stopped < stopping {
@@ -460,29 +460,9 @@ func httpGet(t *testing.T, rawURL string) (int, string) {
 	return resp.StatusCode, string(body)
 }
 
-// syncBuffer is a buffer one goroutine writes while another reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-// Write appends p.
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-// String returns what was written so far.
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // waitLog waits for the JSON log line whose msg is msg and returns its
 // fields.
-func waitLog(t *testing.T, logs *syncBuffer, msg string) map[string]any {
+func waitLog(t *testing.T, logs *testkit.Buffer, msg string) map[string]any {
 	t.Helper()
 	var found map[string]any
 	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("the log line %q", msg), func() bool {
@@ -501,7 +481,7 @@ func waitLog(t *testing.T, logs *syncBuffer, msg string) map[string]any {
 // relayProcess is the courier binary running as a child process.
 type relayProcess struct {
 	cmd            *exec.Cmd
-	stdout, stderr syncBuffer
+	stdout, stderr testkit.Buffer
 	exited         chan struct{} // closed once the process is reaped
 }
 
@@ -565,7 +545,7 @@ func (p *relayProcess) exitCode(t *testing.T, timeout time.Duration) int {
 
 // relayRun is `courier relay` running in-process until stop.
 type relayRun struct {
-	stdout, stderr syncBuffer
+	stdout, stderr testkit.Buffer
 	cancel         context.CancelFunc
 	code           chan int
 	stopped        bool

@@ -46,7 +46,7 @@ func TestWebhookRelayBreakerOpensAndCloses(t *testing.T) {
 	}
 
 	srv := newHookServer(t, nil)
-	var logs syncBuffer
+	var logs testkit.Buffer
 	n := newNotifier(t, config(srv.URL, &logs))
 	notifier := start(t, n)
 	saramaCfg := producer.NewSaramaConfig()

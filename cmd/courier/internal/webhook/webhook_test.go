@@ -100,26 +100,8 @@ func (s *hookServer) notes(t *testing.T) []webhook.Notification {
 // hang answers nothing until the client gives up.
 func hang(_ int, _ http.ResponseWriter, r *http.Request) { <-r.Context().Done() }
 
-// syncBuffer collects logs one goroutine writes while another reads.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // config is a Config for url with fast retries and every log in logs.
-func config(url string, logs *syncBuffer) webhook.Config {
+func config(url string, logs *testkit.Buffer) webhook.Config {
 	return webhook.Config{
 		URL: url, Relay: "orders-service", Host: "relay-1", Table: "shop.courier_outbox",
 		Backoff: backoff.Backoff{Base: time.Millisecond, Max: 5 * time.Millisecond},
@@ -176,7 +158,7 @@ func deadLetter(key, errText string) producer.DeadLetter {
 // valid UTF-8 without control characters, cut to its bound.
 func TestWebhookDeadLetterBody(t *testing.T) {
 	srv := newHookServer(t, nil)
-	var logs syncBuffer
+	var logs testkit.Buffer
 	cfg := config(srv.URL+"/hook", &logs)
 	cfg.Header = http.Header{"X-Team": {"payments"}}
 	n := newNotifier(t, cfg)
@@ -227,7 +209,7 @@ func TestWebhookDeadLetterBody(t *testing.T) {
 // sent, in order.
 func TestWebhookBreakerOpenAndCloseOnly(t *testing.T) {
 	srv := newHookServer(t, nil)
-	var logs syncBuffer
+	var logs testkit.Buffer
 	n := newNotifier(t, config(srv.URL, &logs))
 	for _, s := range []producer.BreakerState{producer.BreakerOpen, producer.BreakerHalfOpen, producer.BreakerOpen,
 		producer.BreakerHalfOpen, producer.BreakerClosed} {
@@ -260,7 +242,7 @@ func TestWebhookRetriesServerErrors(t *testing.T) {
 			w.WriteHeader(http.StatusOK)
 		}
 	})
-	var logs syncBuffer
+	var logs testkit.Buffer
 	n := newNotifier(t, config(srv.URL, &logs))
 	r := start(t, n)
 	n.OnDeadLetter(context.Background(), deadLetter("order-1", "refused"))
@@ -278,7 +260,7 @@ func TestWebhookRetriesServerErrors(t *testing.T) {
 // first POST and Retries more, and the notification counts as failed.
 func TestWebhookGivesUpAfterTheRetries(t *testing.T) {
 	srv := newHookServer(t, func(int, http.ResponseWriter, *http.Request) { panic(http.ErrAbortHandler) }) // a dropped connection
-	var logs syncBuffer
+	var logs testkit.Buffer
 	cfg := config(srv.URL, &logs)
 	cfg.Retries = 2
 	n := newNotifier(t, cfg)
@@ -314,7 +296,7 @@ func TestWebhookClientErrorsAreNotRetried(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			srv := newHookServer(t, tc.answer)
-			var logs syncBuffer
+			var logs testkit.Buffer
 			n := newNotifier(t, config(srv.URL+"/hook", &logs))
 			n.OnDeadLetter(context.Background(), deadLetter("order-1", "refused"))
 			start(t, n).stop(t)
@@ -337,7 +319,7 @@ func TestWebhookClientErrorsAreNotRetried(t *testing.T) {
 // drain deadline Run gives up on the queued ones and says how many.
 func TestWebhookHangingServerNeverBlocks(t *testing.T) {
 	srv := newHookServer(t, hang)
-	var logs syncBuffer
+	var logs testkit.Buffer
 	cfg := config(srv.URL, &logs)
 	cfg.QueueSize = 10
 	cfg.DrainTimeout = 100 * time.Millisecond
@@ -378,7 +360,7 @@ func TestWebhookHangingServerNeverBlocks(t *testing.T) {
 // ends are all sent.
 func TestWebhookShutdownDrains(t *testing.T) {
 	srv := newHookServer(t, nil)
-	var logs syncBuffer
+	var logs testkit.Buffer
 	n := newNotifier(t, config(srv.URL, &logs))
 	for i := range 5 {
 		n.OnDeadLetter(context.Background(), deadLetter(fmt.Sprint("order-", i), "refused"))
@@ -408,7 +390,7 @@ func TestWebhookNeverPrintsSecrets(t *testing.T) {
 	srv := newHookServer(t, func(_ int, w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "bad "+r.Header.Get("X-Token")+" "+r.URL.Path, http.StatusInternalServerError)
 	})
-	var logs syncBuffer
+	var logs testkit.Buffer
 	cfg := config(strings.Replace(srv.URL, "http://", "http://app:s3cret@", 1)+"/services/T0K3N", &logs)
 	cfg.Header = http.Header{"X-Token": {"h3ader"}}
 	cfg.Retries = 1
