@@ -119,12 +119,13 @@ func secretsOf(cmd *cobra.Command) []string {
 			out = append(out, redact.Secrets(v)...)
 		}
 	}
-	out = append(out, headerSecrets(os.Getenv("COURIER_WEBHOOK_HEADER"))...)
+	out = append(out, webhookSecrets(os.Getenv("COURIER_WEBHOOK_URL"), os.Getenv("COURIER_WEBHOOK_HEADER"))...)
 	if cmd == nil {
 		return out
 	}
 	if headers, err := cmd.Flags().GetStringArray("webhook-header"); err == nil {
-		out = append(out, headerSecrets(headers...)...)
+		rawURL, _ := cmd.Flags().GetString("webhook-url")
+		out = append(out, webhookSecrets(rawURL, headers...)...)
 	}
 	for _, name := range []string{"database-url", "redis-url", "sasl-password", "webhook-url"} {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Value.String() != "" {

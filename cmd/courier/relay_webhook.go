@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strings"
 	"time"
 
@@ -95,17 +96,23 @@ func (f *webhookFlags) shown() string {
 	return webhook.Redacted(u)
 }
 
-// headerSecrets are the values of the "Name: value" lines of headers.
-func headerSecrets(headers ...string) []string {
-	var out []string
+// webhookSecrets are what must never be printed of the webhook the flag
+// values describe: rawURL's (see webhook.Secrets) and the values of the
+// "Name: value" lines of headers.
+func webhookSecrets(rawURL string, headers ...string) []string {
+	var values []string
 	for _, value := range headers {
 		for line := range strings.Lines(value) {
-			if _, v, ok := strings.Cut(line, ":"); ok && strings.TrimSpace(v) != "" {
-				out = append(out, strings.TrimSpace(v))
+			if _, v, ok := strings.Cut(line, ":"); ok {
+				values = append(values, v)
 			}
 		}
 	}
-	return out
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		u = &url.URL{}
+	}
+	return webhook.Secrets(u, values...)
 }
 
 // startWebhook starts the notifier of the flags, if --webhook-url is set,

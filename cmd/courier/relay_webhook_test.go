@@ -59,9 +59,9 @@ func (p *pager) url() string {
 	return strings.Replace(p.srv.URL, "http://", "http://app:s3cret@", 1) + "/services/T0K3N"
 }
 
-// webhookSecrets are what the tests' webhook flags hold that must never be
+// flagSecrets are what the tests' webhook flags hold that must never be
 // printed.
-var webhookSecrets = []string{"s3cret", "T0K3N", "h3ader"}
+var flagSecrets = []string{"s3cret", "T0K3N", "h3ader"}
 
 // TestRelayWebhookPagesADeadLetter: `courier relay --webhook-url` POSTs
 // one notification for an event the broker refuses for good, with the
@@ -119,7 +119,7 @@ func TestRelayWebhookPagesADeadLetter(t *testing.T) {
 	if stopped := waitLog(t, &r.stderr, "webhook stopped"); stopped["sent"] != 1.0 || stopped["abandoned"] != 0.0 {
 		t.Errorf("webhook stopped with %v, want 1 sent", stopped)
 	}
-	for _, s := range webhookSecrets {
+	for _, s := range flagSecrets {
 		if strings.Contains(r.stdout.String()+r.stderr.String(), s) {
 			t.Errorf("%q printed:\n%s%s", s, r.stdout.String(), r.stderr.String())
 		}
@@ -200,7 +200,7 @@ func TestRelayWebhookUsageErrors(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, tc.want) {
 			t.Errorf("courier relay %q: exit %d, want %d saying %q\n%s%s", tc.args, code, exitUsage, tc.want, out, errOut)
 		}
-		for _, s := range webhookSecrets {
+		for _, s := range flagSecrets {
 			if strings.Contains(out+errOut, s) {
 				t.Errorf("courier relay %q printed %q:\n%s%s", tc.args, s, out, errOut)
 			}

@@ -22,6 +22,7 @@ package webhook
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -137,6 +138,9 @@ type Notification struct {
 	Host    string    `json:"host"`
 	Table   string    `json:"table,omitempty"`
 	// Text is one line for people; chat webhooks such as Slack's show it.
+	// Its &, < and > are escaped as &amp;, &lt; and &gt;, as Slack asks,
+	// so that a key such as <!channel> is shown, never acted on; the
+	// fields of DeadLetter and Breaker hold the text as it is.
 	Text       string      `json:"text"`
 	DeadLetter *DeadLetter `json:"dead_letter,omitempty"`
 	Breaker    *Breaker    `json:"breaker,omitempty"`
@@ -195,6 +199,8 @@ type Notifier struct {
 	running    atomic.Bool
 
 	sent, failed, dropped, abandoned atomic.Int64
+	// longestSecret is the length of the longest of secrets.
+	longestSecret int
 }
 
 // The relay's hook interface a Notifier implements.
@@ -225,21 +231,13 @@ func New(cfg Config) (*Notifier, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 	}
-	n.secrets = append(n.secrets, redact.Secrets(cfg.URL)...)
-	if pw, ok := u.User.Password(); ok && pw != "" {
-		n.secrets = append(n.secrets, pw)
+	var values []string
+	for _, vs := range cfg.Header {
+		values = append(values, vs...)
 	}
-	for _, s := range []string{u.EscapedPath(), u.Path, u.RawQuery} {
-		if len(s) > 1 {
-			n.secrets = append(n.secrets, s)
-		}
-	}
-	for _, values := range cfg.Header {
-		for _, v := range values {
-			if strings.TrimSpace(v) != "" {
-				n.secrets = append(n.secrets, v, strings.TrimSpace(v))
-			}
-		}
+	n.secrets = Secrets(u, values...)
+	for _, secret := range n.secrets {
+		n.longestSecret = max(n.longestSecret, len(secret))
 	}
 	return n, nil
 }
@@ -373,6 +371,49 @@ func ParseURL(raw string) (*url.URL, error) {
 	return u, nil
 }
 
+// minSecretLen is the shortest value, path segment or query value Secrets
+// counts as a secret: a shorter one ("prod", "1") is too common to mask
+// wherever it appears, and too short to be a credential.
+const minSecretLen = 6
+
+// Secrets returns what must never be printed of a webhook at u sent with
+// headerValues (the values of its headers): the URL's password, its user
+// when it has no password, the basic authentication they make, its path
+// and query and each of their segments and values, and each header value
+// and each word of it (the token of "Bearer <token>"). Pieces shorter than
+// 6 bytes are left out, but a password or lone user of 3 or more.
+func Secrets(u *url.URL, headerValues ...string) []string {
+	var out []string
+	add := func(min int, values ...string) {
+		for _, v := range values {
+			if len(v) >= min {
+				out = append(out, v)
+			}
+		}
+	}
+	out = append(out, redact.Secrets(u.String())...)
+	if u.User != nil {
+		user := u.User.Username()
+		if pw, ok := u.User.Password(); ok {
+			add(3, pw)
+			add(minSecretLen, base64.StdEncoding.EncodeToString([]byte(user+":"+pw)))
+		} else {
+			add(3, user)
+		}
+	}
+	add(minSecretLen, u.EscapedPath(), u.Path, u.RawQuery)
+	add(minSecretLen, strings.Split(u.Path, "/")...)
+	for _, vs := range u.Query() {
+		add(minSecretLen, vs...)
+	}
+	for _, v := range headerValues {
+		v = strings.TrimSpace(v)
+		add(minSecretLen, v)
+		add(minSecretLen, strings.Fields(v)...)
+	}
+	return out
+}
+
 // Redacted shows u without its password, path or query, which may hold
 // secrets (chat services put their token in the path):
 // https://user:xxxxx@hooks.example.com/…. A user without a password,
@@ -448,7 +489,7 @@ func (n *Notifier) BreakerChanged(state producer.BreakerState) {
 func (n *Notifier) enqueue(kind, text string, set func(*Notification)) {
 	note := Notification{Version: Version, Kind: kind, Time: time.Now().UTC(), Relay: clean(n.cfg.Relay, MaxFieldLen),
 		Host: clean(n.cfg.Host, MaxFieldLen), Table: clean(n.cfg.Table, MaxFieldLen)}
-	note.Text = fmt.Sprintf("courier relay %s on %s: %s", note.Relay, note.Host, text)
+	note.Text = chatEscaper.Replace(fmt.Sprintf("courier relay %s on %s: %s", note.Relay, note.Host, text))
 	set(&note)
 	select {
 	case n.queue <- note:
@@ -618,12 +659,15 @@ func (n *Notifier) post(ctx context.Context, body []byte) (retryAfter time.Durat
 		return 0, err
 	}
 	defer resp.Body.Close()
-	snippet, _ := io.ReadAll(io.LimitReader(resp.Body, 256))
+	// The start of the body, masked before it is cut: a secret the server
+	// echoes across the cut is masked whole.
+	read, _ := io.ReadAll(io.LimitReader(resp.Body, int64(256+n.longestSecret)))
+	snippet := n.mask(string(read))
 	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // lets the connection be reused
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return 0, nil
 	}
-	err = fmt.Errorf("answered %s: %s", resp.Status, clean(string(snippet), 200))
+	err = fmt.Errorf("answered %s: %s", resp.Status, clean(snippet, 200))
 	switch {
 	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
 		return parseRetryAfter(resp.Header.Get("Retry-After"), time.Now()), err
@@ -653,6 +697,10 @@ func parseRetryAfter(v string, now time.Time) time.Duration {
 
 // mask removes the URL's secrets and the header values from s.
 func (n *Notifier) mask(s string) string { return redact.String(s, n.secrets) }
+
+// chatEscaper escapes what chat services (Slack, Mattermost) read as
+// markup in a message's text: mentions such as <!channel>, and links.
+var chatEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
 // clean returns s as valid UTF-8 with its tabs and line breaks as spaces
 // and its other control characters (C0, DEL, C1) as U+FFFD, cut to at

@@ -3,6 +3,7 @@ package webhook_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -479,5 +481,70 @@ func TestWebhookParseHeader(t *testing.T) {
 		if _, _, err := webhook.ParseHeader(bad); err == nil || strings.Contains(err.Error(), "s3cret") {
 			t.Errorf("ParseHeader(%q): %v, want an error without the value", bad, err)
 		}
+	}
+}
+
+// TestWebhookMasksEchoedSecretsWhole: a secret the server echoes is masked
+// before the answer is cut for the log, so a token across the cut leaves
+// no part of it; the lone user of the URL, the basic authentication it
+// makes and each path segment are masked too; a short header value ("1")
+// is not a secret and leaves the answer readable.
+func TestWebhookMasksEchoedSecretsWhole(t *testing.T) {
+	const token = "Zq8xW3vT5nB7mK9pL2hJ4gF6dS1aR0yE"
+	basic := base64.StdEncoding.EncodeToString([]byte("app:s3cret"))
+	for _, tc := range []struct {
+		name, url, echo string
+		secrets         []string
+		want            string
+	}{
+		{"token across the cut", "/api/webhooks/" + token, strings.Repeat("x", 150) + " Cannot POST /api/webhooks/" + token, []string{token[:8]}, "Cannot POST"},
+		{"a path segment alone", "/hooks/" + token, "unknown hook " + token, []string{token[:8]}, "unknown hook xxxxx"},
+		{"basic authentication", "/hook", "bad Authorization: Basic " + basic, []string{basic[:8]}, "Basic xxxxx"},
+		{"a short header value", "/hook", "upstream 502 failed", nil, "upstream 502 failed"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			srv := newHookServer(t, func(_ int, w http.ResponseWriter, _ *http.Request) {
+				http.Error(w, tc.echo, http.StatusNotFound)
+			})
+			var logs testkit.Buffer
+			cfg := config(strings.Replace(srv.URL, "http://", "http://app:s3cret@", 1)+tc.url, &logs)
+			cfg.Header = http.Header{"X-Version": {"1"}}
+			n := newNotifier(t, cfg)
+			n.OnDeadLetter(context.Background(), deadLetter("order-1", "refused"))
+			start(t, n).stop(t)
+			printed := logs.String()
+			for _, s := range tc.secrets {
+				if strings.Contains(printed, s) {
+					t.Errorf("%q printed:\n%s", s, printed)
+				}
+			}
+			if !strings.Contains(printed, tc.want) {
+				t.Errorf("the log lacks %q:\n%s", tc.want, printed)
+			}
+		})
+	}
+	u, _ := url.Parse("https://" + token + "@hooks.example.com/")
+	if got := webhook.Secrets(u); !slices.Contains(got, token) {
+		t.Errorf("Secrets(%q) = %q, want the lone user among them", u, got)
+	}
+}
+
+// TestWebhookTextIsNeverChatMarkup: a key that a chat service would read
+// as a mention or a link reaches the text escaped (&, <, >), and the
+// dead letter's own fields as it is.
+func TestWebhookTextIsNeverChatMarkup(t *testing.T) {
+	srv := newHookServer(t, nil)
+	var logs testkit.Buffer
+	n := newNotifier(t, config(srv.URL+"/hook", &logs))
+	r := start(t, n)
+	n.OnDeadLetter(context.Background(), deadLetter("<!channel> & <https://evil.example|click>", "refused"))
+	srv.waitRequests(t, 1)
+	r.stop(t)
+	note := srv.notes(t)[0]
+	if strings.ContainsAny(note.Text, "<>") || !strings.Contains(note.Text, "&lt;!channel&gt; &amp; &lt;https://evil.example|click&gt;") {
+		t.Errorf("text %q, want the key escaped", note.Text)
+	}
+	if note.DeadLetter.Key != "<!channel> & <https://evil.example|click>" {
+		t.Errorf("dead_letter.key %q, want the key as it is", note.DeadLetter.Key)
 	}
 }
