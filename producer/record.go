@@ -142,12 +142,13 @@ func recordBytes(e *Event) int {
 		}
 	}
 	for name, value := range e.Headers {
-		add(name, len(value))
+		if name != HeaderTraceParent {
+			add(name, len(value))
+		}
 	}
-	if _, ok := e.Headers[HeaderTraceParent]; !ok {
-		// Room for the traceparent of the relay's span, when it traces.
-		add(HeaderTraceParent, traceParentLen)
-	}
+	// Room for the traceparent of the relay's span, when it traces, or
+	// for the stored one when it is longer.
+	add(HeaderTraceParent, max(len(e.Headers[HeaderTraceParent]), traceParentLen))
 	return size
 }
 
@@ -221,8 +222,14 @@ func (e *claimedEvent) userHeaders() []record.Header {
 	for name := range e.Headers {
 		names = append(names, name)
 	}
-	if _, stored := e.Headers[HeaderTraceParent]; e.traceParent != "" && !stored {
+	if e.traceParent != "" {
+		// The relay's span replaces the stored trace context, tracestate
+		// included (none when its span has none).
+		names = slices.DeleteFunc(names, func(name string) bool { return name == HeaderTraceParent || name == HeaderTraceState })
 		names = append(names, HeaderTraceParent)
+		if e.traceState != "" {
+			names = append(names, HeaderTraceState)
+		}
 	}
 	slices.Sort(names)
 	out := make([]record.Header, len(names))
@@ -234,11 +241,15 @@ func (e *claimedEvent) userHeaders() []record.Header {
 }
 
 // published is the value of the event's header name as the relay
-// publishes it: the relay's span's traceparent when it made one, else the
-// stored header.
+// publishes it: the relay's span's traceparent and tracestate when it made
+// one, else the stored header.
 func (e *claimedEvent) published(name string) (string, bool) {
-	if name == HeaderTraceParent && e.traceParent != "" {
+	switch {
+	case e.traceParent == "":
+	case name == HeaderTraceParent:
 		return e.traceParent, true
+	case name == HeaderTraceState:
+		return e.traceState, e.traceState != ""
 	}
 	value, ok := e.Headers[name]
 	return value, ok

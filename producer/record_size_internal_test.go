@@ -28,13 +28,16 @@ func TestRecordBytesIsWhatTheRelayCounts(t *testing.T) {
 			AggregateType: "Order", AggregateID: "o-1", TenantID: "tenant", CorrelationID: "corr", CausationID: "cause",
 			Headers: map[string]string{"x-a": "1", "x-b": strings.Repeat("b", 500), "traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}},
 		{Topic: "t", Type: "X", Payload: []byte(`{}`), TenantID: "only-one", Headers: map[string]string{"h": ""}},
+		// A short stored traceparent, which the relay's 55 bytes replace.
+		{Topic: "t", Type: "X", Payload: []byte(`{}`), Headers: map[string]string{"traceparent": "x", "tracestate": "vendor=1"}},
 	} {
 		n, err := normalize(e, DefaultMaxPayloadBytes, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c := claimedEvent{ID: uuid.Must(uuid.NewV7()), Topic: n.Topic, Type: n.Type, Payload: n.Payload, ContentType: n.ContentType,
-			Headers: n.Headers, CreatedAt: created, traceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}
+			Headers: n.Headers, CreatedAt: created, traceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			traceState: n.Headers["tracestate"]}
 		for _, f := range []struct {
 			dst **string
 			src string

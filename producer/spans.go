@@ -32,7 +32,8 @@ type relaySpans struct {
 }
 
 // startSpans starts the spans of publishing events, and sets each event's
-// traceparent to its own span's, for its record. It returns nil, and does
+// traceparent and tracestate to its own span's, for its record. The batch's
+// span links to each event's, as many as the SDK keeps (128 by default). It returns nil, and does
 // nothing else, when the relay has no tracer.
 func (r *Relay) startSpans(ctx context.Context, events []*claimedEvent) *relaySpans {
 	if r.tracer == nil {
@@ -61,7 +62,7 @@ func (r *Relay) startSpans(ctx context.Context, events []*claimedEvent) *relaySp
 		batch.AddLink(trace.Link{SpanContext: span.SpanContext()})
 		carrier := propagation.MapCarrier{}
 		traceContext.Inject(spanCtx, carrier)
-		e.traceParent = carrier[HeaderTraceParent]
+		e.traceParent, e.traceState = carrier[HeaderTraceParent], carrier[HeaderTraceState]
 	}
 	return s
 }

@@ -143,3 +143,45 @@ func traceParent(sc trace.SpanContext) string {
 }
 
 var _ record.Publisher = (*fakePublisher)(nil)
+
+// TestRelaySpansReplaceAMalformedTraceContext: an event stored with a
+// malformed traceparent and a tracestate is published with its create
+// span's traceparent (a child of its batch's span) and without the stored
+// tracestate, which belonged to no trace it is in.
+func TestRelaySpansReplaceAMalformedTraceContext(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	exporter := tracetest.NewInMemoryExporter()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exporter))
+	t.Cleanup(func() { _ = tp.Shutdown(context.Background()) })
+	ev := orderCreated("o-1")
+	ev.Headers = map[string]string{producer.HeaderTraceParent: "00-not-a-trace-01", producer.HeaderTraceState: "vendor=1"}
+	id := enqueue(t, pg, out, ev)
+	pub := &fakePublisher{}
+	runOnce(t, newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, TracerProvider: tp}))
+
+	var batch, create tracetest.SpanStub
+	for _, s := range exporter.GetSpans() {
+		switch s.Name {
+		case "send":
+			batch = s
+		case "create orders":
+			create = s
+		}
+	}
+	if create.Parent.SpanID() != batch.SpanContext.SpanID() {
+		t.Errorf("create span's parent %s, want its batch's %s", create.Parent.SpanID(), batch.SpanContext.SpanID())
+	}
+	acked := pub.ackedOn("orders")
+	if len(acked) != 1 || recordHeader(acked[0], producer.HeaderID) != id.String() {
+		t.Fatalf("acknowledged %d records, want the event", len(acked))
+	}
+	if got := recordHeader(acked[0], producer.HeaderTraceParent); got != traceParent(create.SpanContext) {
+		t.Errorf("traceparent %q, want the create span's %q", got, traceParent(create.SpanContext))
+	}
+	for _, h := range acked[0].Headers {
+		if string(h.Key) == producer.HeaderTraceState {
+			t.Errorf("the record keeps the stored tracestate %q", h.Value)
+		}
+	}
+}

@@ -58,8 +58,9 @@ type claimedEvent struct {
 	MaxAttempts   *int
 	CreatedAt     time.Time
 	// traceParent, when set, is published as the traceparent instead of
-	// the one in Headers: the relay's span of the event (see startSpans).
-	traceParent string
+	// the one in Headers, and traceState as the tracestate (none when
+	// empty): the relay's span of the event (see startSpans).
+	traceParent, traceState string
 	// scheduled says a new event's NotBefore is ahead; blocked that its
 	// key has events waiting before it.
 	scheduled bool

@@ -6,6 +6,9 @@ import (
 	"log/slog"
 	"net/url"
 	"os"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -40,16 +43,54 @@ func (f *traceFlags) register(cmd *cobra.Command) {
 	bindEnv(fs, "otlp-endpoint")
 }
 
-// validate checks --otlp-endpoint: an http or https URL with a host.
+// otlpHeadersEnv are the standard variables that give the exporter's
+// headers: comma-separated name=value pairs (an auth token, say).
+var otlpHeadersEnv = []string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"}
+
+// validate checks where spans would go: --otlp-endpoint, or the
+// OTEL_EXPORTER_OTLP_* endpoint it falls back to, must be an http or https
+// URL with a host; the OTEL_EXPORTER_OTLP_*HEADERS variables must be
+// name=value pairs. Errors name the flag or variable and the header names,
+// never a value or a password.
 func (f *traceFlags) validate() error {
-	if f.endpoint == "" {
+	endpoint := f.endpointURL()
+	if endpoint == "" {
 		return nil
 	}
-	u, err := url.Parse(f.endpoint)
+	from := "--otlp-endpoint"
+	if f.endpoint == "" {
+		from = f.endpointEnv()
+	}
+	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usageError{fmt.Errorf("--otlp-endpoint %q: want an http or https URL with a host, e.g. http://otel-collector:4318", redactURL(f.endpoint))}
+		return usageError{fmt.Errorf("%s %q: want an http or https URL with a host, e.g. http://otel-collector:4318", from, redactURL(endpoint))}
+	}
+	for _, name := range otlpHeadersEnv {
+		for pair := range strings.SplitSeq(os.Getenv(name), ",") {
+			if strings.TrimSpace(pair) == "" {
+				continue
+			}
+			if header, _, ok := strings.Cut(pair, "="); !ok || strings.TrimSpace(header) == "" {
+				return usageError{fmt.Errorf("%s: %s is not name=value (e.g. Authorization=Bearer%%20<token>, percent-encoded)", name, headerName(pair))}
+			}
+		}
 	}
 	return nil
+}
+
+// headerName names the header of a pair of OTEL_EXPORTER_OTLP_HEADERS
+// that is not name=value, for an error: the text before its ':' when that
+// is a header name, else no name at all, since the pair may be a bare
+// token.
+func headerName(pair string) string {
+	name, _, ok := strings.Cut(pair, ":")
+	name = strings.TrimSpace(name)
+	if !ok || name == "" || len(name) > 64 || strings.ContainsFunc(name, func(r rune) bool {
+		return !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) {
+		return "a header"
+	}
+	return "the header " + strconv.Quote(name)
 }
 
 // endpointText says where spans go, for the start log, without a
@@ -82,33 +123,77 @@ func (f *traceFlags) provider(ctx context.Context, service string, log *slog.Log
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("OpenTelemetry resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME): %w", err)}
 	}
-	otel.SetErrorHandler(&exportErrors{log: log, secrets: redact.Secrets(f.endpointURL())})
+	logs := &exportLog{log: log, secrets: redact.Secrets(f.endpointURL())}
+	unregister := registerExportLog(logs)
 	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
 	return tp, func() {
+		defer unregister()
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceShutdownTimeout)
 		defer cancel()
 		if err := tp.Shutdown(ctx); err != nil {
-			log.Warn("cannot export the last spans", "error", err)
+			log.Warn("cannot export the last spans", "error", redact.String(err.Error(), logs.secrets))
 		}
 	}, nil
 }
 
-// exportErrors logs OpenTelemetry's errors (a collector that cannot be
-// reached, say), at most one a minute, the endpoint's password masked: the
-// spans are lost, the work goes on.
-type exportErrors struct {
+// exportLog is where a command that traces logs OpenTelemetry's errors
+// (a collector that cannot be reached, say): at most one a minute, masked.
+// The spans are lost; the work goes on.
+type exportLog struct {
 	log     *slog.Logger
 	secrets []string
 	last    atomic.Int64 // unix nanoseconds of the last error logged
 }
 
-func (h *exportErrors) Handle(err error) {
-	now := time.Now().UnixNano()
-	last := h.last.Load()
-	if err == nil || now-last < int64(time.Minute) || !h.last.CompareAndSwap(last, now) {
+// exportLogs are the commands tracing in this process. OpenTelemetry's
+// error handler is global: one, installed once, logs each error through
+// every one of them, masked with all their secrets, since an error does not
+// say whose exporter it came from.
+var exportLogs struct {
+	once sync.Once
+	mu   sync.Mutex
+	logs map[*exportLog]bool
+}
+
+// registerExportLog adds l to exportLogs until unregister is called.
+func registerExportLog(l *exportLog) (unregister func()) {
+	exportLogs.once.Do(func() { otel.SetErrorHandler(otel.ErrorHandlerFunc(handleExportError)) })
+	exportLogs.mu.Lock()
+	defer exportLogs.mu.Unlock()
+	if exportLogs.logs == nil {
+		exportLogs.logs = map[*exportLog]bool{}
+	}
+	exportLogs.logs[l] = true
+	return func() {
+		exportLogs.mu.Lock()
+		defer exportLogs.mu.Unlock()
+		delete(exportLogs.logs, l)
+	}
+}
+
+// handleExportError logs err through each registered exportLog that has
+// not logged one in the last minute.
+func handleExportError(err error) {
+	if err == nil {
 		return
 	}
-	h.log.Warn("cannot export spans; they are dropped (logged at most once a minute)", "error", redact.String(err.Error(), h.secrets))
+	exportLogs.mu.Lock()
+	var secrets []string
+	logs := make([]*exportLog, 0, len(exportLogs.logs))
+	for l := range exportLogs.logs {
+		secrets = append(secrets, l.secrets...)
+		logs = append(logs, l)
+	}
+	exportLogs.mu.Unlock()
+	text := redact.String(err.Error(), secrets)
+	now := time.Now().UnixNano()
+	for _, l := range logs {
+		last := l.last.Load()
+		if now-last < int64(time.Minute) || !l.last.CompareAndSwap(last, now) {
+			continue
+		}
+		l.log.Warn("cannot export spans; they are dropped (logged at most once a minute)", "error", text)
+	}
 }
 
 // endpointURL is the collector's URL, from the flag or the environment;
@@ -117,9 +202,18 @@ func (f *traceFlags) endpointURL() string {
 	if f.endpoint != "" {
 		return f.endpoint
 	}
+	if name := f.endpointEnv(); name != "" {
+		return os.Getenv(name)
+	}
+	return ""
+}
+
+// endpointEnv names the variable that gives the collector's URL; empty
+// when none does.
+func (f *traceFlags) endpointEnv() string {
 	for _, name := range otlpEndpointEnv {
-		if v := os.Getenv(name); v != "" {
-			return v
+		if os.Getenv(name) != "" {
+			return name
 		}
 	}
 	return ""

@@ -186,3 +186,50 @@ func TestDLQReplayExportsSpansOverOTLP(t *testing.T) {
 		t.Errorf("dlq replay --otlp-endpoint collector:4318: exit %d, want %d naming the flag\n%s", code, exitUsage, errOut)
 	}
 }
+
+// TestTracingRefusesBadEnvironment: an OTEL_EXPORTER_OTLP_ENDPOINT that is
+// not an http(s) URL with a host, and OTEL_EXPORTER_OTLP_HEADERS that are
+// not name=value, are usage errors naming the variable, which print no
+// header value.
+func TestTracingRefusesBadEnvironment(t *testing.T) {
+	for _, tc := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "collector:4318"}, "OTEL_EXPORTER_OTLP_ENDPOINT"},
+		{map[string]string{"OTEL_EXPORTER_OTLP_ENDPOINT": "http://collector:4318", "OTEL_EXPORTER_OTLP_HEADERS": "Authorization: Bearer s3cretTOKEN"},
+			`OTEL_EXPORTER_OTLP_HEADERS: the header "Authorization" is not name=value`},
+		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT": "http://collector:4318/v1/traces", "OTEL_EXPORTER_OTLP_TRACES_HEADERS": "x-team=payments,s3cretTOKEN"},
+			"OTEL_EXPORTER_OTLP_TRACES_HEADERS: a header is not name=value"},
+	} {
+		for _, name := range append(otlpEndpointEnv, otlpHeadersEnv...) {
+			t.Setenv(name, tc.env[name])
+		}
+		var stdout, stderr strings.Builder
+		code := run(t.Context(), []string{"relay", "--database-url", "postgres://127.0.0.1:1/x"}, &stdout, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), tc.want) || strings.Contains(stderr.String(), "s3cret") {
+			t.Errorf("%v: exit %d, want %d saying %q without the token\n%s", tc.env, code, exitUsage, tc.want, stderr.String())
+		}
+	}
+}
+
+// TestRelayLogsSpansItCannotExport: with a collector nobody listens at, the
+// relay still publishes, exits 0, and warns that spans were dropped,
+// without the endpoint's password.
+func TestRelayLogsSpansItCannotExport(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 1)
+	o.enqueue(t, event(topic, "order-1", "OrderCreated"))
+	r := startRelay(t, append(o.flags(), "--brokers", strings.Join(k.Brokers, ","), "--log-format", "json",
+		"--otlp-endpoint", "http://courier:s3cret@127.0.0.1:1")...)
+	topicRecords(t, k, topic, 1)
+	if code := r.stop(t); code != exitOK {
+		t.Fatalf("relay exit %d\n%s", code, r.stderr.String())
+	}
+	logs := r.stdout.String() + r.stderr.String()
+	if !strings.Contains(logs, "export") || strings.Contains(logs, "s3cret") {
+		t.Errorf("want a warning that spans were not exported, without the password:\n%s", logs)
+	}
+}

@@ -157,10 +157,22 @@ func typeName(err error) string {
 
 // Text is s as an attribute value: invalid UTF-8 (a header or key is any
 // bytes) replaced with U+FFFD, which exporters need (protobuf strings are
-// UTF-8).
+// UTF-8), and cut to MaxTextBytes, so that a huge key read from Kafka is
+// not copied into every span of its message.
 func Text(s string) string {
+	if len(s) > MaxTextBytes {
+		cut := MaxTextBytes
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut]
+	}
 	if utf8.ValidString(s) {
 		return s
 	}
 	return strings.ToValidUTF8(s, "\uFFFD")
 }
+
+// MaxTextBytes bounds an attribute value Text makes: the longest key or id
+// an event of courier's outbox can have.
+const MaxTextBytes = ceheader.MaxAttributeBytes

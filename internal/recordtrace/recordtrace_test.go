@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
+	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -135,5 +137,21 @@ func TestTracingFail(t *testing.T) {
 				t.Errorf("span %d: exception.type %q, want %q", i, kv.Value.AsString(), want[i].typ)
 			}
 		}
+	}
+}
+
+// TestTracingText: an attribute value is valid UTF-8 and at most
+// MaxTextBytes, cut on a rune boundary; a short valid one is kept as is.
+func TestTracingText(t *testing.T) {
+	if got := recordtrace.Text("order-42"); got != "order-42" {
+		t.Errorf("Text(order-42) = %q", got)
+	}
+	if got := recordtrace.Text("a\xffb"); got != "a\uFFFDb" {
+		t.Errorf("Text(a\\xffb) = %q, want the byte replaced", got)
+	}
+	huge := strings.Repeat("é", recordtrace.MaxTextBytes) // 2 bytes each
+	got := recordtrace.Text(huge)
+	if len(got) > recordtrace.MaxTextBytes || !utf8.ValidString(got) || len(got) < recordtrace.MaxTextBytes-1 {
+		t.Errorf("Text of %d bytes gave %d bytes (valid %v), want at most %d, cut on a rune", len(huge), len(got), utf8.ValidString(got), recordtrace.MaxTextBytes)
 	}
 }
