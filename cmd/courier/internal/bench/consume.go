@@ -130,8 +130,8 @@ type ConsumeReport struct {
 	// it did not run.
 	Redis []RedisCommandRate `json:"redis_benchmark,omitempty"`
 	// RedisServer is what the Redis server spent while the Redis dedupe
-	// consumed; nil without that configuration or with a Redis other than
-	// a single *redis.Client.
+	// consumed; nil without that configuration, with a Redis other than a
+	// single *redis.Client, or when it refuses INFO.
 	RedisServer *RedisServerLoad `json:"redis_server,omitempty"`
 }
 
@@ -699,17 +699,17 @@ func dedupeRunner(client redis.UniversalClient, loads *redisLoads) consumeFunc {
 		if err != nil {
 			return 0, err
 		}
+		// The server's load is read when INFO answers (an ACL may refuse
+		// it, as @dangerous); without it the run goes on, with no figure.
 		single, _ := client.(*redis.Client)
 		var before redisCounters
+		var infoErr error
 		if single != nil {
-			if before, err = readRedisCounters(ctx, single); err != nil {
-				return 0, err
-			}
+			before, infoErr = readRedisCounters(ctx, single)
 		}
 		took, err := runner(consumer.Config{Dedupe: consumer.DedupeConfig{Store: store}}, handleAll)(ctx, cfg, bl, s)
-		if err == nil && single != nil {
-			var after redisCounters
-			if after, err = readRedisCounters(ctx, single); err == nil {
+		if err == nil && single != nil && infoErr == nil {
+			if after, infoErr := readRedisCounters(ctx, single); infoErr == nil {
 				loads.add(before, after, took, bl.n)
 			}
 		}

@@ -195,11 +195,13 @@ func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, err
 	run := &ThroughputRun{svc: svc}
 	// wanted reports whether the configuration name runs: the baselines
 	// always, the history drain and its baseline whenever History asks for
-	// them, and the others when Only names them or is empty.
+	// them, the traced relay's baseline with it, and the others when Only
+	// names them or is empty.
 	historyName := fmt.Sprintf("%s/history=%s", RelayDefaults, thousands(float64(cfg.History)))
 	wanted := func(name string) bool {
 		return len(cfg.Only) == 0 || strings.HasPrefix(name, "plain-") || slices.Contains(cfg.Only, name) ||
-			cfg.History > 0 && (name == historyName || name == RelayDefaults)
+			cfg.History > 0 && (name == historyName || name == RelayDefaults) ||
+			name == RelayDefaults && slices.Contains(cfg.Only, RelayTraced)
 	}
 	add := func(c *drainCase, err error) error {
 		if err != nil {

@@ -20,7 +20,11 @@ func TestParseRedisCounters(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got != (redisCounters{cpu: 3.75, commands: 4000}) {
-		t.Errorf("parsed %+v, want cpu 3.75 and 4000 commands", got)
+		t.Errorf("parsed %+v, want cpu 3.75 and 4000 commands (a Redis before 6.2: the process's CPU)", got)
+	}
+	withThread := "used_cpu_sys:1.25\r\nused_cpu_user:2.5\r\nused_cpu_sys_main_thread:1\r\nused_cpu_user_main_thread:2\r\ntotal_commands_processed:4000\r\n"
+	if got, err := parseRedisCounters(withThread); err != nil || got != (redisCounters{cpu: 3, commands: 4000}) {
+		t.Errorf("parsed %+v, %v; want the main thread's cpu 3 and 4000 commands", got, err)
 	}
 	for _, tc := range []struct{ info, want string }{
 		{"used_cpu_sys:1\r\nused_cpu_user:1\r\n", "lacks total_commands_processed"},
@@ -42,6 +46,10 @@ func TestRedisLoadsTakeTheMedians(t *testing.T) {
 	var l redisLoads
 	if l.load() != nil {
 		t.Fatal("a load before any round")
+	}
+	l.add(redisCounters{cpu: 10, commands: 1000}, redisCounters{cpu: 1, commands: 2000}, time.Second, 1000) // restarted
+	if l.load() != nil {
+		t.Fatal("a load from a server whose CPU went backwards")
 	}
 	for _, cpu := range []float64{0.5, 2, 1} {
 		l.add(redisCounters{cpu: 10, commands: 1000}, redisCounters{cpu: 10 + cpu, commands: 1000 + 400_000}, 2*time.Second, 200_000)

@@ -53,3 +53,24 @@ func services(t *testing.T) (context.Context, *testkit.PG, []string) {
 	t.Cleanup(cancel)
 	return ctx, pg, cluster.ListenAddrs()
 }
+
+// TestRelayTracedRunsBesideItsBaseline: --only relay/traced also drains
+// with relay/defaults, its baseline, so that its ratio is one.
+func TestRelayTracedRunsBesideItsBaseline(t *testing.T) {
+	t.Parallel()
+	ctx, pg, brokers := services(t)
+	report, err := Relay(ctx, RelayConfig{DatabaseURL: pg.URL, Brokers: brokers, Backlogs: []int{300},
+		Only: []string{RelayTraced}, ScaleDelay: -1, LatencyDuration: -1, Name: testkit.UniqueName(t, 30)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var traced *ThroughputResult
+	for i, res := range report.Throughput {
+		if res.Name == RelayTraced+"/events=300" {
+			traced = &report.Throughput[i]
+		}
+	}
+	if traced == nil || traced.Baseline != RelayDefaults+"/events=300" || traced.Ratio <= 0 {
+		t.Errorf("relay/traced: %+v, want a ratio to relay/defaults", traced)
+	}
+}

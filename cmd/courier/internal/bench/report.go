@@ -302,9 +302,10 @@ func (r ConsumeReport) writeRedisServer(b *strings.Builder) {
 ## Redis server while the Redis dedupe consumed
 
 Redis's own counters (`+"`INFO cpu`, `INFO stats`"+`) read before and after each `+"`%s`"+` run:
-its CPU time over the consuming time, and per command it ran. Redis runs commands on one thread:
-near 1 core busy, Redis is what limits the dedupe. Anything else using that Redis meanwhile counts
-too. Median of %s.
+the CPU time of its main thread, which runs every command, over the consuming time, and per
+command it ran. Near 1 core busy, Redis serves no more commands. The CPU is read from the group's
+join to its shutdown, the time from the first fetch, so the share reads a little high. Anything
+else using that Redis meanwhile counts too. Median of %s.
 
 | cores busy | µs of CPU per command | commands per message |
 | ---: | ---: | ---: |
