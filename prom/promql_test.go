@@ -166,60 +166,49 @@ func (l *promqlLexer) skipVariable() error {
 // labelList reads a parenthesised list of label names, (a, b), and
 // returns them.
 func (l *promqlLexer) labelList() ([]string, error) {
-	start := l.i
-	l.i++ // (
-	var labels []string
-	for {
-		l.skipSpace()
-		switch l.byteAt(l.i) {
-		case ')':
-			l.i++
-			return labels, nil
-		case ',':
-			l.i++
-			continue
-		case 0:
-			return nil, fmt.Errorf("unclosed ( at %d in %q", start, l.s)
-		}
-		name := l.name()
-		if name == "" {
-			return nil, fmt.Errorf("want a label name at %d in %q", l.i, l.s)
-		}
-		labels = append(labels, name)
-	}
+	return l.labels(')', func() error { return nil })
 }
 
 // matchers reads {name op "value", …} and returns the label names.
 func (l *promqlLexer) matchers() ([]string, error) {
-	start := l.i
-	l.i++ // {
-	var labels []string
-	for {
-		l.skipSpace()
-		switch l.byteAt(l.i) {
-		case '}':
-			l.i++
-			return labels, nil
-		case ',':
-			l.i++
-			continue
-		case 0:
-			return nil, fmt.Errorf("unclosed { at %d in %q", start, l.s)
-		}
-		name := l.name()
-		if name == "" {
-			return nil, fmt.Errorf("want a label name at %d in %q", l.i, l.s)
-		}
-		labels = append(labels, name)
+	return l.labels('}', func() error {
 		l.skipSpace()
 		for strings.IndexByte("=!~", l.byteAt(l.i)) >= 0 && l.i < len(l.s) {
 			l.i++
 		}
 		l.skipSpace()
 		if c := l.byteAt(l.i); c != '"' && c != '\'' && c != '`' {
-			return nil, fmt.Errorf("want a quoted label value at %d in %q", l.i, l.s)
+			return fmt.Errorf("want a quoted label value at %d in %q", l.i, l.s)
 		}
-		if err := l.skipString(); err != nil {
+		return l.skipString()
+	})
+}
+
+// labels reads a list that opens at l.i and ends with closer, of items
+// separated by commas, each a label name and then what rest reads; it
+// returns the label names.
+func (l *promqlLexer) labels(closer byte, rest func() error) ([]string, error) {
+	start := l.i
+	l.i++ // ( or {
+	var labels []string
+	for {
+		l.skipSpace()
+		switch l.byteAt(l.i) {
+		case closer:
+			l.i++
+			return labels, nil
+		case ',':
+			l.i++
+			continue
+		case 0:
+			return nil, fmt.Errorf("unclosed %c at %d in %q", l.s[start], start, l.s)
+		}
+		name := l.name()
+		if name == "" {
+			return nil, fmt.Errorf("want a label name at %d in %q", l.i, l.s)
+		}
+		labels = append(labels, name)
+		if err := rest(); err != nil {
 			return nil, err
 		}
 	}
