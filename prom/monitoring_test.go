@@ -400,26 +400,76 @@ func TestMonitoringUsesRegisteredMetrics(t *testing.T) {
 		}
 	}
 	for _, q := range queries {
-		sels, err := promqlSelectors(q.expr)
-		if err != nil {
-			t.Errorf("%s: %v", q.where, err)
+		for _, problem := range unknownNames(metrics, q.expr) {
+			t.Errorf("%s: %s", q.where, problem)
+		}
+	}
+}
+
+// unknownNames returns what expr names that package prom does not
+// register (metrics is registered()): a metric, a label of a metric's
+// matchers, or a label of a by, without, on, ignoring, group_left or
+// group_right clause that no metric expr selects has. The scrape's job and
+// instance are every metric's labels.
+func unknownNames(metrics map[string][]string, expr string) []string {
+	sels, clauses, err := promqlSelectors(expr)
+	if err != nil {
+		return []string{err.Error()}
+	}
+	var problems []string
+	known := slices.Clone(targetLabels)
+	for _, s := range sels {
+		if s.metric == "" { // {__name__=~"…"}: any metric's labels
+			for _, labels := range metrics {
+				known = append(known, labels...)
+			}
 			continue
 		}
-		for _, s := range sels {
-			if s.metric == "" {
-				continue
+		labels, ok := metrics[s.metric]
+		if !ok {
+			problems = append(problems, fmt.Sprintf("%s is not a metric package prom registers (%q)", s.metric, expr))
+			continue
+		}
+		known = append(known, labels...)
+		for _, l := range s.labels {
+			if !slices.Contains(labels, l) && !slices.Contains(targetLabels, l) {
+				problems = append(problems, fmt.Sprintf("%s has no label %s; it has %s, and %s from the scrape (%q)",
+					s.metric, l, strings.Join(labels, ", "), strings.Join(targetLabels, ", "), expr))
 			}
-			labels, ok := metrics[s.metric]
-			if !ok {
-				t.Errorf("%s: %s is not a metric package prom registers (%q)", q.where, s.metric, q.expr)
-				continue
-			}
-			for _, l := range s.labels {
-				if !slices.Contains(labels, l) && !slices.Contains(targetLabels, l) {
-					t.Errorf("%s: %s has no label %s; it has %s, and %s from the scrape (%q)",
-						q.where, s.metric, l, strings.Join(labels, ", "), strings.Join(targetLabels, ", "), q.expr)
-				}
-			}
+		}
+	}
+	for _, l := range clauses {
+		if !slices.Contains(known, l) {
+			problems = append(problems, fmt.Sprintf("no metric of the expression has the label %s of its by, without, on or ignoring (%q)", l, expr))
+		}
+	}
+	return problems
+}
+
+func TestMonitoringUnknownNames(t *testing.T) {
+	metrics := registered(t)
+	for _, good := range []string{
+		`max by (job, instance, table) (courier_outbox_pending{table="a"})`,
+		`sum by (le, op) (rate(courier_dedupe_seconds_bucket[5m]))`,
+		`courier_outbox_claims_total and on (job, instance, table) courier_outbox_pending`,
+		`sum without (topic) (courier_consumer_inflight) * on (group) group_left (topic) courier_consumer_lag`,
+	} {
+		if problems := unknownNames(metrics, good); len(problems) > 0 {
+			t.Errorf("unknownNames(%q) = %q, want none", good, problems)
+		}
+	}
+	for _, bad := range []string{
+		`courier_outbox_pendng`,
+		`courier_outbox_pending{topic="a"}`,
+		`max by (job, tabel) (courier_outbox_pending)`,
+		`sum without (opp) (courier_dedupe_errors_total)`,
+		`courier_outbox_claims_total and on (job, instanse) courier_outbox_pending`,
+		`courier_outbox_pending unless ignoring (grup) courier_outbox_breaker_state`,
+		`courier_consumer_lag * on (group) group_left (reason) courier_consumer_inflight`,
+		`sum by (topic) (courier_outbox_pending)`,
+	} {
+		if problems := unknownNames(metrics, bad); len(problems) != 1 {
+			t.Errorf("unknownNames(%q) = %q, want one problem", bad, problems)
 		}
 	}
 }
@@ -428,7 +478,7 @@ func TestMonitoringChartsEveryMetric(t *testing.T) {
 	series := registered(t)
 	charted := map[string]bool{}
 	for _, q := range dashboardQueries(t, readDashboard(t)) {
-		sels, err := promqlSelectors(q.expr)
+		sels, _, err := promqlSelectors(q.expr)
 		if err != nil {
 			t.Fatalf("%s: %v", q.where, err)
 		}

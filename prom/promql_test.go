@@ -30,20 +30,20 @@ var promqlLabelLists = map[string]bool{
 	"by": true, "without": true, "on": true, "ignoring": true, "group_left": true, "group_right": true,
 }
 
-// promqlSelectors returns the vector selectors of expr in order. It lexes
-// rather than parses: it finds the metric names of a valid expression
-// (promtool checks validity) without a PromQL parser, skipping strings,
-// numbers and durations, Grafana variables, ranges, label lists and the
-// names of functions and keywords.
-func promqlSelectors(expr string) ([]selector, error) {
+// promqlSelectors returns the vector selectors of expr in order, and the
+// label names of its by, without, on, ignoring, group_left and
+// group_right clauses in order. It lexes rather than parses: it finds the
+// metric and label names of a valid expression (promtool checks validity)
+// without a PromQL parser, skipping strings, numbers and durations,
+// Grafana variables, ranges and the names of functions and keywords.
+func promqlSelectors(expr string) (sels []selector, clauses []string, err error) {
 	l := &promqlLexer{s: expr}
-	var out []selector
 	for l.skipSpace(); l.i < len(l.s); l.skipSpace() {
 		c := l.s[l.i]
 		switch {
 		case c == '"' || c == '\'' || c == '`':
 			if err := l.skipString(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case c == '#': // a comment, to the end of the line
 			for l.i < len(l.s) && l.s[l.i] != '\n' {
@@ -57,20 +57,20 @@ func promqlSelectors(expr string) ([]selector, error) {
 			}
 		case c == '$': // a Grafana variable: $job, ${job}, $__rate_interval
 			if err := l.skipVariable(); err != nil {
-				return nil, err
+				return nil, nil, err
 			}
 		case c == '[': // a range or a subquery: durations only
 			end := strings.IndexByte(l.s[l.i:], ']')
 			if end < 0 {
-				return nil, fmt.Errorf("unclosed [ at %d in %q", l.i, expr)
+				return nil, nil, fmt.Errorf("unclosed [ at %d in %q", l.i, expr)
 			}
 			l.i += end + 1
 		case c == '{':
 			labels, err := l.matchers()
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			out = append(out, selector{labels: labels})
+			sels = append(sels, selector{labels: labels})
 		case isNameStart(c):
 			word := l.name()
 			l.skipSpace()
@@ -78,10 +78,12 @@ func promqlSelectors(expr string) ([]selector, error) {
 			lower := strings.ToLower(word)
 			switch {
 			case promqlLabelLists[lower]:
-				if next == '(' {
-					if err := l.skipParens(); err != nil {
-						return nil, err
+				if next == '(' { // group_left and group_right may stand alone
+					labels, err := l.labelList()
+					if err != nil {
+						return nil, nil, err
 					}
+					clauses = append(clauses, labels...)
 				}
 			case next == '(' || promqlKeywords[lower]:
 				// A function, an aggregation or a keyword.
@@ -90,16 +92,16 @@ func promqlSelectors(expr string) ([]selector, error) {
 				if next == '{' {
 					var err error
 					if s.labels, err = l.matchers(); err != nil {
-						return nil, err
+						return nil, nil, err
 					}
 				}
-				out = append(out, s)
+				sels = append(sels, s)
 			}
 		default:
 			l.i++
 		}
 	}
-	return out, nil
+	return sels, clauses, nil
 }
 
 type promqlLexer struct {
@@ -161,47 +163,52 @@ func (l *promqlLexer) skipVariable() error {
 	return nil
 }
 
-// skipParens skips a parenthesised list of label names.
-func (l *promqlLexer) skipParens() error {
-	end := strings.IndexByte(l.s[l.i:], ')')
-	if end < 0 {
-		return fmt.Errorf("unclosed ( at %d in %q", l.i, l.s)
-	}
-	l.i += end + 1
-	return nil
+// labelList reads a parenthesised list of label names, (a, b), and
+// returns them.
+func (l *promqlLexer) labelList() ([]string, error) {
+	return l.labels(')', func() error { return nil })
 }
 
 // matchers reads {name op "value", …} and returns the label names.
 func (l *promqlLexer) matchers() ([]string, error) {
-	start := l.i
-	l.i++ // {
-	var labels []string
-	for {
-		l.skipSpace()
-		switch l.byteAt(l.i) {
-		case '}':
-			l.i++
-			return labels, nil
-		case ',':
-			l.i++
-			continue
-		case 0:
-			return nil, fmt.Errorf("unclosed { at %d in %q", start, l.s)
-		}
-		name := l.name()
-		if name == "" {
-			return nil, fmt.Errorf("want a label name at %d in %q", l.i, l.s)
-		}
-		labels = append(labels, name)
+	return l.labels('}', func() error {
 		l.skipSpace()
 		for strings.IndexByte("=!~", l.byteAt(l.i)) >= 0 && l.i < len(l.s) {
 			l.i++
 		}
 		l.skipSpace()
 		if c := l.byteAt(l.i); c != '"' && c != '\'' && c != '`' {
-			return nil, fmt.Errorf("want a quoted label value at %d in %q", l.i, l.s)
+			return fmt.Errorf("want a quoted label value at %d in %q", l.i, l.s)
 		}
-		if err := l.skipString(); err != nil {
+		return l.skipString()
+	})
+}
+
+// labels reads a list that opens at l.i and ends with closer, of items
+// separated by commas, each a label name and then what rest reads; it
+// returns the label names.
+func (l *promqlLexer) labels(closer byte, rest func() error) ([]string, error) {
+	start := l.i
+	l.i++ // ( or {
+	var labels []string
+	for {
+		l.skipSpace()
+		switch l.byteAt(l.i) {
+		case closer:
+			l.i++
+			return labels, nil
+		case ',':
+			l.i++
+			continue
+		case 0:
+			return nil, fmt.Errorf("unclosed %c at %d in %q", l.s[start], start, l.s)
+		}
+		name := l.name()
+		if name == "" {
+			return nil, fmt.Errorf("want a label name at %d in %q", l.i, l.s)
+		}
+		labels = append(labels, name)
+		if err := rest(); err != nil {
 			return nil, err
 		}
 	}
@@ -213,34 +220,36 @@ func isNameByte(c byte) bool  { return isNameStart(c) || isDigit(c) }
 
 func TestMonitoringPromQLSelectors(t *testing.T) {
 	for _, tc := range []struct {
-		expr string
-		want []selector
+		expr    string
+		want    []selector
+		clauses []string
 	}{
-		{`courier_outbox_pending`, []selector{{metric: "courier_outbox_pending"}}},
+		{`courier_outbox_pending`, []selector{{metric: "courier_outbox_pending"}}, nil},
 		{`max by (job, table) (courier_outbox_oldest_pending_age_seconds{job=~"$job"}) > 300`,
-			[]selector{{"courier_outbox_oldest_pending_age_seconds", []string{"job"}}}},
+			[]selector{{"courier_outbox_oldest_pending_age_seconds", []string{"job"}}}, []string{"job", "table"}},
 		{`histogram_quantile(0.99, sum by (le, topic) (rate(a_bucket{op="}", x!~'\'{'}[$__rate_interval])))`,
-			[]selector{{"a_bucket", []string{"op", "x"}}}},
+			[]selector{{"a_bucket", []string{"op", "x"}}}, []string{"le", "topic"}},
 		{`SUM(rate(a_total[5m:1m] @ start())) BY (le) / ignoring(op) group_left(topic) b:rule`,
-			[]selector{{metric: "a_total"}, {metric: "b:rule"}}},
-		{"a unless a offset 10m or count_values(\"v\", c) # d_total", []selector{{metric: "a"}, {metric: "a"}, {metric: "c"}}},
-		{`sum without (instance) (x) > bool 1e3 * .5 + 0x1F and on (job) ${y}`, []selector{{metric: "x"}}},
-		{`label_replace(m{topic=~".+\\.retry\\..+"}, "dst", "$1", "src", "(.*)")`, []selector{{"m", []string{"topic"}}}},
-		{`{__name__=~"courier_.+", job="a"}`, []selector{{labels: []string{"__name__", "job"}}}},
-		{`courier_x{job="a",}`, []selector{{"courier_x", []string{"job"}}}},
+			[]selector{{metric: "a_total"}, {metric: "b:rule"}}, []string{"le", "op", "topic"}},
+		{"a unless a offset 10m or count_values(\"v\", c) # d_total", []selector{{metric: "a"}, {metric: "a"}, {metric: "c"}}, nil},
+		{`sum without (instance) (x) > bool 1e3 * .5 + 0x1F and on (job) ${y}`, []selector{{metric: "x"}}, []string{"instance", "job"}},
+		{`a * on() group_left b and on(job,instance,) c`, []selector{{metric: "a"}, {metric: "b"}, {metric: "c"}}, []string{"job", "instance"}},
+		{`label_replace(m{topic=~".+\\.retry\\..+"}, "dst", "$1", "src", "(.*)")`, []selector{{"m", []string{"topic"}}}, nil},
+		{`{__name__=~"courier_.+", job="a"}`, []selector{{labels: []string{"__name__", "job"}}}, nil},
+		{`courier_x{job="a",}`, []selector{{"courier_x", []string{"job"}}}, nil},
 	} {
-		got, err := promqlSelectors(tc.expr)
+		got, clauses, err := promqlSelectors(tc.expr)
 		if err != nil {
 			t.Errorf("promqlSelectors(%q): %v", tc.expr, err)
 			continue
 		}
-		if !reflect.DeepEqual(got, tc.want) {
-			t.Errorf("promqlSelectors(%q) = %+v, want %+v", tc.expr, got, tc.want)
+		if !reflect.DeepEqual(got, tc.want) || !reflect.DeepEqual(clauses, tc.clauses) {
+			t.Errorf("promqlSelectors(%q) = %+v, %q, want %+v, %q", tc.expr, got, clauses, tc.want, tc.clauses)
 		}
 	}
-	for _, bad := range []string{`x{a="b"`, `x{a="b}`, `"open`, `x{a=b}`, `rate(x[5m)`, `sum by (le x`} {
-		if got, err := promqlSelectors(bad); err == nil {
-			t.Errorf("promqlSelectors(%q) = %+v, want an error", bad, got)
+	for _, bad := range []string{`x{a="b"`, `x{a="b}`, `"open`, `x{a=b}`, `rate(x[5m)`, `sum by (le x`, `sum by (le, "x") (y)`} {
+		if got, clauses, err := promqlSelectors(bad); err == nil {
+			t.Errorf("promqlSelectors(%q) = %+v, %q, want an error", bad, got, clauses)
 		}
 	}
 }
