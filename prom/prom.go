@@ -222,6 +222,11 @@ func groupHints(kind, config, group string, tenants bool) (collide, differ strin
 	return collide, differ
 }
 
+// Validate returns the error NewRelayMetrics returns for c's own faults
+// (matching ErrInvalidConfig), nil when it has none, so that a caller can
+// refuse a config before it connects to anything.
+func (c Config) Validate() error { return c.WithDefaults().validate() }
+
 // validate refuses what c, its defaults applied, cannot run with.
 func (c Config) validate() error {
 	if err := validLabel("Table", c.Table); err != nil {

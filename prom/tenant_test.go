@@ -104,7 +104,8 @@ func TestNoTenantLabelByDefault(t *testing.T) {
 
 // TestInvalidTenantsAreRefused: an empty tenant, "other", a value that
 // is not UTF-8, a tenant listed twice and too long a list are refused,
-// naming the entry, and nothing is registered.
+// naming the entry, by the constructors and by Config.Validate, and
+// nothing is registered.
 func TestInvalidTenantsAreRefused(t *testing.T) {
 	t.Parallel()
 	tooMany := make([]string, prom.MaxTenants+1)
@@ -124,7 +125,7 @@ func TestInvalidTenantsAreRefused(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		_, errRelay := prom.NewRelayMetrics(reg, prom.Config{Tenants: tc.tenants})
 		_, errConsumer := prom.NewConsumerMetrics(reg, prom.ConsumerConfig{Tenants: tc.tenants})
-		for _, err := range []error{errRelay, errConsumer} {
+		for _, err := range []error{errRelay, errConsumer, prom.Config{Tenants: tc.tenants}.Validate()} {
 			if !errors.Is(err, prom.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Tenants %.40q: %v, want ErrInvalidConfig saying %q", tc.tenants, err, tc.want)
 			}

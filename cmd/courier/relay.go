@@ -103,6 +103,14 @@ func (f *relayFlags) validate() error {
 	if f.retention < 0 || f.retention > producer.MaxRetention {
 		return usageError{fmt.Errorf("--retention %v: use a positive duration up to %v such as 168h, or 0 to keep published events forever", f.retention, producer.MaxRetention)}
 	}
+	// The list's entries lose the spaces around them, which a list in
+	// COURIER_METRICS_TENANTS ("acme, globex") keeps.
+	for i, tenant := range f.metricsTenants {
+		f.metricsTenants[i] = strings.TrimSpace(tenant)
+	}
+	if err := (prom.Config{Tenants: f.metricsTenants}).Validate(); err != nil {
+		return usageError{fmt.Errorf("--metrics-tenants: %w", err)}
+	}
 	return f.webhook.validate()
 }
 
