@@ -4,8 +4,6 @@ import (
 	"context"
 	"strings"
 	"time"
-	"unicode"
-	"unicode/utf8"
 	"unsafe"
 
 	"github.com/IBM/sarama"
@@ -132,7 +130,7 @@ func setMessage(m *Message, msg *sarama.ConsumerMessage) (traced bool) {
 			traced = true
 		}
 	}
-	if !validTenant(tenant) {
+	if !ceheader.ValidTenantBytes(tenant) {
 		tenant = nil
 	}
 	// One string for all: a message usually has several, and this is the
@@ -147,20 +145,4 @@ func setMessage(m *Message, msg *sarama.ConsumerMessage) (traced bool) {
 		m.ID, m.CorrelationID, m.TenantID = all[:len(id)], all[len(id):len(id)+len(corr)], all[len(id)+len(corr):]
 	}
 	return traced
-}
-
-// validTenant reports whether a ce_tenantid value can be a TenantID: at
-// most ceheader.MaxAttributeBytes of UTF-8 without control characters.
-// The tenant ends up in logs and metric labels, so a value from Kafka that
-// could not be one counts as none.
-func validTenant(b []byte) bool {
-	if len(b) > ceheader.MaxAttributeBytes || !utf8.Valid(b) {
-		return false
-	}
-	for _, r := range string(b) {
-		if unicode.IsControl(r) {
-			return false
-		}
-	}
-	return true
 }

@@ -396,8 +396,15 @@ func (e Envelope) Original() (Original, error) {
 
 // TenantID is the tenant of the original record: the value of its
 // ce_tenantid header (the last one, as in OriginalHeaders), "" when it
-// has none or its value is not UTF-8. Filter.TenantID matches it.
-func (e Envelope) TenantID() string { return e.OriginalHeaders[ceheader.TenantID] }
+// has none or its value cannot be a tenant (not UTF-8, a control
+// character, more than 2048 bytes), as the consumer counts it.
+// Filter.TenantID matches it.
+func (e Envelope) TenantID() string {
+	if tenant := e.OriginalHeaders[ceheader.TenantID]; ceheader.ValidTenant(tenant) {
+		return tenant
+	}
+	return ""
+}
 
 // OriginalValue restores the original value byte for byte: nil for a
 // tombstone, empty for an empty value. original_message is returned

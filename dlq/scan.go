@@ -8,10 +8,10 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/IBM/sarama"
 
+	"github.com/courierkit/courier/internal/ceheader"
 	"github.com/courierkit/courier/internal/groupname"
 )
 
@@ -118,8 +118,9 @@ func (f Filter) matchPlace(partition int32, offset int64) bool {
 
 // Validate names what is wrong with f: a negative partition or offset, an
 // empty offset or time range, an unknown ErrorKind, an invalid
-// ConsumerGroup, a TenantID that is not UTF-8 (no header value in the
-// envelope's view is). Scan, Get and Replay call it; a caller that builds a
+// ConsumerGroup, a TenantID that is not a tenant (Envelope.TenantID never
+// returns one that is not UTF-8, holds a control character or is longer
+// than 2048 bytes). Scan, Get and Replay call it; a caller that builds a
 // filter from a form calls it to refuse one before acting on it.
 func (f Filter) Validate() error {
 	switch {
@@ -134,8 +135,9 @@ func (f Filter) Validate() error {
 	case f.ErrorKind != "" && f.ErrorKind != KindRetriesExhausted && f.ErrorKind != KindPermanent:
 		return fmt.Errorf("dlq: ErrorKind %q is no error kind; use %q or %q (or leave it empty for both)",
 			short(string(f.ErrorKind)), KindRetriesExhausted, KindPermanent)
-	case !utf8.ValidString(f.TenantID):
-		return fmt.Errorf("dlq: TenantID %.64q is not valid UTF-8, so no dead letter matches it", f.TenantID)
+	case f.TenantID != "" && !ceheader.ValidTenant(f.TenantID):
+		return fmt.Errorf("dlq: TenantID %.64q is not a tenant (UTF-8, at most %d bytes, no control characters), so no dead letter matches it",
+			f.TenantID, ceheader.MaxAttributeBytes)
 	}
 	if err := groupname.Validate(f.ConsumerGroup); err != nil {
 		return fmt.Errorf("dlq: ConsumerGroup %q %w", short(f.ConsumerGroup), err)

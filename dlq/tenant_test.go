@@ -3,6 +3,7 @@ package dlq_test
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -99,15 +100,45 @@ func TestReplayedRecordKeepsItsTenant(t *testing.T) {
 	}
 }
 
-// TestFilterRefusesATenantThatIsNotUTF8: no envelope holds such a tenant,
-// so Validate says so rather than let a scan find nothing.
-func TestFilterRefusesATenantThatIsNotUTF8(t *testing.T) {
+// TestFilterRefusesWhatIsNoTenant: no envelope has a tenant that is not
+// UTF-8, holds a control character or is longer than 2048 bytes, so
+// Validate says so rather than let a scan find nothing.
+func TestFilterRefusesWhatIsNoTenant(t *testing.T) {
 	t.Parallel()
-	err := dlq.Filter{TenantID: "acme\xff"}.Validate()
-	if err == nil || !strings.Contains(err.Error(), `TenantID "acme\xff" is not valid UTF-8`) {
-		t.Errorf("Validate: %v, want TenantID named as not UTF-8", err)
+	for _, tenant := range []string{"acme\xff", "acme\x1b[31m", "acme\u0085", strings.Repeat("t", 2049)} {
+		err := dlq.Filter{TenantID: tenant}.Validate()
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("TenantID %.64q is not a tenant", tenant)) {
+			t.Errorf("Validate of TenantID %.40q: %v, want it named as no tenant", tenant, err)
+		}
 	}
-	if err := (dlq.Filter{TenantID: "acme-ü"}).Validate(); err != nil {
-		t.Errorf("Validate of a UTF-8 tenant: %v", err)
+	for _, tenant := range []string{"acme-ü", strings.Repeat("t", 2048)} {
+		if err := (dlq.Filter{TenantID: tenant}).Validate(); err != nil {
+			t.Errorf("Validate of tenant %.40q: %v", tenant, err)
+		}
+	}
+}
+
+// TestEnvelopeTenantIsTheConsumers: a ce_tenantid the consumer counts as
+// no tenant (a control character, more than 2048 bytes) is no tenant of
+// the envelope either, while OriginalHeaders keep it; 2048 bytes are one.
+func TestEnvelopeTenantIsTheConsumers(t *testing.T) {
+	t.Parallel()
+	long := strings.Repeat("t", 2048)
+	for value, want := range map[string]string{
+		"acme":               "acme",
+		long:                 long,
+		long + "t":           "",
+		"acme\x1b]0;pwn\x07": "",
+		"acme\x00":           "",
+		"acme\u0085":         "",
+		"acme\n":             "",
+	} {
+		env := tenantLetter(t, "ce_tenantid", value)
+		if got := env.TenantID(); got != want {
+			t.Errorf("ce_tenantid %.40q: TenantID %.40q, want %.40q", value, got, want)
+		}
+		if env.OriginalHeaders["ce_tenantid"] != value {
+			t.Errorf("ce_tenantid %.40q: OriginalHeaders hold %.40q, want it kept", value, env.OriginalHeaders["ce_tenantid"])
+		}
 	}
 }

@@ -86,7 +86,8 @@ func (a *Admin) CountByTenant(ctx context.Context, top int) (TenantCounts, error
 
 // countByTenantSQL counts the events of the queue, the waiting and the
 // dead-lettered tables per tenant (NULL for none; Enqueue stores "" as
-// NULL), ranks the tenants by events waiting, then by dead letters, then
+// NULL, and the "" of a row that other SQL wrote counts as NULL too, so
+// the events without a tenant are one row), ranks the tenants by events waiting, then by dead letters, then
 // by name, and returns the first $1 and one row summing the others (when
 // there are others), in rank order.
 const countByTenantSQL = `
@@ -98,8 +99,8 @@ WITH per AS (
     UNION ALL
     SELECT tenant_id, 0, 0, count(*) FROM {dead} GROUP BY tenant_id
 ), tenants AS (
-    SELECT tenant_id, sum(pending)::bigint AS pending, sum(failed)::bigint AS failed, sum(dead)::bigint AS dead
-    FROM per GROUP BY tenant_id
+    SELECT NULLIF(tenant_id, '') AS tenant_id, sum(pending)::bigint AS pending, sum(failed)::bigint AS failed, sum(dead)::bigint AS dead
+    FROM per GROUP BY 1
 ), ranked AS (
     SELECT *, row_number() OVER (ORDER BY pending + failed DESC, dead DESC, tenant_id NULLS FIRST) AS rank FROM tenants
 )

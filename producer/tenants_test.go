@@ -76,6 +76,34 @@ func TestCountByTenantIsBoundedWhateverTheTenants(t *testing.T) {
 	}
 }
 
+// TestCountByTenantCountsAnEmptyTenantAsNone: an empty tenant_id that
+// other SQL wrote (Enqueue stores NULL) counts with the events without a
+// tenant, in one row, whatever table holds them.
+func TestCountByTenantCountsAnEmptyTenantAsNone(t *testing.T) {
+	t.Parallel()
+	f := newConsoleFixture(t)
+	ctx := context.Background()
+	for _, sql := range []string{
+		`UPDATE courier_outbox SET tenant_id = '' WHERE tenant_id = 'acme'`,
+		`UPDATE courier_outbox_dead SET tenant_id = NULL WHERE tenant_id = 'globex'`,
+	} {
+		if tag, err := f.pg.Pool.Exec(ctx, sql); err != nil || tag.RowsAffected() != 1 {
+			t.Fatalf("%s: %v rows, %v", sql, tag.RowsAffected(), err)
+		}
+	}
+	got, err := f.admin.CountByTenant(ctx, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := producer.TenantCounts{Top: []producer.TenantCount{
+		{Pending: 1, DeadLettered: 1},
+		{TenantID: "acme", Failed: 1, DeadLettered: 1},
+	}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("CountByTenant(10) = %+v, want %+v: one row without a tenant", got, want)
+	}
+}
+
 // TestCountByTenantRefusesATopOutOfRange: the top is 1 to MaxTopTenants,
 // checked before any SQL.
 func TestCountByTenantRefusesATopOutOfRange(t *testing.T) {

@@ -89,7 +89,8 @@ var (
 // NewConsumerMetrics creates the consumer's metrics and registers them on
 // reg. It returns an error, and registers nothing, if cfg is invalid or a
 // metric cannot be registered, typically because reg already holds the
-// metrics of a consumer with the same ConsumerConfig.Group.
+// metrics of a consumer with the same ConsumerConfig.Group, or of one that
+// differs in whether Group or Tenants is set (see the package doc).
 func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*ConsumerMetrics, error) {
 	if err := checkRegisterer(reg); err != nil {
 		return nil, err
@@ -113,7 +114,8 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*Consume
 			"Records of a partition held by this consumer after the last one whose offset was marked, from the high-water mark of the last fetch.", LabelTopic, LabelPartition),
 		tenants: tl,
 	}
-	err := register(reg, f.all, groupHint("ConsumerMetrics", "ConsumerConfig", cfg.Group))
+	collide, differ := groupHints("ConsumerMetrics", "ConsumerConfig", cfg.Group, true)
+	err := register(reg, f.all, collide, differ)
 	if err != nil {
 		return nil, err
 	}

@@ -105,7 +105,8 @@ func NewDedupeMetrics(reg prometheus.Registerer, cfg DedupeConfig) (*DedupeMetri
 		m.opErrors[i] = m.errors.WithLabelValues(string(op))
 		m.opSeconds[i] = m.seconds.WithLabelValues(string(op))
 	}
-	err := register(reg, f.all, groupHint("DedupeMetrics", "DedupeConfig", cfg.Group))
+	collide, differ := groupHints("DedupeMetrics", "DedupeConfig", cfg.Group, false)
+	err := register(reg, f.all, collide, differ)
 	if err != nil {
 		return nil, err
 	}

@@ -77,6 +77,13 @@
 // has at most len(Tenants)+1 series per topic, however many tenants the
 // events carry. Without a list (the default) there is no tenant label.
 //
+// Metrics sets on one registry may list different tenants (two consumer
+// groups, each its own), but every RelayMetrics on a registry must agree
+// on whether Config.Tenants is set, and every ConsumerMetrics on whether
+// ConsumerConfig.Tenants is: the tenant label changes a counter's label
+// names, and Prometheus wants the same label names for every metric of one
+// name. The constructor that disagrees returns an error naming Tenants.
+//
 // # Several relays in one process
 //
 // Relays that drain different outbox tables can share a registry when each
@@ -199,14 +206,26 @@ func groupLabels(group string) prometheus.Labels {
 	return prometheus.Labels{LabelGroup: group}
 }
 
-// groupHint says how to fix a collision of the metrics of one consumer
-// group (kind, configured by config) on a registry.
-func groupHint(kind, config, group string) string {
-	if group == "" {
-		return "give each consumer its own registry or a distinct " + config + ".Group"
+// groupHints say how to fix a failed registration of the metrics of one
+// consumer group (kind, configured by config) for register: collide when
+// the same metrics are registered, differ when their label names differ,
+// from Group and, if the config has it, Tenants.
+func groupHints(kind, config, group string, tenants bool) (collide, differ string) {
+	collide = "give each consumer its own registry or a distinct " + config + ".Group"
+	if group != "" {
+		collide = fmt.Sprintf("another %s with Group %q is registered; give each consumer a distinct %s.Group", kind, group, config)
 	}
-	return fmt.Sprintf("another %s with Group %q is registered; give each consumer a distinct %s.Group", kind, group, config)
+	differ = fmt.Sprintf("a %s with other label names is registered; every %s on one registry must agree on whether %s.Group is set", kind, kind, config)
+	if tenants {
+		differ += fmt.Sprintf(" and on whether %s.Tenants is set (the lists may differ)", config)
+	}
+	return collide, differ
 }
+
+// Validate returns the error NewRelayMetrics returns for c's own faults
+// (matching ErrInvalidConfig), nil when it has none, so that a caller can
+// refuse a config before it connects to anything.
+func (c Config) Validate() error { return c.WithDefaults().validate() }
 
 // validate refuses what c, its defaults applied, cannot run with.
 func (c Config) validate() error {
@@ -287,12 +306,19 @@ func (f *family) histogramVec(name, help string, labels ...string) *prometheus.H
 }
 
 // register registers every collector, or none: on a failure it
-// unregisters those already registered and returns an error ending in hint.
-func register(reg prometheus.Registerer, collectors []named, hint string) error {
+// unregisters those already registered and returns an error ending in a
+// hint: collide when reg holds the same metric with the same constant
+// labels (a prometheus.AlreadyRegisteredError), differ when it holds one of
+// the same name with other label names.
+func register(reg prometheus.Registerer, collectors []named, collide, differ string) error {
 	for i, c := range collectors {
 		if err := reg.Register(c.c); err != nil {
 			for _, done := range collectors[:i] {
 				reg.Unregister(done.c)
+			}
+			hint := differ
+			if errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+				hint = collide
 			}
 			return fmt.Errorf("prom: registering %s: %w (%s)", c.name, err, hint)
 		}
@@ -369,11 +395,12 @@ func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, erro
 		tenants: tl,
 	}
 
-	hint := "give each relay its own registry or a distinct Config.Table"
+	collide := "give each relay its own registry or a distinct Config.Table"
 	if cfg.Table != "" {
-		hint = fmt.Sprintf("another RelayMetrics with Table %q is registered; give each relay a distinct Config.Table", cfg.Table)
+		collide = fmt.Sprintf("another RelayMetrics with Table %q is registered; give each relay a distinct Config.Table", cfg.Table)
 	}
-	err := register(reg, f.all, hint)
+	const differ = "a RelayMetrics with other label names is registered; every RelayMetrics on one registry must agree on whether Config.Table is set and on whether Config.Tenants is set (the lists may differ)"
+	err := register(reg, f.all, collide, differ)
 	if err != nil {
 		return nil, err
 	}

@@ -73,12 +73,14 @@ func (t *tenantLabel) names(labels ...string) []string {
 }
 
 // help returns the help of a counter, saying what the tenant label holds
-// when on.
+// when on. It is the same for every list: Prometheus refuses a second
+// metric of one name whose help differs, so two metrics sets on one
+// registry with different lists (two consumer groups, say) would collide.
 func (t *tenantLabel) help(help string) string {
 	if t == nil {
 		return help
 	}
-	return help + fmt.Sprintf(" The tenant label holds the %d tenants listed in the config; any other, and none, is %q.", len(t.listed), TenantOther)
+	return help + " The tenant label holds the tenants listed in the config; any other, and none, is \"" + TenantOther + "\"."
 }
 
 // values returns the label values of a counter: values, and the value of

@@ -104,7 +104,8 @@ func TestNoTenantLabelByDefault(t *testing.T) {
 
 // TestInvalidTenantsAreRefused: an empty tenant, "other", a value that
 // is not UTF-8, a tenant listed twice and too long a list are refused,
-// naming the entry, and nothing is registered.
+// naming the entry, by the constructors and by Config.Validate, and
+// nothing is registered.
 func TestInvalidTenantsAreRefused(t *testing.T) {
 	t.Parallel()
 	tooMany := make([]string, prom.MaxTenants+1)
@@ -124,7 +125,7 @@ func TestInvalidTenantsAreRefused(t *testing.T) {
 		reg := prometheus.NewRegistry()
 		_, errRelay := prom.NewRelayMetrics(reg, prom.Config{Tenants: tc.tenants})
 		_, errConsumer := prom.NewConsumerMetrics(reg, prom.ConsumerConfig{Tenants: tc.tenants})
-		for _, err := range []error{errRelay, errConsumer} {
+		for _, err := range []error{errRelay, errConsumer, prom.Config{Tenants: tc.tenants}.Validate()} {
 			if !errors.Is(err, prom.ErrInvalidConfig) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Tenants %.40q: %v, want ErrInvalidConfig saying %q", tc.tenants, err, tc.want)
 			}
@@ -132,5 +133,49 @@ func TestInvalidTenantsAreRefused(t *testing.T) {
 		if families, _ := reg.Gather(); len(families) != 0 {
 			t.Errorf("Tenants %.40q registered %d metrics", tc.tenants, len(families))
 		}
+	}
+}
+
+// TestTenantListsMayDifferOnOneRegistry: two consumer groups on one
+// registry, each listing its own tenants, register and count apart; a
+// third without tenants differs in label names and is refused with an
+// error that names Tenants.
+func TestTenantListsMayDifferOnOneRegistry(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	orders, err := prom.NewConsumerMetrics(reg, prom.ConsumerConfig{Group: "orders", Tenants: []string{"acme"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	billing, err := prom.NewConsumerMetrics(reg, prom.ConsumerConfig{Group: "billing", Tenants: []string{"globex", "initech"}})
+	if err != nil {
+		t.Fatalf("a second group with another tenant list: %v", err)
+	}
+	orders.TenantMessage("orders", "acme", consumer.OutcomeHandled)
+	billing.TenantMessage("orders", "initech", consumer.OutcomeHandled)
+	got := series(t, reg)
+	for _, key := range []string{
+		`courier_consumer_messages_total{group="orders",outcome="handled",tenant="acme",topic="orders"}`,
+		`courier_consumer_messages_total{group="billing",outcome="handled",tenant="initech",topic="orders"}`,
+	} {
+		if got[key] != 1 {
+			t.Errorf("%s = %v, want 1", key, got[key])
+		}
+	}
+
+	_, err = prom.NewConsumerMetrics(reg, prom.ConsumerConfig{Group: "audit"})
+	if err == nil || !strings.Contains(err.Error(), "ConsumerConfig.Tenants") || strings.Contains(err.Error(), "another ConsumerMetrics") {
+		t.Errorf("a group without tenants next to groups with: %v, want an error naming ConsumerConfig.Tenants", err)
+	}
+	relayReg := prometheus.NewRegistry()
+	if _, err := prom.NewRelayMetrics(relayReg, prom.Config{Table: "a.outbox", Tenants: []string{"acme"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := prom.NewRelayMetrics(relayReg, prom.Config{Table: "b.outbox", Tenants: []string{"globex"}}); err != nil {
+		t.Errorf("a second relay table with another tenant list: %v", err)
+	}
+	_, err = prom.NewRelayMetrics(relayReg, prom.Config{Table: "c.outbox"})
+	if err == nil || !strings.Contains(err.Error(), "Config.Tenants") || strings.Contains(err.Error(), "another RelayMetrics") {
+		t.Errorf("a relay table without tenants next to tables with: %v, want an error naming Config.Tenants", err)
 	}
 }

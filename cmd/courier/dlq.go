@@ -129,8 +129,8 @@ func (f *dlqFilterFlags) filter(now time.Time) (dlq.Filter, error) {
 	if err := retrytopics.ValidGroup(f.consumerGroup); err != nil {
 		return dlq.Filter{}, usageError{fmt.Errorf("--consumer-group %w", err)}
 	}
-	if !utf8.ValidString(f.tenant) {
-		return dlq.Filter{}, usageError{fmt.Errorf("--tenant %.64q is not valid UTF-8, so no dead letter matches it", f.tenant)}
+	if err := (dlq.Filter{TenantID: f.tenant}).Validate(); err != nil {
+		return dlq.Filter{}, usageError{fmt.Errorf("--tenant: %w", err)}
 	}
 	return dlq.Filter{
 		OriginalTopic: f.originalTopic, Key: f.key, ErrorContains: f.errorContains, ErrorKind: dlq.ErrorKind(f.errorKind), ConsumerGroup: f.consumerGroup,

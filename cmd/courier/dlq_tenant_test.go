@@ -51,8 +51,10 @@ func TestDLQTenantFilter(t *testing.T) {
 		}
 	}
 
-	code, _, errOut = courier(t, f.args("dlq", "list", f.dlqName, "--tenant", "acme\xff")...)
-	if code != exitUsage || !strings.Contains(errOut, `--tenant \"acme\\xff\" is not valid UTF-8`) {
-		t.Errorf("dlq list with a tenant that is not UTF-8: exit %d\n%s", code, errOut)
+	for _, tenant := range []string{"acme\xff", "acme\x1b[2J", strings.Repeat("t", 2049)} {
+		code, _, errOut = courier(t, f.args("dlq", "list", f.dlqName, "--tenant", tenant)...)
+		if code != exitUsage || !strings.Contains(errOut, "--tenant: dlq: TenantID") || !strings.Contains(errOut, "is not a tenant") {
+			t.Errorf("dlq list --tenant %.40q, which is no tenant: exit %d, want %d naming the flag\n%s", tenant, code, exitUsage, errOut)
+		}
 	}
 }

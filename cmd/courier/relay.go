@@ -58,7 +58,8 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs.BoolVar(&f.holdKey, "hold-key-on-dead-letter", false, "keep a key's later events waiting behind its dead-lettered event until it is requeued or purged")
 	fs.DurationVar(&f.retention, "retention", producer.DefaultRetention, "how long published events stay in the history (whole days are dropped: a day's events go once all of it is past); 0 keeps them forever")
 	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", producer.DefaultCleanupInterval, "how often the relay makes the history's day partitions ahead and drops those past --retention")
-	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", producer.DefaultShutdownTimeout, "how long the batch in flight may take to finish after SIGINT or SIGTERM")
+	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", producer.DefaultShutdownTimeout, "how long the batch in flight may take to finish after SIGINT or SIGTERM; with --webhook-url the queued notifications then get as long again (at most 1m), "+
+		"so give the process (Kubernetes' terminationGracePeriodSeconds) more than this plus that drain")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address, e.g. :9090 (empty: off)")
 	fs.StringSliceVar(&f.metricsTenants, "metrics-tenants", nil, fmt.Sprintf("tenants (ce_tenantid) that get their own value of a tenant label on the published, failed and dead-lettered counters, comma-separated; "+
 		"every other tenant counts as %q (at most %d; empty: no tenant label)", prom.TenantOther, prom.MaxTenants))
@@ -102,6 +103,14 @@ func (f *relayFlags) validate() error {
 	}
 	if f.retention < 0 || f.retention > producer.MaxRetention {
 		return usageError{fmt.Errorf("--retention %v: use a positive duration up to %v such as 168h, or 0 to keep published events forever", f.retention, producer.MaxRetention)}
+	}
+	// The list's entries lose the spaces around them, which a list in
+	// COURIER_METRICS_TENANTS ("acme, globex") keeps.
+	for i, tenant := range f.metricsTenants {
+		f.metricsTenants[i] = strings.TrimSpace(tenant)
+	}
+	if err := (prom.Config{Tenants: f.metricsTenants}).Validate(); err != nil {
+		return usageError{fmt.Errorf("--metrics-tenants: %w", err)}
 	}
 	return f.webhook.validate()
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,9 +11,9 @@ import (
 )
 
 // TestRelayMetricsTenants: with --metrics-tenants the relay's published
-// counter has a tenant label: a listed tenant its own value, every other
-// tenant and the events without one "other"; a tenant the list refuses is
-// a usage error naming the flag.
+// counter has a tenant label: a listed tenant its own value (the spaces
+// around an entry do not count), every other tenant and the events without
+// one "other".
 func TestRelayMetricsTenants(t *testing.T) {
 	t.Parallel()
 	o := newOutboxDB(t)
@@ -25,7 +26,7 @@ func TestRelayMetricsTenants(t *testing.T) {
 		o.enqueue(t, ev)
 	}
 	r := startRelay(t, append(o.flags(), "--brokers", strings.Join(k.Brokers, ","), "--metrics-addr", "127.0.0.1:0",
-		"--log-format", "json", "--metrics-tenants", "acme,initech")...)
+		"--log-format", "json", "--metrics-tenants", " acme , initech")...)
 	topicRecords(t, k, topic, len(events))
 	base := "http://" + waitLog(t, &r.stderr, "serving metrics")["addr"].(string)
 	want := []string{
@@ -49,9 +50,30 @@ func TestRelayMetricsTenants(t *testing.T) {
 	if strings.Contains(body, `tenant="globex"`) || strings.Contains(body, `tenant=""`) {
 		t.Errorf("an unlisted tenant has its own series:\n%s", body)
 	}
+}
 
-	code, _, errOut := courier(t, append([]string{"relay"}, append(o.flags(), "--brokers", strings.Join(k.Brokers, ","), "--metrics-tenants", "acme,other")...)...)
-	if code != exitUsage || !strings.Contains(errOut, "--metrics-tenants") {
-		t.Errorf("--metrics-tenants acme,other: exit %d, want %d naming the flag\n%s", code, exitUsage, errOut)
+// TestRelayMetricsTenantsRefused: a list the metrics refuse, from the flag
+// or from COURIER_METRICS_TENANTS, whose entries are trimmed first (so
+// " other" is "other"), is a usage error naming the flag, given before the
+// relay connects to PostgreSQL or Kafka (both unreachable here).
+func TestRelayMetricsTenantsRefused(t *testing.T) {
+	nowhere := []string{"relay", "--database-url", "postgres://app@127.0.0.1:1/shop?connect_timeout=1", "--brokers", "127.0.0.1:1"}
+	for _, tc := range []struct{ flag, env, want string }{
+		{flag: "acme,other", want: `Tenants[1] is "other"`},
+		{flag: "acme,,globex", want: "Tenants[1] is empty"},
+		{flag: "acme, acme", want: `Tenants[1] "acme" is listed twice`},
+		{env: "acme, other", want: `Tenants[1] is "other"`},
+		{env: "acme,\t", want: "Tenants[1] is empty"},
+	} {
+		args := nowhere
+		if tc.flag != "" {
+			args = append(slices.Clone(nowhere), "--metrics-tenants", tc.flag)
+		}
+		t.Setenv("COURIER_METRICS_TENANTS", tc.env)
+		code, _, errOut := courier(t, args...)
+		if code != exitUsage || !strings.Contains(errOut, "--metrics-tenants") || !strings.Contains(errOut, tc.want) {
+			t.Errorf("--metrics-tenants %q, COURIER_METRICS_TENANTS=%q: exit %d, want %d naming the flag and saying %q\n%s",
+				tc.flag, tc.env, code, exitUsage, tc.want, errOut)
+		}
 	}
 }

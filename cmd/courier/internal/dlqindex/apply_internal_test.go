@@ -2,10 +2,12 @@ package dlqindex
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/courierkit/courier/dlq"
+	"github.com/courierkit/courier/internal/ceheader"
 )
 
 // entries returns n readable entries of partition p from offset from, one
@@ -60,5 +62,34 @@ func TestRetentionForgetsTheValuesOfRecordsGone(t *testing.T) {
 	}
 	if it := before.item(&before.recs[5]); it.Error != "error 5" {
 		t.Errorf("the snapshot taken before retention reads %q, want \"error 5\"", it.Error)
+	}
+}
+
+// TestHostileTenantsAreNotKept: ce_tenantid values that are no tenant
+// (ceheader.ValidTenant: too long, control characters) count as none, so
+// the tenant table keeps none of them however many distinct ones arrive,
+// while the valid tenants beside them are kept and filtered on.
+func TestHostileTenantsAreNotKept(t *testing.T) {
+	x := New(nil, "orders.dlq")
+	at := time.Date(2026, 1, 16, 9, 0, 0, 0, time.UTC)
+	var recs []rec
+	for i := range 200 {
+		tenant := fmt.Sprintf("%d-%s", i, strings.Repeat("t", 64<<10))
+		if i%2 == 1 {
+			tenant = fmt.Sprintf("acme-%d\x1b[2J", i)
+		}
+		if i%50 == 0 {
+			tenant = "acme"
+		}
+		recs = append(recs, x.rec(dlq.Entry{Partition: 0, Offset: int64(i), Timestamp: at,
+			Envelope: dlq.Envelope{OriginalTopic: "orders", Error: "boom", ErrorKind: dlq.KindPermanent, FailedAt: at,
+				OriginalHeaders: map[string]string{ceheader.TenantID: tenant}}}))
+	}
+	x.apply([]dlq.Extent{{Partition: 0, From: 0, End: 200}}, recs, true, at)
+	if vals := x.tabs[colTenant].vals; len(vals) != 2 {
+		t.Errorf("the tenant table holds %d values, want 2: acme and \"\"", len(vals))
+	}
+	if s := x.Summary(dlq.Filter{TenantID: "acme"}); s.Total != 4 {
+		t.Errorf("Summary of tenant acme counts %d records, want 4", s.Total)
 	}
 }

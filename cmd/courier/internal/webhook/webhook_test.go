@@ -42,6 +42,7 @@ type hookServer struct {
 }
 
 type received struct {
+	at     time.Time // when the request arrived
 	header http.Header
 	body   []byte
 	user   string
@@ -56,7 +57,7 @@ func newHookServer(t *testing.T, answer func(i int, w http.ResponseWriter, r *ht
 		user, pass, _ := r.BasicAuth()
 		s.mu.Lock()
 		i := len(s.requests)
-		s.requests = append(s.requests, received{header: r.Header.Clone(), body: body, user: user, pass: pass})
+		s.requests = append(s.requests, received{at: time.Now(), header: r.Header.Clone(), body: body, user: user, pass: pass})
 		s.mu.Unlock()
 		select {
 		case s.arrived <- struct{}{}:
@@ -258,6 +259,37 @@ func TestWebhookRetriesServerErrors(t *testing.T) {
 	}
 }
 
+// TestWebhookWaitsTheRetryAfter: a 503 with Retry-After: 1 delays the
+// retry by at least that second, measured between the two requests at the
+// server, though Backoff alone would retry within milliseconds.
+func TestWebhookWaitsTheRetryAfter(t *testing.T) {
+	srv := newHookServer(t, func(i int, w http.ResponseWriter, _ *http.Request) {
+		if i == 0 {
+			w.Header().Set("Retry-After", "1")
+			w.WriteHeader(http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	})
+	var logs testkit.Buffer
+	cfg := config(srv.URL, &logs)
+	if cfg.Backoff.Max > 10*time.Millisecond {
+		t.Fatalf("Backoff.Max %v; the test needs a backoff far below the Retry-After", cfg.Backoff.Max)
+	}
+	n := newNotifier(t, cfg)
+	r := start(t, n)
+	n.OnDeadLetter(context.Background(), deadLetter("order-1", "refused"))
+	srv.waitRequests(t, 2)
+	r.stop(t)
+	got := srv.got()
+	if gap := got[1].at.Sub(got[0].at); gap < time.Second {
+		t.Errorf("the retry came %v after the 503, want at least its Retry-After of 1s", gap)
+	}
+	if s := n.Stats(); s != (webhook.Stats{Sent: 1}) {
+		t.Errorf("stats %+v, want one sent", s)
+	}
+}
+
 // TestWebhookGivesUpAfterTheRetries: a server that always fails gets the
 // first POST and Retries more, and the notification counts as failed.
 func TestWebhookGivesUpAfterTheRetries(t *testing.T) {
@@ -349,7 +381,13 @@ func TestWebhookHangingServerNeverBlocks(t *testing.T) {
 	if c := strings.Count(logs.String(), "webhook queue full"); c != 1 {
 		t.Errorf("the full queue was logged %d times, want once", c)
 	}
+	// The drain gives up on the hanging POST after DrainTimeout, not after
+	// the 60s stop allows.
+	stopping := time.Now()
 	r.stop(t)
+	if took := time.Since(stopping); took > 5*time.Second {
+		t.Errorf("Run returned %v after its context ended, want about DrainTimeout (%v)", took, cfg.DrainTimeout)
+	}
 	if s := n.Stats(); s.Abandoned != 11 {
 		t.Errorf("stats %+v, want the 10 queued and the one in flight abandoned", s)
 	}
