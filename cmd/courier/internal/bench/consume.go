@@ -815,50 +815,64 @@ func KfakeFetching(cluster *kfake.Cluster) func(topic string) <-chan struct{} {
 	}
 }
 
-// memoryStore is a dedupe.Store in a map, for measuring what deduplication
+// memoryStore is a dedupe.Store in maps, for measuring what deduplication
 // costs the consumer itself. Claims never expire; it is good for one run.
+// The ids are spread over shards, each with its own lock, so that the
+// partitions' claims and done marks do not wait on one another: a single
+// lock over a map of a million ids made the store, not the consumer, the
+// limit.
 type memoryStore struct {
+	shards [memoryShards]memoryShard
+}
+
+// memoryShards is how many shards a memoryStore has.
+const memoryShards = 64
+
+// memoryShard is one lock's share of a memoryStore's ids.
+type memoryShard struct {
 	mu  sync.Mutex
 	ids map[string]string // id → owner, or "" once done
 }
 
-func (s *memoryStore) Claim(_ context.Context, owner string, ids []string, _ time.Duration) ([]dedupe.Status, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.ids == nil {
-		s.ids = map[string]string{}
-	}
-	out := make([]dedupe.Status, len(ids))
+// update runs fn on the map of each id's shard, under its lock.
+func (s *memoryStore) update(ids []string, fn func(i int, ids map[string]string)) {
 	for i, id := range ids {
-		switch held, ok := s.ids[id]; {
+		sh := &s.shards[crc32.ChecksumIEEE([]byte(id))%memoryShards]
+		sh.mu.Lock()
+		if sh.ids == nil {
+			sh.ids = map[string]string{}
+		}
+		fn(i, sh.ids)
+		sh.mu.Unlock()
+	}
+}
+
+func (s *memoryStore) Claim(_ context.Context, owner string, ids []string, _ time.Duration) ([]dedupe.Status, error) {
+	out := make([]dedupe.Status, len(ids))
+	s.update(ids, func(i int, m map[string]string) {
+		switch held, ok := m[ids[i]]; {
 		case !ok:
-			s.ids[id] = owner
+			m[ids[i]] = owner
 		case held == "":
 			out[i] = dedupe.Processed
 		default:
 			out[i] = dedupe.Busy
 		}
-	}
+	})
 	return out, nil
 }
 
 func (s *memoryStore) Done(_ context.Context, ids []string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, id := range ids {
-		s.ids[id] = ""
-	}
+	s.update(ids, func(i int, m map[string]string) { m[ids[i]] = "" })
 	return nil
 }
 
 func (s *memoryStore) Release(_ context.Context, owner string, ids []string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for _, id := range ids {
-		if s.ids[id] == owner {
-			delete(s.ids, id)
+	s.update(ids, func(i int, m map[string]string) {
+		if m[ids[i]] == owner {
+			delete(m, ids[i])
 		}
-	}
+	})
 	return nil
 }
 
