@@ -10,11 +10,11 @@ import (
 	"math"
 	"reflect"
 	"slices"
-	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/courierkit/courier/internal/ceheader"
+	"github.com/courierkit/courier/internal/textcut"
 	"github.com/courierkit/courier/internal/topicname"
 	"github.com/courierkit/courier/record"
 )
@@ -687,17 +687,7 @@ func TruncateError(s string) string { return truncate(s, MaxErrorBytes) }
 // short cuts text quoted in error messages.
 func short(s string) string { return truncate(s, 64) }
 
-func truncate(s string, limit int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= limit {
-		return s
-	}
-	cut := limit - len(truncatedMarker)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + truncatedMarker
-}
+func truncate(s string, limit int) string { return textcut.Cut(s, limit, truncatedMarker) }
 
 // wireEnvelope is the JSON form. Encode writes its fields in this order:
 // the order of the sample envelope in ARCHITECTURE.md ("Wire contracts"),

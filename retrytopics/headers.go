@@ -7,10 +7,10 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/groupname"
+	"github.com/courierkit/courier/internal/textcut"
 	"github.com/courierkit/courier/internal/topicname"
 	"github.com/courierkit/courier/record"
 )
@@ -238,18 +238,7 @@ func parseTime(s string) (time.Time, error) {
 
 // short cuts a header value quoted in an error, on a UTF-8 boundary, with
 // invalid UTF-8 replaced.
-func short(s string) string {
-	const limit = 64
-	cut := strings.ToValidUTF8(s, "\uFFFD")
-	if len(cut) <= limit {
-		return cut
-	}
-	i := limit
-	for i > 0 && !utf8.RuneStart(cut[i]) {
-		i--
-	}
-	return cut[:i] + "…"
-}
+func short(s string) string { return textcut.Cut(s, 64, "…") }
 
 // Headers returns the headers of a record moving to a retry tier: the
 // original ones without any retry_* header, in order, followed by the retry

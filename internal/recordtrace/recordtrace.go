@@ -9,8 +9,6 @@ import (
 	"context"
 	"fmt"
 	"reflect"
-	"strings"
-	"unicode/utf8"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -19,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courierkit/courier/internal/ceheader"
+	"github.com/courierkit/courier/internal/textcut"
 )
 
 // The W3C trace context headers.
@@ -159,19 +158,7 @@ func typeName(err error) string {
 // bytes) replaced with U+FFFD, which exporters need (protobuf strings are
 // UTF-8), and cut to MaxTextBytes, so that a huge key read from Kafka is
 // not copied into every span of its message.
-func Text(s string) string {
-	if len(s) > MaxTextBytes {
-		cut := MaxTextBytes
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut]
-	}
-	if utf8.ValidString(s) {
-		return s
-	}
-	return strings.ToValidUTF8(s, "\uFFFD")
-}
+func Text(s string) string { return textcut.Cut(s, MaxTextBytes, "") }
 
 // MaxTextBytes bounds an attribute value Text makes: the longest key or id
 // an event of courier's outbox can have.

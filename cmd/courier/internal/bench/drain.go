@@ -193,16 +193,6 @@ func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, err
 		return nil, err
 	}
 	run := &ThroughputRun{svc: svc}
-	// wanted reports whether the configuration name runs: the baselines
-	// always, the history drain and its baseline whenever History asks for
-	// them, the traced relay's baseline with it, and the others when Only
-	// names them or is empty.
-	historyName := fmt.Sprintf("%s/history=%s", RelayDefaults, thousands(float64(cfg.History)))
-	wanted := func(name string) bool {
-		return len(cfg.Only) == 0 || strings.HasPrefix(name, "plain-") || slices.Contains(cfg.Only, name) ||
-			cfg.History > 0 && (name == historyName || name == RelayDefaults) ||
-			name == RelayDefaults && slices.Contains(cfg.Only, RelayTraced)
-	}
 	add := func(c *drainCase, err error) error {
 		if err != nil {
 			return errors.Join(fmt.Errorf("%s: %w", c.name, err), svc.close())
@@ -220,20 +210,27 @@ func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, err
 		}
 	}
 	defaults := relayConfig{workers: producer.DefaultWorkers}
-	for _, c := range []struct {
-		name     string
-		relays   int
-		rc       relayConfig
-		baseline string
-		target   float64
-	}{
+	relays := []relayCase{
 		{name: RelayDefaults, relays: 1, rc: defaults, baseline: PlainLoopKeep, target: 1.2},
 		{name: RelayDiscard, relays: 1, rc: relayConfig{workers: producer.DefaultWorkers, discard: true}, baseline: PlainLoop, target: 1.2},
 		{name: "relay/workers=1", relays: 1, rc: relayConfig{workers: 1}, baseline: PlainLoopKeep},
 		{name: "relay/workers=4", relays: 1, rc: relayConfig{workers: 4}, baseline: PlainLoopKeep},
 		{name: "relay/relays=2", relays: 2, rc: defaults, baseline: PlainLoopKeep},
 		{name: RelayTraced, relays: 1, rc: defaults, baseline: RelayDefaults},
-	} {
+	}
+	// wanted reports whether the configuration name runs: every one when
+	// Only is empty, else the plain loops, those Only names and their
+	// baselines, and the history drain and its baseline whenever History
+	// asks for them.
+	historyName := fmt.Sprintf("%s/history=%s", RelayDefaults, thousands(float64(cfg.History)))
+	wanted := func(name string) bool {
+		if len(cfg.Only) == 0 || strings.HasPrefix(name, "plain-") || slices.Contains(cfg.Only, name) ||
+			cfg.History > 0 && (name == historyName || name == RelayDefaults) {
+			return true
+		}
+		return slices.ContainsFunc(relays, func(c relayCase) bool { return c.baseline == name && slices.Contains(cfg.Only, c.name) })
+	}
+	for _, c := range relays {
 		if !wanted(c.name) {
 			continue
 		}
@@ -494,6 +491,16 @@ func plainBatch(ctx context.Context, pool *pgxpool.Pool, sp sarama.SyncProducer,
 		return 0, err
 	}
 	return n, nil
+}
+
+// relayCase is a configuration of the relay that drains a backlog beside
+// its baseline; target is the ratio the goal asks for (0: none).
+type relayCase struct {
+	name     string
+	relays   int
+	rc       relayConfig
+	baseline string
+	target   float64
 }
 
 // relayDrain drains the backlog with relays relays configured as rc says,

@@ -37,10 +37,10 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/internal/redact"
+	"github.com/courierkit/courier/internal/textcut"
 	"github.com/courierkit/courier/producer"
 )
 
@@ -706,7 +706,6 @@ var chatEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 // and its other control characters (C0, DEL, C1) as U+FFFD, cut to at
 // most limit bytes on a rune boundary, "…" marking the cut.
 func clean(s string, limit int) string {
-	s = strings.ToValidUTF8(s, "\uFFFD")
 	s = strings.Map(func(r rune) rune {
 		switch {
 		case r == '\t' || r == '\n' || r == '\r':
@@ -715,14 +714,6 @@ func clean(s string, limit int) string {
 			return '\uFFFD'
 		}
 		return r
-	}, s)
-	if len(s) <= limit {
-		return s
-	}
-	const ellipsis = "…"
-	cut := limit - len(ellipsis)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + ellipsis
+	}, s) // invalid UTF-8 becomes U+FFFD too
+	return textcut.Cut(s, limit, "…")
 }
