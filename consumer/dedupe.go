@@ -140,9 +140,8 @@ func (f *dedupeFeature) close() {
 	defer cancel()
 	store := f.cfg.Store
 	if late := f.marks.unsent; len(late) > 0 {
-		ids := markIDs(late)
-		if err := f.call(ctx, dedupe.OpDone, len(ids), func(ctx context.Context) error { return store.Done(ctx, ids) }); err != nil {
-			p.log.Warn("cannot mark the handled messages processed; they will be handled again when redelivered", "error", err, "messages", len(ids))
+		if err := f.call(ctx, dedupe.OpDone, len(late), func(ctx context.Context) error { return markDone(ctx, store, late) }); err != nil {
+			p.log.Warn("cannot mark the handled messages processed; they will be handled again when redelivered", "error", err, "messages", len(late))
 		} else {
 			f.marks.settle(late)
 		}
@@ -411,10 +410,9 @@ func (m *doneMarks) send() {
 	if len(batch) == 0 {
 		return
 	}
-	ids := markIDs(batch)
 	store := m.f.cfg.Store
-	if !m.f.persist("mark the message ids processed", dedupe.OpDone, len(ids), func(ctx context.Context) error {
-		return store.Done(ctx, ids)
+	if !m.f.persist("mark the message ids processed", dedupe.OpDone, len(batch), func(ctx context.Context) error {
+		return markDone(ctx, store, batch)
 	}) {
 		m.unsent = append(m.unsent, batch...)
 		return
@@ -422,13 +420,25 @@ func (m *doneMarks) send() {
 	m.settle(batch)
 }
 
-// markIDs returns the ids of the messages of batch.
-func markIDs(batch []mark) []string {
-	ids := make([]string, len(batch))
-	for i, mk := range batch {
-		ids[i] = mk.d.id
+// markDone marks the messages of batch processed: one Done call for the
+// ids of each owner (each claim call's; a batch of marks usually holds one
+// or two), in the order the owners first come.
+func markDone(ctx context.Context, store dedupe.Store, batch []mark) error {
+	var owners []string
+	ids := map[string][]string{}
+	for _, mk := range batch {
+		o := mk.d.owner
+		if _, ok := ids[o]; !ok {
+			owners = append(owners, o)
+		}
+		ids[o] = append(ids[o], mk.d.id)
 	}
-	return ids
+	for _, o := range owners {
+		if err := store.Done(ctx, o, ids[o]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // settle settles the marked messages that may be.

@@ -272,7 +272,7 @@ type blockingDone struct {
 	once             sync.Once
 }
 
-func (s *blockingDone) Done(ctx context.Context, ids []string) error {
+func (s *blockingDone) Done(ctx context.Context, owner string, ids []string) error {
 	if slices.Contains(ids, "id-blocked") {
 		s.once.Do(func() { close(s.entered) })
 		select {
@@ -281,7 +281,7 @@ func (s *blockingDone) Done(ctx context.Context, ids []string) error {
 			return ctx.Err()
 		}
 	}
-	return s.Store.Done(ctx, ids)
+	return s.Store.Done(ctx, owner, ids)
 }
 
 func TestDedupeMarksBeforeCommitting(t *testing.T) {
@@ -355,7 +355,7 @@ type firstDoneHangs struct {
 	waiting chan struct{}
 }
 
-func (s *firstDoneHangs) Done(ctx context.Context, ids []string) error {
+func (s *firstDoneHangs) Done(ctx context.Context, owner string, ids []string) error {
 	first := false
 	s.once.Do(func() { first = true })
 	if first {
@@ -363,7 +363,7 @@ func (s *firstDoneHangs) Done(ctx context.Context, ids []string) error {
 		<-ctx.Done()
 		return ctx.Err()
 	}
-	return s.Store.Done(ctx, ids)
+	return s.Store.Done(ctx, owner, ids)
 }
 
 func TestDedupeMarksLeftAtShutdownAreStoredOnTheWayOut(t *testing.T) {

@@ -45,7 +45,7 @@ func ExampleRedis() {
 	fmt.Println("worker-2 claims:", statuses)
 
 	// worker-1 handled evt-1; evt-2 failed and went to a retry topic.
-	if err := store.Done(ctx, ids[:1]); err != nil {
+	if err := store.Done(ctx, "worker-1", ids[:1]); err != nil {
 		log.Fatal(err)
 	}
 	if err := store.Release(ctx, "worker-1", ids[1:]); err != nil {
@@ -56,12 +56,16 @@ func ExampleRedis() {
 		log.Fatal(err)
 	}
 	fmt.Println("worker-2 claims again:", statuses)
-	fmt.Println("GET evt-2:", client.Get(ctx, store.Key("evt-2")).Val())
+	// What Redis holds: each id's key names the token of its claim's owner;
+	// the ids an owner processed are in its done set.
+	fmt.Println("evt-2 claimed by worker-2:", client.Get(ctx, store.Key("evt-2")).Val() == "claim:"+dedupe.Token("worker-2"))
+	fmt.Println("evt-1 in worker-1's done set:", client.SIsMember(ctx, store.DoneKey("worker-1"), "evt-1").Val())
 	// Output:
 	// worker-1 claims: [claimed claimed]
 	// worker-2 claims: [busy busy]
 	// worker-2 claims again: [processed claimed]
-	// GET evt-2: claim:worker-2
+	// evt-2 claimed by worker-2: true
+	// evt-1 in worker-1's done set: true
 }
 
 // A handler that writes to PostgreSQL records the message's id in its own

@@ -50,9 +50,9 @@ func TestHostileDedupe(t *testing.T) {
 	stores := []struct {
 		name  string
 		store dedupe.Store
-		done  func(t *testing.T, id string)
+		done  func(t *testing.T, owner, id string)
 	}{
-		{"inbox", inbox.Inbox, func(t *testing.T, id string) {
+		{"inbox", inbox.Inbox, func(t *testing.T, _, id string) {
 			for i, want := range []bool{true, false} {
 				tx, err := inbox.pg.Pool.Begin(ctx)
 				if err != nil {
@@ -68,8 +68,8 @@ func TestHostileDedupe(t *testing.T) {
 				}
 			}
 		}},
-		{"redis", redis.Redis, func(t *testing.T, id string) {
-			if err := redis.Done(ctx, []string{id}); err != nil {
+		{"redis", redis.Redis, func(t *testing.T, owner, id string) {
+			if err := redis.Done(ctx, owner, []string{id}); err != nil {
 				t.Fatalf("Done(%q): %v", short(id), err)
 			}
 		}},
@@ -77,11 +77,12 @@ func TestHostileDedupe(t *testing.T) {
 	for _, s := range stores {
 		for _, tc := range hostileIDs {
 			t.Run(s.name+"/"+tc.name, func(t *testing.T) {
+				owner := "owner-" + tc.name
 				claim := func(ids ...string) []dedupe.Status {
 					t.Helper()
 					cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 					defer cancel()
-					got, err := s.store.Claim(cctx, "owner-"+tc.name, ids, time.Minute)
+					got, err := s.store.Claim(cctx, owner, ids, time.Minute)
 					if err != nil {
 						t.Fatalf("Claim(%q) = %v; an id must never look like a store outage", short(ids[0]), err)
 					}
@@ -93,7 +94,7 @@ func TestHostileDedupe(t *testing.T) {
 				if got := claim(tc.id); got[0] != dedupe.Claimed {
 					t.Fatalf("new id: %v, want claimed", got[0])
 				}
-				s.done(t, tc.id)
+				s.done(t, owner, tc.id)
 				if got := claim(tc.id, sibling(tc.id)); got[0] != dedupe.Processed || got[1] != dedupe.Claimed {
 					t.Errorf("after done: id %v, its sibling %v; want processed and claimed (no shared stored form)", got[0], got[1])
 				}

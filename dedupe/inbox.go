@@ -240,7 +240,7 @@ func (i *Inbox) Extend(ctx context.Context, owner string, ids []string, lease ti
 
 // Done does nothing: the handler recorded the ids with Record, in its own
 // transaction.
-func (i *Inbox) Done(ctx context.Context, ids []string) error { return nil }
+func (i *Inbox) Done(ctx context.Context, owner string, ids []string) error { return nil }
 
 // Release does nothing: an id whose handler failed was never recorded, or
 // its recording rolled back with the handler's transaction.

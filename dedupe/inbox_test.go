@@ -283,7 +283,7 @@ func TestInboxBatchInOrder(t *testing.T) {
 	// The rest of the Store does nothing: the handler's transaction did it.
 	ctx := context.Background()
 	if err := errors.Join(
-		e.Done(ctx, []string{"evt-1"}),
+		e.Done(ctx, "a", []string{"evt-1"}),
 		e.Release(ctx, "any", []string{"evt-2"}),
 		e.Extend(ctx, "any", []string{"evt-2"}, time.Minute),
 	); err != nil {

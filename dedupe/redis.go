@@ -2,10 +2,11 @@ package dedupe
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"net"
-	"strconv"
 	"strings"
 	"time"
 
@@ -15,17 +16,17 @@ import (
 // DefaultPrefix starts every key of a Redis store.
 const DefaultPrefix = "courier:dedupe:"
 
-// The values a Redis store writes, so that `redis-cli GET` tells a person
-// what a key is: "claim:<owner>" while a claim is held, "done:<unix ms>"
-// once the id was processed.
+// The values a Redis store writes: an id's key holds "claim:<token>",
+// the token of the owner that claimed it; a key written before claims
+// had tokens may hold "done:<unix ms>", which still reads as processed.
 const (
 	claimValuePrefix = "claim:"
 	doneValuePrefix  = "done:"
 )
 
-// claimRounds bounds the rounds of Claim: an id whose key expires between
-// a failed SET NX and the GET that reads it is tried again, at most this
-// many times in all, and is reported Busy after that.
+// claimRounds bounds the rounds of Claim's second phase: an id whose key
+// changes between the read and the takeover is looked at again, at most
+// this many times in all, and is reported Busy after that.
 const claimRounds = 3
 
 // RedisConfig configures a Redis store. Scope is required.
@@ -53,14 +54,27 @@ type RedisConfig struct {
 }
 
 // Redis is a Store in Redis, for any handler: it makes at-least-once
-// delivery idempotent within the window. Each id is one key, Prefix +
-// Scope + ":" + id, holding "claim:<owner>" (expiring with the lease) or
-// "done:<unix ms>" (expiring with the window).
+// delivery idempotent within the window.
 //
-// Every method costs one pipelined round trip per batch (Claim a second one
-// for ids it finds taken), which go-redis runs on a single node or, for a
-// *redis.ClusterClient, splits by slot over the nodes in parallel. Only
-// SET, GET, PEXPIRE, DEL and EVALSHA/EVAL are used: any Redis since 2.6.12
+// Each id is one key, Prefix + Scope + ":" + id, written once, when the id
+// is claimed: it holds "claim:<token>" and lives for the window (or the
+// lease, when longer). The token stands for the claim's owner (see
+// Token); the owner's claim call keeps two keys under Prefix + ":" +
+// Scope + ":" (a prefix no id key can have, as a Scope is never empty):
+//
+//	lease:<token>   the owner, while its lease runs (PX lease)
+//	done:<token>    a set of the ids the owner processed (PX window)
+//
+// An id is processed when it is in the done set of the token its key
+// holds; claimed, while that token's lease runs; free again when neither,
+// or when its key is gone. So marking a batch processed is one SADD, not a
+// write per id, and a claim is one SET NX per id.
+//
+// Every method costs one pipelined round trip per batch (Claim more for
+// ids it finds taken), which go-redis runs on a single node or, for a
+// *redis.ClusterClient, splits by slot over the nodes in parallel: every
+// command and script touches one key. Only SET, GET, EXISTS, PEXPIRE,
+// SADD, SISMEMBER, DEL and EVALSHA/EVAL are used: any Redis since 2.6.12
 // will do.
 //
 // go-redis resends a pipeline after a network error (Options.MaxRetries):
@@ -71,9 +85,13 @@ type RedisConfig struct {
 // consumer measures each call around it.
 type Redis struct {
 	client redis.UniversalClient
-	// keyPrefix is Prefix + Scope + ":".
+	// keyPrefix is Prefix + Scope + ":", the start of every id's key.
 	keyPrefix string
-	// windowMillis is window in milliseconds, as a PX argument.
+	// ownerPrefix is Prefix + ":" + Scope + ":", the start of every
+	// owner's lease and done set.
+	ownerPrefix string
+	// window is the window, and windowMillis the same as a PX argument.
+	window       time.Duration
 	windowMillis any
 }
 
@@ -93,6 +111,8 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*Redis, error) {
 	return &Redis{
 		client:       client,
 		keyPrefix:    cfg.Prefix + cfg.Scope + ":",
+		ownerPrefix:  cfg.Prefix + ":" + cfg.Scope + ":",
+		window:       cfg.Window,
 		windowMillis: cfg.Window.Milliseconds(),
 	}, nil
 }
@@ -132,13 +152,34 @@ func (cfg *RedisConfig) validate() error {
 // the prefix and the id as StoredID makes it.
 func (r *Redis) Key(id string) string { return r.keyPrefix + StoredID(id) }
 
-// Claim sets each id's key to "claim:<owner>" for lease, where no key is
-// (SET NX PX, pipelined). For the ids whose key is taken it reads the key
-// in a second round trip: "done:…" is Processed, a claim (owner's own too)
-// is Busy, and a key that expired in between is claimed again. When Claim
-// fails, it releases the claims it took before it returns the error. Ids
-// are keyed by StoredID (hashed when long or not UTF-8); an empty id fails
-// the call with an error matching ErrInvalidID.
+// Token returns the token that stands for owner in the keys and values the
+// store writes: 16 characters of base64url, from the SHA-256 of owner, so
+// that a key's value stays short whatever the owner.
+func Token(owner string) string {
+	sum := sha256.Sum256([]byte(owner))
+	return base64.RawURLEncoding.EncodeToString(sum[:12])
+}
+
+// LeaseKey returns the key that holds owner while its lease runs, e.g.
+// "courier:dedupe::payouts:lease:3q2-7wAAAAAAAAAA".
+func (r *Redis) LeaseKey(owner string) string { return r.leaseKey(Token(owner)) }
+
+// DoneKey returns the key of the set of the ids owner marked processed,
+// e.g. "courier:dedupe::payouts:done:3q2-7wAAAAAAAAAA".
+func (r *Redis) DoneKey(owner string) string { return r.doneKey(Token(owner)) }
+
+func (r *Redis) leaseKey(token string) string { return r.ownerPrefix + "lease:" + token }
+func (r *Redis) doneKey(token string) string  { return r.ownerPrefix + "done:" + token }
+
+// Claim starts owner's lease (its lease key, for lease) and claims each
+// free id: SET NX of "claim:<token>" for the window, pipelined with the
+// lease. For the ids whose key is taken it reads the key: an id in the
+// done set of the token it holds is Processed; one whose token's lease
+// runs (owner's own too) is Busy; one whose key is gone, or whose token's
+// lease ran out before it was done (its owner crashed), is taken over, so
+// Claimed. When Claim fails, it releases the claims it took before it
+// returns the error. Ids are keyed by StoredID (hashed when long or not
+// UTF-8); an empty id fails the call with an error matching ErrInvalidID.
 func (r *Redis) Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]Status, error) {
 	px, err := leaseMillis(lease)
 	if err != nil {
@@ -151,91 +192,173 @@ func (r *Redis) Claim(ctx context.Context, owner string, ids []string, lease tim
 	if err := checkIDs(ids...); err != nil {
 		return nil, err
 	}
-	keys := r.keys(ids)
-	value := any(claimValuePrefix + owner)
-
-	// at lists the positions tried in this round; nil: all of them.
-	var at []int
-	for round := 1; ; round++ {
-		taken, err := r.setNX(ctx, keys, at, value, px, statuses)
-		var gone []int
-		if err == nil && len(taken) > 0 {
-			gone, err = r.inspect(ctx, keys, taken, statuses)
-		}
-		if err != nil {
-			return nil, r.undoClaims(ctx, owner, keys, statuses, err)
-		}
-		if len(gone) == 0 {
-			return statuses, nil
-		}
-		if round == claimRounds { // the keys keep expiring under us: let the caller come back
-			for _, p := range gone {
+	c := &claim{r: r, keys: r.keys(ids), ids: storedIDs(ids), statuses: statuses, token: Token(owner)}
+	c.value = claimValuePrefix + c.token
+	c.keyMillis = max(r.window, lease).Milliseconds()
+	taken, err := c.setNX(ctx, owner, px)
+	for round := 1; err == nil && len(taken) > 0; round++ {
+		if round > claimRounds { // the keys keep changing under us: let the caller come back
+			for _, p := range taken {
 				statuses[p] = Busy
 			}
-			return statuses, nil
+			break
 		}
-		at = gone
+		taken, err = c.settle(ctx, taken)
 	}
+	if err != nil {
+		return nil, r.undoClaims(ctx, owner, c.keys, statuses, err)
+	}
+	return statuses, nil
+}
+
+// claim is one Claim call's state.
+type claim struct {
+	r        *Redis
+	keys     []string // each id's key
+	ids      []string // each id's stored form, a member of a done set
+	statuses []Status
+	token    string // the owner's
+	value    string // "claim:" + token
+	// keyMillis is how long an id's key lives: the window, or the lease
+	// when longer, so that the key outlives the claim.
+	keyMillis int64
 }
 
 // unsettled marks, in Claim, an id whose SET NX failed with an error.
 const unsettled Status = -1
 
-// setNX claims keys[p] for each position p in at (every key when at is
-// nil) and records Claimed or, tentatively, Busy for each. It returns the
-// positions whose keys were taken.
-func (r *Redis) setNX(ctx context.Context, keys []string, at []int, value, px any, statuses []Status) (taken []int, err error) {
-	n := len(keys)
-	if at != nil {
-		n = len(at)
+// setNX starts the owner's lease and claims every key, and records Claimed
+// or, tentatively, Busy for each. It returns the positions whose keys were
+// taken.
+func (c *claim) setNX(ctx context.Context, owner string, px any) (taken []int, err error) {
+	leaseKey := c.r.leaseKey(c.token)
+	lease := redis.NewStatusCmd(ctx, "set", leaseKey, owner, "px", px)
+	cmds := perKey(ctx, c.r.client.Pipeline(), len(c.keys), func(i int) *string { return &c.keys[i] },
+		[]any{"set"}, []any{c.value, "nx", "px", c.keyMillis}, redis.NewStatusCmd, lease)
+	if err := lease.Err(); err != nil {
+		for p := range c.statuses {
+			c.statuses[p] = unsettled
+		}
+		return nil, c.r.fail("claim: start the lease", len(c.keys), err)
 	}
-	cmds := perKey(ctx, r.client.Pipeline(), n, func(i int) *string {
-		if at != nil {
-			return &keys[at[i]]
-		}
-		return &keys[i]
-	}, []any{"set"}, []any{value, "nx", "px", px}, redis.NewStatusCmd)
-	for i, cmd := range cmds {
-		p := i
-		if at != nil {
-			p = at[i]
-		}
+	for p, cmd := range cmds {
 		switch e := cmd.Err(); {
 		case e == nil:
-			statuses[p] = Claimed
+			c.statuses[p] = Claimed
 		case errors.Is(e, redis.Nil):
-			statuses[p] = Busy
+			c.statuses[p] = Busy
 			taken = append(taken, p)
 		default:
-			statuses[p] = unsettled
+			c.statuses[p] = unsettled
 			err = e
 		}
 	}
 	if err != nil {
-		return nil, r.fail("claim", n, err)
+		return nil, c.r.fail("claim", len(c.keys), err)
 	}
 	return taken, nil
 }
 
-// inspect reads the keys at positions taken and settles their statuses; it
-// returns the positions whose keys were gone, to be claimed again.
-func (r *Redis) inspect(ctx context.Context, keys []string, taken []int, statuses []Status) (gone []int, err error) {
-	cmds := perKey(ctx, r.client.Pipeline(), len(taken), func(i int) *string { return &keys[taken[i]] },
-		[]any{"get"}, nil, redis.NewStringCmd)
-	for i, cmd := range cmds {
-		p := taken[i]
-		switch v, e := cmd.(*redis.StringCmd).Result(); {
-		case errors.Is(e, redis.Nil):
-			gone = append(gone, p)
-		case e != nil:
-			return nil, r.fail("claim: read taken ids", len(taken), e)
-		case strings.HasPrefix(v, doneValuePrefix):
-			statuses[p] = Processed
-		default: // a claim, owner's own or another's
-			statuses[p] = Busy
+// settle reads the keys at positions taken, settles the statuses of those
+// processed or busy, and takes the others over: gone keys, and claims
+// whose lease ran out before they were done. It returns the positions
+// whose keys changed before the takeover, to be looked at again.
+func (c *claim) settle(ctx context.Context, taken []int) (again []int, err error) {
+	values, err := c.read(ctx, taken)
+	if err != nil {
+		return nil, err
+	}
+	// Each claim found: is its id in its token's done set; does its
+	// token's lease run?
+	var claimedAt []int
+	var checks []redis.Cmder
+	pipe := c.r.client.Pipeline()
+	for i, p := range taken {
+		token, ok := strings.CutPrefix(values[i], claimValuePrefix)
+		if !ok {
+			continue
+		}
+		claimedAt = append(claimedAt, i)
+		checks = append(checks,
+			pipe.SIsMember(ctx, c.r.doneKey(token), c.ids[p]),
+			pipe.Exists(ctx, c.r.leaseKey(token)))
+	}
+	if len(checks) > 0 {
+		_, _ = pipe.Exec(ctx) // every command holds its own result
+	}
+	var over []int // positions to take over, each with the value it holds
+	var old []string
+	for j, i := range claimedAt {
+		done, e1 := checks[2*j].(*redis.BoolCmd).Result()
+		live, e2 := checks[2*j+1].(*redis.IntCmd).Result()
+		if e := errors.Join(e1, e2); e != nil {
+			return nil, c.r.fail("claim: read the claims found", len(taken), e)
+		}
+		switch p := taken[i]; {
+		case done:
+			c.statuses[p] = Processed
+		case live > 0:
+			c.statuses[p] = Busy
+		default: // its owner's lease ran out before it was done
+			over, old = append(over, p), append(old, values[i])
 		}
 	}
-	return gone, nil
+	for i, p := range taken {
+		switch v := values[i]; {
+		case v == "": // gone
+			over, old = append(over, p), append(old, "")
+		case strings.HasPrefix(v, doneValuePrefix):
+			c.statuses[p] = Processed
+		case !strings.HasPrefix(v, claimValuePrefix):
+			c.statuses[p] = Busy // not a value of ours: leave it be
+		}
+	}
+	if len(over) == 0 {
+		return nil, nil
+	}
+	return c.takeOver(ctx, over, old)
+}
+
+// read returns the values of the keys at positions taken; "" for a key
+// that is gone.
+func (c *claim) read(ctx context.Context, taken []int) ([]string, error) {
+	cmds := perKey(ctx, c.r.client.Pipeline(), len(taken), func(i int) *string { return &c.keys[taken[i]] },
+		[]any{"get"}, nil, redis.NewStringCmd)
+	values := make([]string, len(taken))
+	for i, cmd := range cmds {
+		switch v, e := cmd.(*redis.StringCmd).Result(); {
+		case errors.Is(e, redis.Nil):
+		case e != nil:
+			return nil, c.r.fail("claim: read taken ids", len(taken), e)
+		default:
+			values[i] = v
+		}
+	}
+	return values, nil
+}
+
+// takeOver claims the keys at positions over, each only while it still
+// holds what it held when read (old; "" for gone), and records Claimed for
+// those it took. It returns the positions whose keys changed meanwhile.
+func (c *claim) takeOver(ctx context.Context, over []int, old []string) (again []int, err error) {
+	keys := make([]string, len(over))
+	args := make([][]any, len(over))
+	for i, p := range over {
+		keys[i] = c.keys[p]
+		args[i] = []any{old[i], c.value, c.keyMillis}
+	}
+	results, err := c.r.runScript(ctx, "claim: take over", takeOverScript, keys, func(i int) []any { return args[i] })
+	if err != nil {
+		return nil, err
+	}
+	for i, p := range over {
+		if n, _ := results[i].(*redis.Cmd).Int64(); n == 1 {
+			c.statuses[p] = Claimed
+		} else {
+			again = append(again, p)
+		}
+	}
+	return again, nil
 }
 
 // undoClaims releases the claims a failed Claim took (statuses says which)
@@ -256,20 +379,29 @@ func (r *Redis) undoClaims(ctx context.Context, owner string, keys []string, sta
 	return err
 }
 
-// Done sets each id's key to "done:<unix ms>" for the window, whoever
-// holds its claim (SET PX, pipelined).
-func (r *Redis) Done(ctx context.Context, ids []string) error {
+// Done adds the ids to owner's done set and keeps the set for the window
+// (SADD and PEXPIRE, pipelined: two commands however many ids). An id
+// whose key holds owner's token is processed from then on; one claimed
+// meanwhile by another owner (owner's lease ran out) is that owner's to
+// mark.
+func (r *Redis) Done(ctx context.Context, owner string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	value := any(doneValuePrefix + strconv.FormatInt(time.Now().UnixMilli(), 10))
-	keys := r.keys(ids)
-	cmds := perKey(ctx, r.client.Pipeline(), len(keys), func(i int) *string { return &keys[i] },
-		[]any{"set"}, []any{value, "px", r.windowMillis}, redis.NewStatusCmd)
-	for _, cmd := range cmds {
-		if err := cmd.Err(); err != nil {
-			return r.fail("done", len(ids), err)
-		}
+	key := r.doneKey(Token(owner))
+	stored := storedIDs(ids)
+	args := make([]any, 2, 2+len(stored))
+	args[0], args[1] = "sadd", key
+	for _, id := range stored {
+		args = append(args, id)
+	}
+	pipe := r.client.Pipeline()
+	add := redis.NewIntCmd(ctx, args...)
+	_ = pipe.Process(ctx, add)
+	expire := pipe.PExpire(ctx, key, r.window)
+	_, _ = pipe.Exec(ctx)
+	if err := errors.Join(add.Err(), expire.Err()); err != nil {
+		return r.fail("done", len(ids), err)
 	}
 	return nil
 }
@@ -280,28 +412,56 @@ type script struct{ body, sha string }
 func newScript(body string) script { return script{body: body, sha: redis.NewScript(body).Hash()} }
 
 // Compare-and-act scripts on one key: they act only while the key holds
-// ARGV[1], the owner's claim.
+// ARGV[1] (the owner's claim; for takeOverScript what it held when read,
+// "" for no key).
 var (
-	releaseScript = newScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
-	extendScript  = newScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("pexpire", KEYS[1], ARGV[2]) end return 0`)
+	releaseScript  = newScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
+	extendScript   = newScript(`if redis.call("get", KEYS[1]) == ARGV[1] and redis.call("pttl", KEYS[1]) < tonumber(ARGV[2]) then return redis.call("pexpire", KEYS[1], ARGV[2]) end return 0`)
+	takeOverScript = newScript(`if (redis.call("get", KEYS[1]) or "") == ARGV[1] then redis.call("set", KEYS[1], ARGV[2], "px", ARGV[3]) return 1 end return 0`)
 )
 
-// Release deletes the keys of the ids that still hold owner's claim (a
-// compare-and-delete script per id, pipelined); others are left alone.
+// Release deletes the keys of the ids that still hold owner's claim and
+// that owner did not mark processed (SISMEMBER of its done set per id,
+// pipelined, then a compare-and-delete script per id, pipelined); others
+// are left alone.
 func (r *Redis) Release(ctx context.Context, owner string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	return r.releaseKeys(ctx, owner, r.keys(ids))
+	doneKey := r.doneKey(Token(owner))
+	pipe := r.client.Pipeline()
+	marked := make([]*redis.BoolCmd, len(ids))
+	for i, id := range storedIDs(ids) {
+		marked[i] = pipe.SIsMember(ctx, doneKey, id)
+	}
+	if _, err := pipe.Exec(ctx); err != nil {
+		return r.fail("release", len(ids), err)
+	}
+	keys := r.keys(ids)
+	var unmarked []string
+	for i, cmd := range marked {
+		if !cmd.Val() {
+			unmarked = append(unmarked, keys[i])
+		}
+	}
+	if len(unmarked) == 0 {
+		return nil
+	}
+	return r.releaseKeys(ctx, owner, unmarked)
 }
 
 func (r *Redis) releaseKeys(ctx context.Context, owner string, keys []string) error {
-	return r.runScript(ctx, "release", releaseScript, keys, any(claimValuePrefix+owner))
+	value := any(claimValuePrefix + Token(owner))
+	_, err := r.runScript(ctx, "release", releaseScript, keys, func(int) []any { return []any{value} })
+	return err
 }
 
-// Extend sets the expiry of the keys of the ids that still hold owner's
-// claim to lease from now (a compare-and-PEXPIRE script per id,
-// pipelined); others are left alone.
+// Extend pushes owner's lease to lease from now, if it still runs (PEXPIRE
+// of its lease key), and the expiry of the keys of the ids that still
+// hold owner's claim to at least lease from now (a compare-and-PEXPIRE
+// script per id, pipelined beside it), so that no key runs out before the
+// lease. A lease that ran out is not started again: its ids may be claimed
+// by another owner already.
 func (r *Redis) Extend(ctx context.Context, owner string, ids []string, lease time.Duration) error {
 	px, err := leaseMillis(lease)
 	if err != nil {
@@ -310,51 +470,79 @@ func (r *Redis) Extend(ctx context.Context, owner string, ids []string, lease ti
 	if len(ids) == 0 {
 		return nil
 	}
-	return r.runScript(ctx, "extend", extendScript, r.keys(ids), any(claimValuePrefix+owner), px)
+	token := Token(owner)
+	if err := r.client.PExpire(ctx, r.leaseKey(token), lease).Err(); err != nil {
+		return r.fail("extend", len(ids), err)
+	}
+	value := any(claimValuePrefix + token)
+	_, err = r.runScript(ctx, "extend", extendScript, r.keys(ids), func(int) []any { return []any{value, px} })
+	return err
 }
 
-// runScript runs script once per key, pipelined, by its SHA; when Redis
-// does not know the script yet (NOSCRIPT: a fresh or restarted server, or
-// a node of a cluster), it sends those calls again with the script's body,
-// which also loads it.
-func (r *Redis) runScript(ctx context.Context, op string, s script, keys []string, args ...any) error {
+// runScript runs script once per key, pipelined, by its SHA, with the
+// arguments args(i) for key i; when Redis does not know the script yet
+// (NOSCRIPT: a fresh or restarted server, or a node of a cluster), it
+// sends those calls again with the script's body, which also loads it. It
+// returns each key's call, holding its result.
+func (r *Redis) runScript(ctx context.Context, op string, s script, keys []string, args func(i int) []any) ([]redis.Cmder, error) {
 	cmds := r.scriptCalls(ctx, "evalsha", s.sha, keys, args)
-	var missing []string
+	var missing []int
 	for i, cmd := range cmds {
 		switch err := cmd.Err(); {
 		case err == nil:
 		case redis.HasErrorPrefix(err, "NOSCRIPT"):
-			missing = append(missing, keys[i])
+			missing = append(missing, i)
 		default:
-			return r.fail(op, len(keys), err)
+			return nil, r.fail(op, len(keys), err)
 		}
 	}
 	if len(missing) == 0 {
-		return nil
+		return cmds, nil
 	}
-	for _, cmd := range r.scriptCalls(ctx, "eval", s.body, missing, args) {
+	retried := r.scriptCalls(ctx, "eval", s.body, pick(keys, missing), func(j int) []any { return args(missing[j]) })
+	for j, cmd := range retried {
 		if err := cmd.Err(); err != nil {
-			return r.fail(op, len(keys), err)
+			return nil, r.fail(op, len(keys), err)
 		}
+		cmds[missing[j]] = cmd
 	}
-	return nil
+	return cmds, nil
+}
+
+// pick returns the elements of s at positions at.
+func pick[T any](s []T, at []int) []T {
+	out := make([]T, len(at))
+	for i, p := range at {
+		out[i] = s[p]
+	}
+	return out
 }
 
 // scriptCalls runs EVAL or EVALSHA (verb) of one script (its body or SHA),
-// with one key each, for every key in one pipeline.
-func (r *Redis) scriptCalls(ctx context.Context, verb, bodyOrSHA string, keys []string, args []any) []redis.Cmder {
-	return perKey(ctx, r.client.Pipeline(), len(keys), func(i int) *string { return &keys[i] },
-		[]any{verb, bodyOrSHA, 1}, args, redis.NewCmd)
+// with one key each and the arguments args(i), for every key in one
+// pipeline.
+func (r *Redis) scriptCalls(ctx context.Context, verb, bodyOrSHA string, keys []string, args func(i int) []any) []redis.Cmder {
+	pipe := r.client.Pipeline()
+	cmds := make([]redis.Cmder, len(keys))
+	for i := range keys {
+		a := append([]any{verb, bodyOrSHA, 1, &keys[i]}, args(i)...)
+		cmd := redis.NewCmd(ctx, a...)
+		cmd.SetFirstKeyPos(3)
+		cmds[i] = cmd
+	}
+	_ = pipe.BatchProcess(ctx, cmds...) // only queues
+	_, _ = pipe.Exec(ctx)               // every command holds its own result
+	return cmds
 }
 
-// perKey runs n commands in one pipeline, command i being head, *key(i),
-// tail..., and returns them with their results (each command's Err tells
-// whether it failed; a connection failure fails them all). Every command's
-// arguments live in one slice, and keys are passed as *string, which
-// go-redis writes and routes like a string, so that a command costs one
-// allocation: its own.
+// perKey runs n commands in one pipeline, after the commands first,
+// command i being head, *key(i), tail..., and returns the n with their
+// results (each command's Err tells whether it failed; a connection
+// failure fails them all). Every command's arguments live in one slice,
+// and keys are passed as *string, which go-redis writes and routes like a
+// string, so that a command costs one allocation: its own.
 func perKey[C redis.Cmder](ctx context.Context, pipe redis.Pipeliner, n int, key func(i int) *string, head, tail []any,
-	newCmd func(context.Context, ...any) C,
+	newCmd func(context.Context, ...any) C, first ...redis.Cmder,
 ) []redis.Cmder {
 	width := len(head) + 1 + len(tail)
 	args := make([]any, n*width)
@@ -368,8 +556,8 @@ func perKey[C redis.Cmder](ctx context.Context, pipe redis.Pipeliner, n int, key
 		cmd.SetFirstKeyPos(int8(len(head)))
 		cmds[i] = cmd
 	}
-	_ = pipe.BatchProcess(ctx, cmds...) // only queues
-	_, _ = pipe.Exec(ctx)               // every command holds its own result
+	_ = pipe.BatchProcess(ctx, append(first, cmds...)...) // only queues
+	_, _ = pipe.Exec(ctx)                                 // every command holds its own result
 	return cmds
 }
 

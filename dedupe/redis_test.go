@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -78,10 +79,10 @@ func (s *redisStore) expect(owner string, want dedupe.Status, ids ...string) {
 	}
 }
 
-func (s *redisStore) done(ids ...string) {
+func (s *redisStore) done(owner string, ids ...string) {
 	s.t.Helper()
-	if err := s.Done(context.Background(), ids); err != nil {
-		s.t.Fatalf("Done(%v): %v", ids, err)
+	if err := s.Done(context.Background(), owner, ids); err != nil {
+		s.t.Fatalf("Done(%s, %v): %v", owner, ids, err)
 	}
 }
 
@@ -106,39 +107,123 @@ func (s *redisStore) value(id string) string {
 
 func (s *redisStore) ttl(id string) time.Duration {
 	s.t.Helper()
-	d, err := s.client.PTTL(context.Background(), s.Key(id)).Result()
+	return s.pttl(s.Key(id))
+}
+
+// pttl is how long key lives on, as Redis says: -2ns when it is gone,
+// -1ns when it does not expire.
+func (s *redisStore) pttl(key string) time.Duration {
+	s.t.Helper()
+	d, err := s.client.PTTL(context.Background(), key).Result()
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	return d
 }
 
+// claimValue is what the key of an id owner claimed holds.
+func claimValue(owner string) string { return "claim:" + dedupe.Token(owner) }
+
 func TestRedisClaimDoneClaim(t *testing.T) {
 	t.Parallel()
 	s := newRedisStore(t, dedupe.RedisConfig{})
+	ctx := context.Background()
 	s.expect("a", dedupe.Claimed, "evt-1")
-	if got := s.value("evt-1"); got != "claim:a" {
-		t.Errorf("claimed key holds %q, want claim:a", got)
+	if got, want := s.value("evt-1"), claimValue("a"); got != want {
+		t.Errorf("claimed key holds %q, want %q", got, want)
 	}
 	if key, want := s.Key("evt-1"), strings.TrimSuffix(s.Key(""), "payouts:")+"payouts:evt-1"; key != want {
 		t.Errorf("Key = %q, want %q", key, want)
 	}
+	if ttl := s.ttl("evt-1"); ttl <= dedupe.DefaultWindow-time.Minute || ttl > dedupe.DefaultWindow {
+		t.Errorf("claimed key expires in %v, want the default window %v", ttl, dedupe.DefaultWindow)
+	}
+	lease := s.LeaseKey("a")
+	if got, err := s.client.Get(ctx, lease).Result(); err != nil || got != "a" {
+		t.Errorf("lease key %s holds %q, %v; want the owner a", lease, got, err)
+	}
+	if ttl := s.pttl(lease); ttl <= 0 || ttl > time.Minute {
+		t.Errorf("lease key expires in %v, want within the 1m lease", ttl)
+	}
 	s.expect("b", dedupe.Busy, "evt-1")
 	s.expect("a", dedupe.Busy, "evt-1") // owner's own claim: the same id again waits
-	if got := s.value("evt-1"); got != "claim:a" {
+	if got, want := s.value("evt-1"), claimValue("a"); got != want {
 		t.Errorf("claims of a held id changed its key to %q", got)
 	}
 
-	before := time.Now().UnixMilli()
-	s.done("evt-1")
+	s.done("a", "evt-1")
 	s.expect("a", dedupe.Processed, "evt-1")
 	s.expect("b", dedupe.Processed, "evt-1")
-	ms, err := strconv.ParseInt(strings.TrimPrefix(s.value("evt-1"), "done:"), 10, 64)
-	if err != nil || ms < before || ms > time.Now().UnixMilli() {
-		t.Errorf("processed key holds %q, want done:<unix ms of Done>", s.value("evt-1"))
+	if member, err := s.client.SIsMember(ctx, s.DoneKey("a"), "evt-1").Result(); err != nil || !member {
+		t.Errorf("SISMEMBER %s evt-1 = %v, %v; want the id in a's done set", s.DoneKey("a"), member, err)
 	}
-	if ttl := s.ttl("evt-1"); ttl <= dedupe.DefaultWindow-time.Minute || ttl > dedupe.DefaultWindow {
-		t.Errorf("processed key expires in %v, want the default window %v", ttl, dedupe.DefaultWindow)
+	if ttl := s.pttl(s.DoneKey("a")); ttl <= dedupe.DefaultWindow-time.Minute || ttl > dedupe.DefaultWindow {
+		t.Errorf("done set expires in %v, want the default window %v", ttl, dedupe.DefaultWindow)
+	}
+	if got, want := s.value("evt-1"), claimValue("a"); got != want {
+		t.Errorf("Done rewrote the id's key to %q; it stays %q", got, want)
+	}
+}
+
+// TestRedisOwnersKeysNeverMeetIDsKeys: an owner's lease and done set live
+// under a prefix no id's key can have, whatever the id.
+func TestRedisOwnersKeysNeverMeetIDsKeys(t *testing.T) {
+	t.Parallel()
+	s := newRedisStore(t, dedupe.RedisConfig{})
+	idPrefix := s.Key("")
+	for _, owner := range []string{"a", "", "lease:x", "payouts:done:y"} {
+		for _, key := range []string{s.LeaseKey(owner), s.DoneKey(owner)} {
+			if strings.HasPrefix(key, idPrefix) {
+				t.Errorf("owner %q's key %q starts like the ids' keys (%q)", owner, key, idPrefix)
+			}
+		}
+	}
+	if s.LeaseKey("a") == s.DoneKey("a") || s.DoneKey("a") == s.DoneKey("b") {
+		t.Errorf("owners' keys collide: %q %q %q", s.LeaseKey("a"), s.DoneKey("a"), s.DoneKey("b"))
+	}
+	if tok := dedupe.Token(strings.Repeat("x", 10_000)); len(tok) != 16 {
+		t.Errorf("Token of a long owner = %q, want 16 characters", tok)
+	}
+}
+
+// TestRedisTakesOverTheClaimsOfAnOwnerThatDied: once an owner's lease ran
+// out, what it marked stays processed and what it did not is claimed by
+// the next owner: nothing is skipped that was not done.
+func TestRedisTakesOverTheClaimsOfAnOwnerThatDied(t *testing.T) {
+	t.Parallel()
+	s := newRedisStore(t, dedupe.RedisConfig{})
+	s.claim("a", 50*time.Millisecond, "evt-1", "evt-2")
+	s.done("a", "evt-2")
+	testkit.WaitFor(t, 5*time.Second, "a's 50ms lease to run out", func() bool { return s.pttl(s.LeaseKey("a")) < 0 })
+	got := s.claim("b", time.Minute, "evt-1", "evt-2")
+	if got[0] != dedupe.Claimed || got[1] != dedupe.Processed {
+		t.Fatalf("after a's lease ran out: %v, want [claimed processed]", got)
+	}
+	if got, want := s.value("evt-1"), claimValue("b"); got != want {
+		t.Errorf("evt-1 holds %q, want %q", got, want)
+	}
+	// a wakes up and marks evt-1: b holds it now, and b's mark decides.
+	s.done("a", "evt-1")
+	s.expect("c", dedupe.Busy, "evt-1")
+	s.done("b", "evt-1")
+	s.expect("c", dedupe.Processed, "evt-1")
+}
+
+// TestRedisReadsOtherValues: a key holding done:<unix ms> (a mark of an
+// earlier layout) is processed; any other value not of ours is left alone,
+// Busy.
+func TestRedisReadsOtherValues(t *testing.T) {
+	t.Parallel()
+	s := newRedisStore(t, dedupe.RedisConfig{})
+	ctx := context.Background()
+	s.client.Set(ctx, s.Key("old-mark"), "done:1795500029261", time.Minute)
+	s.client.Set(ctx, s.Key("foreign"), "something else", time.Minute)
+	got := s.claim("a", time.Minute, "old-mark", "foreign")
+	if got[0] != dedupe.Processed || got[1] != dedupe.Busy {
+		t.Fatalf("Claim = %v, want [processed busy]", got)
+	}
+	if v := s.value("foreign"); v != "something else" {
+		t.Errorf("Claim changed a foreign value to %q", v)
 	}
 }
 
@@ -153,8 +238,9 @@ func TestRedisReleaseOnlyOwnersClaim(t *testing.T) {
 	s.expect("b", dedupe.Claimed, "evt-1")
 	s.expect("b", dedupe.Busy, "evt-2")
 
-	s.done("evt-2")
-	s.release("a", "evt-2") // processed: not a's claim any more
+	s.done("a", "evt-2")
+	s.release("b", "evt-2") // not b's to release
+	s.release("a", "evt-2") // processed: a's mark stays
 	s.expect("c", dedupe.Processed, "evt-2")
 }
 
@@ -165,17 +251,21 @@ func TestRedisLeaseExpires(t *testing.T) {
 	testkit.WaitFor(t, 5*time.Second, "a's 50ms claim to expire", func() bool {
 		return s.claim("b", time.Minute, "evt-1")[0] == dedupe.Claimed
 	})
-	if got := s.value("evt-1"); got != "claim:b" {
-		t.Fatalf("key holds %q after b claimed it, want claim:b", got)
+	if got, want := s.value("evt-1"), claimValue("b"); got != want {
+		t.Fatalf("key holds %q after b claimed it, want %q", got, want)
 	}
 }
 
 func TestRedisWindowExpires(t *testing.T) {
 	t.Parallel()
 	s := newRedisStore(t, dedupe.RedisConfig{Window: 50 * time.Millisecond})
-	s.done("evt-1")
+	s.claim("a", 20*time.Millisecond, "evt-1")
+	s.done("a", "evt-1")
 	if ttl := s.ttl("evt-1"); ttl <= 0 || ttl > 50*time.Millisecond {
 		t.Errorf("processed key expires in %v, want at most the 50ms window", ttl)
+	}
+	if ttl := s.pttl(s.DoneKey("a")); ttl <= 0 || ttl > 50*time.Millisecond {
+		t.Errorf("done set expires in %v, want at most the 50ms window", ttl)
 	}
 	testkit.WaitFor(t, 5*time.Second, "the 50ms window to pass", func() bool {
 		return s.claim("a", time.Minute, "evt-1")[0] == dedupe.Claimed
@@ -187,18 +277,21 @@ func TestRedisExtend(t *testing.T) {
 	s := newRedisStore(t, dedupe.RedisConfig{})
 	ctx := context.Background()
 	s.claim("a", 200*time.Millisecond, "evt-1", "evt-2")
-	s.done("evt-2")
+	s.done("a", "evt-2")
 	if err := s.Extend(ctx, "b", []string{"evt-1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if ttl := s.ttl("evt-1"); ttl > 200*time.Millisecond {
-		t.Fatalf("another owner's Extend pushed the lease to %v", ttl)
+	if ttl := s.pttl(s.LeaseKey("a")); ttl > 200*time.Millisecond {
+		t.Fatalf("another owner's Extend pushed a's lease to %v", ttl)
+	}
+	if ttl := s.pttl(s.LeaseKey("b")); ttl != -2*time.Nanosecond {
+		t.Fatalf("Extend started a lease for b, which claimed nothing (PTTL %v)", ttl)
 	}
 	if err := s.Extend(ctx, "a", []string{"evt-1", "evt-2", "never-claimed"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if ttl := s.ttl("evt-1"); ttl <= time.Hour-time.Minute {
-		t.Fatalf("claim expires in %v after Extend by its owner, want about 1h", ttl)
+	if ttl := s.pttl(s.LeaseKey("a")); ttl <= time.Hour-time.Minute {
+		t.Fatalf("lease expires in %v after Extend by its owner, want about 1h", ttl)
 	}
 	if ttl := s.ttl("evt-2"); ttl <= dedupe.DefaultWindow-time.Minute {
 		t.Errorf("Extend changed a processed id's expiry to %v", ttl)
@@ -207,6 +300,32 @@ func TestRedisExtend(t *testing.T) {
 		t.Errorf("Extend created a key holding %q", got)
 	}
 	s.expect("b", dedupe.Busy, "evt-1")
+
+	// A lease that ran out is not started again: its ids may be another's.
+	s.claim("c", 50*time.Millisecond, "evt-3")
+	testkit.WaitFor(t, 5*time.Second, "c's 50ms lease to run out", func() bool { return s.pttl(s.LeaseKey("c")) < 0 })
+	if err := s.Extend(ctx, "c", []string{"evt-3"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	s.expect("d", dedupe.Claimed, "evt-3")
+}
+
+// TestRedisExtendKeepsKeysPastTheLease: with a window shorter than the
+// lease, Extend pushes the ids' keys too, so that none runs out while its
+// claim is held.
+func TestRedisExtendKeepsKeysPastTheLease(t *testing.T) {
+	t.Parallel()
+	s := newRedisStore(t, dedupe.RedisConfig{Window: time.Second})
+	s.claim("a", 2*time.Second, "evt-1")
+	if ttl := s.ttl("evt-1"); ttl <= time.Second || ttl > 2*time.Second {
+		t.Fatalf("key expires in %v, want the 2s lease, longer than the 1s window", ttl)
+	}
+	if err := s.Extend(context.Background(), "a", []string{"evt-1"}, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ttl := s.ttl("evt-1"); ttl <= time.Hour-time.Minute {
+		t.Fatalf("key expires in %v after Extend, want about the 1h lease", ttl)
+	}
 }
 
 // TestRedisBatchInOrder claims 1,000 ids in every state at once, and the
@@ -233,7 +352,8 @@ func TestRedisBatchInOrder(t *testing.T) {
 			want[i] = dedupe.Claimed
 		}
 	}
-	s.done(done...)
+	s.claim("doer", time.Minute, done...)
+	s.done("doer", done...)
 	s.claim("other", time.Minute, others...)
 	s.claim("me", time.Minute, mine...)
 	got := s.claim("me", time.Minute, ids...)
@@ -290,14 +410,14 @@ func TestRedisConcurrentClaimersClaimEachIDOnce(t *testing.T) {
 			t.Errorf("%s claimed by %v, want exactly one claimer", id, claimed)
 			continue
 		}
-		if got, want := s.value(id), fmt.Sprintf("claim:owner-%d", claimed[0]); got != want {
+		if got, want := s.value(id), claimValue(fmt.Sprintf("owner-%d", claimed[0])); got != want {
 			t.Errorf("%s holds %q, want %q", id, got, want)
 		}
 	}
 }
 
-// pipelineHook runs before before each pipeline whose first command is
-// named name, with the pipeline's keys.
+// pipelineHook runs before before each pipeline holding a command named
+// name, with the keys of those commands.
 type pipelineHook struct {
 	name   string
 	before func(keys []string)
@@ -307,11 +427,13 @@ func (h pipelineHook) DialHook(next redis.DialHook) redis.DialHook          { re
 func (h pipelineHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h pipelineHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if len(cmds) > 0 && cmds[0].Name() == h.name {
-			var keys []string
-			for _, c := range cmds {
-				keys = append(keys, *c.Args()[1].(*string))
+		var keys []string
+		for _, c := range cmds {
+			if c.Name() == h.name {
+				keys = append(keys, keyOf(c))
 			}
+		}
+		if len(keys) > 0 {
 			h.before(keys)
 		}
 		return next(ctx, cmds)
@@ -337,13 +459,13 @@ func TestRedisClaimsAKeyThatExpiredMeanwhile(t *testing.T) {
 	if got[0] != dedupe.Claimed || got[1] != dedupe.Claimed || gets.Load() != 1 {
 		t.Fatalf("Claim = %v after %d reads, want [claimed claimed] after 1", got, gets.Load())
 	}
-	if v := s.value("evt-1"); v != "claim:me" {
-		t.Fatalf("evt-1 holds %q, want claim:me", v)
+	if got, want := s.value("evt-1"), claimValue("me"); got != want {
+		t.Fatalf("evt-1 holds %q, want %q", got, want)
 	}
 }
 
 // TestRedisClaimGivesUpOnAFlappingKey makes a key vanish before every read
-// and come back before every SET NX: after three rounds Claim reports it
+// and come back before every takeover: after three rounds Claim reports it
 // Busy rather than loop.
 func TestRedisClaimGivesUpOnAFlappingKey(t *testing.T) {
 	t.Parallel()
@@ -355,7 +477,10 @@ func TestRedisClaimGivesUpOnAFlappingKey(t *testing.T) {
 			s.client.Del(context.Background(), keys...)
 		}},
 		pipelineHook{name: "set", before: func(keys []string) {
-			s.client.Set(context.Background(), s.Key("evt-1"), "claim:other", time.Minute)
+			s.client.Set(context.Background(), s.Key("evt-1"), claimValue("other"), time.Minute)
+		}},
+		pipelineHook{name: "evalsha", before: func(keys []string) {
+			s.client.Set(context.Background(), s.Key("evt-1"), claimValue("other"), time.Minute)
 		}},
 	})
 	got, err := flapping.Claim(context.Background(), "me", []string{"evt-1"}, time.Minute)
@@ -365,6 +490,22 @@ func TestRedisClaimGivesUpOnAFlappingKey(t *testing.T) {
 	if got[0] != dedupe.Busy || gets.Load() != 3 {
 		t.Fatalf("Claim = %v after %d reads, want [busy] after 3", got, gets.Load())
 	}
+}
+
+// keyOf returns the key of a command of the store: the one after the
+// script of EVAL and EVALSHA, else the first argument.
+func keyOf(c redis.Cmder) string {
+	at := 1
+	if c.Name() == "eval" || c.Name() == "evalsha" {
+		at = 3
+	}
+	switch k := c.Args()[at].(type) {
+	case *string:
+		return *k
+	case string:
+		return k
+	}
+	return fmt.Sprint(c.Args()[at])
 }
 
 // hooks chains several hooks in one.
@@ -392,7 +533,7 @@ func TestRedisFailedClaimReleasesItsClaims(t *testing.T) {
 	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "payouts") {
 		t.Fatalf("Claim = %v, want the GET's error in context", err)
 	}
-	for id, want := range map[string]string{"evt-0": "", "evt-2": "", "evt-1": "claim:other", "held-before": "claim:me"} {
+	for id, want := range map[string]string{"evt-0": "", "evt-2": "", "evt-1": claimValue("other"), "held-before": claimValue("me")} {
 		if got := s.value(id); got != want {
 			t.Errorf("after the failed Claim %s holds %q, want %q", id, got, want)
 		}
@@ -406,7 +547,7 @@ func (h failingGets) DialHook(next redis.DialHook) redis.DialHook          { ret
 func (h failingGets) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
 func (h failingGets) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
-		if cmds[0].Name() == "get" {
+		if slices.ContainsFunc(cmds, func(c redis.Cmder) bool { return c.Name() == "get" }) {
 			for _, c := range cmds {
 				c.SetErr(h.err)
 			}
@@ -420,7 +561,7 @@ func (h failingGets) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 // restart does: Release and Extend load their scripts again.
 func TestRedisScriptsSurviveAScriptFlush(t *testing.T) {
 	t.Parallel()
-	s := newRedisStore(t, dedupe.RedisConfig{})
+	s := newRedisStore(t, dedupe.RedisConfig{Window: time.Minute}) // Extend to 1h raises the keys
 	ctx := context.Background()
 	s.claim("a", time.Minute, "evt-1", "evt-2")
 	for _, call := range []func() error{
@@ -450,7 +591,7 @@ func TestRedisUnreachableSaysHowToStartIt(t *testing.T) {
 	ctx := context.Background()
 	for name, call := range map[string]func() error{
 		"Claim":   func() error { _, err := store.Claim(ctx, "a", []string{"evt-1"}, time.Minute); return err },
-		"Done":    func() error { return store.Done(ctx, []string{"evt-1"}) },
+		"Done":    func() error { return store.Done(ctx, "a", []string{"evt-1"}) },
 		"Release": func() error { return store.Release(ctx, "a", []string{"evt-1"}) },
 		"Extend":  func() error { return store.Extend(ctx, "a", []string{"evt-1"}, time.Minute) },
 	} {
@@ -464,7 +605,7 @@ func TestRedisUnreachableSaysHowToStartIt(t *testing.T) {
 		t.Errorf("Claim of no ids = %v, %v; want nothing, without a round trip", got, err)
 	}
 	for name, err := range map[string]error{
-		"Done":    store.Done(ctx, nil),
+		"Done":    store.Done(ctx, "a", nil),
 		"Release": store.Release(ctx, "a", nil),
 		"Extend":  store.Extend(ctx, "a", nil, time.Minute),
 	} {
@@ -482,7 +623,7 @@ func TestRedisHonorsContext(t *testing.T) {
 	if _, err := s.Claim(ctx, "a", []string{"evt-1"}, time.Minute); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Claim with a canceled context = %v, want context.Canceled", err)
 	}
-	if err := s.Done(ctx, []string{"evt-1"}); !errors.Is(err, context.Canceled) {
+	if err := s.Done(ctx, "a", []string{"evt-1"}); !errors.Is(err, context.Canceled) {
 		t.Fatalf("Done with a canceled context = %v, want context.Canceled", err)
 	}
 	s.expect("a", dedupe.Claimed, "evt-1")
@@ -521,7 +662,8 @@ func TestNewRedisRejectsInvalidConfig(t *testing.T) {
 // BenchmarkRedisClaimDone measures what deduplication costs the consumer per
 // message on the Redis store: a batch of 256 new ids claimed and then
 // marked processed (two round trips), against go-redis pipelining the same
-// SET NX and SET commands by hand.
+// commands by hand: SET of the lease and SET NX per id, then SADD and
+// PEXPIRE of the done set.
 func BenchmarkRedisClaimDone(b *testing.B) {
 	const batch = 256
 	s := newRedisStore(b, dedupe.RedisConfig{Window: 2 * time.Second}) // keys go away on their own
@@ -534,32 +676,37 @@ func BenchmarkRedisClaimDone(b *testing.B) {
 		}
 		return ids
 	}
-	// pipelined is the baseline: one pipeline of cmd per id.
-	pipelined := func(ids []string, cmd func(p redis.Pipeliner, key string)) error {
-		_, err := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for _, id := range ids {
-				cmd(p, s.Key(id))
-			}
-			return nil
-		})
-		return err
-	}
 	for _, run := range []struct {
 		name      string
 		claimDone func(ids []string) error
 	}{
 		{"store", func(ids []string) error {
-			statuses, err := s.Claim(ctx, "bench", ids, time.Second)
+			owner := "bench/" + ids[0]
+			statuses, err := s.Claim(ctx, owner, ids, time.Second)
 			if err == nil && statuses[batch-1] != dedupe.Claimed {
 				err = fmt.Errorf("a new id is %v", statuses[batch-1])
 			}
-			return errors.Join(err, s.Done(ctx, ids))
+			return errors.Join(err, s.Done(ctx, owner, ids))
 		}},
 		{"go-redis", func(ids []string) error {
-			return errors.Join(
-				pipelined(ids, func(p redis.Pipeliner, key string) { p.SetNX(ctx, key, "claim:bench", time.Second) }),
-				pipelined(ids, func(p redis.Pipeliner, key string) { p.Set(ctx, key, "done:1", 2*time.Second) }),
-			)
+			owner := "bench/" + ids[0]
+			_, claimErr := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				p.Set(ctx, s.LeaseKey(owner), owner, time.Second)
+				for _, id := range ids {
+					p.SetNX(ctx, s.Key(id), "claim:"+dedupe.Token(owner), 2*time.Second)
+				}
+				return nil
+			})
+			_, doneErr := s.client.Pipelined(ctx, func(p redis.Pipeliner) error {
+				members := make([]any, len(ids))
+				for i, id := range ids {
+					members[i] = id
+				}
+				p.SAdd(ctx, s.DoneKey(owner), members...)
+				p.PExpire(ctx, s.DoneKey(owner), 2*time.Second)
+				return nil
+			})
+			return errors.Join(claimErr, doneErr)
 		}},
 	} {
 		b.Run(run.name, func(b *testing.B) {

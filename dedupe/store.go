@@ -62,9 +62,10 @@ type Store interface {
 	// Extend pushes the lease of the ids owner still holds to lease from
 	// now; ids it no longer holds are left alone.
 	Extend(ctx context.Context, owner string, ids []string, lease time.Duration) error
-	// Done marks the ids processed for the store's window, whoever holds
-	// their claims.
-	Done(ctx context.Context, ids []string) error
+	// Done marks the ids owner claimed processed, for the store's window.
+	// An id claimed meanwhile by another owner (owner's lease ran out) is
+	// the other owner's to mark.
+	Done(ctx context.Context, owner string, ids []string) error
 	// Release drops owner's claims on the ids without marking them
 	// processed; ids it no longer holds are left alone.
 	Release(ctx context.Context, owner string, ids []string) error

@@ -97,7 +97,7 @@ func TestKcatReadsDeadLetters(t *testing.T) {
 
 // TestKcatAndRedisCliReadRetryState reads what the consumer leaves behind
 // with real clients: kcat a record waiting in a retry tier, redis-cli the
-// dedupe mark of a handled message.
+// dedupe claim and mark of a handled message.
 func TestKcatAndRedisCliReadRetryState(t *testing.T) {
 	t.Parallel()
 	kc := lookKcat(t)
@@ -139,11 +139,20 @@ func TestKcatAndRedisCliReadRetryState(t *testing.T) {
 	}
 	handled, failed := cli("GET", store.Key("id-2")), cli("EXISTS", store.Key("id-1"))
 	t.Logf("redis-cli GET %s: %s; EXISTS %s: %s", store.Key("id-2"), handled, store.Key("id-1"), failed)
-	if !strings.HasPrefix(handled, "done:") {
-		t.Errorf("the handled message's key holds %q, want done:<unix ms>", handled)
+	token, ok := strings.CutPrefix(handled, "claim:")
+	if !ok {
+		t.Fatalf("the handled message's key holds %q, want claim:<token>", handled)
 	}
-	if ttl, _ := strconv.Atoi(cli("TTL", store.Key("id-2"))); ttl < int((23 * time.Hour).Seconds()) {
-		t.Errorf("the mark lives %ds, want the 24h window", ttl)
+	// The layout the README documents: the owner's done set is
+	// Prefix + ":" + Scope + ":done:" + token.
+	doneSet := r.Prefix + ":" + s.group + ":done:" + token
+	if member := cli("SISMEMBER", doneSet, "id-2"); member != "1" {
+		t.Errorf("redis-cli SISMEMBER %s id-2 = %s, want 1: the handled message is in its claim's done set", doneSet, member)
+	}
+	for _, key := range []string{store.Key("id-2"), doneSet} {
+		if ttl, _ := strconv.Atoi(cli("TTL", key)); ttl < int((23 * time.Hour).Seconds()) {
+			t.Errorf("%s lives %ds, want the 24h window", key, ttl)
+		}
 	}
 	if failed != "0" {
 		t.Errorf("the failed message's claim is still there (EXISTS = %s); it must be released for its retry", failed)

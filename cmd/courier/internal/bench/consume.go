@@ -862,7 +862,7 @@ func (s *memoryStore) Claim(_ context.Context, owner string, ids []string, _ tim
 	return out, nil
 }
 
-func (s *memoryStore) Done(_ context.Context, ids []string) error {
+func (s *memoryStore) Done(_ context.Context, _ string, ids []string) error {
 	s.update(ids, func(i int, m map[string]string) { m[ids[i]] = "" })
 	return nil
 }

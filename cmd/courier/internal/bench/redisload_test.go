@@ -79,10 +79,10 @@ func TestConsumeReportShowsTheRedisServersLoad(t *testing.T) {
 	if l == nil {
 		t.Fatal("the report lacks the Redis server's load")
 	}
-	// Each message costs a claim and a done mark, pipelined; other tests
-	// sharing the Redis may add a few commands.
-	if l.CommandsPerMessage < 2 || l.Busy <= 0 || l.MicrosPerCommand <= 0 {
-		t.Errorf("load = %+v, want at least 2 commands per message and some CPU", *l)
+	// Each message costs a claim, pipelined, and a share of its batch's
+	// done mark; other tests sharing the Redis may add a few commands.
+	if l.CommandsPerMessage < 1 || l.Busy <= 0 || l.MicrosPerCommand <= 0 {
+		t.Errorf("load = %+v, want at least 1 command per message and some CPU", *l)
 	}
 	var text bytes.Buffer
 	if err := report.WriteText(&text); err != nil {
