@@ -117,6 +117,9 @@ type Result struct {
 	// Ceiling is the most a 5 ms handler configuration could reach; 0 for
 	// the others.
 	Ceiling float64 `json:"ceiling_msgs_per_s,omitempty"`
+	// CPU is where the CPU went while it consumed; nil where it could not
+	// be read (see ConsumeReport.CPUUnknown).
+	CPU *CPUUse `json:"cpu,omitempty"`
 }
 
 // ConsumeReport is the figures of one Consume run.
@@ -133,6 +136,11 @@ type ConsumeReport struct {
 	// consumed; nil without that configuration, with a Redis other than a
 	// single *redis.Client, or when it refuses INFO.
 	RedisServer *RedisServerLoad `json:"redis_server,omitempty"`
+	// CPUUnknown is why a round of some configuration has no CPU figure
+	// (the first reason met: not Linux, an unreadable /proc/stat); empty
+	// when every round has one. A Result's CPU is then the median of the
+	// rounds that have one, or nil.
+	CPUUnknown string `json:"cpu_unknown,omitempty"`
 }
 
 // WriteText writes the report as the table the benchmarks print.
@@ -153,6 +161,7 @@ func (r ConsumeReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "redis-server while %s consumed (INFO cpu and stats), median of %s: %.2f cores busy, %.1f us of CPU per command, %.2f commands per message\n",
 			DedupeRedis, plural(r.Rounds, "run"), l.Busy, l.MicrosPerCommand, l.CommandsPerMessage)
 	}
+	r.writeCPUText(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -223,7 +232,10 @@ func (r ConsumeReport) rows() []rateRow {
 // list, so that a machine whose speed drifts meets them all alike; a
 // configuration's rate is its messages over its median consuming time,
 // which starts at the group's first fetch when ConsumeConfig.Fetching can tell it
-// (the in-process broker can), else when the consumer starts.
+// (the in-process broker can), else when the consumer starts. Over that
+// same time it reads this process's CPU time and the machine's (Linux
+// only), so that each configuration's CPU figure shows whether it kept the
+// cores busy or waited.
 //
 // It returns the report, or the first error.
 func Consume(ctx context.Context, cfg ConsumeConfig) (ConsumeReport, error) {
@@ -357,6 +369,10 @@ func (r *ConsumeRun) Report() ConsumeReport {
 		if base := rates[res.Baseline]; base > 0 {
 			res.Ratio = res.Rate / base
 		}
+		res.CPU = c.cpu.median()
+		if c.cpu.err != nil && report.CPUUnknown == "" {
+			report.CPUUnknown = c.cpu.err.Error()
+		}
 		report.Results = append(report.Results, res)
 	}
 	if r.redisBench != nil {
@@ -392,6 +408,7 @@ type benchCase struct {
 	workers int // Config.Workers of a 5 ms handler case, else 0
 	consume consumeFunc
 	spent   []time.Duration // consuming, each round
+	cpu     cpuUses         // CPU use while consuming, each round
 	last    *backlog        // the last backlog, for the ceiling
 }
 
@@ -418,6 +435,7 @@ func (c *benchCase) once(ctx context.Context, cfg *ConsumeConfig, name string) e
 		return fmt.Errorf("%d messages settled, want %d (redelivered after a rebalance?)", got, c.n)
 	}
 	c.spent = append(c.spent, took)
+	c.cpu.add(s.cpu.use(c.n))
 	return nil
 }
 
@@ -543,6 +561,7 @@ type settled struct {
 	target int64
 	count  atomic.Int64
 	done   chan struct{}
+	cpu    cpuWindow // read by measure around the consuming
 }
 
 func (s *settled) add() {
@@ -553,7 +572,7 @@ func (s *settled) add() {
 
 // measure times the consumption, from when fetching starts (see
 // ConsumeConfig.Fetching; now when nil) to the last settled message, failing
-// after deadline for either.
+// after deadline for either. It reads the CPU counters at both ends too.
 func (s *settled) measure(ctx context.Context, fetching <-chan struct{}) (time.Duration, error) {
 	if fetching != nil {
 		select {
@@ -564,6 +583,7 @@ func (s *settled) measure(ctx context.Context, fetching <-chan struct{}) (time.D
 			return 0, fmt.Errorf("the group did not fetch within %v: did it join?", deadline)
 		}
 	}
+	s.cpu.start()
 	start := time.Now()
 	select {
 	case <-s.done:
@@ -572,7 +592,9 @@ func (s *settled) measure(ctx context.Context, fetching <-chan struct{}) (time.D
 	case <-time.After(deadline):
 		return 0, fmt.Errorf("%d of %d messages settled within %v", s.count.Load(), s.target, deadline)
 	}
-	return time.Since(start), nil
+	took := time.Since(start)
+	s.cpu.stop()
+	return took, nil
 }
 
 func (cfg *ConsumeConfig) fetching(topic string) <-chan struct{} {
