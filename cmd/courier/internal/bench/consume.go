@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -417,7 +418,9 @@ type benchCase struct {
 // consumer has shut down.
 type consumeFunc func(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error)
 
-// once seeds a backlog named name and consumes it.
+// once seeds a backlog named name and consumes it under the pprof label
+// config=<c.name>, which the goroutines the consumer starts inherit, so
+// that a CPU profile splits by configuration.
 func (c *benchCase) once(ctx context.Context, cfg *ConsumeConfig, name string) error {
 	bl, err := seed(cfg, name, c.n)
 	if err != nil {
@@ -427,7 +430,10 @@ func (c *benchCase) once(ctx context.Context, cfg *ConsumeConfig, name string) e
 	c.last = bl
 	runtime.GC() // start from the same heap: no collection owed by the seeding or an earlier consumption
 	s := &settled{target: int64(c.n), done: make(chan struct{})}
-	took, err := c.consume(ctx, cfg, bl, s)
+	var took time.Duration
+	pprof.Do(ctx, pprof.Labels("config", c.name), func(ctx context.Context) {
+		took, err = c.consume(ctx, cfg, bl, s)
+	})
 	if err != nil {
 		return err
 	}
