@@ -145,6 +145,17 @@ func (w *cpuWindow) use(messages int) (CPUUse, error) {
 	return cpuUsed(w.before, w.after, messages)
 }
 
+// machineBusyShare is the share of the machine's CPU time busy over the
+// window, from 0 to 1; 0 when unknown.
+func (w *cpuWindow) machineBusyShare() float64 {
+	use, err := w.use(1) // the share does not depend on the messages
+
+	if err != nil {
+		return 0
+	}
+	return 1 - use.MachineIdle
+}
+
 // cpuUses gathers a configuration's CPUUse per round, and the first reason
 // a round had none.
 type cpuUses struct {

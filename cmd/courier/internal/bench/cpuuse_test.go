@@ -51,7 +51,7 @@ func TestParseProcStat(t *testing.T) {
 
 // TestCPUUsed: the process's cores busy are its CPU time over the wall
 // time, and per message; the machine's are the busy share of its ticks
-// times its CPUs. Counters that went backwards or did not move give an
+// times its CPUs (the relay scaling's figure is that share). Counters that went backwards or did not move give an
 // error, never a figure.
 func TestCPUUsed(t *testing.T) {
 	at := time.Date(2026, 11, 26, 12, 0, 0, 0, time.UTC)
@@ -64,6 +64,12 @@ func TestCPUUsed(t *testing.T) {
 	want := CPUUse{ProcessBusy: 1.5, ProcessMicrosPerMessage: 30, MachineBusy: 1.5, MachineCPUs: 2, MachineIdle: 0.25}
 	if got != want {
 		t.Errorf("cpuUsed = %+v, want %+v", got, want)
+	}
+	if got := (&cpuWindow{before: before, after: after}).machineBusyShare(); got != 0.75 {
+		t.Errorf("machineBusyShare = %v, want 0.75", got)
+	}
+	if got := (&cpuWindow{before: before, after: after, err: errors.New("no /proc/stat")}).machineBusyShare(); got != 0 {
+		t.Errorf("machineBusyShare of a window not read = %v, want 0", got)
 	}
 	backwards := after
 	backwards.process = time.Second
