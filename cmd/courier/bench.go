@@ -110,6 +110,10 @@ the two commands the Redis dedupe sends per message against the same Redis,
 and the report sets what Redis alone serves beside the dedupe's rate. With a
 single Redis it also reports what the server spent while the dedupe consumed
 (cores busy, CPU per command, commands per message, from Redis's INFO).
+A "CPU while consuming" table gives, per configuration, the cores this
+process kept busy and its CPU per message (getrusage), and the machine's cores
+busy and idle share (/proc/stat), over the timed window: whether it was bound
+by the CPU or waiting. Linux only; elsewhere it says unknown.
 
 Without --brokers it starts an in-process Kafka-protocol broker (kfake) and
 times from the group's first fetch. Against a cluster it creates and deletes

@@ -38,6 +38,15 @@ func TestBenchConsume(t *testing.T) {
 		if strings.Contains(r.Name, "5ms") && r.Ceiling <= 0 {
 			t.Errorf("%s has no ceiling", r.Name)
 		}
+		// On Linux each configuration has a CPU figure, unless the report
+		// says why not (a 5 ms run can be over before the machine's clock
+		// ticks).
+		if c := r.CPU; runtime.GOOS == "linux" && (c == nil && report.CPUUnknown == "" || c != nil && (c.ProcessBusy <= 0 || c.ProcessMicrosPerMessage <= 0 || c.MachineCPUs < 1)) {
+			t.Errorf("%s: CPU %+v (unknown: %q), want the process's CPU and the machine's CPUs", r.Name, c, report.CPUUnknown)
+		}
+	}
+	if runtime.GOOS == "linux" && report.Results[0].CPU == nil {
+		t.Errorf("%s has no CPU figure: %s", bench.Raw, report.CPUUnknown)
 	}
 	if strings.Contains(errOut, "message dead-lettered") {
 		t.Errorf("the expected dead letters of the 1%% run reached stderr:\n%s", errOut)

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strings"
 	"sync"
@@ -117,6 +118,9 @@ type Result struct {
 	// Ceiling is the most a 5 ms handler configuration could reach; 0 for
 	// the others.
 	Ceiling float64 `json:"ceiling_msgs_per_s,omitempty"`
+	// CPU is where the CPU went while it consumed; nil where it could not
+	// be read (see ConsumeReport.CPUUnknown).
+	CPU *CPUUse `json:"cpu,omitempty"`
 }
 
 // ConsumeReport is the figures of one Consume run.
@@ -133,6 +137,11 @@ type ConsumeReport struct {
 	// consumed; nil without that configuration, with a Redis other than a
 	// single *redis.Client, or when it refuses INFO.
 	RedisServer *RedisServerLoad `json:"redis_server,omitempty"`
+	// CPUUnknown is why a round of some configuration has no CPU figure
+	// (the first reason met: not Linux, an unreadable /proc/stat); empty
+	// when every round has one. A Result's CPU is then the median of the
+	// rounds that have one, or nil.
+	CPUUnknown string `json:"cpu_unknown,omitempty"`
 }
 
 // WriteText writes the report as the table the benchmarks print.
@@ -153,6 +162,7 @@ func (r ConsumeReport) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "redis-server while %s consumed (INFO cpu and stats), median of %s: %.2f cores busy, %.1f us of CPU per command, %.2f commands per message\n",
 			DedupeRedis, plural(r.Rounds, "run"), l.Busy, l.MicrosPerCommand, l.CommandsPerMessage)
 	}
+	r.writeCPUText(&b)
 	_, err := io.WriteString(w, b.String())
 	return err
 }
@@ -223,7 +233,10 @@ func (r ConsumeReport) rows() []rateRow {
 // list, so that a machine whose speed drifts meets them all alike; a
 // configuration's rate is its messages over its median consuming time,
 // which starts at the group's first fetch when ConsumeConfig.Fetching can tell it
-// (the in-process broker can), else when the consumer starts.
+// (the in-process broker can), else when the consumer starts. Over that
+// same time it reads this process's CPU time and the machine's (Linux
+// only), so that each configuration's CPU figure shows whether it kept the
+// cores busy or waited.
 //
 // It returns the report, or the first error.
 func Consume(ctx context.Context, cfg ConsumeConfig) (ConsumeReport, error) {
@@ -357,6 +370,10 @@ func (r *ConsumeRun) Report() ConsumeReport {
 		if base := rates[res.Baseline]; base > 0 {
 			res.Ratio = res.Rate / base
 		}
+		res.CPU = c.cpu.median()
+		if c.cpu.err != nil && report.CPUUnknown == "" {
+			report.CPUUnknown = c.cpu.err.Error()
+		}
 		report.Results = append(report.Results, res)
 	}
 	if r.redisBench != nil {
@@ -392,6 +409,7 @@ type benchCase struct {
 	workers int // Config.Workers of a 5 ms handler case, else 0
 	consume consumeFunc
 	spent   []time.Duration // consuming, each round
+	cpu     cpuUses         // CPU use while consuming, each round
 	last    *backlog        // the last backlog, for the ceiling
 }
 
@@ -400,7 +418,9 @@ type benchCase struct {
 // consumer has shut down.
 type consumeFunc func(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error)
 
-// once seeds a backlog named name and consumes it.
+// once seeds a backlog named name and consumes it under the pprof label
+// config=<c.name>, which the goroutines the consumer starts inherit, so
+// that a CPU profile splits by configuration.
 func (c *benchCase) once(ctx context.Context, cfg *ConsumeConfig, name string) error {
 	bl, err := seed(cfg, name, c.n)
 	if err != nil {
@@ -410,7 +430,10 @@ func (c *benchCase) once(ctx context.Context, cfg *ConsumeConfig, name string) e
 	c.last = bl
 	runtime.GC() // start from the same heap: no collection owed by the seeding or an earlier consumption
 	s := &settled{target: int64(c.n), done: make(chan struct{})}
-	took, err := c.consume(ctx, cfg, bl, s)
+	var took time.Duration
+	pprof.Do(ctx, pprof.Labels("config", c.name), func(ctx context.Context) {
+		took, err = c.consume(ctx, cfg, bl, s)
+	})
 	if err != nil {
 		return err
 	}
@@ -418,6 +441,7 @@ func (c *benchCase) once(ctx context.Context, cfg *ConsumeConfig, name string) e
 		return fmt.Errorf("%d messages settled, want %d (redelivered after a rebalance?)", got, c.n)
 	}
 	c.spent = append(c.spent, took)
+	c.cpu.add(s.cpu.use(c.n))
 	return nil
 }
 
@@ -543,6 +567,7 @@ type settled struct {
 	target int64
 	count  atomic.Int64
 	done   chan struct{}
+	cpu    cpuWindow // read by measure around the consuming
 }
 
 func (s *settled) add() {
@@ -553,7 +578,7 @@ func (s *settled) add() {
 
 // measure times the consumption, from when fetching starts (see
 // ConsumeConfig.Fetching; now when nil) to the last settled message, failing
-// after deadline for either.
+// after deadline for either. It reads the CPU counters at both ends too.
 func (s *settled) measure(ctx context.Context, fetching <-chan struct{}) (time.Duration, error) {
 	if fetching != nil {
 		select {
@@ -564,6 +589,7 @@ func (s *settled) measure(ctx context.Context, fetching <-chan struct{}) (time.D
 			return 0, fmt.Errorf("the group did not fetch within %v: did it join?", deadline)
 		}
 	}
+	s.cpu.start()
 	start := time.Now()
 	select {
 	case <-s.done:
@@ -572,7 +598,9 @@ func (s *settled) measure(ctx context.Context, fetching <-chan struct{}) (time.D
 	case <-time.After(deadline):
 		return 0, fmt.Errorf("%d of %d messages settled within %v", s.count.Load(), s.target, deadline)
 	}
-	return time.Since(start), nil
+	took := time.Since(start)
+	s.cpu.stop()
+	return took, nil
 }
 
 func (cfg *ConsumeConfig) fetching(topic string) <-chan struct{} {

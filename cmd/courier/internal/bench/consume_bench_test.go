@@ -12,6 +12,19 @@ package bench_test
 // Each iteration consumes one backlog with every configuration, taking
 // turns (about 10s an iteration on two cores); the figures are medians.
 // Anything else loading the machine (another go test) moves them.
+//
+// Each configuration consumes under the pprof label config=<its name>, so
+// that a CPU profile splits by configuration:
+//
+//	go test -run '^$' -bench Consume -cpuprofile cpu.out ./cmd/courier/internal/bench/
+//	go tool pprof -tagfocus config=runner/dedupe-redis cpu.out
+//
+// The value is a regular expression, matched anywhere: anchor it
+// ('config=^runner/handler=5ms/workers=1$') where one name is inside
+// another. The label covers the goroutines the consumer (or the raw group)
+// starts; the in-process broker's goroutines started before it, so their
+// samples carry no label (-tagignore config=. shows them alone), nor do
+// the seeding's.
 
 import (
 	"context"

@@ -261,6 +261,7 @@ messages over the median time.
 	writeRateTable(b, r.rows())
 	r.writeRedisAlone(b)
 	r.writeRedisServer(b)
+	r.writeCPUMarkdown(b)
 }
 
 // writeRedisAlone writes what redis-benchmark measured beside the Redis
@@ -311,6 +312,51 @@ else using that Redis meanwhile counts too. Median of %s.
 | ---: | ---: | ---: |
 | %.2f | %.1f | %.2f |
 `, DedupeRedis, plural(r.Rounds, "run"), l.Busy, l.MicrosPerCommand, l.CommandsPerMessage)
+}
+
+// writeCPUText writes where the CPU went while each configuration
+// consumed, as lines; a configuration without a figure says unknown.
+func (r ConsumeReport) writeCPUText(b *strings.Builder) {
+	fmt.Fprintf(b, "CPU while consuming (this process: getrusage; the machine: /proc/stat), median of %s:\n", plural(r.Rounds, "run"))
+	fmt.Fprintf(b, "  %-36s %13s %8s %16s %13s\n", "", "process cores", "us/msg", "machine cores", "machine idle")
+	for _, res := range r.Results {
+		if c := res.CPU; c != nil {
+			fmt.Fprintf(b, "  %-36s %13.2f %8.2f %10.2f of %-2d %12.0f%%\n", res.Name, c.ProcessBusy, c.ProcessMicrosPerMessage, c.MachineBusy, c.MachineCPUs, c.MachineIdle*100)
+		} else {
+			fmt.Fprintf(b, "  %-36s %13s\n", res.Name, "unknown")
+		}
+	}
+	if r.CPUUnknown != "" {
+		fmt.Fprintf(b, "  (some rounds have no CPU figure: %s)\n", r.CPUUnknown)
+	}
+}
+
+// writeCPUMarkdown writes where the CPU went while each configuration
+// consumed, as a table; a configuration without a figure says unknown.
+func (r ConsumeReport) writeCPUMarkdown(b *strings.Builder) {
+	fmt.Fprintf(b, `
+## CPU while consuming
+
+Read at the group's first fetch and at the last settled message, the window each rate is timed
+over: this process's CPU time (`+"`getrusage`"+`, user and system; the in-process broker counts
+in it) over that time, and per message; and the whole machine's (`+"`/proc/stat`"+`: the services
+and anything else running count too). A configuration whose process keeps about as many cores busy
+as the machine has is bound by the CPU; one with cores to spare and the machine idle is waiting.
+Median of %s.
+
+| configuration | process cores busy | process µs of CPU per message | machine cores busy | machine idle |
+| --- | ---: | ---: | ---: | ---: |
+`, plural(r.Rounds, "run"))
+	for _, res := range r.Results {
+		if c := res.CPU; c != nil {
+			fmt.Fprintf(b, "| `%s` | %.2f | %.2f | %.2f of %d | %.0f %% |\n", res.Name, c.ProcessBusy, c.ProcessMicrosPerMessage, c.MachineBusy, c.MachineCPUs, c.MachineIdle*100)
+		} else {
+			fmt.Fprintf(b, "| `%s` | unknown | | | |\n", res.Name)
+		}
+	}
+	if r.CPUUnknown != "" {
+		fmt.Fprintf(b, "\nSome rounds have no CPU figure: %s.\n", r.CPUUnknown)
+	}
 }
 
 // rateRow is a rate beside its baseline, as the tables show it.

@@ -5,9 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -84,14 +81,14 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 		for i := range scaleCases {
 			j := (round + i) % len(scaleCases)
 			c := scaleCases[j]
-			var cpu cpuTimes
-			started := func() { cpu = readCPUTimes() }
-			took, err := drainWith(ctx, pools[:c.relays], table, pubs[:c.relays], relayConfig{workers: c.workers, started: started},
+			var cpu cpuWindow
+			took, err := drainWith(ctx, pools[:c.relays], table, pubs[:c.relays], relayConfig{workers: c.workers, started: cpu.start},
 				cfg.ScaleEvents, cfg.Logger, &claims[j])
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", c.name(), err)
 			}
-			spent[j], busy[j] = append(spent[j], took), busy[j]+cpu.busySince()/float64(cfg.Rounds)
+			cpu.stop()
+			spent[j], busy[j] = append(spent[j], took), busy[j]+cpu.machineBusyShare()/float64(cfg.Rounds)
 		}
 	}
 	base := MedianRate(cfg.ScaleEvents, spent[0])
@@ -206,42 +203,4 @@ func (p *delayProxy) Close() error {
 		err = nil
 	}
 	return err
-}
-
-// cpuTimes are the machine's CPU times, in clock ticks, from /proc/stat:
-// the busy ones and all of them; zero where /proc/stat cannot be read.
-type cpuTimes struct{ busy, total uint64 }
-
-func readCPUTimes() cpuTimes {
-	data, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return cpuTimes{}
-	}
-	line, _, _ := strings.Cut(string(data), "\n")
-	fields := strings.Fields(line)
-	if len(fields) < 5 || fields[0] != "cpu" {
-		return cpuTimes{}
-	}
-	var t cpuTimes
-	for i, f := range fields[1:] {
-		n, err := strconv.ParseUint(f, 10, 64)
-		if err != nil {
-			return cpuTimes{}
-		}
-		t.total += n
-		if i != 3 && i != 4 { // idle and iowait
-			t.busy += n
-		}
-	}
-	return t
-}
-
-// busySince is the fraction of the machine's CPU time busy since t, 0 when
-// unknown.
-func (t cpuTimes) busySince() float64 {
-	now := readCPUTimes()
-	if now.total <= t.total {
-		return 0
-	}
-	return float64(now.busy-t.busy) / float64(now.total-t.total)
 }
