@@ -152,11 +152,11 @@ func (r ConsumeReport) WriteText(w io.Writer) error {
 	writeRateLines(&b, r.rows())
 	b.WriteString("  (ceiling: the backlog's busiest worker handling its messages one after the other)\n")
 	if alone, dedupe, ok := r.redisAlone(); ok {
-		fmt.Fprintf(&b, "redis-benchmark against the same Redis, the commands %s sends per message, median of %s:\n", DedupeRedis, plural(r.Rounds, "run"))
+		fmt.Fprintf(&b, "redis-benchmark against the same Redis, the commands %s sends, median of %s:\n", DedupeRedis, plural(r.Rounds, "run"))
 		for _, c := range r.Redis {
-			fmt.Fprintf(&b, "  %-12s %9.0f ops/s  %s\n", c.What, c.Rate, c.Command)
+			fmt.Fprintf(&b, "  %-26s %9.0f ops/s = %9.0f msgs/s  %s\n", c.What, c.Rate, c.MessageRate(), c.Command)
 		}
-		fmt.Fprintf(&b, "  Redis alone, one of each per message: %.0f msgs/s; %s: %.0f msgs/s (%.2fx)\n", alone, DedupeRedis, dedupe, dedupe/alone)
+		fmt.Fprintf(&b, "  Redis alone, a claim and a share of a done mark per message: %.0f msgs/s; %s: %.0f msgs/s (%.2fx)\n", alone, DedupeRedis, dedupe, dedupe/alone)
 	}
 	if l := r.RedisServer; l != nil {
 		fmt.Fprintf(&b, "redis-server while %s consumed (INFO cpu and stats), median of %s: %.2f cores busy, %.1f us of CPU per command, %.2f commands per message\n",
@@ -168,16 +168,16 @@ func (r ConsumeReport) WriteText(w io.Writer) error {
 }
 
 // redisAlone returns the messages per second Redis alone serves when each
-// costs one of each command redis-benchmark measured (the commands' times
-// add up), and the Redis dedupe configuration's rate; ok is false when
-// either is missing.
+// costs its share of each command redis-benchmark measured (a claim, a
+// batch's share of a done mark: the commands' times add up), and the Redis
+// dedupe configuration's rate; ok is false when either is missing.
 func (r ConsumeReport) redisAlone() (alone, dedupe float64, ok bool) {
 	if len(r.Redis) == 0 {
 		return 0, 0, false
 	}
 	perMessage := 0.0
 	for _, c := range r.Redis {
-		perMessage += 1 / c.Rate
+		perMessage += 1 / c.MessageRate()
 	}
 	for _, res := range r.Results {
 		if res.Name == DedupeRedis {
