@@ -46,9 +46,10 @@ type RedisConfig struct {
 	// Window is how long a processed id is remembered: a message delivered
 	// again within it is skipped, one delivered later is processed again.
 	// A longer window covers later redeliveries (a consumer group reset to
-	// an old offset, a dead letter replayed twice) and costs memory:
-	// one key of about 136 bytes (for a UUID id, `redis-cli MEMORY USAGE`)
-	// per id processed within the window. From 1ms to ten years
+	// an old offset, a dead letter replayed twice) and costs memory: for
+	// a UUID id about 230 bytes per id processed within the window, its
+	// key (about 150) and its member of a done set (about 80), as
+	// `redis-cli MEMORY USAGE` reports them. From 1ms to ten years
 	// (MaxWindow). Defaults to 24h (DefaultWindow).
 	Window time.Duration
 }
@@ -264,7 +265,7 @@ func (c *claim) setNX(ctx context.Context, owner string, px any) (taken []int, e
 // whose lease ran out before they were done. It returns the positions
 // whose keys changed before the takeover, to be looked at again.
 func (c *claim) settle(ctx context.Context, taken []int) (again []int, err error) {
-	values, err := c.read(ctx, taken)
+	values, present, err := c.read(ctx, taken)
 	if err != nil {
 		return nil, err
 	}
@@ -305,7 +306,7 @@ func (c *claim) settle(ctx context.Context, taken []int) (again []int, err error
 	}
 	for i, p := range taken {
 		switch v := values[i]; {
-		case v == "": // gone
+		case !present[i]: // gone
 			over, old = append(over, p), append(old, "")
 		case strings.HasPrefix(v, doneValuePrefix):
 			c.statuses[p] = Processed
@@ -319,22 +320,22 @@ func (c *claim) settle(ctx context.Context, taken []int) (again []int, err error
 	return c.takeOver(ctx, over, old)
 }
 
-// read returns the values of the keys at positions taken; "" for a key
-// that is gone.
-func (c *claim) read(ctx context.Context, taken []int) ([]string, error) {
+// read returns the values of the keys at positions taken, and whether
+// each key is there.
+func (c *claim) read(ctx context.Context, taken []int) (values []string, present []bool, err error) {
 	cmds := perKey(ctx, c.r.client.Pipeline(), len(taken), func(i int) *string { return &c.keys[taken[i]] },
 		[]any{"get"}, nil, redis.NewStringCmd)
-	values := make([]string, len(taken))
+	values, present = make([]string, len(taken)), make([]bool, len(taken))
 	for i, cmd := range cmds {
 		switch v, e := cmd.(*redis.StringCmd).Result(); {
 		case errors.Is(e, redis.Nil):
 		case e != nil:
-			return nil, c.r.fail("claim: read taken ids", len(taken), e)
+			return nil, nil, c.r.fail("claim: read taken ids", len(taken), e)
 		default:
-			values[i] = v
+			values[i], present[i] = v, true
 		}
 	}
-	return values, nil
+	return values, present, nil
 }
 
 // takeOver claims the keys at positions over, each only while it still
@@ -417,7 +418,7 @@ func newScript(body string) script { return script{body: body, sha: redis.NewScr
 var (
 	releaseScript  = newScript(`if redis.call("get", KEYS[1]) == ARGV[1] then return redis.call("del", KEYS[1]) end return 0`)
 	extendScript   = newScript(`if redis.call("get", KEYS[1]) == ARGV[1] and redis.call("pttl", KEYS[1]) < tonumber(ARGV[2]) then return redis.call("pexpire", KEYS[1], ARGV[2]) end return 0`)
-	takeOverScript = newScript(`if (redis.call("get", KEYS[1]) or "") == ARGV[1] then redis.call("set", KEYS[1], ARGV[2], "px", ARGV[3]) return 1 end return 0`)
+	takeOverScript = newScript(`local v = redis.call("get", KEYS[1]) if (ARGV[1] == "" and v == false) or (ARGV[1] ~= "" and v == ARGV[1]) then redis.call("set", KEYS[1], ARGV[2], "px", ARGV[3]) return 1 end return 0`)
 )
 
 // Release deletes the keys of the ids that still hold owner's claim and

@@ -210,20 +210,23 @@ func TestRedisTakesOverTheClaimsOfAnOwnerThatDied(t *testing.T) {
 }
 
 // TestRedisReadsOtherValues: a key holding done:<unix ms> (a mark of an
-// earlier layout) is processed; any other value not of ours is left alone,
-// Busy.
+// earlier layout) is processed; any other value not of ours, an empty one
+// too, is left alone, Busy.
 func TestRedisReadsOtherValues(t *testing.T) {
 	t.Parallel()
 	s := newRedisStore(t, dedupe.RedisConfig{})
 	ctx := context.Background()
 	s.client.Set(ctx, s.Key("old-mark"), "done:1795500029261", time.Minute)
 	s.client.Set(ctx, s.Key("foreign"), "something else", time.Minute)
-	got := s.claim("a", time.Minute, "old-mark", "foreign")
-	if got[0] != dedupe.Processed || got[1] != dedupe.Busy {
-		t.Fatalf("Claim = %v, want [processed busy]", got)
+	s.client.Set(ctx, s.Key("empty"), "", time.Minute)
+	got := s.claim("a", time.Minute, "old-mark", "foreign", "empty")
+	if got[0] != dedupe.Processed || got[1] != dedupe.Busy || got[2] != dedupe.Busy {
+		t.Fatalf("Claim = %v, want [processed busy busy]", got)
 	}
-	if v := s.value("foreign"); v != "something else" {
-		t.Errorf("Claim changed a foreign value to %q", v)
+	for id, want := range map[string]string{"foreign": "something else", "empty": ""} {
+		if v, err := s.client.Get(ctx, s.Key(id)).Result(); err != nil || v != want {
+			t.Errorf("after Claim %s holds %q, %v; want %q left alone", id, v, err, want)
+		}
 	}
 }
 

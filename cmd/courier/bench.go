@@ -106,8 +106,9 @@ two retry tiers (the main topic's rate), with Redis dedupe on (--redis-url),
 and with a 5 ms handler on 1 and on 16 workers per partition. The
 configurations take turns --rounds times and each figure is the median.
 After each round, redis-benchmark (--redis-benchmark, when on the path) runs
-the two commands the Redis dedupe sends per message against the same Redis,
-and the report sets what Redis alone serves beside the dedupe's rate. With a
+the commands the Redis dedupe sends (a claim per message, a done mark per
+batch) against the same Redis, and the report sets what Redis alone serves
+beside the dedupe's rate. With a
 single Redis it also reports what the server spent while the dedupe consumed
 (cores busy, CPU per command, commands per message, from Redis's INFO).
 A "CPU while consuming" table gives, per configuration, the cores this
