@@ -46,7 +46,7 @@ func BenchmarkRedisDedupeCost(b *testing.B) {
 	for b.Loop() {
 		for i := range ids {
 			seq++
-			ids[i] = "9b2f4c1e-aaaa-bbbb-cccc-" + strconv.Itoa(1_000_000_000_000+seq)[1:] // as long as a UUID
+			ids[i] = "9b2f4c1e-aaaa-bbbb-cccc-" + strconv.Itoa(1_000_000_000_000 + seq)[1:] // as long as a UUID
 		}
 		owner := "orders/3/" + ids[0]
 		statuses, err := store.Claim(ctx, owner, ids, consumer.DefaultDedupeLease)
