@@ -422,7 +422,9 @@ func (m *doneMarks) send() {
 
 // markDone marks the messages of batch processed: one Done call for the
 // ids of each owner (each claim call's; a batch of marks usually holds one
-// or two), in the order the owners first come.
+// or two), in the order the owners first come. A failed call does not
+// stop the others: it returns their errors joined, and marking again is
+// harmless.
 func markDone(ctx context.Context, store dedupe.Store, batch []mark) error {
 	var owners []string
 	ids := map[string][]string{}
@@ -433,12 +435,13 @@ func markDone(ctx context.Context, store dedupe.Store, batch []mark) error {
 		}
 		ids[o] = append(ids[o], mk.d.id)
 	}
+	var errs []error
 	for _, o := range owners {
 		if err := store.Done(ctx, o, ids[o]); err != nil {
-			return err
+			errs = append(errs, err)
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }
 
 // settle settles the marked messages that may be.

@@ -43,9 +43,9 @@
 // An id is one key, Prefix + Scope + ":" + id, for example
 // courier:dedupe:payouts:9b2f…, written once, when it is claimed: it holds
 // "claim:<token>", the Token of the claim call's owner, and expires with
-// the window. Each claim call (a batch of ids) has two keys of its own,
-// under Prefix + ":" + Scope + ":" (no id's key starts so, as no Scope is
-// empty):
+// the window and the lease. Each claim call (a batch of ids) has two keys
+// of its own, under Prefix + ":" + Scope + ":" (no id's key of the same
+// Prefix starts so, as no Scope is empty):
 //
 //	lease:<token>   the owner, while its lease runs; extended by Extend
 //	done:<token>    a set of the ids the owner processed; expires with the window

@@ -32,40 +32,41 @@ func ExampleRedis() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	// Each claim call has an owner of its own: here a worker and a count.
 	ids := []string{"evt-1", "evt-2"}
-	statuses, err := store.Claim(ctx, "worker-1", ids, 30*time.Second)
+	statuses, err := store.Claim(ctx, "worker-1/1", ids, 30*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("worker-1 claims:", statuses)
-	statuses, err = store.Claim(ctx, "worker-2", ids, 30*time.Second)
+	statuses, err = store.Claim(ctx, "worker-2/1", ids, 30*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("worker-2 claims:", statuses)
 
 	// worker-1 handled evt-1; evt-2 failed and went to a retry topic.
-	if err := store.Done(ctx, "worker-1", ids[:1]); err != nil {
+	if err := store.Done(ctx, "worker-1/1", ids[:1]); err != nil {
 		log.Fatal(err)
 	}
-	if err := store.Release(ctx, "worker-1", ids[1:]); err != nil {
+	if err := store.Release(ctx, "worker-1/1", ids[1:]); err != nil {
 		log.Fatal(err)
 	}
-	statuses, err = store.Claim(ctx, "worker-2", ids, 30*time.Second)
+	statuses, err = store.Claim(ctx, "worker-2/2", ids, 30*time.Second)
 	if err != nil {
 		log.Fatal(err)
 	}
 	fmt.Println("worker-2 claims again:", statuses)
 	// What Redis holds: each id's key names the token of its claim's owner;
 	// the ids an owner processed are in its done set.
-	fmt.Println("evt-2 claimed by worker-2:", client.Get(ctx, store.Key("evt-2")).Val() == "claim:"+dedupe.Token("worker-2"))
-	fmt.Println("evt-1 in worker-1's done set:", client.SIsMember(ctx, store.DoneKey("worker-1"), "evt-1").Val())
+	fmt.Println("evt-2 claimed by worker-2/2:", client.Get(ctx, store.Key("evt-2")).Val() == "claim:"+dedupe.Token("worker-2/2"))
+	fmt.Println("evt-1 in worker-1/1's done set:", client.SIsMember(ctx, store.DoneKey("worker-1/1"), "evt-1").Val())
 	// Output:
 	// worker-1 claims: [claimed claimed]
 	// worker-2 claims: [busy busy]
 	// worker-2 claims again: [processed claimed]
-	// evt-2 claimed by worker-2: true
-	// evt-1 in worker-1's done set: true
+	// evt-2 claimed by worker-2/2: true
+	// evt-1 in worker-1/1's done set: true
 }
 
 // A handler that writes to PostgreSQL records the message's id in its own

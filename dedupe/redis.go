@@ -45,6 +45,9 @@ type RedisConfig struct {
 	Prefix string
 	// Window is how long a processed id is remembered: a message delivered
 	// again within it is skipped, one delivered later is processed again.
+	// It counts from the id's mark. A window shorter than the consumer's
+	// lease (Dedupe.Lease) keeps an id Busy, not free, after its window,
+	// until the lease of the claim that marked it runs out.
 	// A longer window covers later redeliveries (a consumer group reset to
 	// an old offset, a dead letter replayed twice) and costs memory: for
 	// a UUID id about 230 bytes per id processed within the window, its
@@ -58,10 +61,10 @@ type RedisConfig struct {
 // delivery idempotent within the window.
 //
 // Each id is one key, Prefix + Scope + ":" + id, written once, when the id
-// is claimed: it holds "claim:<token>" and lives for the window (or the
-// lease, when longer). The token stands for the claim's owner (see
-// Token); the owner's claim call keeps two keys under Prefix + ":" +
-// Scope + ":" (a prefix no id key can have, as a Scope is never empty):
+// is claimed: it holds "claim:<token>" and lives for the window and the
+// lease. The token stands for the claim's owner (see Token); the owner's
+// claim call keeps two keys under Prefix + ":" + Scope + ":" (a prefix no
+// id key of the same Prefix can have, as a Scope is never empty):
 //
 //	lease:<token>   the owner, while its lease runs (PX lease)
 //	done:<token>    a set of the ids the owner processed (PX window)
@@ -71,10 +74,11 @@ type RedisConfig struct {
 // or when its key is gone. So marking a batch processed is one SADD, not a
 // write per id, and a claim is one SET NX per id.
 //
-// Every method costs one pipelined round trip per batch (Claim more for
-// ids it finds taken), which go-redis runs on a single node or, for a
-// *redis.ClusterClient, splits by slot over the nodes in parallel: every
-// command and script touches one key. Only SET, GET, EXISTS, PEXPIRE,
+// Claim and Done cost one pipelined round trip per batch (Claim one more
+// on a cluster or a ring, for its lease, and more for ids it finds taken),
+// Release and Extend two. go-redis runs a pipeline on a single node or,
+// for a *redis.ClusterClient, splits it by slot over the nodes in
+// parallel: every command and script touches one key. Only SET, GET, EXISTS, PEXPIRE,
 // SADD, SISMEMBER, DEL and EVALSHA/EVAL are used: any Redis since 2.6.12
 // will do.
 //
@@ -169,12 +173,35 @@ func (r *Redis) LeaseKey(owner string) string { return r.leaseKey(Token(owner)) 
 // e.g. "courier:dedupe::payouts:done:3q2-7wAAAAAAAAAA".
 func (r *Redis) DoneKey(owner string) string { return r.doneKey(Token(owner)) }
 
+// tokenLen is the length of a Token.
+const tokenLen = 16
+
+// isToken reports whether s could be a Token: 16 characters of base64url.
+// A claim written by an earlier layout holds its owner itself, and is not
+// taken over (it expires with its own lease).
+func isToken(s string) bool {
+	if len(s) != tokenLen {
+		return false
+	}
+	for i := range len(s) {
+		switch c := s[i]; {
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
+		default:
+			return false
+		}
+	}
+	return true
+}
+
 func (r *Redis) leaseKey(token string) string { return r.ownerPrefix + "lease:" + token }
 func (r *Redis) doneKey(token string) string  { return r.ownerPrefix + "done:" + token }
 
 // Claim starts owner's lease (its lease key, for lease) and claims each
-// free id: SET NX of "claim:<token>" for the window, pipelined with the
-// lease. For the ids whose key is taken it reads the key: an id in the
+// free id: SET NX of "claim:<token>" for the window and the lease,
+// pipelined after the lease (on a cluster or a ring, after the lease is
+// set). An owner must be new to each Claim call, as the consumer's are:
+// the ids an owner marked processed stay in its done set for the window,
+// so an id claimed again under the same owner would read as processed. For the ids whose key is taken it reads the key: an id in the
 // done set of the token it holds is Processed; one whose token's lease
 // runs (owner's own too) is Busy; one whose key is gone, or whose token's
 // lease ran out before it was done (its owner crashed), is taken over, so
@@ -195,7 +222,7 @@ func (r *Redis) Claim(ctx context.Context, owner string, ids []string, lease tim
 	}
 	c := &claim{r: r, keys: r.keys(ids), ids: storedIDs(ids), statuses: statuses, token: Token(owner)}
 	c.value = claimValuePrefix + c.token
-	c.keyMillis = max(r.window, lease).Milliseconds()
+	c.keyMillis = (r.window + lease).Milliseconds()
 	taken, err := c.setNX(ctx, owner, px)
 	for round := 1; err == nil && len(taken) > 0; round++ {
 		if round > claimRounds { // the keys keep changing under us: let the caller come back
@@ -220,8 +247,9 @@ type claim struct {
 	statuses []Status
 	token    string // the owner's
 	value    string // "claim:" + token
-	// keyMillis is how long an id's key lives: the window, or the lease
-	// when longer, so that the key outlives the claim.
+	// keyMillis is how long an id's key lives: the window and the lease,
+	// so that an id marked processed while its claim was live stays
+	// processed for the window from its mark.
 	keyMillis int64
 }
 
@@ -231,17 +259,22 @@ const unsettled Status = -1
 // setNX starts the owner's lease and claims every key, and records Claimed
 // or, tentatively, Busy for each. It returns the positions whose keys were
 // taken.
+//
+// A single Redis runs a pipeline in order, so the lease goes first in the
+// same pipeline. A cluster or a ring splits a pipeline over its nodes and
+// sends the parts at once (and retries a part that failed later), so there
+// the lease is set in a round trip of its own first: no claim may be seen
+// without its lease, or another owner would take it over as abandoned.
 func (c *claim) setNX(ctx context.Context, owner string, px any) (taken []int, err error) {
-	leaseKey := c.r.leaseKey(c.token)
-	lease := redis.NewStatusCmd(ctx, "set", leaseKey, owner, "px", px)
-	cmds := perKey(ctx, c.r.client.Pipeline(), len(c.keys), func(i int) *string { return &c.keys[i] },
-		[]any{"set"}, []any{c.value, "nx", "px", c.keyMillis}, redis.NewStatusCmd, lease)
-	if err := lease.Err(); err != nil {
-		for p := range c.statuses {
-			c.statuses[p] = unsettled
-		}
+	lease := redis.NewStatusCmd(ctx, "set", c.r.leaseKey(c.token), owner, "px", px)
+	var first []redis.Cmder
+	if _, single := c.r.client.(*redis.Client); single {
+		first = append(first, lease)
+	} else if err := c.r.client.Process(ctx, lease); err != nil {
 		return nil, c.r.fail("claim: start the lease", len(c.keys), err)
 	}
+	cmds := perKey(ctx, c.r.client.Pipeline(), len(c.keys), func(i int) *string { return &c.keys[i] },
+		[]any{"set"}, []any{c.value, "nx", "px", c.keyMillis}, redis.NewStatusCmd, first...)
 	for p, cmd := range cmds {
 		switch e := cmd.Err(); {
 		case e == nil:
@@ -253,6 +286,9 @@ func (c *claim) setNX(ctx context.Context, owner string, px any) (taken []int, e
 			c.statuses[p] = unsettled
 			err = e
 		}
+	}
+	if e := lease.Err(); e != nil { // the claims it took are released, as the lease is not there
+		return nil, c.r.fail("claim: start the lease", len(c.keys), e)
 	}
 	if err != nil {
 		return nil, c.r.fail("claim", len(c.keys), err)
@@ -276,7 +312,7 @@ func (c *claim) settle(ctx context.Context, taken []int) (again []int, err error
 	pipe := c.r.client.Pipeline()
 	for i, p := range taken {
 		token, ok := strings.CutPrefix(values[i], claimValuePrefix)
-		if !ok {
+		if !ok || !isToken(token) {
 			continue
 		}
 		claimedAt = append(claimedAt, i)
@@ -310,8 +346,8 @@ func (c *claim) settle(ctx context.Context, taken []int) (again []int, err error
 			over, old = append(over, p), append(old, "")
 		case strings.HasPrefix(v, doneValuePrefix):
 			c.statuses[p] = Processed
-		case !strings.HasPrefix(v, claimValuePrefix):
-			c.statuses[p] = Busy // not a value of ours: leave it be
+		case !strings.HasPrefix(v, claimValuePrefix) || !isToken(v[len(claimValuePrefix):]):
+			c.statuses[p] = Busy // not a claim of this layout: leave it be
 		}
 	}
 	if len(over) == 0 {
@@ -349,15 +385,15 @@ func (c *claim) takeOver(ctx context.Context, over []int, old []string) (again [
 		args[i] = []any{old[i], c.value, c.keyMillis}
 	}
 	results, err := c.r.runScript(ctx, "claim: take over", takeOverScript, keys, func(i int) []any { return args[i] })
-	if err != nil {
-		return nil, err
-	}
 	for i, p := range over {
-		if n, _ := results[i].(*redis.Cmd).Int64(); n == 1 {
-			c.statuses[p] = Claimed
+		if n, e := results[i].(*redis.Cmd).Int64(); e == nil && n == 1 {
+			c.statuses[p] = Claimed // so that a failed Claim releases it too
 		} else {
 			again = append(again, p)
 		}
+	}
+	if err != nil {
+		return nil, err
 	}
 	return again, nil
 }
@@ -381,10 +417,10 @@ func (r *Redis) undoClaims(ctx context.Context, owner string, keys []string, sta
 }
 
 // Done adds the ids to owner's done set and keeps the set for the window
-// (SADD and PEXPIRE, pipelined: two commands however many ids). An id
-// whose key holds owner's token is processed from then on; one claimed
-// meanwhile by another owner (owner's lease ran out) is that owner's to
-// mark.
+// from now (SADD and PEXPIRE in one MULTI/EXEC, so that the set never
+// stays without its expiry: two commands however many ids). An id whose
+// key holds owner's token is processed from then on; one claimed meanwhile
+// by another owner (owner's lease ran out) is that owner's to mark.
 func (r *Redis) Done(ctx context.Context, owner string, ids []string) error {
 	if len(ids) == 0 {
 		return nil
@@ -396,7 +432,7 @@ func (r *Redis) Done(ctx context.Context, owner string, ids []string) error {
 	for _, id := range stored {
 		args = append(args, id)
 	}
-	pipe := r.client.Pipeline()
+	pipe := r.client.TxPipeline()
 	add := redis.NewIntCmd(ctx, args...)
 	_ = pipe.Process(ctx, add)
 	expire := pipe.PExpire(ctx, key, r.window)
@@ -457,15 +493,15 @@ func (r *Redis) releaseKeys(ctx context.Context, owner string, keys []string) er
 	return err
 }
 
-// Extend pushes owner's lease to lease from now, if it still runs (PEXPIRE
-// of its lease key), and the expiry of the keys of the ids that still
-// hold owner's claim to at least lease from now (a compare-and-PEXPIRE
-// script per id, pipelined beside it), so that no key runs out before the
-// lease. A lease that ran out is not started again: its ids may be claimed
-// by another owner already.
+// Extend pushes owner's lease to lease from now, if it still runs
+// (PEXPIRE of its lease key), and then the expiry of the keys of the ids
+// that still hold owner's claim to at least the window and the lease from
+// now (a compare-and-PEXPIRE script per id, pipelined): two round trips.
+// So an id marked processed within the lease stays so for the window from
+// its mark. A lease that ran out is not started again: its ids may be
+// claimed by another owner already.
 func (r *Redis) Extend(ctx context.Context, owner string, ids []string, lease time.Duration) error {
-	px, err := leaseMillis(lease)
-	if err != nil {
+	if _, err := leaseMillis(lease); err != nil {
 		return err
 	}
 	if len(ids) == 0 {
@@ -476,7 +512,8 @@ func (r *Redis) Extend(ctx context.Context, owner string, ids []string, lease ti
 		return r.fail("extend", len(ids), err)
 	}
 	value := any(claimValuePrefix + token)
-	_, err = r.runScript(ctx, "extend", extendScript, r.keys(ids), func(int) []any { return []any{value, px} })
+	keyMillis := (r.window + lease).Milliseconds()
+	_, err := r.runScript(ctx, "extend", extendScript, r.keys(ids), func(int) []any { return []any{value, keyMillis} })
 	return err
 }
 
@@ -484,28 +521,26 @@ func (r *Redis) Extend(ctx context.Context, owner string, ids []string, lease ti
 // arguments args(i) for key i; when Redis does not know the script yet
 // (NOSCRIPT: a fresh or restarted server, or a node of a cluster), it
 // sends those calls again with the script's body, which also loads it. It
-// returns each key's call, holding its result.
+// returns each key's call, holding its result, also when it fails (the
+// error of the first call that failed).
 func (r *Redis) runScript(ctx context.Context, op string, s script, keys []string, args func(i int) []any) ([]redis.Cmder, error) {
 	cmds := r.scriptCalls(ctx, "evalsha", s.sha, keys, args)
 	var missing []int
 	for i, cmd := range cmds {
-		switch err := cmd.Err(); {
-		case err == nil:
-		case redis.HasErrorPrefix(err, "NOSCRIPT"):
+		if redis.HasErrorPrefix(cmd.Err(), "NOSCRIPT") {
 			missing = append(missing, i)
-		default:
-			return nil, r.fail(op, len(keys), err)
 		}
 	}
-	if len(missing) == 0 {
-		return cmds, nil
+	if len(missing) > 0 {
+		retried := r.scriptCalls(ctx, "eval", s.body, pick(keys, missing), func(j int) []any { return args(missing[j]) })
+		for j, cmd := range retried {
+			cmds[missing[j]] = cmd
+		}
 	}
-	retried := r.scriptCalls(ctx, "eval", s.body, pick(keys, missing), func(j int) []any { return args(missing[j]) })
-	for j, cmd := range retried {
+	for _, cmd := range cmds {
 		if err := cmd.Err(); err != nil {
-			return nil, r.fail(op, len(keys), err)
+			return cmds, r.fail(op, len(keys), err)
 		}
-		cmds[missing[j]] = cmd
 	}
 	return cmds, nil
 }

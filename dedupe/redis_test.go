@@ -135,8 +135,8 @@ func TestRedisClaimDoneClaim(t *testing.T) {
 	if key, want := s.Key("evt-1"), strings.TrimSuffix(s.Key(""), "payouts:")+"payouts:evt-1"; key != want {
 		t.Errorf("Key = %q, want %q", key, want)
 	}
-	if ttl := s.ttl("evt-1"); ttl <= dedupe.DefaultWindow-time.Minute || ttl > dedupe.DefaultWindow {
-		t.Errorf("claimed key expires in %v, want the default window %v", ttl, dedupe.DefaultWindow)
+	if ttl, want := s.ttl("evt-1"), dedupe.DefaultWindow+time.Minute; ttl <= want-time.Minute || ttl > want {
+		t.Errorf("claimed key expires in %v, want the default window and the 1m lease, %v", ttl, want)
 	}
 	lease := s.LeaseKey("a")
 	if got, err := s.client.Get(ctx, lease).Result(); err != nil || got != "a" {
@@ -210,8 +210,9 @@ func TestRedisTakesOverTheClaimsOfAnOwnerThatDied(t *testing.T) {
 }
 
 // TestRedisReadsOtherValues: a key holding done:<unix ms> (a mark of an
-// earlier layout) is processed; any other value not of ours, an empty one
-// too, is left alone, Busy.
+// earlier layout) is processed; a claim of an earlier layout (its owner
+// itself, not a token), and any other value not of ours, an empty one too,
+// is left alone, Busy.
 func TestRedisReadsOtherValues(t *testing.T) {
 	t.Parallel()
 	s := newRedisStore(t, dedupe.RedisConfig{})
@@ -219,11 +220,12 @@ func TestRedisReadsOtherValues(t *testing.T) {
 	s.client.Set(ctx, s.Key("old-mark"), "done:1795500029261", time.Minute)
 	s.client.Set(ctx, s.Key("foreign"), "something else", time.Minute)
 	s.client.Set(ctx, s.Key("empty"), "", time.Minute)
-	got := s.claim("a", time.Minute, "old-mark", "foreign", "empty")
-	if got[0] != dedupe.Processed || got[1] != dedupe.Busy || got[2] != dedupe.Busy {
-		t.Fatalf("Claim = %v, want [processed busy busy]", got)
+	s.client.Set(ctx, s.Key("old-claim"), "claim:orders/0/9b2f4c1e-aaaa-bbbb-cccc-000000000001/7", time.Minute)
+	got := s.claim("a", time.Minute, "old-mark", "foreign", "empty", "old-claim")
+	if got[0] != dedupe.Processed || got[1] != dedupe.Busy || got[2] != dedupe.Busy || got[3] != dedupe.Busy {
+		t.Fatalf("Claim = %v, want [processed busy busy busy]", got)
 	}
-	for id, want := range map[string]string{"foreign": "something else", "empty": ""} {
+	for id, want := range map[string]string{"foreign": "something else", "empty": "", "old-claim": "claim:orders/0/9b2f4c1e-aaaa-bbbb-cccc-000000000001/7"} {
 		if v, err := s.client.Get(ctx, s.Key(id)).Result(); err != nil || v != want {
 			t.Errorf("after Claim %s holds %q, %v; want %q left alone", id, v, err, want)
 		}
@@ -264,8 +266,8 @@ func TestRedisWindowExpires(t *testing.T) {
 	s := newRedisStore(t, dedupe.RedisConfig{Window: 50 * time.Millisecond})
 	s.claim("a", 20*time.Millisecond, "evt-1")
 	s.done("a", "evt-1")
-	if ttl := s.ttl("evt-1"); ttl <= 0 || ttl > 50*time.Millisecond {
-		t.Errorf("processed key expires in %v, want at most the 50ms window", ttl)
+	if ttl := s.ttl("evt-1"); ttl <= 0 || ttl > 70*time.Millisecond {
+		t.Errorf("processed key expires in %v, want at most the 50ms window and the 20ms lease", ttl)
 	}
 	if ttl := s.pttl(s.DoneKey("a")); ttl <= 0 || ttl > 50*time.Millisecond {
 		t.Errorf("done set expires in %v, want at most the 50ms window", ttl)
@@ -320,14 +322,75 @@ func TestRedisExtendKeepsKeysPastTheLease(t *testing.T) {
 	t.Parallel()
 	s := newRedisStore(t, dedupe.RedisConfig{Window: time.Second})
 	s.claim("a", 2*time.Second, "evt-1")
-	if ttl := s.ttl("evt-1"); ttl <= time.Second || ttl > 2*time.Second {
-		t.Fatalf("key expires in %v, want the 2s lease, longer than the 1s window", ttl)
+	if ttl := s.ttl("evt-1"); ttl <= 2*time.Second || ttl > 3*time.Second {
+		t.Fatalf("key expires in %v, want the 1s window and the 2s lease", ttl)
 	}
 	if err := s.Extend(context.Background(), "a", []string{"evt-1"}, time.Hour); err != nil {
 		t.Fatal(err)
 	}
-	if ttl := s.ttl("evt-1"); ttl <= time.Hour-time.Minute {
-		t.Fatalf("key expires in %v after Extend, want about the 1h lease", ttl)
+	if ttl := s.ttl("evt-1"); ttl <= time.Hour {
+		t.Fatalf("key expires in %v after Extend, want the 1h lease and the 1s window", ttl)
+	}
+}
+
+// TestRedisWindowCountsFromTheMark: an id marked processed late in its
+// claim's lease stays processed for the window from its mark, not from
+// its claim.
+func TestRedisWindowCountsFromTheMark(t *testing.T) {
+	t.Parallel()
+	const window, lease = time.Second, time.Second
+	s := newRedisStore(t, dedupe.RedisConfig{Window: window})
+	s.claim("a", lease, "evt-1")
+	testkit.WaitFor(t, 5*time.Second, "most of the lease to pass", func() bool { return s.pttl(s.LeaseKey("a")) < 200*time.Millisecond })
+	s.done("a", "evt-1")
+	// 300ms after the mark, over a second after the claim: more than the
+	// window since the claim, less since the mark.
+	testkit.WaitFor(t, 5*time.Second, "300ms to pass since the mark", func() bool { return s.pttl(s.DoneKey("a")) < window-300*time.Millisecond })
+	s.expect("b", dedupe.Processed, "evt-1")
+	testkit.WaitFor(t, 5*time.Second, "the window to pass since the mark", func() bool {
+		return s.claim("b", time.Minute, "evt-1")[0] == dedupe.Claimed
+	})
+}
+
+// TestRedisConcurrentTakeoversClaimOnce: the ids of an owner whose lease
+// ran out, claimed by eight owners at once, are each taken over by one.
+func TestRedisConcurrentTakeoversClaimOnce(t *testing.T) {
+	t.Parallel()
+	s := newRedisStore(t, dedupe.RedisConfig{})
+	ids := make([]string, 200)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("evt-%d", i)
+	}
+	s.claim("dead", time.Millisecond, ids...)
+	testkit.WaitFor(t, 5*time.Second, "dead's lease to run out", func() bool { return s.pttl(s.LeaseKey("dead")) < 0 })
+	const claimers = 8
+	results := make([][]dedupe.Status, claimers)
+	errs := make([]error, claimers)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range claimers {
+		wg.Go(func() {
+			<-start
+			results[c], errs[c] = s.Claim(context.Background(), fmt.Sprintf("owner-%d", c), ids, time.Minute)
+		})
+	}
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for i, id := range ids {
+		var claimed []int
+		for c := range claimers {
+			if results[c][i] == dedupe.Claimed {
+				claimed = append(claimed, c)
+			}
+		}
+		if len(claimed) != 1 {
+			t.Errorf("%s taken over by %v, want exactly one claimer", id, claimed)
+		} else if got, want := s.value(id), claimValue(fmt.Sprintf("owner-%d", claimed[0])); got != want {
+			t.Errorf("%s holds %q, want %q", id, got, want)
+		}
 	}
 }
 
@@ -543,6 +606,95 @@ func TestRedisFailedClaimReleasesItsClaims(t *testing.T) {
 	}
 }
 
+// TestRedisClaimWhoseLeaseFailsReleasesItsClaims fails the SET of the
+// owner's lease: Claim fails, and the ids it claimed beside it are free
+// again, since no lease covers them.
+func TestRedisClaimWhoseLeaseFailsReleasesItsClaims(t *testing.T) {
+	t.Parallel()
+	s := newRedisStore(t, dedupe.RedisConfig{})
+	boom := errors.New("boom")
+	failing := s.withHook(failingLease{boom})
+	_, err := failing.Claim(context.Background(), "me", []string{"evt-0", "evt-1"}, time.Minute)
+	if !errors.Is(err, boom) || !strings.Contains(err.Error(), "lease") {
+		t.Fatalf("Claim = %v, want the lease's error", err)
+	}
+	for _, id := range []string{"evt-0", "evt-1"} {
+		if got := s.value(id); got != "" {
+			t.Errorf("after the failed Claim %s holds %q, want it free", id, got)
+		}
+	}
+}
+
+// failingLease fails the SET of a lease key in a pipeline with err.
+type failingLease struct{ err error }
+
+func (h failingLease) DialHook(next redis.DialHook) redis.DialHook          { return next }
+func (h failingLease) ProcessHook(next redis.ProcessHook) redis.ProcessHook { return next }
+func (h failingLease) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		err := next(ctx, cmds)
+		for _, c := range cmds {
+			if c.Name() == "set" && strings.Contains(keyOf(c), ":lease:") {
+				c.SetErr(h.err)
+			}
+		}
+		return err
+	}
+}
+
+// TestRedisRingSetsTheLeaseBeforeTheClaims: a ring (as a cluster) sends
+// the parts of a pipeline to its shards at once, so Claim sets the lease
+// in a round trip of its own before any claim is sent; otherwise a claim
+// could be seen without its lease and taken over as abandoned.
+func TestRedisRingSetsTheLeaseBeforeTheClaims(t *testing.T) {
+	t.Parallel()
+	r := testkit.NewRedis(t)
+	opts := r.Client.Options()
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": opts.Addr, "b": opts.Addr}, DB: opts.DB})
+	t.Cleanup(func() { ring.Close() })
+	var mu sync.Mutex
+	var order []string
+	ring.AddHook(orderHook{record: func(what string) {
+		mu.Lock()
+		defer mu.Unlock()
+		order = append(order, what)
+	}})
+	store, err := dedupe.NewRedis(ring, dedupe.RedisConfig{Scope: testScope, Prefix: r.Prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := store.Claim(context.Background(), "me", []string{"evt-1", "evt-2"}, time.Minute)
+	if err != nil || got[0] != dedupe.Claimed || got[1] != dedupe.Claimed {
+		t.Fatalf("Claim = %v, %v; want both claimed", got, err)
+	}
+	if len(order) < 2 || order[0] != "lease set" || order[1] != "claims sent" {
+		t.Fatalf("order of events %v, want the lease set before the claims are sent", order)
+	}
+}
+
+// orderHook records when a lone SET of a lease key returns, and when a
+// pipeline of SET commands starts.
+type orderHook struct{ record func(string) }
+
+func (h orderHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h orderHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		err := next(ctx, cmd)
+		if cmd.Name() == "set" && strings.Contains(keyOf(cmd), ":lease:") {
+			h.record("lease set")
+		}
+		return err
+	}
+}
+func (h orderHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		if len(cmds) > 0 && cmds[len(cmds)-1].Name() == "set" {
+			h.record("claims sent")
+		}
+		return next(ctx, cmds)
+	}
+}
+
 // failingGets fails every GET pipeline with err.
 type failingGets struct{ err error }
 
@@ -561,7 +713,7 @@ func (h failingGets) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.P
 }
 
 // TestRedisScriptsSurviveAScriptFlush empties Redis's script cache, as a
-// restart does: Release and Extend load their scripts again.
+// restart does: Release, Extend and a takeover load their scripts again.
 func TestRedisScriptsSurviveAScriptFlush(t *testing.T) {
 	t.Parallel()
 	s := newRedisStore(t, dedupe.RedisConfig{Window: time.Minute}) // Extend to 1h raises the keys
@@ -580,6 +732,17 @@ func TestRedisScriptsSurviveAScriptFlush(t *testing.T) {
 	}
 	if s.value("evt-1") != "" || s.ttl("evt-2") < time.Hour-time.Minute {
 		t.Fatalf("after SCRIPT FLUSH Release or Extend had no effect: evt-1 %q, evt-2 expires in %v", s.value("evt-1"), s.ttl("evt-2"))
+	}
+	s.claim("dead", time.Millisecond, "evt-3", "evt-4")
+	testkit.WaitFor(t, 5*time.Second, "dead's lease to run out", func() bool { return s.pttl(s.LeaseKey("dead")) < 0 })
+	if err := s.client.ScriptFlush(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	s.expect("b", dedupe.Claimed, "evt-3", "evt-4")
+	for _, id := range []string{"evt-3", "evt-4"} {
+		if got, want := s.value(id), claimValue("b"); got != want {
+			t.Errorf("after SCRIPT FLUSH the takeover left %s holding %q, want %q", id, got, want)
+		}
 	}
 }
 

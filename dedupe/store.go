@@ -55,7 +55,7 @@ var ErrInvalidConfig = errors.New("dedupe: invalid config")
 // Implementations must be safe for concurrent use.
 type Store interface {
 	// Claim claims each free id for owner until lease passes, and returns
-	// one Status per id, in order. An id owner already holds is Busy (the
+	// one Status per id, in order. Use an owner of its own for each call. An id owner already holds is Busy (the
 	// same id twice in a batch: the second waits for the first). An error
 	// means nothing is known about any of the ids: the caller retries.
 	Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]Status, error)
