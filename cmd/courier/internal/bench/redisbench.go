@@ -30,6 +30,10 @@ const (
 	// SADD of them all.
 	redisBenchBatch   = consumer.DefaultTakeBatch
 	redisBenchClients = partitions
+	// redisBenchMinRequests is the fewest requests a run sends, so that it
+	// lasts long enough for redis-benchmark to time it (a run of a dozen
+	// requests can end within its clock's resolution: "inf" requests/s).
+	redisBenchMinRequests = 1000
 	// redisBenchKeyspace is redis-benchmark's -r: __rand_int__ is drawn
 	// from so many values that nearly every key is new, as every message's
 	// id is. redis-benchmark reads -r as an int: a larger value wraps,
@@ -138,7 +142,7 @@ func newRedisBench(path string, client redis.UniversalClient, name string) (*red
 func (b *redisBench) round(ctx context.Context, n int) error {
 	for i := range b.cmds {
 		cmd := &b.cmds[i]
-		requests := max(n/cmd.messages, redisBenchClients)
+		requests := max(n/cmd.messages, redisBenchMinRequests)
 		argv := append([]string{"-h", b.host, "-p", b.port, "-n", strconv.Itoa(requests), "-r", strconv.Itoa(redisBenchKeyspace),
 			"-c", strconv.Itoa(redisBenchClients), "-P", strconv.Itoa(cmd.pipeline), "--csv"}, cmd.args...)
 		rate, err := runRedisBenchmark(ctx, b.path, argv)

@@ -277,7 +277,7 @@ func (r ConsumeReport) writeRedisAlone(b *strings.Builder) {
 `+"`%s`"+` sends Redis a claim per message, before it is handled (SET NX, pipelined a
 batch at a time), and a done mark per batch once its messages are handled (one SADD of their
 ids). After each round, redis-benchmark ran each command against the same Redis, on %d
-connections, requests for %s messages, nearly every key and id new (as every message's id is),
+connections, requests for %s messages (at least 1,000 requests), nearly every key and id new (as every message's id is),
 with keys, values and ids as long as the consumer's; a figure is the median of %s. Redis alone,
 spending on each message a claim and its share of a done mark, serves the messages/s of the
 last row but one: the most any Redis dedupe with these commands could reach on this Redis and
