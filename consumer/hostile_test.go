@@ -311,6 +311,33 @@ func TestHostileConsumerIDs(t *testing.T) {
 			t.Errorf("dead letter %s: %q, want permanent naming the refused id", env.ErrorKind, env.Error)
 		}
 	})
+	t.Run("a foreign value in an id's Redis key", func(t *testing.T) {
+		t.Parallel()
+		f := newFixture(t, 1)
+		r := testkit.NewRedis(t)
+		var handled counter
+		cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+			handled.add(string(m.Value))
+			return nil
+		}))
+		store := f.redisDedupe(t, r.Client, r.Prefix)
+		cfg.Dedupe = consumer.DedupeConfig{Store: store, BusyWait: 20 * time.Millisecond}
+		// Another program's value, without expiry: waiting on it would
+		// stop the partition for good.
+		if err := r.Client.Set(context.Background(), store.Key("foreign-2"), "not courier's", 0).Err(); err != nil {
+			t.Fatal(err)
+		}
+		f.produce(t, f.topic, idRecord("ok-1", "v1"), idRecord("foreign-2", "v2"), idRecord("ok-3", "v3"))
+		f.consumeAll(t, cfg, 3)
+		letters := f.deadLetters(t)
+		if handled.get("v1") != 1 || handled.get("v3") != 1 || handled.get("v2") != 0 || len(letters) != 1 {
+			t.Fatalf("handled v1 %d, v2 %d, v3 %d times, %d dead letters; want 1, 0, 1 and 1",
+				handled.get("v1"), handled.get("v2"), handled.get("v3"), len(letters))
+		}
+		if env := letters[0]; env.ErrorKind != dlq.KindPermanent || !strings.Contains(env.Error, "which courier does not write; delete the key") {
+			t.Errorf("dead letter %s: %q, want permanent saying which key to delete", env.ErrorKind, env.Error)
+		}
+	})
 }
 
 // TestHostileConsumerConfig goes through every field of Config (and the

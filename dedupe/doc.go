@@ -62,6 +62,12 @@
 //	$ redis-cli SISMEMBER courier:dedupe::payouts:done:1jrjZO1dnFhVNo0d id-2
 //	(integer) 1
 //
+// A key holding anything else, written by another program, is left
+// alone, and Claim refuses its id (ErrInvalidID): the consumer
+// dead-letters that message, saying which key to delete, rather than wait
+// on a key that may never expire or skip a message that was not
+// processed.
+//
 // A Redis without persistence (no RDB snapshots, no AOF) forgets every
 // processed id when it restarts, and a failover to a replica may lose the
 // last writes: messages delivered again within the window after that are

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/courierkit/courier/internal/textcut"
 )
 
 // DefaultPrefix starts every key of a Redis store.
@@ -207,7 +209,10 @@ func (r *Redis) doneKey(token string) string  { return r.ownerPrefix + "done:" +
 // lease ran out before it was done (its owner crashed), is taken over, so
 // Claimed. When Claim fails, it releases the claims it took before it
 // returns the error. Ids are keyed by StoredID (hashed when long or not
-// UTF-8); an empty id fails the call with an error matching ErrInvalidID.
+// UTF-8). An empty id fails the call with an error matching ErrInvalidID,
+// and so does an id whose key holds a value the store does not write
+// (neither a claim nor "done:…", an empty value too), so that the consumer
+// dead-letters its message rather than wait on it, maybe forever.
 func (r *Redis) Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]Status, error) {
 	px, err := leaseMillis(lease)
 	if err != nil {
@@ -346,8 +351,13 @@ func (c *claim) settle(ctx context.Context, taken []int) (again []int, err error
 			over, old = append(over, p), append(old, "")
 		case strings.HasPrefix(v, doneValuePrefix):
 			c.statuses[p] = Processed
-		case !strings.HasPrefix(v, claimValuePrefix) || !isToken(v[len(claimValuePrefix):]):
-			c.statuses[p] = Busy // not a claim of this layout: leave it be
+		case !strings.HasPrefix(v, claimValuePrefix):
+			// Not a value of ours: waiting could last forever (a key
+			// without expiry), and skipping could lose the message.
+			return nil, fmt.Errorf("%w: its key %s holds %q, which courier does not write; delete the key (redis-cli DEL) to let the message through",
+				ErrInvalidID, textcut.Cut(c.keys[p], MaxIDBytes, "…"), textcut.Cut(v, 64, "…"))
+		case !isToken(v[len(claimValuePrefix):]):
+			c.statuses[p] = Busy // a claim of an earlier layout: it expires with its lease
 		}
 	}
 	if len(over) == 0 {

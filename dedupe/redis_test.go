@@ -210,25 +210,39 @@ func TestRedisTakesOverTheClaimsOfAnOwnerThatDied(t *testing.T) {
 }
 
 // TestRedisReadsOtherValues: a key holding done:<unix ms> (a mark of an
-// earlier layout) is processed; a claim of an earlier layout (its owner
-// itself, not a token), and any other value not of ours, an empty one too,
-// is left alone, Busy.
+// earlier layout) is processed, and a claim of an earlier layout (its
+// owner itself, not a token) is Busy until it expires. A value courier
+// does not write, an empty one too, fails the call with ErrInvalidID,
+// naming the key and the value quoted (control characters escaped), so
+// that the consumer dead-letters the message rather than wait on a key
+// that may never expire; the ids the call claimed are released, and the
+// value is left alone.
 func TestRedisReadsOtherValues(t *testing.T) {
 	t.Parallel()
 	s := newRedisStore(t, dedupe.RedisConfig{})
 	ctx := context.Background()
+	const oldClaim = "claim:orders/0/9b2f4c1e-aaaa-bbbb-cccc-000000000001/7"
 	s.client.Set(ctx, s.Key("old-mark"), "done:1795500029261", time.Minute)
-	s.client.Set(ctx, s.Key("foreign"), "something else", time.Minute)
-	s.client.Set(ctx, s.Key("empty"), "", time.Minute)
-	s.client.Set(ctx, s.Key("old-claim"), "claim:orders/0/9b2f4c1e-aaaa-bbbb-cccc-000000000001/7", time.Minute)
-	got := s.claim("a", time.Minute, "old-mark", "foreign", "empty", "old-claim")
-	if got[0] != dedupe.Processed || got[1] != dedupe.Busy || got[2] != dedupe.Busy || got[3] != dedupe.Busy {
-		t.Fatalf("Claim = %v, want [processed busy busy busy]", got)
+	s.client.Set(ctx, s.Key("old-claim"), oldClaim, time.Minute)
+	got := s.claim("a", time.Minute, "old-mark", "old-claim")
+	if got[0] != dedupe.Processed || got[1] != dedupe.Busy {
+		t.Fatalf("Claim = %v, want [processed busy]", got)
 	}
-	for id, want := range map[string]string{"foreign": "something else", "empty": "", "old-claim": "claim:orders/0/9b2f4c1e-aaaa-bbbb-cccc-000000000001/7"} {
-		if v, err := s.client.Get(ctx, s.Key(id)).Result(); err != nil || v != want {
-			t.Errorf("after Claim %s holds %q, %v; want %q left alone", id, v, err, want)
+	for value, name := range map[string]string{"something\x1b[31m else": "foreign", "": "empty"} {
+		s.client.Set(ctx, s.Key(name), value, 0) // no expiry: it would wait forever
+		_, err := s.Claim(ctx, "b/"+name, []string{"fresh-" + name, name}, time.Minute)
+		if !errors.Is(err, dedupe.ErrInvalidID) || !strings.Contains(err.Error(), s.Key(name)) || strings.ContainsRune(err.Error(), 0x1b) {
+			t.Errorf("Claim of an id whose key holds %q = %v; want ErrInvalidID naming the key, without raw control characters", value, err)
 		}
+		if v := s.value("fresh-" + name); v != "" {
+			t.Errorf("the failed Claim left fresh-%s claimed (%q)", name, v)
+		}
+		if v, err := s.client.Get(ctx, s.Key(name)).Result(); err != nil || v != value {
+			t.Errorf("after Claim %s holds %q, %v; want %q left alone", name, v, err, value)
+		}
+	}
+	if v := s.value("old-claim"); v != oldClaim {
+		t.Errorf("Claim changed a claim of an earlier layout to %q", v)
 	}
 }
 
