@@ -508,8 +508,8 @@ func (r *Redis) releaseKeys(ctx context.Context, owner string, keys []string) er
 // that still hold owner's claim to at least the window and the lease from
 // now (a compare-and-PEXPIRE script per id, pipelined): two round trips.
 // So an id marked processed within the lease stays so for the window from
-// its mark. A lease that ran out is not started again: its ids may be
-// claimed by another owner already.
+// its mark. A lease that ran out is not started again (its ids may be
+// claimed by another owner already): Extend then fails with ErrLeaseLost.
 func (r *Redis) Extend(ctx context.Context, owner string, ids []string, lease time.Duration) error {
 	if _, err := leaseMillis(lease); err != nil {
 		return err
@@ -518,14 +518,23 @@ func (r *Redis) Extend(ctx context.Context, owner string, ids []string, lease ti
 		return nil
 	}
 	token := Token(owner)
-	if err := r.client.PExpire(ctx, r.leaseKey(token), lease).Err(); err != nil {
+	live, err := r.client.PExpire(ctx, r.leaseKey(token), lease).Result()
+	if err != nil {
 		return r.fail("extend", len(ids), err)
+	}
+	if !live {
+		return fmt.Errorf("%w: %d ids under %s", ErrLeaseLost, len(ids), r.keyPrefix)
 	}
 	value := any(claimValuePrefix + token)
 	keyMillis := (r.window + lease).Milliseconds()
-	_, err := r.runScript(ctx, "extend", extendScript, r.keys(ids), func(int) []any { return []any{value, keyMillis} })
+	_, err = r.runScript(ctx, "extend", extendScript, r.keys(ids), func(int) []any { return []any{value, keyMillis} })
 	return err
 }
+
+// ErrLeaseLost is matched by the error of Extend when owner's lease had
+// run out already: its ids may be claimed, and handled, by another owner
+// meanwhile. The lease is not started again.
+var ErrLeaseLost = errors.New("dedupe: the claims' lease ran out before it was extended; another consumer may be handling their messages")
 
 // runScript runs script once per key, pipelined, by its SHA, with the
 // arguments args(i) for key i; when Redis does not know the script yet

@@ -297,8 +297,8 @@ func TestRedisExtend(t *testing.T) {
 	ctx := context.Background()
 	s.claim("a", 200*time.Millisecond, "evt-1", "evt-2")
 	s.done("a", "evt-2")
-	if err := s.Extend(ctx, "b", []string{"evt-1"}, time.Hour); err != nil {
-		t.Fatal(err)
+	if err := s.Extend(ctx, "b", []string{"evt-1"}, time.Hour); !errors.Is(err, dedupe.ErrLeaseLost) {
+		t.Fatalf("Extend by an owner without a lease = %v, want ErrLeaseLost", err)
 	}
 	if ttl := s.pttl(s.LeaseKey("a")); ttl > 200*time.Millisecond {
 		t.Fatalf("another owner's Extend pushed a's lease to %v", ttl)
@@ -323,8 +323,8 @@ func TestRedisExtend(t *testing.T) {
 	// A lease that ran out is not started again: its ids may be another's.
 	s.claim("c", 50*time.Millisecond, "evt-3")
 	testkit.WaitFor(t, 5*time.Second, "c's 50ms lease to run out", func() bool { return s.pttl(s.LeaseKey("c")) < 0 })
-	if err := s.Extend(ctx, "c", []string{"evt-3"}, time.Hour); err != nil {
-		t.Fatal(err)
+	if err := s.Extend(ctx, "c", []string{"evt-3"}, time.Hour); !errors.Is(err, dedupe.ErrLeaseLost) {
+		t.Fatalf("Extend of a lease that ran out = %v, want ErrLeaseLost", err)
 	}
 	s.expect("d", dedupe.Claimed, "evt-3")
 }

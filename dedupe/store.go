@@ -60,7 +60,8 @@ type Store interface {
 	// means nothing is known about any of the ids: the caller retries.
 	Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]Status, error)
 	// Extend pushes the lease of the ids owner still holds to lease from
-	// now; ids it no longer holds are left alone.
+	// now; ids it no longer holds are left alone. A store that can tell
+	// fails with ErrLeaseLost when owner's lease had run out already.
 	Extend(ctx context.Context, owner string, ids []string, lease time.Duration) error
 	// Done marks the ids owner claimed processed, for the store's window.
 	// An id claimed meanwhile by another owner (owner's lease ran out) is
