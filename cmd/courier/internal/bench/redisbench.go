@@ -65,10 +65,11 @@ func (c RedisCommandRate) MessageRate() float64 { return c.Rate * float64(c.Mess
 
 // redisBench runs redis-benchmark against the Redis of the dedupe
 // configuration, for the commands the dedupe sends: per message a claim
-// (SET NX PX of the id's key, for the window), and per batch a done mark
-// (SADD of the batch's ids to a new set), on keys, values and ids as long
-// as the consumer's. (A batch's other two commands, the SET of its lease
-// and the PEXPIRE of its done set, cost Redis less than 1% of its ids'.)
+// (SET NX PX of the id's key, for the window and the lease), and per
+// batch a done mark (SADD of the batch's ids to a new set), on keys,
+// values and ids as long as the consumer's. (A batch's other commands,
+// the SET of its lease and the MULTI, PEXPIRE and EXEC around its done
+// mark, cost Redis about 2% of its ids'.)
 type redisBench struct {
 	path   string // of redis-benchmark
 	client redis.UniversalClient
@@ -131,7 +132,7 @@ func newRedisBench(path string, client redis.UniversalClient, name string) (*red
 	}
 	b.cmds = []redisBenchCmd{
 		{what: "a claim", messages: 1, pipeline: redisBenchBatch,
-			args: []string{"SET", key, claim, "NX", "PX", strconv.FormatInt(dedupeWindow.Milliseconds(), 10)}},
+			args: []string{"SET", key, claim, "NX", "PX", strconv.FormatInt((dedupeWindow + consumer.DefaultDedupeLease).Milliseconds(), 10)}},
 		{what: fmt.Sprintf("a done mark of %d ids", redisBenchBatch), messages: redisBenchBatch, pipeline: 1, args: sadd},
 	}
 	return b, nil
