@@ -78,8 +78,13 @@ func (f *dedupeFeature) admitBatch(batch []taken) bool {
 	}
 	if c.refused != nil && len(of) > 1 {
 		// One id of the batch or more is refused: ask for each alone.
-		for _, d := range of {
+		for i, d := range of {
 			if c, ok = f.claim([]string{d.id}); !ok {
+				// The session ended: the claims taken so far are
+				// released when the partition is given up.
+				for _, held := range of[:i] {
+					f.abandoned(held)
+				}
 				return false
 			}
 			d.setClaim(c, 0)
@@ -224,7 +229,11 @@ func (f *dedupeFeature) claim(ids []string) (c claimed, ok bool) {
 			return err
 		})
 		if errors.Is(err, dedupe.ErrInvalidID) {
-			// The store is up and refuses an id: no reason to wait.
+			// The store is up and refuses an id: no reason to wait. It
+			// should have dropped what this call claimed; in case it
+			// could not, drop it, or the ids asked for again alone would
+			// wait for this call's lease.
+			_ = cfg.Store.Release(ctx, c.owner, ids)
 			c.refused, c.statuses = err, nil
 			return nil
 		}
@@ -329,7 +338,13 @@ func (f *dedupeFeature) extendClaim(d *delivery) {
 	err := f.call(p.workCtx, dedupe.OpExtend, 1, func(ctx context.Context) error {
 		return cfg.Store.Extend(ctx, d.owner, []string{d.id}, cfg.Lease)
 	})
-	if err != nil {
+	switch {
+	case errors.Is(err, dedupe.ErrLeaseLost):
+		// Asking again would not bring it back: go on, and mark the
+		// message once handled (harmless if another took it over).
+		d.log().Warn("the message's dedupe claim ran out before it was extended; another consumer may be handling it too (keep Dedupe.Lease above the waits between attempts)",
+			"error", err, "dedupe_id", d.id)
+	case err != nil:
 		d.log().Warn("cannot extend the message's dedupe claim; it may run out during the attempt", "error", err, "dedupe_id", d.id)
 		return
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -15,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/internal/testkit"
@@ -503,5 +505,64 @@ func TestDedupeClaimsTheNextBatchWhileHandling(t *testing.T) {
 	defer mu.Unlock()
 	if !slices.Equal(order, []string{"1", "2"}) {
 		t.Errorf("handled %v, want [1 2]: each once, in order", order)
+	}
+}
+
+// leaseLost is a Store whose Extend always finds the lease run out.
+type leaseLost struct {
+	dedupe.Store
+	extends atomic.Int32
+}
+
+func (s *leaseLost) Extend(context.Context, string, []string, time.Duration) error {
+	s.extends.Add(1)
+	return fmt.Errorf("%w (owner %q)", dedupe.ErrLeaseLost, "test")
+}
+
+// TestDedupeLeaseLostBetweenAttempts: a message whose claim ran out
+// between two attempts is still handled and marked, and the consumer says
+// that another consumer may be handling it too.
+func TestDedupeLeaseLostBetweenAttempts(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1)
+	r := testkit.NewRedis(t)
+	const lease = 300 * time.Millisecond
+	var attempts atomic.Int32
+	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		if attempts.Add(1) < 4 {
+			// Work past half the lease, then fail: the next attempt
+			// extends the claim first.
+			select {
+			case <-time.After(lease / 2):
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+			return errors.New("flaky")
+		}
+		return nil
+	}))
+	cfg.MaxAttempts = 5
+	cfg.AttemptTimeout = 200 * time.Millisecond
+	cfg.Backoff = backoff.Backoff{Base: time.Millisecond, Max: time.Millisecond}
+	store := &leaseLost{Store: f.redisDedupe(t, r.Client, r.Prefix)}
+	cfg.Dedupe = consumer.DedupeConfig{Store: store, Lease: lease}
+	logs := &lines{}
+	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	f.produce(t, f.topic, withID("k", "v", "event-1"))
+	stop := run(t, newConsumer(t, cfg))
+	testkit.WaitFor(t, 20*time.Second, "the message handled and committed", func() bool { return f.committed(t, 0) == 1 })
+	stop()
+	if n := attempts.Load(); n != 4 {
+		t.Errorf("%d attempts, want 4", n)
+	}
+	if !logs.contains("ran out before it was extended; another consumer may be handling it too") {
+		t.Errorf("no warning that the claim ran out; logs:\n%s", logs.String())
+	}
+	if store.extends.Load() == 0 {
+		t.Error("no Extend call: the attempts did not outlast half the lease")
+	}
+	statuses, err := store.Claim(context.Background(), "checker", []string{"event-1"}, time.Minute)
+	if err != nil || statuses[0] != dedupe.Processed {
+		t.Errorf("after handling, the id is %v (%v), want processed: the mark is stored though the lease was lost", statuses, err)
 	}
 }

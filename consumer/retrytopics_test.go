@@ -449,6 +449,12 @@ func (l *lines) contains(s string) bool {
 	return strings.Contains(l.b.String(), s)
 }
 
+func (l *lines) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
 func TestRecordTooLargeForItsRetryTopicIsDeadLettered(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1, testkit.InProcess())

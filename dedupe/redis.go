@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -201,18 +202,23 @@ func (r *Redis) doneKey(token string) string  { return r.ownerPrefix + "done:" +
 // Claim starts owner's lease (its lease key, for lease) and claims each
 // free id: SET NX of "claim:<token>" for the window and the lease,
 // pipelined after the lease (on a cluster or a ring, after the lease is
-// set). An owner must be new to each Claim call, as the consumer's are:
-// the ids an owner marked processed stay in its done set for the window,
-// so an id claimed again under the same owner would read as processed. For the ids whose key is taken it reads the key: an id in the
-// done set of the token it holds is Processed; one whose token's lease
-// runs (owner's own too) is Busy; one whose key is gone, or whose token's
-// lease ran out before it was done (its owner crashed), is taken over, so
+// set). For the ids whose key is taken it reads the key: an id in the done
+// set of the token it holds is Processed; one whose token's lease runs
+// (owner's own too) is Busy; one whose key is gone, or whose token's lease
+// ran out before it was done (its owner crashed), is taken over, so
 // Claimed. When Claim fails, it releases the claims it took before it
-// returns the error. Ids are keyed by StoredID (hashed when long or not
-// UTF-8). An empty id fails the call with an error matching ErrInvalidID,
-// and so does an id whose key holds a value the store does not write
-// (neither a claim nor "done:…", an empty value too), so that the consumer
-// dead-letters its message rather than wait on it, maybe forever.
+// returns the error.
+//
+// An owner must be new to each Claim call, as the consumer's are: the ids
+// an owner marked processed stay in its done set for the window, so an id
+// claimed again under the same owner would read as processed.
+//
+// Ids are keyed by StoredID (hashed when long or not UTF-8). An empty id
+// fails the call with an error matching ErrInvalidID, and so does an id
+// whose key holds what the store does not write (a value that is neither
+// a claim nor "done:…", an empty one too, or a key of another type), so
+// that the consumer dead-letters its message rather than wait on it,
+// maybe forever.
 func (r *Redis) Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]Status, error) {
 	px, err := leaseMillis(lease)
 	if err != nil {
@@ -333,6 +339,9 @@ func (c *claim) settle(ctx context.Context, taken []int) (again []int, err error
 	for j, i := range claimedAt {
 		done, e1 := checks[2*j].(*redis.BoolCmd).Result()
 		live, e2 := checks[2*j+1].(*redis.IntCmd).Result()
+		if redis.HasErrorPrefix(e1, "WRONGTYPE") {
+			return nil, foreignKey(checks[2*j].Args()[1].(string), "a key of another type than a set")
+		}
 		if e := errors.Join(e1, e2); e != nil {
 			return nil, c.r.fail("claim: read the claims found", len(taken), e)
 		}
@@ -354,8 +363,7 @@ func (c *claim) settle(ctx context.Context, taken []int) (again []int, err error
 		case !strings.HasPrefix(v, claimValuePrefix):
 			// Not a value of ours: waiting could last forever (a key
 			// without expiry), and skipping could lose the message.
-			return nil, fmt.Errorf("%w: its key %s holds %q, which courier does not write; delete the key (redis-cli DEL) to let the message through",
-				ErrInvalidID, textcut.Cut(c.keys[p], MaxIDBytes, "…"), textcut.Cut(v, 64, "…"))
+			return nil, foreignKey(c.keys[p], strconv.Quote(textcut.Cut(v, 64, "…")))
 		case !isToken(v[len(claimValuePrefix):]):
 			c.statuses[p] = Busy // a claim of an earlier layout: it expires with its lease
 		}
@@ -364,6 +372,14 @@ func (c *claim) settle(ctx context.Context, taken []int) (again []int, err error
 		return nil, nil
 	}
 	return c.takeOver(ctx, over, old)
+}
+
+// foreignKey is the error of Claim for an id whose key holds what, which
+// the store does not write: the key is quoted whole (at most 767 bytes:
+// prefix, scope and stored id), so that it can be deleted as it stands.
+func foreignKey(key, what string) error {
+	return fmt.Errorf("%w: its key %q holds %s, which courier does not write; delete the key (redis-cli DEL) to let the message through",
+		ErrInvalidID, key, what)
 }
 
 // read returns the values of the keys at positions taken, and whether
@@ -375,6 +391,8 @@ func (c *claim) read(ctx context.Context, taken []int) (values []string, present
 	for i, cmd := range cmds {
 		switch v, e := cmd.(*redis.StringCmd).Result(); {
 		case errors.Is(e, redis.Nil):
+		case redis.HasErrorPrefix(e, "WRONGTYPE"):
+			return nil, nil, foreignKey(c.keys[taken[i]], "a key of another type")
 		case e != nil:
 			return nil, nil, c.r.fail("claim: read taken ids", len(taken), e)
 		default:
@@ -523,7 +541,7 @@ func (r *Redis) Extend(ctx context.Context, owner string, ids []string, lease ti
 		return r.fail("extend", len(ids), err)
 	}
 	if !live {
-		return fmt.Errorf("%w: %d ids under %s", ErrLeaseLost, len(ids), r.keyPrefix)
+		return fmt.Errorf("%w (owner %q, under %s)", ErrLeaseLost, owner, r.keyPrefix)
 	}
 	value := any(claimValuePrefix + token)
 	keyMillis := (r.window + lease).Milliseconds()
@@ -654,7 +672,7 @@ func leaseMillis(lease time.Duration) (any, error) {
 // Redis.
 func (r *Redis) fail(op string, n int, err error) error {
 	if _, ok := errors.AsType[*net.OpError](err); ok {
-		return fmt.Errorf("dedupe: redis %s of %d ids under %s: %w (is Redis running? try `make services`)", op, n, r.keyPrefix, err)
+		return fmt.Errorf("dedupe: redis %s, a batch of %d, under %s: %w (is Redis running? try `make services`)", op, n, r.keyPrefix, err)
 	}
-	return fmt.Errorf("dedupe: redis %s of %d ids under %s: %w", op, n, r.keyPrefix, err)
+	return fmt.Errorf("dedupe: redis %s, a batch of %d, under %s: %w", op, n, r.keyPrefix, err)
 }

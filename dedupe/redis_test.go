@@ -212,11 +212,11 @@ func TestRedisTakesOverTheClaimsOfAnOwnerThatDied(t *testing.T) {
 // TestRedisReadsOtherValues: a key holding done:<unix ms> (a mark of an
 // earlier layout) is processed, and a claim of an earlier layout (its
 // owner itself, not a token) is Busy until it expires. A value courier
-// does not write, an empty one too, fails the call with ErrInvalidID,
-// naming the key and the value quoted (control characters escaped), so
-// that the consumer dead-letters the message rather than wait on a key
-// that may never expire; the ids the call claimed are released, and the
-// value is left alone.
+// does not write, an empty one too, or a key of another type, fails the
+// call with ErrInvalidID, naming the key quoted whole (control characters
+// escaped), so that the consumer dead-letters the message rather than
+// wait on a key that may never expire; the ids the call claimed are
+// released, and the key is left alone.
 func TestRedisReadsOtherValues(t *testing.T) {
 	t.Parallel()
 	s := newRedisStore(t, dedupe.RedisConfig{})
@@ -228,17 +228,27 @@ func TestRedisReadsOtherValues(t *testing.T) {
 	if got[0] != dedupe.Processed || got[1] != dedupe.Busy {
 		t.Fatalf("Claim = %v, want [processed busy]", got)
 	}
-	for value, name := range map[string]string{"something\x1b[31m else": "foreign", "": "empty"} {
-		s.client.Set(ctx, s.Key(name), value, 0) // no expiry: it would wait forever
-		_, err := s.Claim(ctx, "b/"+name, []string{"fresh-" + name, name}, time.Minute)
-		if !errors.Is(err, dedupe.ErrInvalidID) || !strings.Contains(err.Error(), s.Key(name)) || strings.ContainsRune(err.Error(), 0x1b) {
-			t.Errorf("Claim of an id whose key holds %q = %v; want ErrInvalidID naming the key, without raw control characters", value, err)
+	for _, tc := range []struct {
+		id    string
+		write func(key string) error
+	}{
+		{"foreign", func(key string) error { return s.client.Set(ctx, key, "something\x1b[31m else", 0).Err() }}, // no expiry: it would wait forever
+		{"empty", func(key string) error { return s.client.Set(ctx, key, "", 0).Err() }},
+		{"a hash", func(key string) error { return s.client.HSet(ctx, key, "f", "v").Err() }},
+		{"evt\x1b[31m\nFAKE LOG LINE", func(key string) error { return s.client.Set(ctx, key, "x", 0).Err() }},
+	} {
+		if err := tc.write(s.Key(tc.id)); err != nil {
+			t.Fatal(err)
 		}
-		if v := s.value("fresh-" + name); v != "" {
-			t.Errorf("the failed Claim left fresh-%s claimed (%q)", name, v)
+		_, err := s.Claim(ctx, "b/"+tc.id, []string{"fresh-" + tc.id, tc.id}, time.Minute)
+		if !errors.Is(err, dedupe.ErrInvalidID) || !strings.Contains(err.Error(), strconv.Quote(s.Key(tc.id))) || strings.ContainsAny(err.Error(), "\x1b\n") {
+			t.Errorf("Claim of %q = %v; want ErrInvalidID naming its key, quoted, without raw control characters", tc.id, err)
 		}
-		if v, err := s.client.Get(ctx, s.Key(name)).Result(); err != nil || v != value {
-			t.Errorf("after Claim %s holds %q, %v; want %q left alone", name, v, err, value)
+		if v := s.value("fresh-" + tc.id); v != "" {
+			t.Errorf("the failed Claim left fresh-%q claimed (%q)", tc.id, v)
+		}
+		if typ := s.client.Type(ctx, s.Key(tc.id)).Val(); typ == "none" {
+			t.Errorf("Claim deleted the key of %q", tc.id)
 		}
 	}
 	if v := s.value("old-claim"); v != oldClaim {

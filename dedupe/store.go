@@ -55,9 +55,12 @@ var ErrInvalidConfig = errors.New("dedupe: invalid config")
 // Implementations must be safe for concurrent use.
 type Store interface {
 	// Claim claims each free id for owner until lease passes, and returns
-	// one Status per id, in order. Use an owner of its own for each call. An id owner already holds is Busy (the
-	// same id twice in a batch: the second waits for the first). An error
-	// means nothing is known about any of the ids: the caller retries.
+	// one Status per id, in order. Use an owner of its own for each call.
+	// An id owner already holds is Busy (the same id twice in a batch: the
+	// second waits for the first). An error means nothing is known about
+	// any of the ids: the caller releases what owner may hold and retries,
+	// except after an error matching ErrInvalidID, which an id of the batch
+	// will always get (the caller asks for each id alone).
 	Claim(ctx context.Context, owner string, ids []string, lease time.Duration) ([]Status, error)
 	// Extend pushes the lease of the ids owner still holds to lease from
 	// now; ids it no longer holds are left alone. A store that can tell
