@@ -290,54 +290,50 @@ func TestHostileConsumerIDs(t *testing.T) {
 			}
 		})
 	}
-	t.Run("store refuses an id", func(t *testing.T) {
-		t.Parallel()
-		f := newFixture(t, 1)
-		r := testkit.NewRedis(t)
-		var handled counter
-		cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-			handled.add(string(m.Value))
-			return nil
-		}))
-		cfg.Dedupe = consumer.DedupeConfig{Store: refusingStore{f.redisDedupe(t, r.Client, r.Prefix)}}
-		f.produce(t, f.topic, idRecord("ok-1", "v1"), idRecord("refuse-me", "v2"), idRecord("ok-3", "v3"))
-		f.consumeAll(t, cfg, 3)
-		letters := f.deadLetters(t)
-		if handled.get("v1") != 1 || handled.get("v3") != 1 || handled.get("v2") != 0 || len(letters) != 1 {
-			t.Fatalf("handled v1 %d, v2 %d, v3 %d times, %d dead letters; want 1, 0, 1 and 1",
-				handled.get("v1"), handled.get("v2"), handled.get("v3"), len(letters))
-		}
-		if env := letters[0]; env.ErrorKind != dlq.KindPermanent || !strings.Contains(env.Error, `refuses the message's id "refuse-me"`) {
-			t.Errorf("dead letter %s: %q, want permanent naming the refused id", env.ErrorKind, env.Error)
-		}
-	})
-	t.Run("a foreign value in an id's Redis key", func(t *testing.T) {
-		t.Parallel()
-		f := newFixture(t, 1)
-		r := testkit.NewRedis(t)
-		var handled counter
-		cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-			handled.add(string(m.Value))
-			return nil
-		}))
-		store := f.redisDedupe(t, r.Client, r.Prefix)
-		cfg.Dedupe = consumer.DedupeConfig{Store: store, BusyWait: 20 * time.Millisecond}
-		// Another program's value, without expiry: waiting on it would
-		// stop the partition for good.
-		if err := r.Client.Set(context.Background(), store.Key("foreign-2"), "not courier's", 0).Err(); err != nil {
-			t.Fatal(err)
-		}
-		f.produce(t, f.topic, idRecord("ok-1", "v1"), idRecord("foreign-2", "v2"), idRecord("ok-3", "v3"))
-		f.consumeAll(t, cfg, 3)
-		letters := f.deadLetters(t)
-		if handled.get("v1") != 1 || handled.get("v3") != 1 || handled.get("v2") != 0 || len(letters) != 1 {
-			t.Fatalf("handled v1 %d, v2 %d, v3 %d times, %d dead letters; want 1, 0, 1 and 1",
-				handled.get("v1"), handled.get("v2"), handled.get("v3"), len(letters))
-		}
-		if env := letters[0]; env.ErrorKind != dlq.KindPermanent || !strings.Contains(env.Error, "which courier does not write; delete the key") {
-			t.Errorf("dead letter %s: %q, want permanent saying which key to delete", env.ErrorKind, env.Error)
-		}
-	})
+	// An id the store refuses, or whose Redis key holds another program's
+	// value without expiry (waiting on it would stop the partition for
+	// good): its message is dead-lettered, the others are handled.
+	for _, tc := range []struct {
+		name, id string
+		store    func(*dedupe.Redis) dedupe.Store
+		prepare  func(*testing.T, *dedupe.Redis, *testkit.Redis)
+		want     string
+	}{
+		{"store refuses an id", "refuse-me", func(s *dedupe.Redis) dedupe.Store { return refusingStore{s} }, nil,
+			`refuses the message's id "refuse-me"`},
+		{"a foreign value in an id's Redis key", "foreign-2", func(s *dedupe.Redis) dedupe.Store { return s },
+			func(t *testing.T, s *dedupe.Redis, r *testkit.Redis) {
+				if err := r.Client.Set(context.Background(), s.Key("foreign-2"), "not courier's", 0).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}, "which courier does not write; delete the key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			f := newFixture(t, 1)
+			r := testkit.NewRedis(t)
+			var handled counter
+			cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+				handled.add(string(m.Value))
+				return nil
+			}))
+			store := f.redisDedupe(t, r.Client, r.Prefix)
+			if tc.prepare != nil {
+				tc.prepare(t, store, r)
+			}
+			cfg.Dedupe = consumer.DedupeConfig{Store: tc.store(store), BusyWait: 20 * time.Millisecond}
+			f.produce(t, f.topic, idRecord("ok-1", "v1"), idRecord(tc.id, "v2"), idRecord("ok-3", "v3"))
+			f.consumeAll(t, cfg, 3)
+			letters := f.deadLetters(t)
+			if handled.get("v1") != 1 || handled.get("v3") != 1 || handled.get("v2") != 0 || len(letters) != 1 {
+				t.Fatalf("handled v1 %d, v2 %d, v3 %d times, %d dead letters; want 1, 0, 1 and 1",
+					handled.get("v1"), handled.get("v2"), handled.get("v3"), len(letters))
+			}
+			if env := letters[0]; env.ErrorKind != dlq.KindPermanent || !strings.Contains(env.Error, tc.want) {
+				t.Errorf("dead letter %s: %q, want permanent, saying %q", env.ErrorKind, env.Error, tc.want)
+			}
+		})
+	}
 }
 
 // TestHostileConsumerConfig goes through every field of Config (and the

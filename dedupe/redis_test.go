@@ -121,6 +121,53 @@ func (s *redisStore) pttl(key string) time.Duration {
 	return d
 }
 
+// claimAtOnce has n owners (owner-0, owner-1, …) claim ids at the same
+// time, and returns each one's statuses.
+func (s *redisStore) claimAtOnce(n int, ids []string) [][]dedupe.Status {
+	s.t.Helper()
+	results := make([][]dedupe.Status, n)
+	errs := make([]error, n)
+	start := make(chan struct{})
+	var wg sync.WaitGroup
+	for c := range n {
+		wg.Go(func() {
+			<-start
+			results[c], errs[c] = s.Claim(context.Background(), fmt.Sprintf("owner-%d", c), ids, time.Minute)
+		})
+	}
+	close(start)
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		s.t.Fatal(err)
+	}
+	return results
+}
+
+// expectOneClaimerEach checks that each id was claimed by exactly one of
+// the owners of claimAtOnce, Busy for the others, and holds its claim.
+func (s *redisStore) expectOneClaimerEach(ids []string, results [][]dedupe.Status) {
+	s.t.Helper()
+	for i, id := range ids {
+		var claimed []int
+		for c := range results {
+			switch results[c][i] {
+			case dedupe.Claimed:
+				claimed = append(claimed, c)
+			case dedupe.Busy:
+			default:
+				s.t.Errorf("%s: claimer %d got %v, want claimed or busy", id, c, results[c][i])
+			}
+		}
+		if len(claimed) != 1 {
+			s.t.Errorf("%s claimed by %v, want exactly one claimer", id, claimed)
+			continue
+		}
+		if got, want := s.value(id), claimValue(fmt.Sprintf("owner-%d", claimed[0])); got != want {
+			s.t.Errorf("%s holds %q, want %q", id, got, want)
+		}
+	}
+}
+
 // claimValue is what the key of an id owner claimed holds.
 func claimValue(owner string) string { return "claim:" + dedupe.Token(owner) }
 
@@ -387,35 +434,7 @@ func TestRedisConcurrentTakeoversClaimOnce(t *testing.T) {
 	}
 	s.claim("dead", time.Millisecond, ids...)
 	testkit.WaitFor(t, 5*time.Second, "dead's lease to run out", func() bool { return s.pttl(s.LeaseKey("dead")) < 0 })
-	const claimers = 8
-	results := make([][]dedupe.Status, claimers)
-	errs := make([]error, claimers)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range claimers {
-		wg.Go(func() {
-			<-start
-			results[c], errs[c] = s.Claim(context.Background(), fmt.Sprintf("owner-%d", c), ids, time.Minute)
-		})
-	}
-	close(start)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	for i, id := range ids {
-		var claimed []int
-		for c := range claimers {
-			if results[c][i] == dedupe.Claimed {
-				claimed = append(claimed, c)
-			}
-		}
-		if len(claimed) != 1 {
-			t.Errorf("%s taken over by %v, want exactly one claimer", id, claimed)
-		} else if got, want := s.value(id), claimValue(fmt.Sprintf("owner-%d", claimed[0])); got != want {
-			t.Errorf("%s holds %q, want %q", id, got, want)
-		}
-	}
+	s.expectOneClaimerEach(ids, s.claimAtOnce(8, ids))
 }
 
 // TestRedisBatchInOrder claims 1,000 ids in every state at once, and the
@@ -469,41 +488,7 @@ func TestRedisConcurrentClaimersClaimEachIDOnce(t *testing.T) {
 	for i := range ids {
 		ids[i] = fmt.Sprintf("evt-%d", i)
 	}
-	const claimers = 8
-	results := make([][]dedupe.Status, claimers)
-	errs := make([]error, claimers)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for c := range claimers {
-		wg.Go(func() {
-			<-start
-			results[c], errs[c] = s.Claim(context.Background(), fmt.Sprintf("owner-%d", c), ids, time.Minute)
-		})
-	}
-	close(start)
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
-	for i, id := range ids {
-		var claimed []int
-		for c := range claimers {
-			switch results[c][i] {
-			case dedupe.Claimed:
-				claimed = append(claimed, c)
-			case dedupe.Busy:
-			default:
-				t.Errorf("%s: claimer %d got %v, want claimed or busy", id, c, results[c][i])
-			}
-		}
-		if len(claimed) != 1 {
-			t.Errorf("%s claimed by %v, want exactly one claimer", id, claimed)
-			continue
-		}
-		if got, want := s.value(id), claimValue(fmt.Sprintf("owner-%d", claimed[0])); got != want {
-			t.Errorf("%s holds %q, want %q", id, got, want)
-		}
-	}
+	s.expectOneClaimerEach(ids, s.claimAtOnce(8, ids))
 }
 
 // pipelineHook runs before before each pipeline holding a command named
