@@ -415,8 +415,9 @@ func (m *doneMarks) flush() {
 	}
 }
 
-// send marks the queued messages processed in one round trip and settles
-// them; when the partition's work ends first, they are kept in unsent.
+// send marks the queued messages processed (one round trip for each
+// claim call's, see markDone) and settles them; when the partition's work
+// ends first, they are kept in unsent.
 func (m *doneMarks) send() {
 	m.mu.Lock()
 	batch := m.queue

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -546,7 +547,7 @@ func TestDedupeLeaseLostBetweenAttempts(t *testing.T) {
 	cfg.Backoff = backoff.Backoff{Base: time.Millisecond, Max: time.Millisecond}
 	store := &leaseLost{Store: f.redisDedupe(t, r.Client, r.Prefix)}
 	cfg.Dedupe = consumer.DedupeConfig{Store: store, Lease: lease}
-	logs := &lines{}
+	logs := &testkit.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	f.produce(t, f.topic, withID("k", "v", "event-1"))
 	stop := run(t, newConsumer(t, cfg))
@@ -555,7 +556,7 @@ func TestDedupeLeaseLostBetweenAttempts(t *testing.T) {
 	if n := attempts.Load(); n != 4 {
 		t.Errorf("%d attempts, want 4", n)
 	}
-	if !logs.contains("ran out before it was extended; another consumer may be handling it too") {
+	if !strings.Contains(logs.String(), "ran out before it was extended; another consumer may be handling it too") {
 		t.Errorf("no warning that the claim ran out; logs:\n%s", logs.String())
 	}
 	if store.extends.Load() == 0 {

@@ -421,38 +421,13 @@ func TestRunStopsWhileWaitingForRetryTopics(t *testing.T) {
 	f := newFixture(t, 1)
 	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error { return nil }))
 	cfg.RetryTopics = retrytopics.Config{Delays: []time.Duration{time.Second}} // its topic is never created
-	logs := &lines{}
+	logs := &testkit.Buffer{}
 	cfg.Logger = slog.New(slog.NewTextHandler(logs, nil))
 	stop := run(t, newConsumer(t, cfg))
 	testkit.WaitFor(t, 10*time.Second, "the missing retry topic reported", func() bool {
-		return logs.contains("the retry topics are not ready") && logs.contains(f.topic+".retry.1s")
+		return strings.Contains(logs.String(), "the retry topics are not ready") && strings.Contains(logs.String(), f.topic+".retry.1s")
 	})
 	stop() // fails the test unless Run returns within 15s
-}
-
-// lines is an io.Writer that keeps what is written, safe for concurrent
-// use.
-type lines struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (l *lines) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lines) contains(s string) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Contains(l.b.String(), s)
-}
-
-func (l *lines) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func TestRecordTooLargeForItsRetryTopicIsDeadLettered(t *testing.T) {

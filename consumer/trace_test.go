@@ -252,6 +252,7 @@ func TestTracingSpanOfAnErrorWhoseErrorPanics(t *testing.T) {
 	f.produce(t, f.topic, record("k", "\xff"))
 	run(t, newConsumer(t, cfg))
 	testkit.WaitFor(t, 20*time.Second, "2 spans", func() bool { return len(exporter.GetSpans()) == 2 })
+	processed := false
 	for _, s := range exporter.GetSpans() {
 		for _, kv := range s.Attributes {
 			if kv.Value.Type() == attribute.STRING && !utf8.ValidString(kv.Value.AsString()) {
@@ -261,9 +262,13 @@ func TestTracingSpanOfAnErrorWhoseErrorPanics(t *testing.T) {
 		if s.Name != "process "+f.topic {
 			continue
 		}
+		processed = true
 		if s.Status.Code != codes.Error || !strings.Contains(s.Status.Description, "PANIC") || len(s.Events) != 1 {
 			t.Errorf("status %+v events %v, want the error as fmt prints it", s.Status, s.Events)
 		}
+	}
+	if !processed {
+		t.Errorf("no span named %q among %d", "process "+f.topic, len(exporter.GetSpans()))
 	}
 }
 

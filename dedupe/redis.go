@@ -98,9 +98,8 @@ type Redis struct {
 	// ownerPrefix is Prefix + ":" + Scope + ":", the start of every
 	// owner's lease and done set.
 	ownerPrefix string
-	// window is the window, and windowMillis the same as a PX argument.
-	window       time.Duration
-	windowMillis any
+	// window is how long a processed id is remembered.
+	window time.Duration
 }
 
 var _ Store = (*Redis)(nil)
@@ -117,11 +116,10 @@ func NewRedis(client redis.UniversalClient, cfg RedisConfig) (*Redis, error) {
 		return nil, err
 	}
 	return &Redis{
-		client:       client,
-		keyPrefix:    cfg.Prefix + cfg.Scope + ":",
-		ownerPrefix:  cfg.Prefix + ":" + cfg.Scope + ":",
-		window:       cfg.Window,
-		windowMillis: cfg.Window.Milliseconds(),
+		client:      client,
+		keyPrefix:   cfg.Prefix + cfg.Scope + ":",
+		ownerPrefix: cfg.Prefix + ":" + cfg.Scope + ":",
+		window:      cfg.Window,
 	}, nil
 }
 
@@ -231,9 +229,10 @@ func (r *Redis) Claim(ctx context.Context, owner string, ids []string, lease tim
 	if err := checkIDs(ids...); err != nil {
 		return nil, err
 	}
-	c := &claim{r: r, keys: r.keys(ids), ids: storedIDs(ids), statuses: statuses, token: Token(owner)}
+	stored := storedIDs(ids)
+	c := &claim{r: r, keys: r.keys(stored), ids: stored, statuses: statuses, token: Token(owner)}
 	c.value = claimValuePrefix + c.token
-	c.keyMillis = (r.window + lease).Milliseconds()
+	c.keyMillis = r.keyMillis(lease)
 	taken, err := c.setNX(ctx, owner, px)
 	for round := 1; err == nil && len(taken) > 0; round++ {
 		if round > claimRounds { // the keys keep changing under us: let the caller come back
@@ -250,18 +249,21 @@ func (r *Redis) Claim(ctx context.Context, owner string, ids []string, lease tim
 	return statuses, nil
 }
 
+// keyMillis is how long, in milliseconds, an id's key lives from its
+// claim or the extension of its lease: the window and the lease, so that
+// an id marked processed while its claim was live stays processed for the
+// window from its mark.
+func (r *Redis) keyMillis(lease time.Duration) int64 { return (r.window + lease).Milliseconds() }
+
 // claim is one Claim call's state.
 type claim struct {
-	r        *Redis
-	keys     []string // each id's key
-	ids      []string // each id's stored form, a member of a done set
-	statuses []Status
-	token    string // the owner's
-	value    string // "claim:" + token
-	// keyMillis is how long an id's key lives: the window and the lease,
-	// so that an id marked processed while its claim was live stays
-	// processed for the window from its mark.
-	keyMillis int64
+	r         *Redis
+	keys      []string // each id's key
+	ids       []string // each id's stored form, a member of a done set
+	statuses  []Status
+	token     string // the owner's
+	value     string // "claim:" + token
+	keyMillis int64  // see Redis.keyMillis
 }
 
 // unsettled marks, in Claim, an id whose SET NX failed with an error.
@@ -316,56 +318,58 @@ func (c *claim) settle(ctx context.Context, taken []int) (again []int, err error
 	if err != nil {
 		return nil, err
 	}
-	// Each claim found: is its id in its token's done set; does its
-	// token's lease run?
-	var claimedAt []int
+	var over []int // positions to take over, each with the value it holds
+	var old []string
+	// found are the positions holding a claim of this layout, each with
+	// its token; for each, checks asks whether its id is in the token's
+	// done set and whether the token's lease runs.
+	type claimFound struct {
+		at    int // in taken
+		token string
+	}
+	var found []claimFound
 	var checks []redis.Cmder
 	pipe := c.r.client.Pipeline()
 	for i, p := range taken {
-		token, ok := strings.CutPrefix(values[i], claimValuePrefix)
-		if !ok || !isToken(token) {
-			continue
+		v := values[i]
+		token, isClaim := strings.CutPrefix(v, claimValuePrefix)
+		switch {
+		case !present[i]: // gone
+			over, old = append(over, p), append(old, "")
+		case strings.HasPrefix(v, doneValuePrefix):
+			c.statuses[p] = Processed
+		case !isClaim:
+			// Not a value of ours: waiting could last forever (a key
+			// without expiry), and skipping could lose the message.
+			return nil, foreignKey(c.keys[p], strconv.Quote(textcut.Cut(v, 64, "…")))
+		case !isToken(token):
+			c.statuses[p] = Busy // a claim of an earlier layout: it expires with its lease
+		default:
+			found = append(found, claimFound{i, token})
+			checks = append(checks,
+				pipe.SIsMember(ctx, c.r.doneKey(token), c.ids[p]),
+				pipe.Exists(ctx, c.r.leaseKey(token)))
 		}
-		claimedAt = append(claimedAt, i)
-		checks = append(checks,
-			pipe.SIsMember(ctx, c.r.doneKey(token), c.ids[p]),
-			pipe.Exists(ctx, c.r.leaseKey(token)))
 	}
 	if len(checks) > 0 {
 		_, _ = pipe.Exec(ctx) // every command holds its own result
 	}
-	var over []int // positions to take over, each with the value it holds
-	var old []string
-	for j, i := range claimedAt {
+	for j, f := range found {
 		done, e1 := checks[2*j].(*redis.BoolCmd).Result()
 		live, e2 := checks[2*j+1].(*redis.IntCmd).Result()
 		if redis.HasErrorPrefix(e1, "WRONGTYPE") {
-			return nil, foreignKey(checks[2*j].Args()[1].(string), "a key of another type than a set")
+			return nil, foreignKey(c.r.doneKey(f.token), "a key of another type than a set")
 		}
 		if e := errors.Join(e1, e2); e != nil {
 			return nil, c.r.fail("claim: read the claims found", len(taken), e)
 		}
-		switch p := taken[i]; {
+		switch p := taken[f.at]; {
 		case done:
 			c.statuses[p] = Processed
 		case live > 0:
 			c.statuses[p] = Busy
 		default: // its owner's lease ran out before it was done
-			over, old = append(over, p), append(old, values[i])
-		}
-	}
-	for i, p := range taken {
-		switch v := values[i]; {
-		case !present[i]: // gone
-			over, old = append(over, p), append(old, "")
-		case strings.HasPrefix(v, doneValuePrefix):
-			c.statuses[p] = Processed
-		case !strings.HasPrefix(v, claimValuePrefix):
-			// Not a value of ours: waiting could last forever (a key
-			// without expiry), and skipping could lose the message.
-			return nil, foreignKey(c.keys[p], strconv.Quote(textcut.Cut(v, 64, "…")))
-		case !isToken(v[len(claimValuePrefix):]):
-			c.statuses[p] = Busy // a claim of an earlier layout: it expires with its lease
+			over, old = append(over, p), append(old, values[f.at])
 		}
 	}
 	if len(over) == 0 {
@@ -496,13 +500,14 @@ func (r *Redis) Release(ctx context.Context, owner string, ids []string) error {
 	doneKey := r.doneKey(Token(owner))
 	pipe := r.client.Pipeline()
 	marked := make([]*redis.BoolCmd, len(ids))
-	for i, id := range storedIDs(ids) {
+	stored := storedIDs(ids)
+	for i, id := range stored {
 		marked[i] = pipe.SIsMember(ctx, doneKey, id)
 	}
 	if _, err := pipe.Exec(ctx); err != nil {
 		return r.fail("release", len(ids), err)
 	}
-	keys := r.keys(ids)
+	keys := r.keys(stored)
 	var unmarked []string
 	for i, cmd := range marked {
 		if !cmd.Val() {
@@ -544,8 +549,8 @@ func (r *Redis) Extend(ctx context.Context, owner string, ids []string, lease ti
 		return fmt.Errorf("%w (owner %q, under %s)", ErrLeaseLost, owner, r.keyPrefix)
 	}
 	value := any(claimValuePrefix + token)
-	keyMillis := (r.window + lease).Milliseconds()
-	_, err = r.runScript(ctx, "extend", extendScript, r.keys(ids), func(int) []any { return []any{value, keyMillis} })
+	keyMillis := r.keyMillis(lease)
+	_, err = r.runScript(ctx, "extend", extendScript, r.keys(storedIDs(ids)), func(int) []any { return []any{value, keyMillis} })
 	return err
 }
 
@@ -634,10 +639,9 @@ func perKey[C redis.Cmder](ctx context.Context, pipe redis.Pipeliner, n int, key
 	return cmds
 }
 
-// keys returns the key of each id (of its StoredID), all of them in one
-// string.
+// keys returns the key of each stored id (see storedIDs), all of them in
+// one string.
 func (r *Redis) keys(ids []string) []string {
-	ids = storedIDs(ids)
 	size := 0
 	for _, id := range ids {
 		size += len(r.keyPrefix) + len(id)

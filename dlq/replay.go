@@ -319,7 +319,7 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	r.report.DryRun = cfg.DryRun
 	err = r.run(ctx)
 	if len(r.batch) > 0 { // the run stopped before writing them
-		endSpans(r.batch, fmt.Errorf("dlq: replay stopped before writing the record: %w", err))
+		endSpans(r.batch, fmt.Errorf("dlq: replay stopped before writing the record: %w", err), nil)
 	}
 	r.report.Elapsed = time.Since(r.start)
 	return r.report, err
@@ -640,24 +640,18 @@ func (r *replayer) flush(ctx context.Context, pos *position) error {
 		msgs[i] = p.msg
 	}
 	sendErr := r.producer.SendMessages(msgs)
-	endSpans(batch, sendErr)
-	failed := map[*sarama.ProducerMessage]bool{}
-	if sendErr != nil {
-		var perrs sarama.ProducerErrors
-		if !errors.As(sendErr, &perrs) {
-			return fmt.Errorf("dlq: write %d replayed records (from %s/%d offset %d on; their position is not committed, so the next run writes them again): %w",
-				len(msgs), r.cfg.Topic, partition, batch[0].entry.Offset, sendErr)
-		}
-		for _, pe := range perrs {
-			failed[pe.Msg] = true
-		}
+	failed, named := failedRecords(sendErr)
+	endSpans(batch, sendErr, failed)
+	if !named {
+		return fmt.Errorf("dlq: write %d replayed records (from %s/%d offset %d on; their position is not committed, so the next run writes them again): %w",
+			len(msgs), r.cfg.Topic, partition, batch[0].entry.Offset, sendErr)
 	}
 	*pos = *settled(pos, batch, failed)
 	if err := r.commit(ctx, partition, pos); err != nil {
 		return errors.Join(err, sendErr)
 	}
 	for _, p := range batch {
-		if !failed[p.msg] {
+		if failed[p.msg] == nil {
 			r.report.Moved++
 			r.record(ReplayedRecord{Entry: p.entry, Action: ActionMoved, To: p.msg.Topic, ToPartition: p.msg.Partition, ToOffset: p.msg.Offset})
 		}
@@ -673,16 +667,16 @@ func (r *replayer) flush(ctx context.Context, pos *position) error {
 // notWritten ends the spans of batch, which was not written for err, and
 // returns err.
 func (r *replayer) notWritten(batch []pending, err error) error {
-	endSpans(batch, err)
+	endSpans(batch, err, nil)
 	return err
 }
 
 // settled returns pos with the records of batch settled, but for those
 // that failed.
-func settled(pos *position, batch []pending, failed map[*sarama.ProducerMessage]bool) *position {
+func settled(pos *position, batch []pending, failed map[*sarama.ProducerMessage]error) *position {
 	after := pos.clone()
 	for _, p := range batch {
-		if !failed[p.msg] {
+		if failed[p.msg] == nil {
 			after.settle(p.entry.Offset)
 		}
 	}

@@ -37,50 +37,37 @@ func newTracer(tp trace.TracerProvider) trace.Tracer {
 // original's traceparent names. A missing or malformed traceparent makes no
 // link.
 func (r *replayer) startReplay(ctx context.Context, m *sarama.ConsumerMessage, msg *sarama.ProducerMessage) trace.Span {
-	headers := make([]Header, len(msg.Headers))
-	for i, h := range msg.Headers {
-		headers[i] = Header(h)
-	}
 	var opts []trace.SpanStartOption
 	link := recordtrace.SpanContext(recordHeaders(m))
 	if !link.IsValid() {
-		link = recordtrace.SpanContext(headers)
+		link = recordtrace.SpanContext(msg.Headers)
 	}
 	if link.IsValid() {
 		opts = append(opts, trace.WithLinks(trace.Link{SpanContext: link}))
 	}
 	id := ""
-	for _, h := range headers {
+	for _, h := range msg.Headers {
 		if string(h.Key) == ceheader.ID {
 			id = string(h.Value)
 		}
 	}
 	sctx, span := recordtrace.Send(ctx, r.tracer, msg.Topic, id, opts, attrOperation.String("replay"))
-	headers = recordtrace.Stamp(sctx, headers)
-	msg.Headers = make([]sarama.RecordHeader, len(headers))
-	for i, h := range headers {
-		msg.Headers[i] = sarama.RecordHeader(h)
-	}
+	msg.Headers = recordtrace.Stamp(sctx, msg.Headers)
 	return span
 }
 
-// endSpans ends the spans of batch, once sendErr says how its write went:
-// nil, written; sarama.ProducerErrors, the records it names failed; any
-// other error, none was written. Without a tracer (the batch's records
-// have no span), it does nothing.
-func endSpans(batch []pending, sendErr error) {
+// endSpans ends the spans of batch, once its write is known: failed
+// names the records that failed, with their errors (see failedRecords);
+// with failed nil, every record failed with sendErr, or none when sendErr
+// is nil. Without a tracer (the batch's records have no span), it does
+// nothing.
+func endSpans(batch []pending, sendErr error, failed map[*sarama.ProducerMessage]error) {
 	if len(batch) == 0 || batch[0].span == nil {
 		return
 	}
-	var perrs sarama.ProducerErrors
-	errors.As(sendErr, &perrs)
-	failed := make(map[*sarama.ProducerMessage]error, len(perrs))
-	for _, pe := range perrs {
-		failed[pe.Msg] = pe.Err
-	}
 	for _, p := range batch {
 		err := failed[p.msg]
-		if err == nil && perrs == nil {
+		if failed == nil {
 			err = sendErr
 		}
 		if err != nil {
@@ -93,4 +80,20 @@ func endSpans(batch []pending, sendErr error) {
 		}
 		p.span.End()
 	}
+}
+
+// failedRecords returns the records the error of a batch's write names
+// as failed, with their errors, and whether it names them: nil names none
+// (an empty map), a sarama.ProducerErrors names some, and any other error
+// says none of the batch was written (a nil map, false).
+func failedRecords(sendErr error) (failed map[*sarama.ProducerMessage]error, named bool) {
+	var perrs sarama.ProducerErrors
+	if sendErr != nil && !errors.As(sendErr, &perrs) {
+		return nil, false
+	}
+	failed = make(map[*sarama.ProducerMessage]error, len(perrs))
+	for _, pe := range perrs {
+		failed[pe.Msg] = pe.Err
+	}
+	return failed, true
 }

@@ -48,8 +48,7 @@ func (r *Relay) startSpans(ctx context.Context, events []*claimedEvent) *relaySp
 	for i, e := range events {
 		// The enqueue's span is the parent; an event enqueued outside any
 		// span is a child of its batch's.
-		parent := traceContext.Extract(batchCtx, propagation.MapCarrier{
-			HeaderTraceParent: e.Headers[HeaderTraceParent], HeaderTraceState: e.Headers[HeaderTraceState]})
+		parent := traceContext.Extract(batchCtx, propagation.MapCarrier(e.Headers))
 		attrs := []attribute.KeyValue{kafka, semconv.MessagingOperationTypeCreate, semconv.MessagingOperationName("create"),
 			semconv.MessagingDestinationName(e.Topic), semconv.MessagingMessageID(e.ID.String()),
 			AttrOutboxWait.Float64(max(now.Sub(e.CreatedAt), 0).Seconds()), AttrAttempt.Int(e.Attempts + 1)}

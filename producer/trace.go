@@ -13,7 +13,7 @@ import (
 // published with the event.
 const (
 	HeaderTraceParent = ceheader.TraceParent // traceparent
-	HeaderTraceState  = "tracestate"
+	HeaderTraceState  = ceheader.TraceState  // tracestate
 )
 
 var traceContext propagation.TraceContext

@@ -274,9 +274,9 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 
 	registry := prometheus.NewRegistry()
 	registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	metrics, err := prom.NewRelayMetrics(registry, prom.Config{Tenants: flags.metricsTenants})
+	metrics, err := prom.NewRelayMetrics(registry, prom.Config{Tenants: flags.metricsTenants}) // the config is checked by validate
 	if err != nil {
-		return usageError{fmt.Errorf("--metrics-tenants: %w", err)}
+		return err
 	}
 	tally := &relayTally{}
 	cfg := flags.relayConfig()

@@ -63,7 +63,7 @@ func (f *traceFlags) validate() error {
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usageError{fmt.Errorf("%s %q: want an http or https URL with a host, e.g. http://otel-collector:4318", from, redactURL(endpoint))}
+		return usageError{fmt.Errorf("%s %q: want an http or https URL with a host, e.g. http://otel-collector:4318", from, redact.ConnString(endpoint))}
 	}
 	for _, name := range otlpHeadersEnv {
 		for pair := range strings.SplitSeq(os.Getenv(name), ",") {
@@ -97,7 +97,7 @@ func headerName(pair string) string {
 // password: "off" when tracing is off.
 func (f *traceFlags) endpointText() string {
 	if u := f.endpointURL(); u != "" {
-		return redactURL(u)
+		return redact.ConnString(u)
 	}
 	return "off"
 }
@@ -228,14 +228,4 @@ func tracesURL(endpoint string) string {
 		u.Path = "/v1/traces"
 	}
 	return u.String()
-}
-
-// redactURL is raw with the password of its user info replaced, or a
-// placeholder when it does not parse.
-func redactURL(raw string) string {
-	u, err := url.Parse(raw)
-	if err != nil {
-		return "(an unparsable URL)"
-	}
-	return u.Redacted()
 }

@@ -46,5 +46,8 @@ func ValidTenantBytes(v []byte) bool {
 	return len(v) <= MaxAttributeBytes && utf8.Valid(v) && !bytes.ContainsFunc(v, unicode.IsControl)
 }
 
-// TraceParent is the W3C trace context header.
-const TraceParent = "traceparent"
+// The W3C trace context headers.
+const (
+	TraceParent = "traceparent"
+	TraceState  = "tracestate"
+)

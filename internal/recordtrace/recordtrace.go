@@ -20,11 +20,9 @@ import (
 	"github.com/courierkit/courier/internal/textcut"
 )
 
-// The W3C trace context headers.
-const (
-	HeaderParent = ceheader.TraceParent // traceparent
-	HeaderState  = "tracestate"
-)
+// HeaderState is the W3C trace context header that Stamp drops when a
+// span has no trace state.
+const HeaderState = ceheader.TraceState
 
 var propagator propagation.TraceContext
 

@@ -149,7 +149,6 @@ func (w *cpuWindow) use(messages int) (CPUUse, error) {
 // window, from 0 to 1; 0 when unknown.
 func (w *cpuWindow) machineBusyShare() float64 {
 	use, err := w.use(1) // the share does not depend on the messages
-
 	if err != nil {
 		return 0
 	}

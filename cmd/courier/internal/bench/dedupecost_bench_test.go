@@ -8,7 +8,7 @@ package bench
 // commands and reading the replies) and the Redis server's (INFO: its main
 // thread), and the commands Redis ran per id. Run it with
 //
-//	go test -run '^$' -bench RedisDedupeCost -benchtime 2000x ./cmd/courier/internal/bench/
+//	go test -run '^$' -bench RedisDedupeCost -benchtime 4000x ./cmd/courier/internal/bench/
 //
 // With the consumer's own CPU per message ("CPU while consuming" in
 // `courier bench consume`), these say how many cores a given rate of Redis

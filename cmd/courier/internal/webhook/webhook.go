@@ -521,27 +521,9 @@ func (n *Notifier) Run(ctx context.Context) {
 	}
 	// send lives until the drain deadline, which starts when ctx ends.
 	send, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	var mu sync.Mutex
-	var deadline *time.Timer
-	stopped := false
-	stopAfter := context.AfterFunc(ctx, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if !stopped {
-			deadline = time.AfterFunc(n.cfg.DrainTimeout, cancel)
-		}
-	})
-	defer func() {
-		stopAfter()
-		mu.Lock()
-		stopped = true
-		if deadline != nil {
-			deadline.Stop()
-		}
-		mu.Unlock()
-		cancel()
-		n.client.CloseIdleConnections()
-	}()
+	defer cancel()
+	context.AfterFunc(ctx, func() { time.AfterFunc(n.cfg.DrainTimeout, cancel) })
+	defer n.client.CloseIdleConnections()
 
 	for ctx.Err() == nil {
 		select {
