@@ -6,8 +6,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -113,6 +115,24 @@ type ReplayConfig struct {
 	// OnProgress, if set, is called after every batch with the counts so
 	// far.
 	OnProgress func(ReplayReport)
+	// Expect, when positive, is how many records the run must move: the
+	// Moved of the dry run an operator confirmed. Replay then reads its
+	// set first as a dry run does (up to the high-water marks at its
+	// start), and when it would move another number of records it writes
+	// and commits nothing and returns a *SetChangedError (matching
+	// ErrSetChanged) beside that check's report. Otherwise it moves those
+	// records and no other: a record that could not move at the check
+	// (its target topic missing, say) but could now is reported as
+	// ActionSkipped and stays, so a run never moves more than Expect.
+	// Records that fail to be written, or that retention deletes between
+	// the check and the write, can make it move fewer. 0 checks nothing;
+	// a dry run ignores it.
+	Expect int
+	// OnChecked, if set, is called once the check of Expect passed, with
+	// the check's report (Moved is Expect), before the first write; an
+	// error it returns ends the run with nothing written or committed.
+	// It is not called without Expect, nor for a dry run.
+	OnChecked func(ReplayReport) error
 	// TracerProvider makes a span per record written back (OpenTelemetry,
 	// tracer "github.com/courierkit/courier/dlq"): "send <target topic>",
 	// kind producer, with courier.operation=replay, a child of the span of
@@ -247,6 +267,8 @@ func (c ReplayConfig) validate() error {
 		return bad("Rate is %v; use 0 (no cap) or a positive number of records per second", c.Rate)
 	case c.Max < 0:
 		return bad("Max is %d; use 0 (no cap) or a positive count", c.Max)
+	case c.Expect < 0:
+		return bad("Expect is %d; use 0 (no check) or the count of records the dry run would move", c.Expect)
 	case c.BatchSize < 0 || c.BatchSize > MaxReplayBatch:
 		return bad("BatchSize is %d; use 1 to %d", c.BatchSize, MaxReplayBatch)
 	case c.To == c.Topic:
@@ -343,6 +365,10 @@ type replayer struct {
 	// committed is, per partition, the position as this run last read or
 	// committed it: another run of the group changing it stops this one.
 	committed map[int32]string
+	// chosen holds, per partition in offset order, the offsets the check
+	// of Expect found would move: the only ones a checked run moves. Nil
+	// without a check.
+	chosen map[int32][]int64
 }
 
 // pending is a record of the batch.
@@ -356,9 +382,25 @@ type pending struct {
 var errStop = errors.New("stop")
 
 func (r *replayer) run(ctx context.Context) error {
-	list, err := spans(r.client, r.cfg.Topic, r.cfg.Filter)
+	list, places, err := r.plan(ctx)
 	if err != nil {
 		return err
+	}
+	if r.cfg.Expect > 0 && !r.cfg.DryRun {
+		if err := r.check(ctx, list, places); err != nil {
+			return err
+		}
+	}
+	return r.replay(ctx, list, places)
+}
+
+// plan returns the spans the run goes through, each from the group's
+// position to the partition's high-water mark now, and the positions,
+// and counts the records to read in the report's Total.
+func (r *replayer) plan(ctx context.Context) ([]span, map[int32]*position, error) {
+	list, err := spans(r.client, r.cfg.Topic, r.cfg.Filter)
+	if err != nil {
+		return nil, nil, err
 	}
 	ids := make([]int32, len(list))
 	for i, s := range list {
@@ -366,7 +408,7 @@ func (r *replayer) run(ctx context.Context) error {
 	}
 	places, err := r.positions.fetch(ctx, ids)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	r.committed = make(map[int32]string, len(list))
 	run := newRunID()
@@ -378,6 +420,82 @@ func (r *replayer) run(ctx context.Context) error {
 		list[i].from = max(s.from, pos.next)
 		r.report.Total += max(0, s.end-list[i].from)
 	}
+	return list, places, nil
+}
+
+// check reads the planned spans as a dry run does and fails with a
+// *SetChangedError, leaving the check's report as the run's, when they
+// would move another count than Expect; else it keeps the offsets that
+// would move, the only ones the run may move, and calls OnChecked.
+func (r *replayer) check(ctx context.Context, list []span, places map[int32]*position) error {
+	cfg := r.cfg
+	chosen := map[int32][]int64{}
+	cfg.DryRun, cfg.Rate, cfg.Expect, cfg.OnProgress, cfg.TracerProvider = true, 0, 0, nil, nil
+	cfg.OnRecord = func(rec ReplayedRecord) {
+		if rec.Action == ActionWouldMove {
+			chosen[rec.Entry.Partition] = append(chosen[rec.Entry.Partition], rec.Entry.Offset)
+		}
+	}
+	dry := &replayer{cfg: cfg, client: r.client, start: r.start, positions: r.positions, committed: maps.Clone(r.committed),
+		report: ReplayReport{DryRun: true, Total: r.report.Total}}
+	copies := make(map[int32]*position, len(places))
+	for p, pos := range places {
+		c := pos.clone()
+		copies[p] = &c
+	}
+	if err := dry.replay(ctx, list, copies); err != nil {
+		return fmt.Errorf("dlq: check the count of the replay (Expect %d): %w", r.cfg.Expect, err)
+	}
+	dry.report.Elapsed = time.Since(r.start)
+	if dry.report.Moved != r.cfg.Expect {
+		r.report = dry.report
+		return &SetChangedError{Topic: r.cfg.Topic, Expected: r.cfg.Expect, Found: dry.report.Moved}
+	}
+	for _, offsets := range chosen {
+		slices.Sort(offsets) // in offset order already; sorting costs nothing then
+	}
+	r.chosen = chosen
+	if r.cfg.OnChecked != nil {
+		if err := r.cfg.OnChecked(dry.report); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ErrSetChanged is matched by the error of a Replay whose Expect is not
+// the count of records it would move now.
+var ErrSetChanged = errors.New("dlq: the replay's set changed since its dry run")
+
+// SetChangedError is the error of a Replay whose set would move Found
+// records, not the Expected count its dry run showed. It wrote and
+// committed nothing.
+type SetChangedError struct {
+	Topic           string
+	Expected, Found int
+}
+
+func (e *SetChangedError) Error() string {
+	return fmt.Sprintf("dlq: the replay of %s would move %d record(s), not the %d its dry run showed: the set changed since; "+
+		"nothing was written or committed; dry-run it again and confirm the new count", e.Topic, e.Found, e.Expected)
+}
+
+// Is makes a SetChangedError match ErrSetChanged.
+func (e *SetChangedError) Is(target error) bool { return target == ErrSetChanged }
+
+// chosenAt reports whether a checked run may move the record of partition
+// at offset: true without a check (Expect 0).
+func (r *replayer) chosenAt(partition int32, offset int64) bool {
+	if r.chosen == nil {
+		return true
+	}
+	_, found := slices.BinarySearch(r.chosen[partition], offset)
+	return found
+}
+
+// replay goes through the planned spans, partition by partition.
+func (r *replayer) replay(ctx context.Context, list []span, places map[int32]*position) error {
+	var err error
 	if !r.cfg.DryRun {
 		if r.producer, err = sarama.NewSyncProducerFromClient(r.client); err != nil {
 			return fmt.Errorf("dlq: %w", err)
@@ -451,6 +569,9 @@ func (r *replayer) consider(ctx context.Context, pos *position, m *sarama.Consum
 	msg, skip, err := r.message(e)
 	if err != nil {
 		return err
+	}
+	if skip == "" && !r.chosenAt(e.Partition, e.Offset) {
+		skip = "it could not move when the replay checked its count (Expect), so this run leaves it; replay again to move it"
 	}
 	if skip != "" {
 		r.report.Skipped++

@@ -417,12 +417,13 @@ func TestReplayWriteFailureCommitsNothingOfTheBatch(t *testing.T) {
 func TestReplayConfigErrors(t *testing.T) {
 	t.Parallel()
 	for name, cfg := range map[string]dlq.ReplayConfig{
-		"no brokers":     {Topic: "orders.dlq"},
-		"no topic":       {Brokers: []string{"127.0.0.1:1"}},
-		"to itself":      {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", To: "orders.dlq"},
-		"negative rate":  {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", Rate: -1},
-		"bad topic name": {Brokers: []string{"127.0.0.1:1"}, Topic: "orders dlq"},
-		"empty offsets":  {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", Filter: dlq.Filter{FromOffset: 5, UntilOffset: 5}},
+		"no brokers":      {Topic: "orders.dlq"},
+		"no topic":        {Brokers: []string{"127.0.0.1:1"}},
+		"to itself":       {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", To: "orders.dlq"},
+		"negative rate":   {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", Rate: -1},
+		"bad topic name":  {Brokers: []string{"127.0.0.1:1"}, Topic: "orders dlq"},
+		"empty offsets":   {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", Filter: dlq.Filter{FromOffset: 5, UntilOffset: 5}},
+		"negative expect": {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", Expect: -1},
 	} {
 		if _, err := dlq.Replay(context.Background(), cfg); !errors.Is(err, dlq.ErrInvalidReplayConfig) {
 			t.Errorf("%s: err %v, want ErrInvalidReplayConfig", name, err)
@@ -647,5 +648,109 @@ func TestReplayReportsCorruptRecordsWhateverTheFilters(t *testing.T) {
 	report, _ := f.mustReplay(t, dlq.ReplayConfig{Filter: dlq.Filter{ErrorContains: "timeout"}})
 	if report.Moved != 1 || report.Corrupt != 1 || report.NotSelected != 0 {
 		t.Fatalf("a filtered run: %+v, want 1 moved and the corrupt record reported", report)
+	}
+}
+
+// TestReplayWithExpectRefusesASetThatChanged: a replay told to move the 3
+// records its dry run showed, run after a fourth matching dead letter
+// arrived, writes and commits nothing and says what it found; told the new
+// count, it moves the 4, calling OnChecked once before its first write.
+func TestReplayWithExpectRefusesASetThatChanged(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	timeouts := dlq.Filter{ErrorContains: "timeout"}
+	for i := range 3 {
+		f.failed(t, fmt.Sprint("order-", i), "psp timeout")
+	}
+	f.failed(t, "order-x", "invalid amount")
+	dry, _ := f.mustReplay(t, dlq.ReplayConfig{Filter: timeouts, DryRun: true})
+	if dry.Moved != 3 {
+		t.Fatalf("dry run: %+v, want 3 would move", dry)
+	}
+	f.failed(t, "order-3", "psp timeout") // arrives after the dry run
+
+	checked := 0
+	report, records, err := f.replay(t, dlq.ReplayConfig{Filter: timeouts, Expect: dry.Moved,
+		OnChecked: func(dlq.ReplayReport) error { checked++; return nil }})
+	var changed *dlq.SetChangedError
+	if !errors.Is(err, dlq.ErrSetChanged) || !errors.As(err, &changed) || changed.Expected != 3 || changed.Found != 4 {
+		t.Fatalf("replay expecting 3 of 4: err %v, want a SetChangedError of 3 expected, 4 found", err)
+	}
+	if !report.DryRun || report.Moved != 4 || checked != 0 || len(records) != 0 {
+		t.Errorf("refused replay: report %+v, OnChecked called %d times, %d records reported; want the check's report (4 would move), no call, no record",
+			report, checked, len(records))
+	}
+	if n := len(f.k.ReadAll(t, f.topic)); n != 0 {
+		t.Fatalf("a replay whose set changed wrote %d records", n)
+	}
+
+	report, _, err = f.replay(t, dlq.ReplayConfig{Filter: timeouts, Expect: 4, OnChecked: func(check dlq.ReplayReport) error {
+		checked++
+		if n := len(f.k.ReadAll(t, f.topic)); n != 0 || check.Moved != 4 {
+			t.Errorf("OnChecked: %d records written already, check %+v; want none written, 4 to move", n, check)
+		}
+		return nil
+	}})
+	if err != nil || report.Moved != 4 || report.NotSelected != 1 || checked != 1 {
+		t.Fatalf("replay expecting 4: %+v, %v, OnChecked called %d times; want 4 moved, 1 left out, one call", report, err, checked)
+	}
+	if n := len(f.k.ReadAll(t, f.topic)); n != 4 {
+		t.Errorf("%d records on the topic, want the 4 timeouts", n)
+	}
+}
+
+// TestReplayWithExpectMovesOnlyWhatItChecked: a dead letter whose target
+// topic is created between the check and the writes could move now, but
+// was not in the checked count: it is skipped and stays, so the run moves
+// exactly the count it was given; the next run moves it. An error of
+// OnChecked ends a run before anything is written.
+func TestReplayWithExpectMovesOnlyWhatItChecked(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	late := f.topic + ".late"
+	for i := range 2 {
+		f.failed(t, fmt.Sprint("order-", i), "boom")
+	}
+	env, err := dlq.New(dlq.Original{Topic: late, Partition: 0, Offset: 1, Key: []byte("late"), Value: []byte(`{}`)},
+		dlq.Failure{Error: "boom", Kind: dlq.KindRetriesExhausted})
+	if err != nil {
+		t.Fatal(err)
+	}
+	value, err := dlq.Encode(env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := f.producer.SendMessage(&sarama.ProducerMessage{Topic: f.dlqTopic, Value: sarama.ByteEncoder(value)}); err != nil {
+		t.Fatal(err)
+	}
+
+	stop := errors.New("the operator's audit row could not be written")
+	if _, _, err := f.replay(t, dlq.ReplayConfig{Expect: 2, OnChecked: func(dlq.ReplayReport) error { return stop }}); !errors.Is(err, stop) {
+		t.Fatalf("OnChecked failing: err %v, want its error", err)
+	}
+	if n := len(f.k.ReadAll(t, f.topic)); n != 0 {
+		t.Fatalf("a run whose OnChecked failed wrote %d records", n)
+	}
+
+	report, records, err := f.replay(t, dlq.ReplayConfig{Expect: 2, OnChecked: func(check dlq.ReplayReport) error {
+		if check.Moved != 2 || check.Skipped != 1 {
+			t.Errorf("check %+v: want 2 to move and the one for %s skipped", check, late)
+		}
+		f.k.CreateTopic(t, late, 1)
+		return nil
+	}})
+	if err != nil || report.Moved != 2 || report.Skipped != 1 {
+		t.Fatalf("replay expecting 2: %+v, %v; want 2 moved, the late one skipped", report, err)
+	}
+	for _, r := range records {
+		if r.Action == dlq.ActionSkipped && !strings.Contains(r.Reason, "checked its count") {
+			t.Errorf("skipped for %q, want the reason that it was not in the checked count", r.Reason)
+		}
+	}
+	if n := len(f.k.ReadAll(t, late)); n != 0 {
+		t.Errorf("%d records moved to %s, which the check did not count", n, late)
+	}
+	if next, _ := f.mustReplay(t, dlq.ReplayConfig{}); next.Moved != 1 || len(f.k.ReadAll(t, late)) != 1 {
+		t.Errorf("the next run: %+v, want the late one moved", next)
 	}
 }
