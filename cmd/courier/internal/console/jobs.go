@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"strconv"
 	"sync"
@@ -30,8 +31,10 @@ type job struct {
 	DryRun, ToGroup  bool
 	Rate             float64
 	Filter           dlqFilter
-	Started          time.Time
-	cancel           context.CancelFunc
+	// Note is said on the job's page: why it was started.
+	Note    string
+	Started time.Time
+	cancel  context.CancelFunc
 
 	mu       sync.Mutex
 	report   dlq.ReplayReport
@@ -181,59 +184,175 @@ func (j *job) shown(action dlq.ReplayAction) []shownRecord {
 	return j.records[action]
 }
 
-// startJob starts a dry run or a replay of the form's filtered set and
-// sends the browser to its page.
-func (s *Server) startJob(w http.ResponseWriter, r *http.Request, dryRun bool) {
+// jobRequest is what a dry run or a replay was asked for.
+type jobRequest struct {
+	topic   string
+	form    dlqFilter
+	filter  dlq.Filter
+	toGroup bool
+	rate    float64
+	// expect is the count the replay's dry run showed; 0 for a dry run.
+	expect int
+}
+
+// readJobRequest reads and checks the form of a dry run or a replay.
+func (s *Server) readJobRequest(r *http.Request, dryRun bool) (jobRequest, int, error) {
 	topic, err := topicOf(r)
 	if err != nil {
-		s.fail(w, r, http.StatusNotFound, err)
-		return
+		return jobRequest{}, http.StatusNotFound, err
 	}
-	df := readDLQFilter(r.PostForm)
-	f, err := df.filter(time.Now())
-	if err != nil {
-		s.fail(w, r, http.StatusBadRequest, err)
-		return
+	req := jobRequest{topic: topic, form: readDLQFilter(r.PostForm)}
+	if req.filter, err = req.form.filter(time.Now()); err != nil {
+		return jobRequest{}, http.StatusBadRequest, err
 	}
-	j := &job{ID: randomToken()[:16], Topic: topic, Actor: current(r).actor, DryRun: dryRun, ToGroup: r.PostFormValue("to_group") == "on",
-		Filter: df.absolute(f), Started: time.Now(), records: map[dlq.ReplayAction][]shownRecord{}}
-	var expect int64
-	if !dryRun {
-		if expect, err = strconv.ParseInt(r.PostFormValue("expect"), 10, 64); err != nil || expect < 0 {
-			s.fail(w, r, http.StatusBadRequest, errors.New("the form names no count from a dry run; dry-run the replay first"))
-			return
-		}
-	}
-	if rate := r.PostFormValue("rate"); rate != "" {
-		if j.Rate, err = strconv.ParseFloat(rate, 64); err != nil || !(j.Rate >= 0 && j.Rate <= maxRate) {
-			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("rate %q: use records per second from 0 (no cap) to %d", rate, maxRate))
-			return
-		}
-	}
-	cfg := dlq.ReplayConfig{Brokers: s.cfg.Brokers, Sarama: s.cfg.Sarama, Topic: topic, Group: s.cfg.ReplayGroup, Filter: f,
-		DryRun: dryRun, Rate: j.Rate, OnRecord: j.onRecord, OnProgress: j.onProgress}
-	if j.ToGroup {
+	req.form = req.form.absolute(req.filter)
+	switch v := r.PostForm.Get("to_group"); v {
+	case "":
+	case "on":
 		if len(s.cfg.RetryDelays) == 0 {
-			s.fail(w, r, http.StatusBadRequest, errors.New("replaying to the failed group only needs the groups' retry tiers: start the console with --retry-delays"))
+			return jobRequest{}, http.StatusBadRequest, errors.New("replaying to the failed group only needs the groups' retry tiers: start the console with --retry-delays")
+		}
+		req.toGroup = true
+	default:
+		return jobRequest{}, http.StatusBadRequest, fmt.Errorf("to_group %s: send on to replay to the failed consumer group only, or leave it out", quote(v))
+	}
+	if rate := r.PostForm.Get("rate"); rate != "" {
+		if req.rate, err = strconv.ParseFloat(rate, 64); err != nil || !(req.rate >= 0 && req.rate <= maxRate) {
+			return jobRequest{}, http.StatusBadRequest, fmt.Errorf("rate %s: use records per second from 0 (no cap) to %d", quote(rate), maxRate)
+		}
+	}
+	if !dryRun {
+		expect, err := strconv.ParseInt(r.PostForm.Get("expect"), 10, 64)
+		if err != nil || expect < 1 || expect > math.MaxInt32 {
+			return jobRequest{}, http.StatusBadRequest, fmt.Errorf("expect %s: give the count of records the dry run would move, 1 or more; dry-run the replay first",
+				quote(r.PostForm.Get("expect")))
+		}
+		req.expect = int(expect)
+	}
+	return req, 0, nil
+}
+
+// errNotStarted marks a replay that ended before its check passed (its
+// set changed, Kafka failed, its audit row could not be written).
+var errNotStarted = errors.New("the replay did not start")
+
+// startJob starts a dry run or a replay of the form's filtered set. A
+// dry run's page follows it. A replay first checks that its set still
+// holds the count its dry run showed, and writes its audit row, before
+// it writes anything; the answer waits for that: the replay's page when
+// it started, else a new dry run's page (409) when the set changed.
+func (s *Server) startJob(w http.ResponseWriter, r *http.Request, dryRun bool) {
+	req, status, err := s.readJobRequest(r, dryRun)
+	if err != nil {
+		s.fail(w, r, status, err)
+		return
+	}
+	j, checked, err := s.launch(req, current(r).actor, r.RemoteAddr, dryRun, "")
+	if err != nil {
+		s.fail(w, r, http.StatusConflict, err)
+		return
+	}
+	if !dryRun {
+		select {
+		case err = <-checked:
+		case <-r.Context().Done():
+			return // the replay goes on; its page shows it
+		}
+		if changed, ok := errors.AsType[*dlq.SetChangedError](err); ok {
+			s.setChanged(w, r, req, changed)
 			return
 		}
+		if err != nil { // the job's page says why
+			s.started(w, r, http.StatusBadGateway, j, nil)
+			return
+		}
+	}
+	s.started(w, r, http.StatusAccepted, j, nil)
+}
+
+// setChanged answers a replay refused because its set changed since its
+// dry run: nothing was written, and a new dry run of the same filter
+// shows the set as it is now.
+func (s *Server) setChanged(w http.ResponseWriter, r *http.Request, req jobRequest, changed *dlq.SetChangedError) {
+	note := fmt.Sprintf("The set changed since the dry run: it showed %d record(s), the replay found %d. Nothing was replayed. "+
+		"This new dry run shows the set as it is now.", changed.Expected, changed.Found)
+	req.expect = 0
+	j, _, err := s.launch(req, current(r).actor, r.RemoteAddr, true, note)
+	if err != nil {
+		s.fail(w, r, http.StatusConflict, fmt.Errorf("%w; and no new dry run could start: %w", changed, err))
+		return
+	}
+	s.started(w, r, http.StatusConflict, j, changed)
+}
+
+// jobJSON is what a script gets for a dry run, a replay or a stop: the
+// job's progress and its page; with Changed, the replay it asked for was
+// refused and Job is a new dry run of the set as it is now.
+type jobJSON struct {
+	Job     progress     `json:"job"`
+	URL     string       `json:"url"`
+	Changed *changedJSON `json:"changed,omitempty"`
+	Error   string       `json:"error,omitempty"`
+}
+
+// changedJSON is the count a refused replay expected and the one it
+// found.
+type changedJSON struct {
+	Expected int `json:"expected"`
+	Found    int `json:"found"`
+}
+
+// started answers a request that started (or stopped) j: a script gets
+// jobJSON with status, a browser j's page (when changed is set, at once
+// with status; else through a redirect).
+func (s *Server) started(w http.ResponseWriter, r *http.Request, status int, j *job, changed *dlq.SetChangedError) {
+	page := "/jobs/" + j.ID
+	switch {
+	case wantsJSON(r):
+		w.Header().Set("Location", page)
+		out := jobJSON{Job: j.snapshot(), URL: page}
+		if changed != nil {
+			out.Changed, out.Error = &changedJSON{Expected: changed.Expected, Found: changed.Found}, display.Text(changed.Error())
+		}
+		writeJSON(w, status, out)
+	case changed != nil:
+		s.renderJob(w, r, status, j)
+	default:
+		http.Redirect(w, r, page, http.StatusSeeOther)
+	}
+}
+
+// launch registers and starts a job for req by actor from remote, with
+// note on its page. For a replay, checked receives nil once the replay's
+// check passed and its audit row is written (it writes from then on), or
+// the error that ended it before.
+func (s *Server) launch(req jobRequest, actor, remote string, dryRun bool, note string) (*job, <-chan error, error) {
+	j := &job{ID: randomToken()[:16], Topic: req.topic, Actor: actor, DryRun: dryRun, ToGroup: req.toGroup, Rate: req.rate,
+		Filter: req.form, Note: note, Started: time.Now(), records: map[dlq.ReplayAction][]shownRecord{}}
+	cfg := dlq.ReplayConfig{Brokers: s.cfg.Brokers, Sarama: s.cfg.Sarama, Topic: req.topic, Group: s.cfg.ReplayGroup, Filter: req.filter,
+		DryRun: dryRun, Rate: req.rate, Expect: req.expect, OnRecord: j.onRecord, OnProgress: j.onProgress}
+	if req.toGroup {
 		cfg.Route = retrytopics.ReplayRoute(retrytopics.Config{Delays: s.cfg.RetryDelays, Suffix: s.cfg.RetrySuffix})
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	j.cancel = cancel
 	if err := s.jobs.add(j); err != nil {
 		cancel()
-		s.fail(w, r, http.StatusConflict, err)
-		return
+		return nil, nil, err
 	}
 	filterJSON, _ := json.Marshal(j.Filter.values())
+	checked := make(chan error, 1)
+	audited := false
 	if !dryRun {
-		if err := s.admin.Audit(r.Context(), producer.AuditEntry{Actor: j.Actor, Remote: r.RemoteAddr, Action: "dlq.replay", Target: topic,
-			Filter: filterJSON, Count: expect, Detail: j.Describe() + "; started as job " + j.ID}); err != nil {
-			cancel()
-			j.finish(err)
-			s.fail(w, r, http.StatusBadGateway, fmt.Errorf("write the audit row, so the replay did not start: %w", err))
-			return
+		cfg.OnChecked = func(dlq.ReplayReport) error {
+			err := s.auditWithin(ctx, producer.AuditEntry{Actor: actor, Remote: remote, Action: "dlq.replay", Target: req.topic,
+				Filter: filterJSON, Count: int64(req.expect), Detail: j.Describe() + "; started as job " + j.ID})
+			if err != nil {
+				return fmt.Errorf("write the audit row, so the replay did not start: %w", err)
+			}
+			audited = true
+			checked <- nil
+			return nil
 		}
 	}
 	s.wg.Go(func() {
@@ -244,18 +363,28 @@ func (s *Server) startJob(w http.ResponseWriter, r *http.Request, dryRun bool) {
 		if dryRun {
 			return
 		}
+		if !audited { // the check did not pass: say why to the request waiting for it
+			checked <- errors.Join(errNotStarted, err)
+			return
+		}
 		detail := fmt.Sprintf("job %s: moved %d, refused %d, skipped %d, corrupt %d", j.ID, report.Moved, report.Refused, report.Skipped, report.Corrupt)
 		if err != nil {
 			detail = cut(detail+"; stopped: "+err.Error(), producer.MaxAuditDetailBytes)
 		}
-		audit, cancelAudit := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-		defer cancelAudit()
-		if err := s.admin.Audit(audit, producer.AuditEntry{Actor: j.Actor, Action: "dlq.replay.done", Target: topic, Filter: filterJSON,
+		if err := s.auditWithin(ctx, producer.AuditEntry{Actor: actor, Action: "dlq.replay.done", Target: req.topic, Filter: filterJSON,
 			Count: int64(report.Moved), Detail: detail}); err != nil {
 			s.log.Error("console: write the audit row of a finished replay", "job", j.ID, "error", err)
 		}
 	})
-	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
+	return j, checked, nil
+}
+
+// auditWithin writes e, within 10 seconds even after ctx ended (a
+// replay stopped still records its end).
+func (s *Server) auditWithin(ctx context.Context, e producer.AuditEntry) error {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return s.admin.Audit(ctx, e)
 }
 
 // Describe says where the job writes.
@@ -298,6 +427,11 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, errors.New("no such replay job (the console keeps the last 100, until it restarts)"))
 		return
 	}
+	s.renderJob(w, r, http.StatusOK, j)
+}
+
+// renderJob shows j's page with status.
+func (s *Server) renderJob(w http.ResponseWriter, r *http.Request, status int, j *job) {
 	moved := dlq.ActionMoved
 	if j.DryRun {
 		moved = dlq.ActionWouldMove
@@ -308,7 +442,7 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 	if j.DryRun {
 		title = "Dry run of " + j.Topic
 	}
-	s.render(w, r, http.StatusOK, "job", title, "dlq", d)
+	s.render(w, r, status, "job", title, "dlq", d)
 }
 
 // jobProgress answers a job's progress as JSON.
@@ -346,5 +480,5 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	http.Redirect(w, r, "/jobs/"+j.ID, http.StatusSeeOther)
+	s.started(w, r, http.StatusOK, j, nil)
 }

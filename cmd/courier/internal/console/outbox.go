@@ -333,8 +333,42 @@ func (s *Server) showConfirm(w http.ResponseWriter, r *http.Request, action outb
 	if changed {
 		status = http.StatusConflict
 	}
-	s.render(w, r, status, "confirm", action.Verb+" events", "events",
-		confirmData{Action: action, Filter: of.absolute(f), Count: n, Sample: records, Changed: changed})
+	d := confirmData{Action: action, Filter: of.absolute(f), Count: n, Sample: records, Changed: changed}
+	if wantsJSON(r) {
+		writeJSON(w, status, d.json())
+		return
+	}
+	s.render(w, r, status, "confirm", action.Verb+" events", "events", d)
+}
+
+// outboxActionJSON is what a script gets for an outbox action: the
+// confirmation (Count events match Filter; post Filter back with expect
+// set to Count to run it), the action done (Count events touched), or
+// the set changed (Changed: nothing was done; Count is the set now).
+type outboxActionJSON struct {
+	Action  string              `json:"action"`
+	Filter  map[string][]string `json:"filter"`
+	Count   int64               `json:"count"`
+	Changed bool                `json:"changed,omitempty"`
+	Sample  []sampleJSON        `json:"sample,omitempty"`
+}
+
+// sampleJSON is an event of a confirmation's sample.
+type sampleJSON struct {
+	ID     uuid.UUID `json:"id"`
+	Seq    int64     `json:"seq"`
+	Status string    `json:"status"`
+	Topic  string    `json:"topic"`
+	Key    *string   `json:"key"`
+}
+
+// json is d for a script.
+func (d confirmData) json() outboxActionJSON {
+	out := outboxActionJSON{Action: d.Action.Name, Filter: d.Filter.values(), Count: d.Count, Changed: d.Changed}
+	for _, rec := range d.Sample {
+		out.Sample = append(out.Sample, sampleJSON{ID: rec.ID, Seq: rec.Seq, Status: rec.Status, Topic: rec.Topic, Key: rec.Key})
+	}
+	return out
 }
 
 // errChanged aborts an action whose set changed since it was confirmed.
@@ -354,9 +388,10 @@ func (s *Server) changeOutbox(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadRequest, err)
 		return
 	}
-	expect, err := strconv.ParseInt(r.PostFormValue("expect"), 10, 64)
-	if err != nil || expect < 0 {
-		s.fail(w, r, http.StatusBadRequest, errors.New("the form names no confirmed count; open the confirmation page again"))
+	expect, err := strconv.ParseInt(r.PostForm.Get("expect"), 10, 64)
+	if err != nil || expect < 1 {
+		s.fail(w, r, http.StatusBadRequest, fmt.Errorf("expect %s: give the count the confirmation showed, 1 or more (GET /outbox/%s with the same filter shows it)",
+			quote(r.PostForm.Get("expect")), action.Name))
 		return
 	}
 	filterJSON, _ := json.Marshal(of.values())
@@ -387,6 +422,10 @@ func (s *Server) changeOutbox(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.log.Info("console: "+action.Name, "actor", current(r).actor, "events", n)
+	if wantsJSON(r) {
+		writeJSON(w, http.StatusOK, outboxActionJSON{Action: action.Name, Filter: of.values(), Count: n})
+		return
+	}
 	back := of.values()
 	back.Set("done", action.Name)
 	back.Set("n", strconv.FormatInt(n, 10))

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"embed"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"html/template"
@@ -78,6 +77,8 @@ type Server struct {
 	pages   map[string]*template.Template
 	static  fs.FS
 	handler http.Handler
+	// mux routes the console's pages (nextPage asks it which exist).
+	mux     *http.ServeMux
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup
@@ -178,23 +179,24 @@ func CheckToken(name, token string) error {
 // routes wires the pages.
 func (s *Server) routes() http.Handler {
 	mux := http.NewServeMux()
+	s.mux = mux
 	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(s.static)))
 	mux.HandleFunc("GET /login", s.loginPage)
-	mux.HandleFunc("POST /login", s.login)
-	mux.HandleFunc("POST /logout", s.logout)
+	mux.HandleFunc("POST /login", s.takes(loginFields, s.login))
+	mux.HandleFunc("POST /logout", s.takes(logoutFields, s.logout))
 	mux.HandleFunc("GET /{$}", s.overview)
 	mux.HandleFunc("GET /outbox/events", s.events)
 	mux.HandleFunc("GET /outbox/events/{id}", s.event)
 	mux.HandleFunc("GET /outbox/{action}", s.confirmOutbox)
-	mux.HandleFunc("POST /outbox/{action}", s.act(s.changeOutbox))
+	mux.HandleFunc("POST /outbox/{action}", s.act(s.takes(outboxActionFields, s.changeOutbox)))
 	mux.HandleFunc("GET /dlq", s.deadLetterTopics)
 	mux.HandleFunc("GET /dlq/{topic}", s.deadLetters)
 	mux.HandleFunc("GET /dlq/{topic}/{partition}/{offset}", s.deadLetter)
-	mux.HandleFunc("POST /dlq/{topic}/dry-run", s.dryRun)
-	mux.HandleFunc("POST /dlq/{topic}/replay", s.act(s.replay))
+	mux.HandleFunc("POST /dlq/{topic}/dry-run", s.takes(dryRunFields, s.dryRun))
+	mux.HandleFunc("POST /dlq/{topic}/replay", s.act(s.takes(replayFields, s.replay)))
 	mux.HandleFunc("GET /jobs/{id}", s.job)
 	mux.HandleFunc("GET /jobs/{id}/progress", s.jobProgress)
-	mux.HandleFunc("POST /jobs/{id}/cancel", s.cancelJob)
+	mux.HandleFunc("POST /jobs/{id}/cancel", s.takes(cancelFields, s.cancelJob))
 	mux.HandleFunc("GET /health", s.health)
 	mux.HandleFunc("GET /audit", s.audit)
 	return s.protect(mux)
@@ -223,12 +225,16 @@ func (s *Server) protect(next http.Handler) http.Handler {
 			s.fail(w, r, http.StatusForbidden, errors.New("refused as a cross-site request: another site's page asked for it"))
 			return
 		}
-		if r.Method == http.MethodPost {
-			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
-		}
 		if strings.HasPrefix(r.URL.Path, "/static/") {
 			next.ServeHTTP(w, r)
 			return
+		}
+		if r.Method == http.MethodPost {
+			r.Body = http.MaxBytesReader(w, r.Body, maxFormBytes)
+			if status, err := readPost(r); err != nil {
+				s.fail(w, r, status, err)
+				return
+			}
 		}
 		sess := s.sessionOf(w, r)
 		if sess == nil {
@@ -253,7 +259,7 @@ func (s *Server) protect(next http.Handler) http.Handler {
 				s.fail(w, r, http.StatusForbidden, fmt.Errorf("refused as a possible cross-site request: %w", err))
 				return
 			}
-			if token := r.PostFormValue(csrfField); !equalToken(token, sess.csrf) {
+			if token := r.PostForm.Get(csrfField); !equalToken(token, sess.csrf) {
 				s.fail(w, r, http.StatusForbidden, errors.New("refused as a possible cross-site request: the form's anti-forgery token is missing or stale; reload the page and try again"))
 				return
 			}
@@ -373,10 +379,8 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, status int, err er
 	if status >= 500 {
 		s.log.Error("console: request failed", "path", r.URL.Path, "error", err)
 	}
-	if strings.HasSuffix(r.URL.Path, "/progress") {
-		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(status)
-		_ = json.NewEncoder(w).Encode(map[string]string{"error": display.Text(err.Error())})
+	if strings.HasSuffix(r.URL.Path, "/progress") || wantsJSON(r) {
+		writeJSON(w, status, map[string]string{"error": display.Text(err.Error())})
 		return
 	}
 	s.render(w, r, status, "error", http.StatusText(status), "", err.Error())

@@ -163,16 +163,6 @@ func equalToken(got, want string) bool {
 	return got != "" && subtle.ConstantTimeCompare([]byte(got), []byte(want)) == 1
 }
 
-// localPath returns next when it is a path of this console ("/…", not
-// "//…"), else "/": a sign-in never sends a browser to another site.
-func localPath(next string) string {
-	if !strings.HasPrefix(next, "/") || strings.HasPrefix(next, "//") || strings.HasPrefix(next, "/\\") ||
-		strings.ContainsAny(next, "\r\n\t") {
-		return "/"
-	}
-	return next
-}
-
 // cut returns s cut to at most n bytes, at the start of a rune when s is
 // UTF-8, so that a long text stays text.
 func cut(s string, n int) string {
