@@ -357,7 +357,10 @@ type replayer struct {
 	tracer    trace.Tracer
 	positions positions
 	start     time.Time
-	report    ReplayReport
+	// writing is when the reads that may write began (after the check
+	// of Expect): Rate spaces the writes from then.
+	writing time.Time
+	report  ReplayReport
 	// batch is the partition's records waiting to be written.
 	batch []pending
 	// partitionCounts caches the partition count of each target topic.
@@ -495,6 +498,7 @@ func (r *replayer) chosenAt(partition int32, offset int64) bool {
 
 // replay goes through the planned spans, partition by partition.
 func (r *replayer) replay(ctx context.Context, list []span, places map[int32]*position) error {
+	r.writing = time.Now()
 	var err error
 	if !r.cfg.DryRun {
 		if r.producer, err = sarama.NewSyncProducerFromClient(r.client); err != nil {
@@ -707,7 +711,7 @@ func (r *replayer) pace(ctx context.Context, pos *position) error {
 	if r.cfg.Rate == 0 {
 		return nil
 	}
-	due := r.start.Add(time.Duration(float64(r.report.Moved+len(r.batch)) / r.cfg.Rate * float64(time.Second)))
+	due := r.writing.Add(time.Duration(float64(r.report.Moved+len(r.batch)) / r.cfg.Rate * float64(time.Second)))
 	wait := time.Until(due)
 	if wait <= 0 {
 		return nil

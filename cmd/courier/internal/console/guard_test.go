@@ -2,6 +2,7 @@ package console_test
 
 import (
 	"context"
+	"html"
 	"io"
 	"net/http"
 	"net/http/cookiejar"
@@ -80,6 +81,35 @@ func (c *client) do(method, path string, form url.Values, headers map[string]str
 		c.csrf = string(m[1])
 	}
 	return resp.StatusCode, string(b), resp.Header
+}
+
+// raw sends a request with body as it is (do encodes a form) and headers
+// (do's, overridden by these), and returns its status and body.
+func (c *client) raw(method, path, body string, headers map[string]string) (int, string) {
+	c.t.Helper()
+	req, err := http.NewRequestWithContext(context.Background(), method, c.base+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	req.Header.Set("Origin", c.base)
+	req.Header.Set("Sec-Fetch-Site", "same-origin")
+	for k, v := range headers {
+		if v == "" {
+			req.Header.Del(k)
+		} else {
+			req.Header.Set(k, v)
+		}
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
 }
 
 // get is do for a GET.
@@ -278,21 +308,28 @@ func TestSecurityHeaders(t *testing.T) {
 
 // TestABearerTokenRunsActions: a script with a bearer token posts an
 // action without a form token or an Origin (a browser cannot send the
-// Authorization header cross-site), and the audit names the token's
-// holder; no session is kept for it.
+// Authorization header cross-site), filtered by key with the count the
+// confirmation page gave, and it touches that key's event only; the audit
+// names the token's holder; no session is kept for it.
 func TestABearerTokenRunsActions(t *testing.T) {
 	t.Parallel()
 	const token = "token-of-the-nightly-job-42"
 	r := newRig(t, func(c *console.Config) { c.Tokens = map[string]string{"nightly": token} })
-	ids := r.deadLettered(t, producer.Event{Topic: "t.none-" + t.Name(), Key: "k", Type: "T", Payload: []byte(`{}`)})
+	topic := "t.none-" + testkit.UniqueName(t, 60)
+	ids := r.deadLettered(t, producer.Event{Topic: topic, Key: "k", Type: "T", Payload: []byte(`{}`)},
+		producer.Event{Topic: topic, Key: "k-other", Type: "T", Payload: []byte(`{}`)})
 	c := newClient(t, r.url)
-	status, body, _ := c.do(http.MethodPost, "/outbox/requeue", url.Values{"status": {"dead_lettered"}, "expect": {"1"}},
-		map[string]string{"Authorization": "Bearer " + token, "Origin": "", "Sec-Fetch-Site": ""})
+	script := map[string]string{"Authorization": "Bearer " + token, "Origin": "", "Sec-Fetch-Site": ""}
+	_, page, _ := c.do(http.MethodGet, "/outbox/requeue?status=dead_lettered&key=k", nil, script)
+	if !strings.Contains(page, `id="confirm-count">1<`) {
+		t.Fatalf("the confirmation of key k does not count 1:\n%.2000s", page)
+	}
+	status, body, _ := c.do(http.MethodPost, "/outbox/requeue", url.Values{"status": {"dead_lettered"}, "key": {"k"}, "expect": {"1"}}, script)
 	if status != http.StatusSeeOther {
 		t.Fatalf("a bearer requeue: %d %.300s", status, body)
 	}
-	if got := r.status(t, ids[0]); got != producer.StatusPending {
-		t.Errorf("after the bearer requeue the event is %s, want pending", got)
+	if got, other := r.status(t, ids[0]), r.status(t, ids[1]); got != producer.StatusPending || other != producer.StatusDeadLettered {
+		t.Errorf("after the bearer requeue of key k its event is %s and the other key's %s, want pending and dead_lettered", got, other)
 	}
 	entries, err := r.admin.AuditLog(context.Background(), 0, 10)
 	if err != nil || len(entries) != 1 || entries[0].Actor != "nightly" {
@@ -355,5 +392,64 @@ func TestNoticesAreTheConsolesOwnWords(t *testing.T) {
 	}
 	if _, body := c.get("/outbox/events?done=requeue&n=3"); !strings.Contains(body, "Requeue: 3 event(s).") {
 		t.Errorf("the requeue's notice is missing")
+	}
+}
+
+// TestSignInGoesOnOnlyToAPageOfTheConsole: a sign-in's next, from the
+// sign-in page's link or its form, takes the browser on to a page of the
+// console, cleaned, with its query; anything a browser could read as
+// another host (a scheme, "//", a backslash, dot segments or encoded
+// slashes that clean into one, a tab) or that names no page of the console
+// sends it to / instead. Read as a browser reads a Location (backslashes
+// are slashes, tabs and newlines dropped), every answer stays on the
+// console's host.
+func TestSignInGoesOnOnlyToAPageOfTheConsole(t *testing.T) {
+	t.Parallel()
+	const token = "s3cr3t-t0ken-of-ana-0123456789"
+	r := newRig(t, func(c *console.Config) { c.Tokens = map[string]string{"ana": token} })
+	base, err := url.Parse(r.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for next, want := range map[string]string{
+		"/audit":           "/audit",
+		"/outbox/../audit": "/audit",
+		"/outbox/events?status=dead_lettered&key=k%201": "/outbox/events?key=k+1&status=dead_lettered",
+		"/dlq/orders.dlq/0/12":                          "/dlq/orders.dlq/0/12",
+		"//evil.example/x":                              "/",
+		"/\\evil.example/x":                             "/",
+		"/./\\evil.example/x":                           "/",
+		"/.//\\evil.example/x":                          "/",
+		"/%5Cevil.example/x":                            "/",
+		"/%2F%2Fevil.example/x":                         "/",
+		"/%2f/evil.example":                             "/",
+		"/outbox/../..//evil.example":                   "/",
+		"/jobs/%2e%2e/%2e%2e//evil.example":             "/",
+		"/\t/evil.example":                              "/",
+		"/%09/evil.example":                             "/",
+		"/\r\nLocation: https://evil.example":           "/",
+		"https://evil.example/":                         "/",
+		"http:/evil.example":                            "/",
+		"javascript:alert(1)":                           "/",
+		" /audit":                                       "/",
+		"/login?next=//evil.example":                    "/",
+		"/static/console.js":                            "/",
+		"/no-such-page":                                 "/",
+		"/" + strings.Repeat("a", 3000):                 "/",
+	} {
+		c := newClient(t, r.url)
+		_, page, _ := c.do(http.MethodGet, "/login?next="+url.QueryEscape(next), nil, nil)
+		if m := regexp.MustCompile(`name="next" value="([^"]*)"`).FindStringSubmatch(page); m == nil || html.UnescapeString(m[1]) != want {
+			t.Errorf("the sign-in page for next %.80q carries %.200v, want %q", next, m, want)
+		}
+		status, _, h := c.do(http.MethodPost, "/login", url.Values{"token": {token}, "next": {next}}, nil)
+		loc := h.Get("Location")
+		if status != http.StatusSeeOther || loc != want {
+			t.Errorf("signing in with next %.80q: %d to %.80q, want a redirect to %q", next, status, loc, want)
+		}
+		asBrowser := strings.NewReplacer("\\", "/", "\t", "", "\n", "", "\r", "").Replace(loc)
+		if u, err := base.Parse(asBrowser); err != nil || u.Host != base.Host || u.Scheme != base.Scheme {
+			t.Errorf("signing in with next %.80q: a browser goes on to %.80v (%v), off the console at %s", next, u, err, base.Host)
+		}
 	}
 }

@@ -2,12 +2,17 @@ package console_test
 
 import (
 	"context"
+	"encoding/json"
+	"html"
 	"net/http"
 	"net/url"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/courierkit/courier/cmd/courier/internal/console"
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
 )
 
 // TestHostileRequestsGetClearErrors: filters, ids, places and cursors no
@@ -101,5 +106,73 @@ func TestActionsNeedTheAuditTable(t *testing.T) {
 	status, body, _ = c.do(http.MethodPost, "/outbox/requeue", url.Values{"csrf": {c.csrf}, "status": {"dead_lettered"}, "expect": {"0"}}, nil)
 	if status != http.StatusConflict || !strings.Contains(body, "audit table") {
 		t.Errorf("an action without the audit table: %d (%.300s)", status, body)
+	}
+}
+
+// TestActionsRefuseWhatTheyCannotReadWhole: through a session and
+// through a Bearer token, an action whose fields are not all read as
+// sent (a JSON body, fields in the query string, a field the action does
+// not take, a field given twice, a file, a to_group that is not "on")
+// is refused with a 4xx saying why, and changes nothing: the events stay
+// dead-lettered, no replay writes, no audit row is written.
+func TestActionsRefuseWhatTheyCannotReadWhole(t *testing.T) {
+	t.Parallel()
+	r := newDoorRig(t)
+	ids := r.deadLettered(t, producer.Event{Topic: "t.none-" + testkit.UniqueName(t, 60), Key: "k", Type: "T", Payload: []byte(`{}`)})
+	f := newReplayFixture(t, r)
+	deadLetterOf(t, r, f.dlqTopic, f.topic, "k", "psp timeout", time.Now())
+	purge := url.Values{"status": {"dead_lettered"}, "key": {"k"}, "expect": {"1"}}
+	for _, d := range doors(t, r) {
+		d.get(t, "/") // the session's anti-forgery token
+		for _, tc := range []struct {
+			name, path, contentType, body, want string
+			status                              int
+		}{
+			{"a JSON body", "/outbox/purge", "application/json", `{"key":"k","status":"dead_lettered","expect":1}`, "reads forms only", http.StatusUnsupportedMediaType},
+			{"a body without a type", "/outbox/purge", "", purge.Encode(), "names no Content-Type", http.StatusUnsupportedMediaType},
+			{"the filter in the query", "/outbox/purge?key=k&status=dead_lettered", "", "expect=1", "query string", http.StatusBadRequest},
+			{"an unknown field", "/outbox/purge", "", "status=dead_lettered&tenant_id=acme&expect=1", `no field "tenant_id"`, http.StatusBadRequest},
+			{"a key given twice", "/outbox/purge", "", "status=dead_lettered&key=k&key=other&expect=1", `"key" is given 2 times`, http.StatusBadRequest},
+			{"no count", "/outbox/purge", "", "status=dead_lettered&key=k", "expect", http.StatusBadRequest},
+			{"a count of 0", "/outbox/purge", "", "status=dead_lettered&key=k&expect=0", "expect", http.StatusBadRequest},
+			{"a replay's unknown field", "/dlq/" + f.dlqTopic + "/replay", "", "keys=k&expect=1", `no field "keys"`, http.StatusBadRequest},
+			{"a replay's filter in the query", "/dlq/" + f.dlqTopic + "/replay?key=k", "", "expect=1", "query string", http.StatusBadRequest},
+			{"a replay without a count", "/dlq/" + f.dlqTopic + "/replay", "", "key=k", "dry-run the replay first", http.StatusBadRequest},
+			{"a replay to_group of true", "/dlq/" + f.dlqTopic + "/replay", "", "key=k&expect=1&to_group=true", "to_group", http.StatusBadRequest},
+			{"a file", "/outbox/purge", "multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"key\"; filename=\"k.txt\"\r\n\r\nk\r\n--b--\r\n", "file", http.StatusBadRequest},
+		} {
+			headers := d.headers()
+			if headers == nil {
+				headers = map[string]string{}
+			}
+			headers["Content-Type"] = tc.contentType
+			if tc.contentType == "" && !strings.HasPrefix(tc.name, "a body without") {
+				headers["Content-Type"] = "application/x-www-form-urlencoded"
+			}
+			body := tc.body
+			if !d.bearer && !strings.HasPrefix(tc.contentType, "multipart") && tc.contentType != "application/json" {
+				body += "&csrf=" + url.QueryEscape(d.c.csrf)
+			}
+			status, page := d.c.raw(http.MethodPost, tc.path, body, headers)
+			if d.bearer {
+				var answer struct{ Error string }
+				if err := json.Unmarshal([]byte(page), &answer); err != nil {
+					t.Errorf("%s, %s: the answer is no JSON error: %.300s", d.name, tc.name, page)
+				}
+				page = answer.Error
+			}
+			if status != tc.status || !strings.Contains(html.UnescapeString(page), tc.want) {
+				t.Errorf("%s, %s: %d, want %d saying %q (%.400s)", d.name, tc.name, status, tc.status, tc.want, page)
+			}
+		}
+	}
+	if got := r.status(t, ids[0]); got != producer.StatusDeadLettered {
+		t.Errorf("after the refused actions the event is %s, want dead_lettered", got)
+	}
+	if got := keysOn(t, r, f.topic); len(got) != 0 {
+		t.Errorf("a refused replay wrote %v", got)
+	}
+	if entries, err := r.admin.AuditLog(context.Background(), 0, 10); err != nil || len(entries) != 0 {
+		t.Errorf("audit %+v, %v: want no row", entries, err)
 	}
 }

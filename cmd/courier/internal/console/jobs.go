@@ -289,10 +289,14 @@ func (s *Server) setChanged(w http.ResponseWriter, r *http.Request, req jobReque
 // job's progress and its page; with Changed, the replay it asked for was
 // refused and Job is a new dry run of the set as it is now.
 type jobJSON struct {
-	Job     progress     `json:"job"`
-	URL     string       `json:"url"`
-	Changed *changedJSON `json:"changed,omitempty"`
-	Error   string       `json:"error,omitempty"`
+	Job progress `json:"job"`
+	// Filter is the job's filter, its times made absolute: a replay of
+	// what a dry run showed posts it back, with expect set to the dry
+	// run's moved.
+	Filter  map[string][]string `json:"filter"`
+	URL     string              `json:"url"`
+	Changed *changedJSON        `json:"changed,omitempty"`
+	Error   string              `json:"error,omitempty"`
 }
 
 // changedJSON is the count a refused replay expected and the one it
@@ -310,7 +314,7 @@ func (s *Server) started(w http.ResponseWriter, r *http.Request, status int, j *
 	switch {
 	case wantsJSON(r):
 		w.Header().Set("Location", page)
-		out := jobJSON{Job: j.snapshot(), URL: page}
+		out := jobJSON{Job: j.snapshot(), Filter: j.Filter.values(), URL: page}
 		if changed != nil {
 			out.Changed, out.Error = &changedJSON{Expected: changed.Expected, Found: changed.Found}, display.Text(changed.Error())
 		}
