@@ -137,6 +137,13 @@ on with the others, and exits 1 at the end when any was skipped (also with
 Run one replay per group at a time: a run that finds the group's position
 moved under it by another run stops (exit 1).
 
+--expect N replays only what a --dry-run counted: the run first reads its
+set as a dry run does and, when it would not move exactly N records, writes
+and commits nothing (exit 1, with the dry run's summary); else it moves
+those records and no other (one that could not move then, but could now,
+is skipped). Give --since and --until as RFC 3339 times there: a duration
+ago moves between the two runs.
+
 The original topic reaches every consumer group reading it. --to-group
 replays each dead letter to the group that failed it (consumer_group in
 its envelope) only: into the first retry tier of its topic, due now, with
@@ -151,6 +158,7 @@ plain lines otherwise).`,
 		Example: `  courier dlq replay orders.dlq --dry-run
   courier dlq replay orders.dlq --error "psp timeout" --since 24h --rate 100
   courier dlq replay orders.dlq --partition 0 --from-offset 120 --until-offset 180
+  courier dlq replay orders.dlq --key order-42 --dry-run && courier dlq replay orders.dlq --key order-42 --expect 2
   courier dlq replay orders.dlq --to orders.reprocess --max 10 --output json
   courier dlq replay orders.dlq --consumer-group payouts --to-group --retry-delays 5s,1m`,
 		Args: cobra.ExactArgs(1),
@@ -180,6 +188,10 @@ plain lines otherwise).`,
 				return usageError{fmt.Errorf("--batch-size %d: use 1 to %d", cfg.BatchSize, dlq.MaxReplayBatch)}
 			case cfg.MaxReplays < 1:
 				return usageError{fmt.Errorf("--max-replays %d: use 1 or more", cfg.MaxReplays)}
+			case cfg.Expect < 0:
+				return usageError{fmt.Errorf("--expect %d: give the count --dry-run said would move, 1 or more", cfg.Expect)}
+			case cfg.Expect > 0 && cfg.DryRun:
+				return usageError{errors.New("--dry-run and --expect: --dry-run counts, --expect replays that count; pick one")}
 			}
 			if err := o.out.validate(); err != nil {
 				return err
@@ -217,6 +229,7 @@ plain lines otherwise).`,
 	f.BoolVar(&cfg.DryRun, "dry-run", false, "print what would move; write and commit nothing")
 	f.Float64Var(&cfg.Rate, "rate", 0, "at most this many records per second (0: no limit)")
 	f.IntVar(&cfg.Max, "max", 0, "stop after moving this many records (0: no limit)")
+	f.IntVar(&cfg.Expect, "expect", 0, "replay only when exactly this many records would move (the count --dry-run gave), and only those; else write nothing and exit 1")
 	f.IntVar(&cfg.MaxReplays, "max-replays", dlq.DefaultMaxReplays, "refuse records replayed this many times already, to stop loops")
 	f.IntVar(&cfg.BatchSize, "batch-size", dlq.DefaultReplayBatch, fmt.Sprintf("records written before the position is committed (1 to %d)", dlq.MaxReplayBatch))
 	return cmd

@@ -185,3 +185,40 @@ func TestDLQReplayToGroupUsageErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestDLQReplayExpectsTheCountOfItsDryRun: --expect N with the count a dry
+// run gave replays those N; when a matching dead letter arrived since, it
+// writes nothing, prints the dry run as it is now and exits 1; --expect
+// with --dry-run, or below 0, is a usage error.
+func TestDLQReplayExpectsTheCountOfItsDryRun(t *testing.T) {
+	t.Parallel()
+	f := newDLQFixture(t, 1)
+	f.deadLetters(t, 2, "psp timeout")
+	replay := []string{"dlq", "replay", f.dlqName, "--error", "timeout"}
+	var dry struct {
+		Report replayReportJSON `json:"report"`
+	}
+	code, out, errOut := courier(t, f.args(append(replay, "--dry-run", "--output", "json")...)...)
+	if err := json.Unmarshal([]byte(out), &dry); err != nil || code != exitOK || dry.Report.Moved != 2 {
+		t.Fatalf("dry run: exit %d, %v, %+v\n%s", code, err, dry.Report, errOut)
+	}
+	f.deadLetters(t, 1, "psp timeout") // arrives after the dry run
+	code, out, errOut = courier(t, f.args(append(replay, "--expect", "2")...)...)
+	if code != exitFailure || !strings.Contains(out, "dry run: 3 record(s)") || !strings.Contains(errOut, "would move 3 record(s), not the 2 its dry run showed") {
+		t.Fatalf("--expect 2 of 3: exit %d\n%s%s\nwant exit 1 with the dry run of 3 and why", code, out, errOut)
+	}
+	if n := len(f.k.ReadAll(t, f.topic)); n != 0 {
+		t.Fatalf("a replay whose count changed wrote %d records", n)
+	}
+	if code, out, errOut = courier(t, f.args(append(replay, "--expect", "3")...)...); code != exitOK || !strings.Contains(out, "moved 3 record(s)") {
+		t.Fatalf("--expect 3: exit %d\n%s%s", code, out, errOut)
+	}
+	if n := len(f.k.ReadAll(t, f.topic)); n != 3 {
+		t.Errorf("%d records replayed, want 3", n)
+	}
+	for _, args := range [][]string{{"--expect", "-1"}, {"--expect", "2", "--dry-run"}} {
+		if code, _, errOut := courier(t, f.args(append(replay, args...)...)...); code != exitUsage || !strings.Contains(errOut, "--expect") {
+			t.Errorf("replay %v: exit %d %s, want a usage error naming --expect", args, code, errOut)
+		}
+	}
+}

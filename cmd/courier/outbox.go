@@ -19,6 +19,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/spf13/cobra"
@@ -673,6 +674,7 @@ func printEvent(w io.Writer, r producer.Record) error {
 // newOutboxRequeueCmd is `courier outbox requeue`.
 func newOutboxRequeueCmd(o *outboxOptions) *cobra.Command {
 	var filters filterFlags
+	var exact exactFlags
 	cmd := &cobra.Command{
 		Use:   "requeue",
 		Short: "Send failed and dead-lettered events back to the relays",
@@ -680,13 +682,19 @@ func newOutboxRequeueCmd(o *outboxOptions) *cobra.Command {
 attempts, due now, and wakes the relays, which publish them in their keys'
 order. last_error keeps the error that sent them there.
 
+--dry-run counts them and changes nothing; --expect N then requeues only
+when the selection still holds exactly N events (else nothing, exit 1), so a
+script acts on what it counted. Give --since and --until as RFC 3339 times
+there: a duration ago moves between the two runs.
+
 It needs a selector (--id, --topic, --key, --tenant, --aggregate-type,
 --aggregate-id, --error, --since or --until), or --all to requeue every failed
 and dead-lettered event (of --status, if given).`,
 		Example: `  courier outbox requeue --id 01966b1c-4f4e-7a43-9a55-3a1cf0b6e1d2
   courier outbox requeue --topic orders --error "not enough replicas" --since 1h
   courier outbox requeue --tenant acme --status dead_lettered
-  courier outbox requeue --all --status dead_lettered --output json`,
+  courier outbox requeue --all --status dead_lettered --output json
+  courier outbox requeue --key order-42 --dry-run && courier outbox requeue --key order-42 --expect 3`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := filters.filter(time.Now())
@@ -696,29 +704,27 @@ and dead-lettered event (of --status, if given).`,
 			if err := filters.requireSelector("requeue"); err != nil {
 				return err
 			}
+			if err := exact.validate(); err != nil {
+				return err
+			}
 			outbox, err := o.open(cmd)
 			if err != nil {
 				return err
 			}
 			defer outbox.Close()
-			n, err := outbox.Requeue(cmd.Context(), f)
-			if err != nil {
-				return filterError(err)
-			}
-			return o.out.emit(cmd.OutOrStdout(), map[string]int64{"requeued": n}, func(w io.Writer) error {
-				_, err := fmt.Fprintf(w, "requeued %d event(s)\n", n)
-				return err
-			})
+			return exact.run(cmd, o, outbox, f, "requeue", "requeued", (*producer.Admin).CountRequeue, (*producer.Admin).Requeue)
 		},
 	}
 	requeueable := []string{producer.StatusFailed, producer.StatusDeadLettered}
 	filters.register(cmd, requeueable, requeueable, true)
+	exact.register(cmd, "requeue")
 	return cmd
 }
 
 // newOutboxPurgeCmd is `courier outbox purge`.
 func newOutboxPurgeCmd(o *outboxOptions) *cobra.Command {
 	var filters filterFlags
+	var exact exactFlags
 	var yes bool
 	cmd := &cobra.Command{
 		Use:   "purge",
@@ -731,11 +737,17 @@ It needs a selector (--id, --topic, --key, --tenant, --aggregate-type,
 --aggregate-id, --error, --since or --until), or --all to purge every event
 of the selected statuses. On a terminal it asks you to type yes; --yes
 skips the question, and without a terminal (a script, a pipe) --yes is
-required.`,
+required.
+
+--dry-run counts them and deletes nothing; --expect N then purges only when
+the selection still holds exactly N events (else nothing, exit 1), so a
+script deletes what it counted. Give --since and --until as RFC 3339 times
+there: a duration ago moves between the two runs.`,
 		Example: `  courier outbox purge --key order-42
   courier outbox purge --topic orders --until 720h --yes
   courier outbox purge --status published --aggregate-type Customer --aggregate-id c-7 --yes
-  courier outbox purge --all --status published --yes --output json`,
+  courier outbox purge --all --status published --yes --output json
+  courier outbox purge --key order-42 --dry-run && courier outbox purge --key order-42 --expect 3 --yes`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			f, err := filters.filter(time.Now())
@@ -745,7 +757,10 @@ required.`,
 			if err := filters.requireSelector("purge"); err != nil {
 				return err
 			}
-			if !yes && !isTerminal(cmd.InOrStdin()) {
+			if err := exact.validate(); err != nil {
+				return err
+			}
+			if !yes && !exact.dryRun && !isTerminal(cmd.InOrStdin()) {
 				return usageError{errors.New("purge deletes events for good and stdin is not a terminal to confirm on: pass --yes")}
 			}
 			outbox, err := o.open(cmd)
@@ -753,7 +768,7 @@ required.`,
 				return err
 			}
 			defer outbox.Close()
-			if !yes {
+			if !yes && !exact.dryRun {
 				prompt := fmt.Sprintf("Delete the events of %s with %s, for good? Type yes to continue: ",
 					outbox.table, filters.describe())
 				ok, err := confirm(cmd.InOrStdin(), cmd.ErrOrStderr(), prompt)
@@ -764,19 +779,83 @@ required.`,
 					return errors.New("not confirmed; nothing was purged")
 				}
 			}
-			n, err := outbox.Purge(cmd.Context(), f)
-			if err != nil {
-				return filterError(err)
-			}
-			return o.out.emit(cmd.OutOrStdout(), map[string]int64{"purged": n}, func(w io.Writer) error {
-				_, err := fmt.Fprintf(w, "purged %d event(s)\n", n)
-				return err
-			})
+			return exact.run(cmd, o, outbox, f, "purge", "purged", (*producer.Admin).CountPurge, (*producer.Admin).Purge)
 		},
 	}
 	filters.register(cmd, []string{producer.StatusDeadLettered, producer.StatusPublished}, []string{producer.StatusDeadLettered}, true)
+	exact.register(cmd, "purge")
 	cmd.Flags().BoolVarP(&yes, "yes", "y", false, "do not ask for confirmation (required without a terminal)")
 	return cmd
+}
+
+// exactFlags are --dry-run and --expect of requeue and purge: count the
+// selection, then act only on exactly that count.
+type exactFlags struct {
+	dryRun bool
+	expect int64
+}
+
+func (f *exactFlags) register(cmd *cobra.Command, verb string) {
+	fs := cmd.Flags()
+	fs.BoolVar(&f.dryRun, "dry-run", false, "count the events it would "+verb+", and change nothing")
+	fs.Int64Var(&f.expect, "expect", 0, verb+" only when exactly this many events match (the count --dry-run gave); else change nothing and exit 1")
+}
+
+func (f *exactFlags) validate() error {
+	switch {
+	case f.expect < 0:
+		return usageError{fmt.Errorf("--expect %d: give the count --dry-run gave, 1 or more", f.expect)}
+	case f.expect > 0 && f.dryRun:
+		return usageError{errors.New("--dry-run and --expect: --dry-run counts, --expect acts on that count; pick one")}
+	}
+	return nil
+}
+
+// errCountChanged ends an action whose selection no longer holds the
+// count --expect names: its transaction rolls back.
+var errCountChanged = errors.New("the selection changed")
+
+// run counts f (--dry-run), or runs act on f, within one transaction that
+// commits only when act touched exactly --expect events (when given), and
+// prints the count as verb says ("purge", "purged").
+func (f *exactFlags) run(cmd *cobra.Command, o *outboxOptions, outbox *outboxSession, pf producer.Filter, verb, done string,
+	count, act func(*producer.Admin, context.Context, producer.Filter) (int64, error)) error {
+	ctx := cmd.Context()
+	if f.dryRun {
+		n, err := count(outbox.Admin, ctx, pf)
+		if err != nil {
+			return filterError(err)
+		}
+		return o.out.emit(cmd.OutOrStdout(), map[string]int64{"would_" + verb: n}, func(w io.Writer) error {
+			_, err := fmt.Fprintf(w, "would %s %d event(s); nothing was changed (to %s exactly these: --expect %d)\n", verb, n, verb, n)
+			return err
+		})
+	}
+	var n int64
+	err := pgx.BeginFunc(ctx, outbox.pool, func(tx pgx.Tx) error {
+		admin, err := producer.NewAdmin(tx, producer.AdminConfig{Schema: outbox.table.Schema, Table: outbox.table.Name})
+		if err != nil {
+			return err
+		}
+		if n, err = act(admin, ctx, pf); err != nil {
+			return err
+		}
+		if f.expect > 0 && n != f.expect {
+			return errCountChanged
+		}
+		return nil
+	})
+	if errors.Is(err, errCountChanged) {
+		return fmt.Errorf("the selection holds %d event(s), not the %d --expect names: it changed since it was counted, so nothing was done; count it again with --dry-run",
+			n, f.expect)
+	}
+	if err != nil {
+		return filterError(err)
+	}
+	return o.out.emit(cmd.OutOrStdout(), map[string]int64{done: n}, func(w io.Writer) error {
+		_, err := fmt.Fprintf(w, "%s %d event(s)\n", done, n)
+		return err
+	})
 }
 
 // isTerminal reports whether r is an interactive terminal: a character

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -639,4 +640,53 @@ func (o *outboxDB) listIDs(t *testing.T, args ...string) []uuid.UUID {
 		got = append(got, e.ID)
 	}
 	return got
+}
+
+// TestOutboxActionsExpectTheCountTheyWereGiven: requeue and purge with
+// --dry-run count their selection and change nothing; with --expect they
+// change nothing and exit 1 when the selection no longer holds that count
+// (an event of the key was dead-lettered since), and act on exactly it
+// when it does, leaving other keys alone. --expect with --dry-run, or
+// below 0, is a usage error.
+func TestOutboxActionsExpectTheCountTheyWereGiven(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		verb, done, after string
+		yes               []string
+	}{{"requeue", "requeued", "pending", nil}, {"purge", "purged", "gone", []string{"--yes"}}} {
+		t.Run(c.verb, func(t *testing.T) {
+			t.Parallel()
+			o := newOutboxDB(t)
+			ids := o.enqueue(t, event("orders", "k", "T"), event("orders", "k", "T"), event("orders", "other", "T"), event("orders", "k", "T"))
+			for _, id := range ids[:3] {
+				o.deadLetter(t, id, "too large")
+			}
+			var res map[string]int64
+			code, out, errOut := o.cli(t, c.verb, "--key", "k", "--dry-run", "-o", "json")
+			decode(t, code, out, errOut, &res)
+			if res["would_"+c.verb] != 2 || o.count(t, "status = 'dead_lettered'") != 3 {
+				t.Fatalf("%s --dry-run: %v, want would_%s 2 and nothing changed", c.verb, res, c.verb)
+			}
+			if code, out, _ := o.cli(t, c.verb, "--key", "k", "--dry-run"); code != exitOK || !strings.Contains(out, "--expect 2") {
+				t.Errorf("%s --dry-run: exit %d, %q; want the count and how to act on it", c.verb, code, out)
+			}
+			o.deadLetter(t, ids[3], "too large") // the set changes after the count
+			code, out, errOut = o.cli(t, append([]string{c.verb, "--key", "k", "--expect", "2"}, c.yes...)...)
+			if code != exitFailure || !strings.Contains(errOut, "holds 3 event(s), not the 2 --expect names") || o.count(t, "status = 'dead_lettered'") != 4 {
+				t.Fatalf("%s --expect 2 of 3: exit %d\n%s%s\nwant exit 1 saying the set changed, and nothing changed", c.verb, code, out, errOut)
+			}
+			code, out, errOut = o.cli(t, append([]string{c.verb, "--key", "k", "--expect", "3", "-o", "json"}, c.yes...)...)
+			decode(t, code, out, errOut, &res)
+			if res[c.done] != 3 || o.status(t, ids[0]) != c.after || o.status(t, ids[1]) != c.after || o.status(t, ids[3]) != c.after ||
+				o.status(t, ids[2]) != "dead_lettered" {
+				t.Errorf("%s --expect 3: %v; statuses %s %s %s %s, want key k's %s and the other key's dead_lettered", c.verb, res,
+					o.status(t, ids[0]), o.status(t, ids[1]), o.status(t, ids[2]), o.status(t, ids[3]), c.after)
+			}
+			for _, args := range [][]string{{"--expect", "-1"}, {"--expect", "2", "--dry-run"}} {
+				if code, _, errOut := o.cli(t, slices.Concat([]string{c.verb, "--key", "other"}, c.yes, args)...); code != exitUsage || !strings.Contains(errOut, "--expect") {
+					t.Errorf("%s %v: exit %d %s, want a usage error naming --expect", c.verb, args, code, errOut)
+				}
+			}
+		})
+	}
 }
