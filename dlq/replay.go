@@ -319,6 +319,9 @@ func (c ReplayConfig) validate() error {
 // finds the position moved under it stops with ErrConcurrentReplay, and
 // the two may have written one batch twice.
 //
+// With cfg.Expect, the count an operator confirmed from a dry run, Replay
+// counts its set first and writes nothing when it changed (see Expect).
+//
 // A record whose original partition exists in its original topic goes back
 // to that partition; other records (dead-lettered by the relay before they
 // reached Kafka, or sent with To) are partitioned by key like the relay's

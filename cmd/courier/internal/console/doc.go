@@ -19,5 +19,8 @@
 // one (a session cookie after signing in, or an Authorization: Bearer
 // header). Every request that changes something must come from the
 // console's own pages: a same-origin POST carrying the session's
-// anti-forgery token.
+// anti-forgery token; or from a script's Bearer token, which may ask for
+// JSON (Accept: application/json). Either way an action reads its filter
+// from its form's fields alone, refusing any it does not take, and acts
+// only on the count its confirmation (or dry run) gave.
 package console
