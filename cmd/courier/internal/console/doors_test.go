@@ -50,6 +50,19 @@ func doors(t *testing.T, r *rig) []door {
 	return []door{{name: "session", c: browser}, {name: "bearer", c: newClient(t, r.url), bearer: true}}
 }
 
+// eachDoor runs test, in parallel, once through each door of a console
+// of its own.
+func eachDoor(t *testing.T, test func(t *testing.T, r *rig, d door)) {
+	t.Helper()
+	for i, name := range []string{"session", "bearer"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := newDoorRig(t)
+			test(t, r, doors(t, r)[i])
+		})
+	}
+}
+
 // newDoorRig is a console with the doors' token.
 func newDoorRig(t *testing.T) *rig {
 	return newRig(t, func(c *console.Config) { c.Tokens = map[string]string{doorActor: doorToken} })
@@ -182,11 +195,9 @@ func outboxSet(t *testing.T, r *rig) ([]outboxCase, []uuid.UUID) {
 func TestOutboxActionsTouchExactlyTheirFilterThroughEveryDoor(t *testing.T) {
 	t.Parallel()
 	for _, action := range []string{"requeue", "purge"} {
-		for i := range 2 {
-			t.Run(action+"/"+[]string{"session", "bearer"}[i], func(t *testing.T) {
-				t.Parallel()
-				r := newDoorRig(t)
-				d := doors(t, r)[i]
+		t.Run(action, func(t *testing.T) {
+			t.Parallel()
+			eachDoor(t, func(t *testing.T, r *rig, d door) {
 				cases, ids := outboxSet(t, r)
 				touched := map[uuid.UUID]bool{}
 				for n, tc := range cases {
@@ -214,7 +225,7 @@ func TestOutboxActionsTouchExactlyTheirFilterThroughEveryDoor(t *testing.T) {
 					}
 				}
 			})
-		}
+		})
 	}
 }
 
@@ -377,53 +388,48 @@ func (d door) dryRun(t *testing.T, f replayFixture, filter url.Values) (int, url
 // nothing else, with an audit row naming the token's holder.
 func TestReplaysMoveExactlyTheirFilterThroughEveryDoor(t *testing.T) {
 	t.Parallel()
-	for i, name := range []string{"session", "bearer"} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			r := newDoorRig(t)
-			d := doors(t, r)[i]
-			f := newReplayFixture(t, r)
-			now := time.Now()
-			tenant := dlq.Header{Key: []byte("ce_tenantid"), Value: []byte("acme")}
-			deadLetterOf(t, r, f.dlqTopic, f.topic, "k-key", "psp timeout", now)
-			deadLetterOf(t, r, f.dlqTopic, f.other, "k-topic", "psp timeout", now)
-			deadLetterOf(t, r, f.dlqTopic, f.topic, "k-error", "psp declined: card expired", now)
-			deadLetterOf(t, r, f.dlqTopic, f.topic, "k-tenant", "psp timeout", now, tenant)
-			deadLetterOf(t, r, f.dlqTopic, f.topic, "k-time", "psp timeout", now.Add(-3*time.Hour))
-			deadLetterOf(t, r, f.dlqTopic, f.topic, "k-bystander-1", "psp timeout", now)
-			deadLetterOf(t, r, f.dlqTopic, f.topic, "k-bystander-2", "psp timeout", now, dlq.Header{Key: []byte("ce_tenantid"), Value: []byte("globex")})
-			var want []string
-			for _, tc := range []struct {
-				by, key string
-				filter  url.Values
-			}{
-				{"key", "k-key", url.Values{"key": {"k-key"}}},
-				{"original topic", "k-topic", url.Values{"original_topic": {f.other}}},
-				{"error", "k-error", url.Values{"error": {"card expired"}}},
-				{"tenant", "k-tenant", url.Values{"tenant": {"acme"}}},
-				{"time", "k-time", url.Values{"since": {"5h"}, "until": {"2h"}}},
-			} {
-				n, replay := d.dryRun(t, f, tc.filter)
-				if n != 1 {
-					t.Fatalf("dry run by %s: would move %d, want 1", tc.by, n)
-				}
-				if a := d.startJob(t, "/dlq/"+f.dlqTopic+"/replay", replay, http.StatusAccepted); a.moved != 1 {
-					t.Fatalf("replay by %s: moved %d, want 1", tc.by, a.moved)
-				}
-				want = append(want, tc.key)
-				slices.Sort(want)
-				if got := keysOn(t, r, f.topic, f.other); !slices.Equal(got, want) {
-					t.Fatalf("after the replay by %s the topics hold %v, want %v", tc.by, got, want)
-				}
-				r.waitAudit(t, "dlq.replay.done", len(want))
-				for _, e := range r.auditOf(t, "dlq.replay") {
-					if e.Actor != doorActor || e.Count != 1 || e.Target != f.dlqTopic {
-						t.Errorf("after the replay by %s the audit holds %+v; want each replay by %s, of 1 record of %s", tc.by, e, doorActor, f.dlqTopic)
-					}
+	eachDoor(t, func(t *testing.T, r *rig, d door) {
+		f := newReplayFixture(t, r)
+		now := time.Now()
+		tenant := dlq.Header{Key: []byte("ce_tenantid"), Value: []byte("acme")}
+		deadLetterOf(t, r, f.dlqTopic, f.topic, "k-key", "psp timeout", now)
+		deadLetterOf(t, r, f.dlqTopic, f.other, "k-topic", "psp timeout", now)
+		deadLetterOf(t, r, f.dlqTopic, f.topic, "k-error", "psp declined: card expired", now)
+		deadLetterOf(t, r, f.dlqTopic, f.topic, "k-tenant", "psp timeout", now, tenant)
+		deadLetterOf(t, r, f.dlqTopic, f.topic, "k-time", "psp timeout", now.Add(-3*time.Hour))
+		deadLetterOf(t, r, f.dlqTopic, f.topic, "k-bystander-1", "psp timeout", now)
+		deadLetterOf(t, r, f.dlqTopic, f.topic, "k-bystander-2", "psp timeout", now, dlq.Header{Key: []byte("ce_tenantid"), Value: []byte("globex")})
+		var want []string
+		for _, tc := range []struct {
+			by, key string
+			filter  url.Values
+		}{
+			{"key", "k-key", url.Values{"key": {"k-key"}}},
+			{"original topic", "k-topic", url.Values{"original_topic": {f.other}}},
+			{"error", "k-error", url.Values{"error": {"card expired"}}},
+			{"tenant", "k-tenant", url.Values{"tenant": {"acme"}}},
+			{"time", "k-time", url.Values{"since": {"5h"}, "until": {"2h"}}},
+		} {
+			n, replay := d.dryRun(t, f, tc.filter)
+			if n != 1 {
+				t.Fatalf("dry run by %s: would move %d, want 1", tc.by, n)
+			}
+			if a := d.startJob(t, "/dlq/"+f.dlqTopic+"/replay", replay, http.StatusAccepted); a.moved != 1 {
+				t.Fatalf("replay by %s: moved %d, want 1", tc.by, a.moved)
+			}
+			want = append(want, tc.key)
+			slices.Sort(want)
+			if got := keysOn(t, r, f.topic, f.other); !slices.Equal(got, want) {
+				t.Fatalf("after the replay by %s the topics hold %v, want %v", tc.by, got, want)
+			}
+			r.waitAudit(t, "dlq.replay.done", len(want))
+			for _, e := range r.auditOf(t, "dlq.replay") {
+				if e.Actor != doorActor || e.Count != 1 || e.Target != f.dlqTopic {
+					t.Errorf("after the replay by %s the audit holds %+v; want each replay by %s, of 1 record of %s", tc.by, e, doorActor, f.dlqTopic)
 				}
 			}
-		})
-	}
+		}
+	})
 }
 
 // TestAReplayRefusesASetThatChangedSinceItsDryRun: through either door, a
@@ -433,60 +439,55 @@ func TestReplaysMoveExactlyTheirFilterThroughEveryDoor(t *testing.T) {
 // moves the 3.
 func TestAReplayRefusesASetThatChangedSinceItsDryRun(t *testing.T) {
 	t.Parallel()
-	for i, name := range []string{"session", "bearer"} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			r := newDoorRig(t)
-			d := doors(t, r)[i]
-			f := newReplayFixture(t, r)
-			for _, key := range []string{"k-1", "k-2"} {
-				deadLetterOf(t, r, f.dlqTopic, f.topic, key, "psp timeout", time.Now())
-			}
-			deadLetterOf(t, r, f.dlqTopic, f.topic, "k-other", "invalid iban", time.Now())
-			filter := url.Values{"error": {"timeout"}}
-			n, replay := d.dryRun(t, f, filter)
-			if n != 2 {
-				t.Fatalf("dry run: would move %d, want 2", n)
-			}
-			deadLetterOf(t, r, f.dlqTopic, f.topic, "k-3", "psp timeout", time.Now())
+	eachDoor(t, func(t *testing.T, r *rig, d door) {
+		f := newReplayFixture(t, r)
+		for _, key := range []string{"k-1", "k-2"} {
+			deadLetterOf(t, r, f.dlqTopic, f.topic, key, "psp timeout", time.Now())
+		}
+		deadLetterOf(t, r, f.dlqTopic, f.topic, "k-other", "invalid iban", time.Now())
+		filter := url.Values{"error": {"timeout"}}
+		n, replay := d.dryRun(t, f, filter)
+		if n != 2 {
+			t.Fatalf("dry run: would move %d, want 2", n)
+		}
+		deadLetterOf(t, r, f.dlqTopic, f.topic, "k-3", "psp timeout", time.Now())
 
-			a := d.startJob(t, "/dlq/"+f.dlqTopic+"/replay", replay, http.StatusConflict)
-			if d.bearer {
-				var got struct {
-					Changed struct{ Expected, Found int } `json:"changed"`
-					Job     struct {
-						DryRun bool `json:"dry_run"`
-					} `json:"job"`
-				}
-				if err := json.Unmarshal([]byte(a.body), &got); err != nil || got.Changed.Expected != 2 || got.Changed.Found != 3 || !got.Job.DryRun {
-					t.Errorf("the 409's JSON %s: want changed 2 → 3 and a new dry run", a.body)
-				}
-			} else if !strings.Contains(a.body, `id="changed"`) || !strings.Contains(a.body, "it showed 2 record(s), the replay found 3") {
-				t.Errorf("the 409's page does not say the set changed from 2 to 3:\n%.2000s", a.body)
+		a := d.startJob(t, "/dlq/"+f.dlqTopic+"/replay", replay, http.StatusConflict)
+		if d.bearer {
+			var got struct {
+				Changed struct{ Expected, Found int } `json:"changed"`
+				Job     struct {
+					DryRun bool `json:"dry_run"`
+				} `json:"job"`
 			}
-			if a.moved != 3 {
-				t.Errorf("the new dry run would move %d, want 3", a.moved)
+			if err := json.Unmarshal([]byte(a.body), &got); err != nil || got.Changed.Expected != 2 || got.Changed.Found != 3 || !got.Job.DryRun {
+				t.Errorf("the 409's JSON %s: want changed 2 → 3 and a new dry run", a.body)
 			}
-			if got := keysOn(t, r, f.topic); len(got) != 0 {
-				t.Fatalf("a refused replay wrote %v", got)
-			}
-			if entries, err := r.admin.AuditLog(context.Background(), 0, 10); err != nil || len(entries) != 0 {
-				t.Errorf("audit %+v, %v: want no row for a replay that did not start", entries, err)
-			}
+		} else if !strings.Contains(a.body, `id="changed"`) || !strings.Contains(a.body, "it showed 2 record(s), the replay found 3") {
+			t.Errorf("the 409's page does not say the set changed from 2 to 3:\n%.2000s", a.body)
+		}
+		if a.moved != 3 {
+			t.Errorf("the new dry run would move %d, want 3", a.moved)
+		}
+		if got := keysOn(t, r, f.topic); len(got) != 0 {
+			t.Fatalf("a refused replay wrote %v", got)
+		}
+		if entries, err := r.admin.AuditLog(context.Background(), 0, 10); err != nil || len(entries) != 0 {
+			t.Errorf("audit %+v, %v: want no row for a replay that did not start", entries, err)
+		}
 
-			if !d.bearer {
-				replay = formOf(t, a.page, `id="replay-confirm"`)
-			} else {
-				replay.Set("expect", "3")
-			}
-			if moved := d.startJob(t, "/dlq/"+f.dlqTopic+"/replay", replay, http.StatusAccepted).moved; moved != 3 {
-				t.Fatalf("the replay of the new count moved %d, want 3", moved)
-			}
-			if got := keysOn(t, r, f.topic); !slices.Equal(got, []string{"k-1", "k-2", "k-3"}) {
-				t.Errorf("the topic holds %v, want k-1, k-2 and k-3", got)
-			}
-		})
-	}
+		if !d.bearer {
+			replay = formOf(t, a.page, `id="replay-confirm"`)
+		} else {
+			replay.Set("expect", "3")
+		}
+		if moved := d.startJob(t, "/dlq/"+f.dlqTopic+"/replay", replay, http.StatusAccepted).moved; moved != 3 {
+			t.Fatalf("the replay of the new count moved %d, want 3", moved)
+		}
+		if got := keysOn(t, r, f.topic); !slices.Equal(got, []string{"k-1", "k-2", "k-3"}) {
+			t.Errorf("the topic holds %v, want k-1, k-2 and k-3", got)
+		}
+	})
 }
 
 // TestStopEndsExactlyItsReplayThroughEveryDoor: through either door, a
@@ -496,68 +497,63 @@ func TestAReplayRefusesASetThatChangedSinceItsDryRun(t *testing.T) {
 // its records.
 func TestStopEndsExactlyItsReplayThroughEveryDoor(t *testing.T) {
 	t.Parallel()
-	for i, name := range []string{"session", "bearer"} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			r := newDoorRig(t)
-			d := doors(t, r)[i]
-			stopped, other := newReplayFixture(t, r), newReplayFixture(t, r)
-			for k := range 6 {
-				deadLetterOf(t, r, stopped.dlqTopic, stopped.topic, fmt.Sprint("s-", k), "psp timeout", time.Now())
-			}
-			for k := range 3 {
-				deadLetterOf(t, r, other.dlqTopic, other.topic, fmt.Sprint("o-", k), "psp timeout", time.Now())
-			}
-			start := func(f replayFixture) string {
-				n, replay := d.dryRun(t, f, url.Values{})
-				replay.Set("rate", "2")
-				status, body, h := d.post(t, "/dlq/"+f.dlqTopic+"/replay", replay)
-				if d.bearer {
-					var got struct{ URL string }
-					if status != http.StatusAccepted || json.Unmarshal([]byte(body), &got) != nil {
-						t.Fatalf("replay of %d: %d %.300s", n, status, body)
-					}
-					return got.URL
-				}
-				if status != http.StatusSeeOther {
+	eachDoor(t, func(t *testing.T, r *rig, d door) {
+		stopped, other := newReplayFixture(t, r), newReplayFixture(t, r)
+		for k := range 6 {
+			deadLetterOf(t, r, stopped.dlqTopic, stopped.topic, fmt.Sprint("s-", k), "psp timeout", time.Now())
+		}
+		for k := range 3 {
+			deadLetterOf(t, r, other.dlqTopic, other.topic, fmt.Sprint("o-", k), "psp timeout", time.Now())
+		}
+		start := func(f replayFixture) string {
+			n, replay := d.dryRun(t, f, url.Values{})
+			replay.Set("rate", "2")
+			status, body, h := d.post(t, "/dlq/"+f.dlqTopic+"/replay", replay)
+			if d.bearer {
+				var got struct{ URL string }
+				if status != http.StatusAccepted || json.Unmarshal([]byte(body), &got) != nil {
 					t.Fatalf("replay of %d: %d %.300s", n, status, body)
 				}
-				return h.Get("Location")
+				return got.URL
 			}
-			stopPage, otherPage := start(stopped), start(other)
-			testkit.WaitFor(t, 30*time.Second, "the replay to move its first record", func() bool { return len(keysOn(t, r, stopped.topic)) > 0 })
-			if !d.bearer {
-				d.get(t, stopPage) // the page with the stop button's form
+			if status != http.StatusSeeOther {
+				t.Fatalf("replay of %d: %d %.300s", n, status, body)
 			}
-			if status, body, _ := d.post(t, stopPage+"/cancel", url.Values{}); status != map[bool]int{false: http.StatusSeeOther, true: http.StatusOK}[d.bearer] {
-				t.Fatalf("stop: %d %.300s", status, body)
-			}
-			var p struct {
-				Done  bool
-				Moved int
-				Error string
-			}
-			testkit.WaitFor(t, 30*time.Second, "the stopped replay to end", func() bool {
-				_, body := d.get(t, stopPage+"/progress")
-				return json.Unmarshal([]byte(body), &p) == nil && p.Done
-			})
-			if p.Moved >= 6 || p.Error == "" {
-				t.Errorf("the stopped replay: %+v, want it ended before its 6 records, saying why", p)
-			}
-			if n := len(keysOn(t, r, stopped.topic)); n != p.Moved {
-				t.Errorf("the stopped replay moved %d, and %d records are on its topic", p.Moved, n)
-			}
-			if got := d.waitJob(t, otherPage).moved; got != 3 || len(keysOn(t, r, other.topic)) != 3 {
-				t.Errorf("the replay not stopped moved %d, want its 3", got)
-			}
-			entries, err := r.admin.AuditLog(context.Background(), 0, 20)
-			if err != nil || !slices.ContainsFunc(entries, func(e producer.AuditEntry) bool {
-				return e.Action == "dlq.replay.cancel" && e.Target == stopped.dlqTopic && e.Actor == doorActor
-			}) || slices.ContainsFunc(entries, func(e producer.AuditEntry) bool { return e.Action == "dlq.replay.cancel" && e.Target == other.dlqTopic }) {
-				t.Errorf("audit %+v, %v: want the stop of %s by %s, and no other", entries, err, stopped.dlqTopic, doorActor)
-			}
+			return h.Get("Location")
+		}
+		stopPage, otherPage := start(stopped), start(other)
+		testkit.WaitFor(t, 30*time.Second, "the replay to move its first record", func() bool { return len(keysOn(t, r, stopped.topic)) > 0 })
+		if !d.bearer {
+			d.get(t, stopPage) // the page with the stop button's form
+		}
+		if status, body, _ := d.post(t, stopPage+"/cancel", url.Values{}); status != map[bool]int{false: http.StatusSeeOther, true: http.StatusOK}[d.bearer] {
+			t.Fatalf("stop: %d %.300s", status, body)
+		}
+		var p struct {
+			Done  bool
+			Moved int
+			Error string
+		}
+		testkit.WaitFor(t, 30*time.Second, "the stopped replay to end", func() bool {
+			_, body := d.get(t, stopPage+"/progress")
+			return json.Unmarshal([]byte(body), &p) == nil && p.Done
 		})
-	}
+		if p.Moved >= 6 || p.Error == "" {
+			t.Errorf("the stopped replay: %+v, want it ended before its 6 records, saying why", p)
+		}
+		if n := len(keysOn(t, r, stopped.topic)); n != p.Moved {
+			t.Errorf("the stopped replay moved %d, and %d records are on its topic", p.Moved, n)
+		}
+		if got := d.waitJob(t, otherPage).moved; got != 3 || len(keysOn(t, r, other.topic)) != 3 {
+			t.Errorf("the replay not stopped moved %d, want its 3", got)
+		}
+		entries, err := r.admin.AuditLog(context.Background(), 0, 20)
+		if err != nil || !slices.ContainsFunc(entries, func(e producer.AuditEntry) bool {
+			return e.Action == "dlq.replay.cancel" && e.Target == stopped.dlqTopic && e.Actor == doorActor
+		}) || slices.ContainsFunc(entries, func(e producer.AuditEntry) bool { return e.Action == "dlq.replay.cancel" && e.Target == other.dlqTopic }) {
+			t.Errorf("audit %+v, %v: want the stop of %s by %s, and no other", entries, err, stopped.dlqTopic, doorActor)
+		}
+	})
 }
 
 // auditOf are the audit rows of action, newest first.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"html"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/cookiejar"
 	"net/url"
@@ -41,30 +42,44 @@ func newClient(t testing.TB, base string) *client {
 
 var csrfInput = regexp.MustCompile(`name="csrf" value="([^"]+)"`)
 
-// do sends a request with headers and returns its status and body.
+// do sends a request of form with headers and returns its status, body
+// and headers.
 func (c *client) do(method, path string, form url.Values, headers map[string]string) (int, string, http.Header) {
 	c.t.Helper()
-	var body io.Reader
-	if form != nil {
-		body = strings.NewReader(form.Encode())
+	if form == nil {
+		return c.send(method, path, nil, headers)
 	}
+	all := map[string]string{"Content-Type": "application/x-www-form-urlencoded", "Origin": c.base, "Sec-Fetch-Site": "same-origin"}
+	maps.Copy(all, headers)
+	return c.send(method, path, strings.NewReader(form.Encode()), all)
+}
+
+// raw sends a request with body as it is (do encodes a form), from the
+// console's origin unless headers say otherwise, and returns its status
+// and body.
+func (c *client) raw(method, path, body string, headers map[string]string) (int, string) {
+	c.t.Helper()
+	all := map[string]string{"Origin": c.base, "Sec-Fetch-Site": "same-origin"}
+	maps.Copy(all, headers)
+	status, page, _ := c.send(method, path, strings.NewReader(body), all)
+	return status, page
+}
+
+// send sends a request with headers (an empty value removes one, Host
+// names the host) and keeps the anti-forgery token of the page it gets.
+func (c *client) send(method, path string, body io.Reader, headers map[string]string) (int, string, http.Header) {
+	c.t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), method, c.base+path, body)
 	if err != nil {
 		c.t.Fatal(err)
 	}
-	if form != nil {
-		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
-		req.Header.Set("Origin", c.base)
-		req.Header.Set("Sec-Fetch-Site", "same-origin")
-	}
 	for k, v := range headers {
-		if k == "Host" {
+		switch {
+		case k == "Host":
 			req.Host = v
-			continue
-		}
-		if v == "" {
+		case v == "":
 			req.Header.Del(k)
-		} else {
+		default:
 			req.Header.Set(k, v)
 		}
 	}
@@ -81,35 +96,6 @@ func (c *client) do(method, path string, form url.Values, headers map[string]str
 		c.csrf = string(m[1])
 	}
 	return resp.StatusCode, string(b), resp.Header
-}
-
-// raw sends a request with body as it is (do encodes a form) and headers
-// (do's, overridden by these), and returns its status and body.
-func (c *client) raw(method, path, body string, headers map[string]string) (int, string) {
-	c.t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), method, c.base+path, strings.NewReader(body))
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	req.Header.Set("Origin", c.base)
-	req.Header.Set("Sec-Fetch-Site", "same-origin")
-	for k, v := range headers {
-		if v == "" {
-			req.Header.Del(k)
-		} else {
-			req.Header.Set(k, v)
-		}
-	}
-	resp, err := c.http.Do(req)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
 }
 
 // get is do for a GET.
