@@ -84,3 +84,15 @@ func exampleDB(ctx context.Context, schema string) *pgxpool.Pool {
 	}
 	return pool
 }
+
+// The largest payload an event can carry under the default limits: a
+// minimal event's, and that of one with a key, a longer type and a header.
+func ExampleConfig_MaxPayload() {
+	minimal := producer.Event{Topic: "orders", Type: "X"}
+	created := producer.Event{Topic: "orders", Key: "order-42", Type: "OrderCreated", Headers: map[string]string{"x-request-id": "r-1"}}
+	fmt.Println(producer.Config{}.MaxPayload(minimal))
+	fmt.Println(producer.Config{}.MaxPayload(created))
+	// Output:
+	// 1047947
+	// 1047903
+}

@@ -505,6 +505,7 @@ func TestOwnIDUnderConcurrentTransactions(t *testing.T) {
 // default Sarama configuration to a broker with the default
 // message.max.bytes; one byte more is refused by Enqueue with
 // ErrRecordTooLarge, so no event Enqueue accepts is too large to publish.
+// The largest is the one Config.MaxPayload computes.
 func TestLargestAcceptedEventPublishes(t *testing.T) {
 	t.Parallel()
 	pg, out := setup(t)
@@ -543,6 +544,9 @@ func TestLargestAcceptedEventPublishes(t *testing.T) {
 			} else {
 				hi = mid
 			}
+		}
+		if room := (producer.Config{}).MaxPayload(ev); lo != room {
+			t.Errorf("the largest payload Enqueue accepts is %d bytes, Config.MaxPayload says %d", lo, room)
 		}
 		ev.Payload = make([]byte, lo+1)
 		_, err := out.Enqueue(ctx, pg.Pool, ev)

@@ -43,13 +43,13 @@ type Config struct {
 	// Producer.MaxMessageBytes. So with the default of 1 MiB, every event
 	// Enqueue accepts fits the relay's default Producer.MaxMessageBytes and
 	// Kafka's default message.max.bytes (both 1048588 bytes); the largest
-	// payload it accepts is a few hundred bytes short of 1 MiB. Set it to
-	// the smallest of the relay's Producer.MaxMessageBytes, the broker's
-	// message.max.bytes and the topic's max.message.bytes when those were
-	// raised. In structured mode (RelayConfig.Structured) the record is a
-	// JSON document, larger still (a payload that is not JSON is written in
-	// base64, a third larger): leave room for it. Defaults to 1 MiB
-	// (DefaultMaxPayloadBytes).
+	// payload it accepts is a few hundred bytes short of 1 MiB (MaxPayload
+	// gives it for an event). Set it to the smallest of the relay's
+	// Producer.MaxMessageBytes, the broker's message.max.bytes and the
+	// topic's max.message.bytes when those were raised. In structured mode
+	// (RelayConfig.Structured) the record is a JSON document, larger still
+	// (a payload that is not JSON is written in base64, a third larger):
+	// leave room for it. Defaults to 1 MiB (DefaultMaxPayloadBytes).
 	MaxPayloadBytes int
 }
 
@@ -66,6 +66,19 @@ func (c Config) WithDefaults() Config {
 		c.MaxPayloadBytes = DefaultMaxPayloadBytes
 	}
 	return c
+}
+
+// MaxPayload returns the largest payload Enqueue accepts under c (its
+// defaults applied) in an event like e: e's key, type, content type,
+// attributes and headers as they are, and room for the headers the relay
+// adds and a traceparent (see MaxPayloadBytes); a tracestate of the span
+// Enqueue runs in takes room too. The result is negative when e is too
+// large even without a payload; it ignores e's own payload and checks
+// nothing else, so Enqueue may still refuse e for another reason.
+func (c Config) MaxPayload(e Event) int {
+	e.Payload = nil
+	e.ContentType = cmp.Or(e.ContentType, DefaultContentType)
+	return c.WithDefaults().MaxPayloadBytes - recordBytes(&e)
 }
 
 // defaultNames are schema and table, each defaulted: "public" and

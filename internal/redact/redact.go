@@ -13,47 +13,84 @@ import (
 	"net/url"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
 // Mask replaces every secret.
 const Mask = "xxxxx"
 
-// keyValue matches a password-like key of a key=value string or of a URL
-// query, spaces around '=' allowed, and its value: single- or
-// double-quoted (backslash escapes inside, the closing quote optional in
-// broken input) or bare up to a space, '&' or ';'.
-var keyValue = regexp.MustCompile(`(?i)(?:ssl|sslkey)?pass(?:word|phrase|wd)?\s*=\s*('(?:[^'\\]|\\.)*'?|"(?:[^"\\]|\\.)*"?|[^\s&;]*)`)
+// space is what libpq (isspace) and pgx take for a space in a key=value
+// string.
+const space = " \t\n\v\f\r"
+
+// secretKey matches a key whose value is a secret, in a key=value string
+// or a URL's query, with the spaces libpq allows around its '=': libpq's
+// secret keys (password, sslpassword, oauth_client_secret), of which pgx
+// reads the first two, and spellings other programs use.
+var secretKey = regexp.MustCompile(`(?i)(?:(?:ssl|sslkey)?pass(?:word|phrase|wd)?|oauth_client_secret)[` + space + `]*=[` + space + `]*`)
 
 // secretKeys are the query keys, percent-decoded and in lower case, whose
 // values are secrets.
-var secretKeys = []string{"password", "sslpassword", "passwd", "pass", "passphrase", "sslkeypassword"}
+var secretKeys = []string{"password", "sslpassword", "oauth_client_secret", "passwd", "pass", "passphrase", "sslkeypassword"}
+
+// scheme is the start of a URL: pgx reads a string that starts
+// postgres:// or postgresql:// as a URL, and every other one as key=value
+// pairs.
+var scheme = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*://`)
 
 // Secrets returns the secret values conn may hold: the password of a
 // URL's userinfo, the values of password-like query parameters and of
-// password-like keys of a key=value string (spaces around '=', quotes and
-// escapes allowed), each also percent-decoded and unquoted. The list is
-// longest first and may hold more than the real secret.
+// password-like keys of a key=value string. A key=value value is read as
+// libpq and pgx read it (see readValue); so is each word after it that is
+// no key=value pair, which a space the writer forgot to escape pushes out
+// of the value, and which pgx's error then quotes. A query value runs to
+// the next '&', with the pieces after it that hold no '=' (an unencoded
+// '&'). Each value is listed as written, unescaped and percent-decoded,
+// Go-quoted (%q), and word by word. The list is longest first and may
+// hold more than the real secret.
 func Secrets(conn string) []string {
 	var out []string
-	add := func(v string) {
-		for _, s := range []string{v, unescapeQuoted(v), decode(v)} {
-			if s != "" && !slices.Contains(out, s) {
-				out = append(out, s)
+	put := func(s string) {
+		if s != "" && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	add := func(values ...string) {
+		for _, v := range values {
+			for _, s := range []string{v, decode(v)} {
+				for _, form := range append(strings.Fields(s), s) {
+					put(form)
+					q := strconv.Quote(form)
+					put(q[1 : len(q)-1])
+				}
 			}
 		}
 	}
-	for _, m := range keyValue.FindAllStringSubmatch(conn, -1) {
-		v := m[1]
-		add(v)
-		if len(v) >= 1 && (v[0] == '\'' || v[0] == '"') {
-			inner := strings.TrimSuffix(v[1:], v[:1])
-			add(inner)
-			// A parser that splits on spaces (as pgx's masking does for an
-			// unterminated quote) quotes the words alone.
-			for _, word := range strings.Fields(inner) {
-				add(word)
+	isURL := scheme.MatchString(conn)
+	for _, at := range secretKey.FindAllStringIndex(conn, -1) {
+		rest := conn[at[1]:]
+		if isURL {
+			for i, piece := range strings.Split(rest, "&") {
+				if i > 0 && strings.Contains(piece, "=") {
+					break
+				}
+				add(piece)
 			}
+			continue
+		}
+		if inner, ok := strings.CutPrefix(rest, `"`); ok { // other parsers' double quotes
+			inner, _, _ = strings.Cut(inner, `"`)
+			add(inner)
+		}
+		for i := 0; rest != ""; i++ {
+			var raw, value string
+			raw, value, rest = readValue(rest)
+			if i > 0 && strings.Contains(raw, "=") {
+				break
+			}
+			add(raw, value)
+			rest = strings.TrimLeft(rest, space)
 		}
 	}
 	// Userinfo: between the scheme (or the start) and an '@', after the
@@ -84,30 +121,48 @@ func Secrets(conn string) []string {
 	return out
 }
 
+// readValue reads the key=value value s starts with as pgx
+// (parseKeywordValueSettings) and libpq (conninfo_parse) read it, and
+// returns its raw text, the value and what follows: a quoted value
+// ('...') runs to the closing quote (to the end of s in broken input,
+// which pgx refuses), an unquoted one to the first space; in both a
+// backslash is dropped and the byte after it taken as it is (a space or
+// a quote too), and a trailing backslash is dropped.
+func readValue(s string) (raw, value, rest string) {
+	var b strings.Builder
+	quoted := strings.HasPrefix(s, "'")
+	i := 0
+	if quoted {
+		i = 1
+	}
+	for ; i < len(s); i++ {
+		c := s[i]
+		if quoted && c == '\'' {
+			i++ // the closing quote
+			break
+		}
+		if !quoted && strings.IndexByte(space, c) >= 0 {
+			break
+		}
+		if c == '\\' {
+			if i++; i == len(s) {
+				break
+			}
+			c = s[i]
+		}
+		b.WriteByte(c)
+	}
+	return s[:i], b.String(), s[i:]
+}
+
+// decode percent-decodes s, without the spaces around it, as pgx decodes
+// a URL's parts (uriDecode); s is returned as it is when it does not
+// decode.
 func decode(s string) string {
-	if d, err := url.PathUnescape(s); err == nil {
+	if d, err := url.PathUnescape(strings.Trim(s, " ")); err == nil {
 		return d
 	}
 	return s
-}
-
-// unescapeQuoted removes the backslash escapes of a quoted key=value
-// value.
-func unescapeQuoted(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	escaped := false
-	for _, r := range s {
-		if !escaped && r == '\\' {
-			escaped = true
-			continue
-		}
-		escaped = false
-		b.WriteRune(r)
-	}
-	return b.String()
 }
 
 // String returns s with every occurrence of each secret replaced by Mask,

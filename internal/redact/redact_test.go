@@ -2,8 +2,11 @@ package redact_test
 
 import (
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -55,4 +58,90 @@ func TestStringMasksLongestFirst(t *testing.T) {
 	if err := errors.New(redact.String("x", nil)); err.Error() != "x" {
 		t.Errorf("String with no secrets changed the text: %v", err)
 	}
+}
+
+// TestSecretsReadValuesAsPgxDoes: a key=value value is read as libpq and
+// pgx read it (quoted, with \' and \\; unquoted, a backslash escaping the
+// next character, a space too; a trailing backslash dropped), a URL's as
+// pgx decodes it, and the secret is masked in every form a message may
+// print it: as written, as read, Go-quoted (%q), and each word alone. A
+// word a password's unescaped space or unencoded '&' pushes out of the
+// value, which pgx's errors then quote, is masked too. password is the
+// value pgx reads (checked against pgx), or, where pgx refuses the
+// string, the one its writer meant; no run of its letters and digits may
+// be left in anything printed.
+func TestSecretsReadValuesAsPgxDoes(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, conn, password, keep string }{
+		{"escaped space", `host=db password=AAA\ BBB user=u`, "AAA BBB", "user=u"},
+		{"escaped space, last", `host=127.0.0.1 port=notaport password=AAA\ BBB`, "AAA BBB", "port=notaport"},
+		{"escaped backslash", `host=db password=AAA\\BBB user=u`, `AAA\BBB`, "user=u"},
+		{"escaped backslash before a space", `host=db password=AAA\\ user=u`, `AAA\`, "user=u"},
+		{"escaped quote", `host=db password=AAA\'BBB user=u`, "AAA'BBB", "user=u"},
+		{"escaped quote and space", `host=db password=AAA\'\ BBB user=u`, "AAA' BBB", "user=u"},
+		{"escaped leading quote", `host=db password=\'AAA\ BBB user=u`, "'AAA BBB", "user=u"},
+		{"spaces around =", "host=db password =\tAAA\\ BBB user=u", "AAA BBB", "user=u"},
+		{"vertical tabs around =", "host=db password\v=\vAAA\\ BBB\vuser=u", "AAA BBB", "user=u"},
+		{"quoted with escapes", `host=db password='AAA\' BBB\\ CCC' user=u`, `AAA' BBB\ CCC`, "user=u"},
+		{"trailing backslash", `host=db user=u password=AAA\`, "AAA", "user=u"},
+		{"escaped space and trailing backslash", `host=db user=u password=AAA\ BBB\`, "AAA BBB", "user=u"},
+		{"sslpassword with an escaped space", `host=db sslpassword=AAA\ BBB user=u`, "AAA BBB", "user=u"},
+		{"oauth_client_secret with an escaped space", `host=db oauth_client_secret=AAA\ BBB user=u`, "AAA BBB", "user=u"},
+		{"unescaped space", `host=db password=AAA BBB user=u`, "AAA BBB", "user=u"},
+		{"double quotes", `host=db password="AAA BBB" user=u`, `"AAA BBB"`, "user=u"},
+		{"URL userinfo with an encoded space", "postgres://u:AAA%20BBB@db/app", "AAA BBB", "@db/app"},
+		{"URL query with an encoded backslash and space", "postgres://u@db/app?password=AAA%5C%20BBB&sslmode=disable", `AAA\ BBB`, "&sslmode=disable"},
+		{"URL query with an unencoded space", "postgres://u@db/app?password=AAA BBB&sslmode=disable", "AAA BBB", "&sslmode=disable"},
+		{"URL query with an unencoded &", "postgres://u@db/app?password=AAA&BBB&sslmode=disable", "AAA&BBB", "&sslmode=disable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			cfg, err := pgconn.ParseConfig(tc.conn)
+			if err == nil && cfg.Password != "" && cfg.Password != tc.password {
+				t.Fatalf("pgx reads the password %q, the test says %q", cfg.Password, tc.password)
+			}
+			secrets := redact.Secrets(tc.conn)
+			printed := map[string]string{"ConnString": redact.ConnString(tc.conn)}
+			for _, form := range append(strings.Fields(tc.password), tc.password) {
+				printed[fmt.Sprintf("String of %q", form)] = redact.String(form, secrets)
+				printed[fmt.Sprintf("String of %%q of %q", form)] = redact.String(fmt.Sprintf("%q", form), secrets)
+			}
+			if err != nil {
+				printed["pgx's error"] = redact.String(err.Error(), secrets)
+			}
+			if !strings.Contains(printed["ConnString"], tc.keep) {
+				t.Errorf("ConnString(%q) = %q: want %q kept", tc.conn, printed["ConnString"], tc.keep)
+			}
+			runs := strings.FieldsFunc(tc.password, func(r rune) bool { return !unicode.IsLetter(r) && !unicode.IsDigit(r) })
+			for what, out := range printed {
+				for _, run := range runs {
+					if strings.Contains(out, run) {
+						t.Errorf("%s of %q prints %q: %q", what, tc.conn, run, out)
+					}
+				}
+			}
+		})
+	}
+}
+
+// FuzzSecretsHoldThePasswordPgxReads: whatever value follows password=,
+// in a key=value string or a URL, the password pgx reads from it is among
+// Secrets, so it is masked wherever it is printed.
+func FuzzSecretsHoldThePasswordPgxReads(f *testing.F) {
+	for _, seed := range []string{`AAA\ BBB`, `AAA\\`, `AAA\`, `'AAA\' BBB'`, `\'AAA`, "\vAAA", `AAA%20BBB`, ` AAA `, `a&b`} {
+		f.Add(seed)
+	}
+	f.Fuzz(func(t *testing.T, value string) {
+		for _, conn := range []string{
+			"host=db password=" + value + " user=u",
+			"host=db password =" + value,
+			"postgres://u@db/app?password=" + value + "&sslmode=disable",
+			"postgres://u:" + value + "@db/app",
+		} {
+			cfg, err := pgconn.ParseConfig(conn)
+			if err == nil && cfg.Password != "" && !slices.Contains(redact.Secrets(conn), cfg.Password) {
+				t.Errorf("pgx reads the password %q from %q; Secrets = %q", cfg.Password, conn, redact.Secrets(conn))
+			}
+		}
+	})
 }
