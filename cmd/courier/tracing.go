@@ -8,6 +8,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,8 +32,21 @@ type traceFlags struct {
 // _TIMEOUT, _CERTIFICATE, …) itself.
 var otlpEndpointEnv = []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"}
 
-// traceShutdownTimeout bounds the export of the last spans at exit.
-const traceShutdownTimeout = 5 * time.Second
+const (
+	// traceShutdownTimeout is the most the export of the last spans takes
+	// at exit.
+	traceShutdownTimeout = 5 * time.Second
+	// traceShutdownGrace is how long before the end of the shutdown
+	// budget the last exports are cut, so that the SDK has returned by
+	// then.
+	traceShutdownGrace = 250 * time.Millisecond
+	// traceExportTimeout bounds one export of spans, its retries included,
+	// whatever OTEL_EXPORTER_OTLP_TIMEOUT and OTEL_BSP_EXPORT_TIMEOUT say
+	// (they may shorten it) and the exporter's retries (a minute by
+	// default) would take: a collector that never answers holds the
+	// exporter that long, never the work.
+	traceExportTimeout = 10 * time.Second
+)
 
 func (f *traceFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
@@ -127,10 +141,14 @@ func (f *traceFlags) endpointText() string {
 
 // provider returns the TracerProvider the flags and the environment ask
 // for, named service (unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES
-// say otherwise), and a function that exports the last spans and stops it;
-// nil and a no-op when tracing is off. What OpenTelemetry reports goes to
-// log, masked (exportLog).
-func (f *traceFlags) provider(ctx context.Context, service string, log *slog.Logger) (trace.TracerProvider, func(), error) {
+// say otherwise), and stop, which exports the last spans and stops it; nil
+// and a no-op when tracing is off. Each export takes at most
+// traceExportTimeout. The last spans get traceShutdownTimeout at most,
+// and no more than what is left of budget since ctx ended (SIGINT or
+// SIGTERM), if it did: those not exported by then are dropped, and a line
+// says how many. What OpenTelemetry reports goes to log, masked
+// (exportLog).
+func (f *traceFlags) provider(ctx context.Context, service string, log *slog.Logger, budget time.Duration) (trace.TracerProvider, func(), error) {
 	if f.endpointURL() == "" {
 		return nil, func() {}, nil
 	}
@@ -138,37 +156,84 @@ func (f *traceFlags) provider(ctx context.Context, service string, log *slog.Log
 	// environment as it is made.
 	logs := &exportLog{log: log, secrets: otlpSecrets(f.endpoint)}
 	unregister := registerExportLog(logs)
-	tp, err := f.newProvider(ctx, service)
+	tp, exporter, err := f.newProvider(ctx, service)
 	if err != nil {
 		unregister()
 		return nil, nil, err
 	}
+	var endedAt atomic.Int64 // unix nanoseconds
+	watch := context.AfterFunc(ctx, func() { endedAt.Store(time.Now().UnixNano()) })
 	return tp, func() {
 		defer unregister()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceShutdownTimeout)
+		defer exporter.cut()
+		watch()
+		deadline := time.Now().Add(traceShutdownTimeout)
+		if ctx.Err() != nil {
+			ended := time.Now() // ctx has just ended, unless watch saw it earlier
+			if ns := endedAt.Load(); ns != 0 {
+				ended = time.Unix(0, ns)
+			}
+			if end := ended.Add(budget); end.Before(deadline) {
+				deadline = end
+			}
+		}
+		left := time.Until(deadline)
+		cut := time.AfterFunc(left-traceShutdownGrace, exporter.cut)
+		defer cut.Stop()
+		shutdown, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
 		defer cancel()
-		if err := tp.Shutdown(ctx); err != nil {
-			log.Warn("cannot export the last spans", "error", logText(err.Error(), logs.secrets))
+		before := exporter.dropped.Load()
+		err := tp.Shutdown(shutdown)
+		if dropped := exporter.dropped.Load() - before; dropped > 0 || err != nil {
+			attrs := []any{"dropped_spans", dropped, "time_left", max(left, 0).Round(time.Millisecond).String()}
+			if err != nil {
+				attrs = append(attrs, "error", logText(err.Error(), logs.secrets))
+			}
+			log.Warn("the last spans could not be exported; they are dropped", attrs...)
 		}
 	}, nil
 }
 
 // newProvider makes the exporter of the flags and the TracerProvider that
 // batches spans for it.
-func (f *traceFlags) newProvider(ctx context.Context, service string) (*sdktrace.TracerProvider, error) {
+func (f *traceFlags) newProvider(ctx context.Context, service string) (*sdktrace.TracerProvider, *boundedExporter, error) {
 	var opts []otlptracehttp.Option
 	if f.endpoint != "" {
 		opts = append(opts, otlptracehttp.WithEndpointURL(tracesURL(f.endpoint)))
 	}
 	exporter, err := otlptracehttp.New(ctx, opts...)
 	if err != nil {
-		return nil, usageError{fmt.Errorf("OTLP exporter: %w", err)}
+		return nil, nil, usageError{fmt.Errorf("OTLP exporter: %w", err)}
 	}
 	res, err := resource.New(ctx, resource.WithAttributes(semconv.ServiceName(service)), resource.WithFromEnv(), resource.WithTelemetrySDK())
 	if err != nil {
-		return nil, usageError{fmt.Errorf("OpenTelemetry resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME): %w", err)}
+		return nil, nil, usageError{fmt.Errorf("OpenTelemetry resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME): %w", err)}
 	}
-	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res)), nil
+	end, cut := context.WithCancel(context.Background())
+	bounded := &boundedExporter{SpanExporter: exporter, end: end, cut: cut}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(bounded), sdktrace.WithResource(res)), bounded, nil
+}
+
+// boundedExporter is the OTLP exporter with each export cut after
+// traceExportTimeout, or when cut is called (at exit), whichever comes
+// first. It counts the spans of the exports that failed.
+type boundedExporter struct {
+	sdktrace.SpanExporter
+	end     context.Context // ended by cut
+	cut     context.CancelFunc
+	dropped atomic.Int64
+}
+
+// ExportSpans exports spans within the bounds.
+func (e *boundedExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	ctx, cancel := context.WithTimeout(ctx, traceExportTimeout)
+	defer cancel()
+	defer context.AfterFunc(e.end, cancel)()
+	err := e.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		e.dropped.Add(int64(len(spans)))
+	}
+	return err
 }
 
 // endpointURL is the collector's URL, from the flag or the environment;

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -356,5 +357,112 @@ func TestTracingRefusesHeadersTheExporterCannotSend(t *testing.T) {
 		if code != exitUsage || !strings.Contains(errOut, tc.want) || strings.Contains(out+errOut, "s3cret") {
 			t.Errorf("OTEL_EXPORTER_OTLP_HEADERS=%q: exit %d, want %d saying %q without the token\n%s%s", tc.headers, code, exitUsage, tc.want, out, errOut)
 		}
+	}
+}
+
+// hangingCollector accepts each export and never answers it; requests
+// counts those that came.
+func hangingCollector(t *testing.T) (srv *httptest.Server, requests func() int64) {
+	t.Helper()
+	var n atomic.Int64
+	srv = httptest.NewServer(http.HandlerFunc(func(_ http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body) // then the server notices the client hang up
+		n.Add(1)
+		<-r.Context().Done()
+	}))
+	t.Cleanup(srv.Close)
+	return srv, n.Load
+}
+
+// TestRelayStopsWithinTheShutdownTimeoutWhenTheCollectorHangs: with a
+// collector that never answers, SIGTERM stops the relay within
+// --shutdown-timeout (1s, plus a second of slack for the process), as the
+// README tells users to set terminationGracePeriodSeconds, whether the
+// spans are in an export already or still queued; it exits 0 and says how
+// many spans it dropped.
+func TestRelayStopsWithinTheShutdownTimeoutWhenTheCollectorHangs(t *testing.T) {
+	t.Parallel()
+	const shutdownTimeout = time.Second
+	for _, tc := range []struct {
+		name, scheduleDelay string // OTEL_BSP_SCHEDULE_DELAY, milliseconds
+		inExport            bool
+	}{
+		{"in an export", "50", true},
+		{"queued", "600000", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			o := newOutboxDB(t)
+			k := testkit.NewKafka(t)
+			topic := k.Topic(t, 1)
+			collector, requests := hangingCollector(t)
+			o.enqueue(t, event(topic, "order-1", "OrderCreated"))
+			p := startProcessWithEnv(t, []string{"OTEL_BSP_SCHEDULE_DELAY=" + tc.scheduleDelay}, append(o.flags(), "relay",
+				"--brokers", strings.Join(k.Brokers, ","), "--log-format", "json", "--shutdown-timeout", shutdownTimeout.String(),
+				"--otlp-endpoint", collector.URL)...)
+			topicRecords(t, k, topic, 1)
+			if tc.inExport {
+				testkit.WaitFor(t, 30*time.Second, "an export at the collector", func() bool { return requests() > 0 })
+			}
+			sent := time.Now()
+			if err := p.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+				t.Fatal(err)
+			}
+			code := p.exitCode(t, 30*time.Second)
+			if took := time.Since(sent); took > shutdownTimeout+time.Second {
+				t.Errorf("the relay exited %v after SIGTERM, want within --shutdown-timeout %v", took, shutdownTimeout)
+			}
+			if code != exitOK {
+				t.Errorf("exit %d after SIGTERM, want 0", code)
+			}
+			if dropped := waitLog(t, &p.stderr, "the last spans could not be exported; they are dropped"); dropped["dropped_spans"].(float64) < 1 {
+				t.Errorf("the relay says it dropped %v spans, want the send and create spans", dropped["dropped_spans"])
+			}
+		})
+	}
+}
+
+// TestDLQReplayExitsWithinTheSpanBoundWhenTheCollectorHangs: with a
+// collector that never answers, `courier dlq replay` exits 0 within 5s
+// (traceShutdownTimeout, plus a second of slack) of printing its summary,
+// and says how many spans it dropped.
+func TestDLQReplayExitsWithinTheSpanBoundWhenTheCollectorHangs(t *testing.T) {
+	t.Parallel()
+	f := newDLQFixture(t, 1)
+	f.deadLetters(t, 2, "psp timeout")
+	collector, _ := hangingCollector(t)
+	p := startProcessWithEnv(t, []string{"OTEL_BSP_SCHEDULE_DELAY=50"}, f.args("dlq", "replay", f.dlqName, "--otlp-endpoint", collector.URL)...)
+	testkit.WaitFor(t, 30*time.Second, "the replay's summary", func() bool { return strings.Contains(p.stdout.String(), "moved 2 record(s)") })
+	summarized := time.Now()
+	code := p.exitCode(t, 30*time.Second)
+	if took := time.Since(summarized); took > traceShutdownTimeout+time.Second {
+		t.Errorf("the replay exited %v after its summary, want within %v", took, traceShutdownTimeout)
+	}
+	if code != exitOK || !strings.Contains(p.stderr.String(), `msg="the last spans could not be exported; they are dropped" dropped_spans=2`) {
+		t.Errorf("exit %d, want 0 and a line saying the 2 spans were dropped\n%s", code, p.stderr.String())
+	}
+}
+
+// TestTracingExportGivesUpOnACollectorThatNeverAnswers: however long
+// OTEL_EXPORTER_OTLP_TIMEOUT (an hour) and OTEL_BSP_EXPORT_TIMEOUT (no
+// limit) let an export wait, the relay gives up on a collector that never
+// answers after 10s (traceExportTimeout), says so, and sends the next
+// spans: a hanging collector costs spans, never the exporter.
+func TestTracingExportGivesUpOnACollectorThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	k := testkit.NewKafka(t)
+	topic := k.Topic(t, 1)
+	collector, requests := hangingCollector(t)
+	o.enqueue(t, event(topic, "order-1", "OrderCreated"))
+	p := startProcessWithEnv(t, []string{"OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_EXPORTER_OTLP_TIMEOUT=3600000", "OTEL_BSP_EXPORT_TIMEOUT=0"},
+		append(o.flags(), "relay", "--brokers", strings.Join(k.Brokers, ","), "--log-format", "json", "--otlp-endpoint", collector.URL)...)
+	testkit.WaitFor(t, 30*time.Second, "the first export at the collector", func() bool { return requests() == 1 })
+	o.enqueue(t, event(topic, "order-2", "OrderCreated"))
+	topicRecords(t, k, topic, 2)
+	// The README's 10s, and as long again of slack.
+	testkit.WaitFor(t, 20*time.Second, "the next export, once the first gave up", func() bool { return requests() == 2 })
+	if failed := waitLog(t, &p.stderr, "cannot export spans; they are dropped (logged at most once a minute)"); !strings.Contains(failed["error"].(string), "deadline exceeded") {
+		t.Errorf("the failed export is logged with %q, want the deadline it ran out of", failed["error"])
 	}
 }
