@@ -210,7 +210,7 @@ plain lines otherwise).`,
 			run := cfg
 			run.Brokers, run.Sarama, run.Topic, run.Filter, run.Route = brokers, sc, args[0], filter, route
 			log := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
-			tracer, stopTracing, err := tf.provider(cmd.Context(), "courier-dlq-replay", log)
+			tracer, stopTracing, err := tf.provider(cmd.Context(), "courier-dlq-replay", log, traceShutdownTimeout)
 			if err != nil {
 				return err
 			}

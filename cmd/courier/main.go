@@ -18,7 +18,9 @@
 // (URL userinfo, password= or sslpassword= with or without spaces and
 // quotes, a query parameter), in COURIER_DATABASE_URL, PGPASSWORD or
 // --sasl-password / COURIER_SASL_PASSWORD is ever printed, nor the password,
-// path or query of --webhook-url nor a --webhook-header value. Against Kafka
+// path or query of --webhook-url nor a --webhook-header value, nor the
+// password (or lone user) of --otlp-endpoint or an OTEL_EXPORTER_OTLP_*
+// endpoint nor an OTEL_EXPORTER_OTLP_*HEADERS value. Against Kafka
 // brokers that refuse or never answer a command fails within about twice
 // --kafka-timeout (default 10s); against PostgreSQL within the URL's
 // connect_timeout (default 10s); the message names Kafka or PostgreSQL and
@@ -109,8 +111,8 @@ func isCobraUsageError(err error) bool {
 var secretEnv = []string{"COURIER_DATABASE_URL", "DATABASE_URL", "PGPASSWORD", "PGSSLPASSWORD", envSASLPassword, "COURIER_WEBHOOK_URL"}
 
 // secretsOf returns the secrets cmd was given, in its flags or the
-// environment: those of every connection string (redact.Secrets) and the
-// passwords themselves.
+// environment: those of every connection string (redact.Secrets), the
+// passwords themselves, the webhook's and tracing's (otlpSecrets).
 func secretsOf(cmd *cobra.Command) []string {
 	var out []string
 	for _, name := range secretEnv {
@@ -120,6 +122,13 @@ func secretsOf(cmd *cobra.Command) []string {
 		}
 	}
 	out = append(out, webhookSecrets(os.Getenv("COURIER_WEBHOOK_URL"), os.Getenv("COURIER_WEBHOOK_HEADER"))...)
+	otlpEndpoint := ""
+	if cmd != nil {
+		if f := cmd.Flags().Lookup("otlp-endpoint"); f != nil {
+			otlpEndpoint = f.Value.String()
+		}
+	}
+	out = append(out, otlpSecrets(os.Getenv("COURIER_OTLP_ENDPOINT"), otlpEndpoint)...)
 	if cmd == nil {
 		return out
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/courierkit/courier/cmd/courier/internal/webhook"
 	"github.com/courierkit/courier/producer"
 	"github.com/courierkit/courier/prom"
 )
@@ -59,7 +60,7 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.retention, "retention", producer.DefaultRetention, "how long published events stay in the history (whole days are dropped: a day's events go once all of it is past); 0 keeps them forever")
 	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", producer.DefaultCleanupInterval, "how often the relay makes the history's day partitions ahead and drops those past --retention")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", producer.DefaultShutdownTimeout, "how long the batch in flight may take to finish after SIGINT or SIGTERM; with --webhook-url the queued notifications then get as long again (at most 1m), "+
-		"so give the process (Kubernetes' terminationGracePeriodSeconds) more than this plus that drain")
+		"so give the process (Kubernetes' terminationGracePeriodSeconds) more than this plus that drain; with tracing the last spans get what is left of it (at most 5s) and are dropped past it")
 	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address, e.g. :9090 (empty: off)")
 	fs.StringSliceVar(&f.metricsTenants, "metrics-tenants", nil, fmt.Sprintf("tenants (ce_tenantid) that get their own value of a tenant label on the published, failed and dead-lettered counters, comma-separated; "+
 		"every other tenant counts as %q (at most %d; empty: no tenant label)", prom.TenantOther, prom.MaxTenants))
@@ -114,6 +115,22 @@ func (f *relayFlags) validate() error {
 	}
 	return f.webhook.validate()
 }
+
+// webhookDrain is how long the webhook sends what is still queued once
+// the relay stopped: --shutdown-timeout, at most webhook.MaxTimeout; 0
+// without --webhook-url.
+func (f *relayFlags) webhookDrain() time.Duration {
+	if f.webhook.url == "" {
+		return 0
+	}
+	return min(f.shutdownTimeout, webhook.MaxTimeout)
+}
+
+// stopBudget is how long the relay may take to exit after SIGINT or
+// SIGTERM, which the README tells users to give it
+// (terminationGracePeriodSeconds): --shutdown-timeout for the batch in
+// flight, then the webhook's drain. The last spans get what is left.
+func (f *relayFlags) stopBudget() time.Duration { return f.shutdownTimeout + f.webhookDrain() }
 
 // logHandler is the stderr log handler that --log-format and --log-level
 // ask for.
@@ -233,7 +250,7 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 		return err
 	}
 	log := slog.New(handler)
-	tracer, stopTracing, err := flags.trace.provider(ctx, "courier-relay", log)
+	tracer, stopTracing, err := flags.trace.provider(ctx, "courier-relay", log, flags.stopBudget())
 	if err != nil {
 		return err
 	}
@@ -285,8 +302,8 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 	cfg.Logger, cfg.Hooks = log, []producer.Hook{tally, metrics}
 	cfg.TracerProvider = tracer
 	// The webhook sends what the relay's last batch dead-lettered after
-	// Run returned, within --shutdown-timeout.
-	stopWebhook, err := flags.webhook.start(ctx, &cfg, flags.shutdownTimeout, log)
+	// Run returned, within its drain.
+	stopWebhook, err := flags.webhook.start(ctx, &cfg, flags.webhookDrain(), log)
 	if err != nil {
 		return err
 	}

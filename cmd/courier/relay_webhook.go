@@ -131,7 +131,7 @@ func (f *webhookFlags) start(ctx context.Context, cfg *producer.RelayConfig, dra
 		retries = webhook.NoRetries
 	}
 	n, err := webhook.New(webhook.Config{URL: f.url, Header: header, Timeout: f.timeout, Retries: retries, QueueSize: f.queue,
-		DrainTimeout: min(drain, webhook.MaxTimeout), Relay: cfg.Source, Table: cfg.Schema + "." + cfg.Table,
+		DrainTimeout: drain, Relay: cfg.Source, Table: cfg.Schema + "." + cfg.Table,
 		Logger: log.With("component", "webhook")})
 	if err != nil {
 		return nil, usageError{fmt.Errorf("webhook: %w", err)}

@@ -8,17 +8,16 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
-	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/net/http/httpguts"
 
 	"github.com/courierkit/courier/internal/redact"
 )
@@ -33,8 +32,21 @@ type traceFlags struct {
 // _TIMEOUT, _CERTIFICATE, …) itself.
 var otlpEndpointEnv = []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"}
 
-// traceShutdownTimeout bounds the export of the last spans at exit.
-const traceShutdownTimeout = 5 * time.Second
+const (
+	// traceShutdownTimeout is the most the export of the last spans takes
+	// at exit.
+	traceShutdownTimeout = 5 * time.Second
+	// traceShutdownGrace is how long before the end of the shutdown
+	// budget the last exports are cut, so that the SDK has returned by
+	// then.
+	traceShutdownGrace = 250 * time.Millisecond
+	// traceExportTimeout bounds one export of spans, its retries included,
+	// whatever OTEL_EXPORTER_OTLP_TIMEOUT and OTEL_BSP_EXPORT_TIMEOUT say
+	// (they may shorten it) and the exporter's retries (a minute by
+	// default) would take: a collector that never answers holds the
+	// exporter that long, never the work.
+	traceExportTimeout = 10 * time.Second
+)
 
 func (f *traceFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
@@ -44,14 +56,15 @@ func (f *traceFlags) register(cmd *cobra.Command) {
 }
 
 // otlpHeadersEnv are the standard variables that give the exporter's
-// headers: comma-separated name=value pairs (an auth token, say).
+// headers: comma-separated name=value pairs (an auth token, say), each
+// value percent-encoded.
 var otlpHeadersEnv = []string{"OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"}
 
 // validate checks where spans would go: --otlp-endpoint, or the
 // OTEL_EXPORTER_OTLP_* endpoint it falls back to, must be an http or https
-// URL with a host; the OTEL_EXPORTER_OTLP_*HEADERS variables must be
-// name=value pairs. Errors name the flag or variable and the header names,
-// never a value or a password.
+// URL with a host; the OTEL_EXPORTER_OTLP_*HEADERS variables must hold
+// headers the exporter can send (checkOTLPHeaders). Errors name the flag
+// or variable and the header names, never a value or a password.
 func (f *traceFlags) validate() error {
 	endpoint := f.endpointURL()
 	if endpoint == "" {
@@ -63,54 +76,127 @@ func (f *traceFlags) validate() error {
 	}
 	u, err := url.Parse(endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return usageError{fmt.Errorf("%s %q: want an http or https URL with a host, e.g. http://otel-collector:4318", from, redact.ConnString(endpoint))}
+		return usageError{fmt.Errorf("%s %q: want an http or https URL with a host, e.g. http://otel-collector:4318", from, redact.String(endpoint, otlpSecrets(f.endpoint)))}
 	}
 	for _, name := range otlpHeadersEnv {
-		for pair := range strings.SplitSeq(os.Getenv(name), ",") {
-			if strings.TrimSpace(pair) == "" {
-				continue
-			}
-			if header, _, ok := strings.Cut(pair, "="); !ok || strings.TrimSpace(header) == "" {
-				return usageError{fmt.Errorf("%s: %s is not name=value (e.g. Authorization=Bearer%%20<token>, percent-encoded)", name, headerName(pair))}
-			}
+		if err := checkOTLPHeaders(name, os.Getenv(name)); err != nil {
+			return usageError{err}
 		}
 	}
 	return nil
 }
 
-// headerName names the header of a pair of OTEL_EXPORTER_OTLP_HEADERS
-// that is not name=value, for an error: the text before its ':' when that
-// is a header name, else no name at all, since the pair may be a bare
-// token.
-func headerName(pair string) string {
-	name, _, ok := strings.Cut(pair, ":")
+// checkOTLPHeaders refuses what the exporter would drop, logging it, or
+// could never send of the variable name's headers (value): a pair that is
+// not name=value, a name that is not an HTTP header name, a value that is
+// not percent-encoded right or that holds a control character once
+// decoded. Its errors name the variable and the header, never a value.
+func checkOTLPHeaders(name, value string) error {
+	for pair := range strings.SplitSeq(value, ",") {
+		if strings.TrimSpace(pair) == "" {
+			continue
+		}
+		header, v, ok := strings.Cut(pair, "=")
+		header = strings.TrimSpace(header)
+		if !ok || header == "" {
+			label := "a header" // the pair may be a bare token
+			if before, _, colon := strings.Cut(pair, ":"); colon {
+				label = headerLabel(before)
+			}
+			return fmt.Errorf("%s: %s is not name=value (e.g. Authorization=Bearer%%20<token>, percent-encoded)", name, label)
+		}
+		if !httpguts.ValidHeaderFieldName(header) {
+			return fmt.Errorf("%s: a header's name holds a character HTTP does not allow in one; use letters, digits and !#$%%&'*+-.^_`|~, e.g. Authorization", name)
+		}
+		decoded, err := url.PathUnescape(v)
+		if err != nil {
+			return fmt.Errorf("%s: the value of %s is not percent-encoded right (a %% not followed by two hex digits); write a %% as %%25", name, headerLabel(header))
+		}
+		if !httpguts.ValidHeaderFieldValue(strings.TrimSpace(decoded)) {
+			return fmt.Errorf("%s: the value of %s holds a control character once percent-decoded (such as %%0A), which an HTTP header cannot carry; remove it", name, headerLabel(header))
+		}
+	}
+	return nil
+}
+
+// headerLabel names a header for an error: the header "name" when name
+// (trimmed) is an HTTP header name of at most 64 bytes, else "a header",
+// since the text may be a token.
+func headerLabel(name string) string {
 	name = strings.TrimSpace(name)
-	if !ok || name == "" || len(name) > 64 || strings.ContainsFunc(name, func(r rune) bool {
-		return !(r == '-' || r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
-	}) {
+	if len(name) > 64 || !httpguts.ValidHeaderFieldName(name) {
 		return "a header"
 	}
 	return "the header " + strconv.Quote(name)
 }
 
 // endpointText says where spans go, for the start log, without a
-// password: "off" when tracing is off.
+// password or a lone user: "off" when tracing is off.
 func (f *traceFlags) endpointText() string {
 	if u := f.endpointURL(); u != "" {
-		return redact.ConnString(u)
+		return redact.String(u, otlpSecrets(f.endpoint))
 	}
 	return "off"
 }
 
 // provider returns the TracerProvider the flags and the environment ask
 // for, named service (unless OTEL_SERVICE_NAME or OTEL_RESOURCE_ATTRIBUTES
-// say otherwise), and a function that exports the last spans and stops it;
-// nil and a no-op when tracing is off. Failed exports are logged, each at
-// most once a minute.
-func (f *traceFlags) provider(ctx context.Context, service string, log *slog.Logger) (trace.TracerProvider, func(), error) {
+// say otherwise), and stop, which exports the last spans and stops it; nil
+// and a no-op when tracing is off. Each export takes at most
+// traceExportTimeout. The last spans get traceShutdownTimeout at most,
+// and no more than what is left of budget since ctx ended (SIGINT or
+// SIGTERM), if it did: those not exported by then are dropped, and a line
+// says how many. What OpenTelemetry reports goes to log, masked
+// (exportLog).
+func (f *traceFlags) provider(ctx context.Context, service string, log *slog.Logger, budget time.Duration) (trace.TracerProvider, func(), error) {
 	if f.endpointURL() == "" {
 		return nil, func() {}, nil
 	}
+	// Registered first: the exporter logs what it cannot parse of the
+	// environment as it is made.
+	logs := &exportLog{log: log, secrets: otlpSecrets(f.endpoint)}
+	unregister := registerExportLog(logs)
+	tp, exporter, err := f.newProvider(ctx, service)
+	if err != nil {
+		unregister()
+		return nil, nil, err
+	}
+	var endedAt atomic.Int64 // unix nanoseconds
+	watch := context.AfterFunc(ctx, func() { endedAt.Store(time.Now().UnixNano()) })
+	return tp, func() {
+		defer unregister()
+		defer exporter.cut()
+		watch()
+		deadline := time.Now().Add(traceShutdownTimeout)
+		if ctx.Err() != nil {
+			ended := time.Now() // ctx has just ended, unless watch saw it earlier
+			if ns := endedAt.Load(); ns != 0 {
+				ended = time.Unix(0, ns)
+			}
+			if end := ended.Add(budget); end.Before(deadline) {
+				deadline = end
+			}
+		}
+		left := time.Until(deadline)
+		cut := time.AfterFunc(left-traceShutdownGrace, exporter.cut)
+		defer cut.Stop()
+		shutdown, cancel := context.WithDeadline(context.WithoutCancel(ctx), deadline)
+		defer cancel()
+		before := exporter.dropped.Load()
+		err := tp.Shutdown(shutdown)
+		if dropped := exporter.dropped.Load() - before; dropped > 0 || err != nil {
+			attrs := []any{"dropped_spans", dropped, "time_left", max(left, 0).Round(time.Millisecond).String()}
+			if err != nil {
+				attrs = append(attrs, "error", logText(err.Error(), logs.secrets))
+			}
+			log.Warn("the last spans could not be exported; they are dropped", attrs...)
+		}
+	}, nil
+}
+
+// newProvider makes the exporter of the flags and the TracerProvider that
+// batches spans for it.
+func (f *traceFlags) newProvider(ctx context.Context, service string) (*sdktrace.TracerProvider, *boundedExporter, error) {
 	var opts []otlptracehttp.Option
 	if f.endpoint != "" {
 		opts = append(opts, otlptracehttp.WithEndpointURL(tracesURL(f.endpoint)))
@@ -123,77 +209,31 @@ func (f *traceFlags) provider(ctx context.Context, service string, log *slog.Log
 	if err != nil {
 		return nil, nil, usageError{fmt.Errorf("OpenTelemetry resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME): %w", err)}
 	}
-	logs := &exportLog{log: log, secrets: redact.Secrets(f.endpointURL())}
-	unregister := registerExportLog(logs)
-	tp := sdktrace.NewTracerProvider(sdktrace.WithBatcher(exporter), sdktrace.WithResource(res))
-	return tp, func() {
-		defer unregister()
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), traceShutdownTimeout)
-		defer cancel()
-		if err := tp.Shutdown(ctx); err != nil {
-			log.Warn("cannot export the last spans", "error", redact.String(err.Error(), logs.secrets))
-		}
-	}, nil
+	end, cut := context.WithCancel(context.Background())
+	bounded := &boundedExporter{SpanExporter: exporter, end: end, cut: cut}
+	return sdktrace.NewTracerProvider(sdktrace.WithBatcher(bounded), sdktrace.WithResource(res)), bounded, nil
 }
 
-// exportLog is where a command that traces logs OpenTelemetry's errors
-// (a collector that cannot be reached, say): at most one a minute, masked.
-// The spans are lost; the work goes on.
-type exportLog struct {
-	log     *slog.Logger
-	secrets []string
-	last    atomic.Int64 // unix nanoseconds of the last error logged
+// boundedExporter is the OTLP exporter with each export cut after
+// traceExportTimeout, or when cut is called (at exit), whichever comes
+// first. It counts the spans of the exports that failed.
+type boundedExporter struct {
+	sdktrace.SpanExporter
+	end     context.Context // ended by cut
+	cut     context.CancelFunc
+	dropped atomic.Int64
 }
 
-// exportLogs are the commands tracing in this process. OpenTelemetry's
-// error handler is global: one, installed once, logs each error through
-// every one of them, masked with all their secrets, since an error does not
-// say whose exporter it came from.
-var exportLogs struct {
-	once sync.Once
-	mu   sync.Mutex
-	logs map[*exportLog]bool
-}
-
-// registerExportLog adds l to exportLogs until unregister is called.
-func registerExportLog(l *exportLog) (unregister func()) {
-	exportLogs.once.Do(func() { otel.SetErrorHandler(otel.ErrorHandlerFunc(handleExportError)) })
-	exportLogs.mu.Lock()
-	defer exportLogs.mu.Unlock()
-	if exportLogs.logs == nil {
-		exportLogs.logs = map[*exportLog]bool{}
+// ExportSpans exports spans within the bounds.
+func (e *boundedExporter) ExportSpans(ctx context.Context, spans []sdktrace.ReadOnlySpan) error {
+	ctx, cancel := context.WithTimeout(ctx, traceExportTimeout)
+	defer cancel()
+	defer context.AfterFunc(e.end, cancel)()
+	err := e.SpanExporter.ExportSpans(ctx, spans)
+	if err != nil {
+		e.dropped.Add(int64(len(spans)))
 	}
-	exportLogs.logs[l] = true
-	return func() {
-		exportLogs.mu.Lock()
-		defer exportLogs.mu.Unlock()
-		delete(exportLogs.logs, l)
-	}
-}
-
-// handleExportError logs err through each registered exportLog that has
-// not logged one in the last minute.
-func handleExportError(err error) {
-	if err == nil {
-		return
-	}
-	exportLogs.mu.Lock()
-	var secrets []string
-	logs := make([]*exportLog, 0, len(exportLogs.logs))
-	for l := range exportLogs.logs {
-		secrets = append(secrets, l.secrets...)
-		logs = append(logs, l)
-	}
-	exportLogs.mu.Unlock()
-	text := redact.String(err.Error(), secrets)
-	now := time.Now().UnixNano()
-	for _, l := range logs {
-		last := l.last.Load()
-		if now-last < int64(time.Minute) || !l.last.CompareAndSwap(last, now) {
-			continue
-		}
-		l.log.Warn("cannot export spans; they are dropped (logged at most once a minute)", "error", text)
-	}
+	return err
 }
 
 // endpointURL is the collector's URL, from the flag or the environment;

@@ -10,6 +10,10 @@
 package redact
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"html"
 	"net/url"
 	"regexp"
 	"slices"
@@ -176,6 +180,74 @@ func String(s string, secrets []string) string {
 		}
 	}
 	return s
+}
+
+// minHeaderSecret is the shortest header value, or word of one, that
+// HeaderSecrets counts as a secret: a shorter one ("prod", "1") is too
+// common to mask wherever it appears, and too short to be a credential.
+// minPassword is the shortest password of Basic credentials it counts.
+const (
+	minHeaderSecret = 6
+	minPassword     = 3
+)
+
+// HeaderSecrets returns the forms in which a server sent a header may echo
+// its value (a collector that answers 401 quoting the request, say), for
+// String: the value, each of its words (the token of "Bearer <token>",
+// but not the scheme Bearer or Basic), for Basic credentials the
+// user:password their base64 decodes to and the password, and each of
+// these as JSON (with and without HTML escapes), a Go string literal,
+// percent-encoding (path and query) and HTML would write it. Values and
+// words shorter than 6 bytes are left out, but a password of 3 or more.
+// An echo in another encoding is not masked.
+func HeaderSecrets(value string) []string {
+	var plain []string
+	add := func(min int, s string) {
+		if len(s) >= min && !slices.Contains(plain, s) {
+			plain = append(plain, s)
+		}
+	}
+	value = strings.TrimSpace(value)
+	add(minHeaderSecret, value)
+	words := strings.Fields(value)
+	for i, w := range words {
+		if i > 0 || len(words) == 1 || !strings.EqualFold(w, "Bearer") && !strings.EqualFold(w, "Basic") {
+			add(minHeaderSecret, w)
+		}
+	}
+	if len(words) == 2 && strings.EqualFold(words[0], "Basic") {
+		if cred, err := base64.StdEncoding.DecodeString(words[1]); err == nil {
+			add(minPassword, string(cred))
+			if _, pw, ok := strings.Cut(string(cred), ":"); ok {
+				add(minPassword, pw)
+			}
+		}
+	}
+	out := slices.Clone(plain)
+	for _, s := range plain {
+		for _, form := range echoForms(s) {
+			if !slices.Contains(out, form) {
+				out = append(out, form)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int { return len(b) - len(a) })
+	return out
+}
+
+// echoForms returns s as JSON strings (HTML-escaped or not), a Go string
+// literal, percent-encoding and HTML hold it, without the quotes.
+func echoForms(s string) []string {
+	unquote := func(q string) string { return q[1 : len(q)-1] }
+	forms := []string{url.PathEscape(s), url.QueryEscape(s), html.EscapeString(s), unquote(strconv.Quote(s))}
+	for _, escapeHTML := range []bool{true, false} {
+		var b bytes.Buffer
+		enc := json.NewEncoder(&b)
+		enc.SetEscapeHTML(escapeHTML)
+		_ = enc.Encode(s) // a string always encodes
+		forms = append(forms, unquote(strings.TrimSuffix(b.String(), "\n")))
+	}
+	return forms
 }
 
 // ConnString returns conn with its secrets masked, for messages that name

@@ -1,9 +1,15 @@
 package redact_test
 
 import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"html"
+	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"unicode"
@@ -145,3 +151,49 @@ func FuzzSecretsHoldThePasswordPgxReads(f *testing.F) {
 		}
 	})
 }
+
+// TestHeaderSecretsMasksEveryEcho: a header value is masked in each form a
+// server may echo it in (as sent, JSON, a Go literal, percent-encoded,
+// HTML), and so are its token and, for Basic credentials, the
+// user:password they decode to and the password; the scheme, and values
+// too short to be credentials, are kept.
+func TestHeaderSecretsMasksEveryEcho(t *testing.T) {
+	t.Parallel()
+	token := `tok"<&>\en/1secret`
+	password := `pw"<&>\1secret`
+	basic := base64.StdEncoding.EncodeToString([]byte("courier:" + password))
+	for _, tc := range []struct {
+		value   string
+		secrets []string
+	}{
+		{"Bearer " + token, []string{"Bearer " + token, token}},
+		{"Basic " + basic, []string{"Basic " + basic, basic, "courier:" + password, password}},
+		{token, []string{token}},
+	} {
+		secrets := redact.HeaderSecrets(tc.value)
+		for _, secret := range tc.secrets {
+			for _, echo := range []string{secret, jsonText(secret, true), jsonText(secret, false), unquote(strconv.Quote(secret)),
+				url.PathEscape(secret), url.QueryEscape(secret), html.EscapeString(secret)} {
+				if got := redact.String("401: "+echo+" refused", secrets); got != "401: "+redact.Mask+" refused" {
+					t.Errorf("HeaderSecrets(%q): the echo %q is shown as %q", tc.value, echo, got)
+				}
+			}
+		}
+	}
+	if got := redact.String("Bearer and Basic stay; so do 1, prod and x-team", redact.HeaderSecrets("Bearer prod")); got != "Bearer and Basic stay; so do 1, prod and x-team" {
+		t.Errorf("the scheme and a short value were masked: %q", got)
+	}
+}
+
+// jsonText is s as the inside of a JSON string, with or without HTML
+// escapes.
+func jsonText(s string, escapeHTML bool) string {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(escapeHTML)
+	_ = enc.Encode(s)
+	return unquote(strings.TrimSuffix(b.String(), "\n"))
+}
+
+// unquote is q without its first and last byte, its quotes.
+func unquote(q string) string { return q[1 : len(q)-1] }
