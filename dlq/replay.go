@@ -3,9 +3,11 @@ package dlq
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"maps"
 	"math"
 	"regexp"
@@ -17,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/courierkit/courier/internal/kafkafloor"
+	"github.com/courierkit/courier/internal/textcut"
 	"github.com/courierkit/courier/internal/topicname"
 	"github.com/courierkit/courier/record"
 )
@@ -50,6 +53,9 @@ const (
 	// MaxReplayBatch caps ReplayConfig.BatchSize: a batch is held in
 	// memory and written at once.
 	MaxReplayBatch = 10000
+	// MinReplayRate is the smallest ReplayConfig.Rate but 0: a record
+	// every 1,000 seconds.
+	MinReplayRate = 0.001
 )
 
 // ReplayConfig configures Replay. Topic and Brokers are required.
@@ -116,22 +122,25 @@ type ReplayConfig struct {
 	// far.
 	OnProgress func(ReplayReport)
 	// Expect, when positive, is how many records the run must move: the
-	// Moved of the dry run an operator confirmed. Replay then reads its
-	// set first as a dry run does (up to the high-water marks at its
-	// start), and when it would move another number of records it writes
+	// Moved of the dry run an operator confirmed; ExpectSet, when set, is
+	// that dry run's Set, which names the very records and where they go.
+	// With either, Replay reads its set first as a dry run does (up to the
+	// high-water marks at its start), and when it would move another
+	// number of records, or other records, or to other places, it writes
 	// and commits nothing and returns a *SetChangedError (matching
 	// ErrSetChanged) beside that check's report. Otherwise it moves those
 	// records and no other: a record that could not move at the check
 	// (its target topic missing, say) but could now is reported as
-	// ActionSkipped and stays, so a run never moves more than Expect.
+	// ActionSkipped and stays, so a run never moves more than it checked.
 	// Records that fail to be written, or that retention deletes between
-	// the check and the write, can make it move fewer. 0 checks nothing;
-	// a dry run ignores it.
-	Expect int
-	// OnChecked, if set, is called once the check of Expect passed, with
-	// the check's report (Moved is Expect), before the first write; an
-	// error it returns ends the run with nothing written or committed.
-	// It is not called without Expect, nor for a dry run.
+	// the check and the write, can make it move fewer. 0 and "" check
+	// nothing; a dry run ignores them.
+	Expect    int
+	ExpectSet string
+	// OnChecked, if set, is called once the check of Expect and ExpectSet
+	// passed, with the check's report, before the first write; an error
+	// it returns ends the run with nothing written or committed. It is not
+	// called without a check, nor for a dry run.
 	OnChecked func(ReplayReport) error
 	// TracerProvider makes a span per record written back (OpenTelemetry,
 	// tracer "github.com/courierkit/courier/dlq"): "send <target topic>",
@@ -209,6 +218,12 @@ type ReplayReport struct {
 	Skipped int
 	// StoppedAtMax is true when the run stopped because Max records moved.
 	StoppedAtMax bool
+	// Set names the records moved (for a dry run: that would be), each by
+	// its place in the dead-letter topic and where it goes (topic and
+	// partition): a digest, equal for two runs only when they move the
+	// same records to the same places. A replay given a dry run's Set as
+	// ReplayConfig.ExpectSet moves exactly what that dry run showed.
+	Set string
 	// DryRun is true for a dry run.
 	DryRun bool
 	// Elapsed is the time since the run started.
@@ -267,8 +282,12 @@ func (c ReplayConfig) validate() error {
 		return bad("Rate is %v; use 0 (no cap) or a positive number of records per second", c.Rate)
 	case c.Max < 0:
 		return bad("Max is %d; use 0 (no cap) or a positive count", c.Max)
+	case c.Rate > 0 && c.Rate < MinReplayRate:
+		return bad("Rate is %v; use 0 (no cap) or at least %v records per second", c.Rate, MinReplayRate)
 	case c.Expect < 0:
 		return bad("Expect is %d; use 0 (no check) or the count of records the dry run would move", c.Expect)
+	case c.ExpectSet != "" && !validSet(c.ExpectSet):
+		return bad("ExpectSet %q is not the Set of a dry run (%d hex digits)", textcut.Cut(c.ExpectSet, 80, "…"), 2*setBytes)
 	case c.BatchSize < 0 || c.BatchSize > MaxReplayBatch:
 		return bad("BatchSize is %d; use 1 to %d", c.BatchSize, MaxReplayBatch)
 	case c.To == c.Topic:
@@ -337,7 +356,8 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 		return ReplayReport{}, fmt.Errorf("dlq: connect to Kafka: %w", err)
 	}
 	defer client.Close()
-	r := &replayer{cfg: cfg, client: client, start: time.Now(), positions: positions{client: client, group: cfg.Group, topic: cfg.Topic}}
+	r := &replayer{cfg: cfg, client: client, start: time.Now(), positions: positions{client: client, group: cfg.Group, topic: cfg.Topic},
+		set: sha256.New()}
 	if !cfg.DryRun {
 		r.tracer = newTracer(cfg.TracerProvider)
 	}
@@ -345,6 +365,9 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 	err = r.run(ctx)
 	if len(r.batch) > 0 { // the run stopped before writing them
 		endSpans(r.batch, fmt.Errorf("dlq: replay stopped before writing the record: %w", err), nil)
+	}
+	if r.report.Set == "" { // a refused check's report has its dry run's
+		r.report.Set = r.setDigest()
 	}
 	r.report.Elapsed = time.Since(r.start)
 	return r.report, err
@@ -375,6 +398,25 @@ type replayer struct {
 	// of Expect found would move: the only ones a checked run moves. Nil
 	// without a check.
 	chosen map[int32][]int64
+	// set hashes the places of the records moved, for ReplayReport.Set.
+	set hash.Hash
+}
+
+// setBytes is the length of a ReplayReport.Set in bytes.
+const setBytes = 16
+
+// addToSet counts p, moved or that would be, into the run's Set.
+func (r *replayer) addToSet(p pending) {
+	fmt.Fprintf(r.set, "%d/%d>%s/%d\n", p.entry.Partition, p.entry.Offset, p.msg.Topic, p.msg.Partition)
+}
+
+// setDigest is the run's Set so far.
+func (r *replayer) setDigest() string { return hex.EncodeToString(r.set.Sum(nil)[:setBytes]) }
+
+// validSet reports whether s can be a ReplayReport.Set.
+func validSet(s string) bool {
+	b, err := hex.DecodeString(s)
+	return err == nil && len(b) == setBytes
 }
 
 // pending is a record of the batch.
@@ -392,7 +434,7 @@ func (r *replayer) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if r.cfg.Expect > 0 && !r.cfg.DryRun {
+	if (r.cfg.Expect > 0 || r.cfg.ExpectSet != "") && !r.cfg.DryRun {
 		if err := r.check(ctx, list, places); err != nil {
 			return err
 		}
@@ -436,14 +478,14 @@ func (r *replayer) plan(ctx context.Context) ([]span, map[int32]*position, error
 func (r *replayer) check(ctx context.Context, list []span, places map[int32]*position) error {
 	cfg := r.cfg
 	chosen := map[int32][]int64{}
-	cfg.DryRun, cfg.Rate, cfg.Expect, cfg.OnProgress, cfg.TracerProvider = true, 0, 0, nil, nil
+	cfg.DryRun, cfg.Rate, cfg.Expect, cfg.ExpectSet, cfg.OnProgress, cfg.TracerProvider = true, 0, 0, "", nil, nil
 	cfg.OnRecord = func(rec ReplayedRecord) {
 		if rec.Action == ActionWouldMove {
 			chosen[rec.Entry.Partition] = append(chosen[rec.Entry.Partition], rec.Entry.Offset)
 		}
 	}
 	dry := &replayer{cfg: cfg, client: r.client, start: r.start, positions: r.positions, committed: maps.Clone(r.committed),
-		report: ReplayReport{DryRun: true, Total: r.report.Total}}
+		report: ReplayReport{DryRun: true, Total: r.report.Total}, set: sha256.New()}
 	copies := make(map[int32]*position, len(places))
 	for p, pos := range places {
 		c := pos.clone()
@@ -452,10 +494,11 @@ func (r *replayer) check(ctx context.Context, list []span, places map[int32]*pos
 	if err := dry.replay(ctx, list, copies); err != nil {
 		return fmt.Errorf("dlq: check the count of the replay (Expect %d): %w", r.cfg.Expect, err)
 	}
-	dry.report.Elapsed = time.Since(r.start)
-	if dry.report.Moved != r.cfg.Expect {
+	dry.report.Elapsed, dry.report.Set = time.Since(r.start), dry.setDigest()
+	countChanged := r.cfg.Expect > 0 && dry.report.Moved != r.cfg.Expect
+	if countChanged || r.cfg.ExpectSet != "" && dry.report.Set != r.cfg.ExpectSet {
 		r.report = dry.report
-		return &SetChangedError{Topic: r.cfg.Topic, Expected: r.cfg.Expect, Found: dry.report.Moved}
+		return &SetChangedError{Topic: r.cfg.Topic, Expected: r.cfg.Expect, Found: dry.report.Moved, OtherRecords: !countChanged}
 	}
 	for _, offsets := range chosen {
 		slices.Sort(offsets) // in offset order already; sorting costs nothing then
@@ -473,17 +516,23 @@ func (r *replayer) check(ctx context.Context, list []span, places map[int32]*pos
 // the count of records it would move now.
 var ErrSetChanged = errors.New("dlq: the replay's set changed since its dry run")
 
-// SetChangedError is the error of a Replay whose set would move Found
-// records, not the Expected count its dry run showed. It wrote and
-// committed nothing.
+// SetChangedError is the error of a Replay whose set is not the one its
+// dry run showed: it would move Found records, not the Expected count
+// (0 when only ExpectSet was given), or, with OtherRecords, other records
+// or to other places than ExpectSet names. It wrote and committed nothing.
 type SetChangedError struct {
 	Topic           string
 	Expected, Found int
+	OtherRecords    bool
 }
 
 func (e *SetChangedError) Error() string {
-	return fmt.Sprintf("dlq: the replay of %s would move %d record(s), not the %d its dry run showed: the set changed since; "+
-		"nothing was written or committed; dry-run it again and confirm the new count", e.Topic, e.Found, e.Expected)
+	what := fmt.Sprintf("would move %d record(s), not the %d its dry run showed", e.Found, e.Expected)
+	if e.OtherRecords {
+		what = fmt.Sprintf("would move %d record(s), but not the ones its dry run showed, or not to the same places", e.Found)
+	}
+	return fmt.Sprintf("dlq: the replay of %s %s: the set changed since; nothing was written or committed; dry-run it again and confirm what it shows",
+		e.Topic, what)
 }
 
 // Is makes a SetChangedError match ErrSetChanged.
@@ -745,6 +794,7 @@ func (r *replayer) flush(ctx context.Context, pos *position) error {
 	if r.cfg.DryRun {
 		for _, p := range batch {
 			r.report.Moved++
+			r.addToSet(p)
 			r.record(ReplayedRecord{Entry: p.entry, Action: ActionWouldMove, To: p.msg.Topic, ToPartition: p.msg.Partition, ToOffset: -1})
 		}
 		r.progress()
@@ -781,6 +831,7 @@ func (r *replayer) flush(ctx context.Context, pos *position) error {
 	for _, p := range batch {
 		if failed[p.msg] == nil {
 			r.report.Moved++
+			r.addToSet(p)
 			r.record(ReplayedRecord{Entry: p.entry, Action: ActionMoved, To: p.msg.Topic, ToPartition: p.msg.Partition, ToOffset: p.msg.Offset})
 		}
 	}

@@ -424,6 +424,7 @@ func TestReplayConfigErrors(t *testing.T) {
 		"bad topic name":  {Brokers: []string{"127.0.0.1:1"}, Topic: "orders dlq"},
 		"empty offsets":   {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", Filter: dlq.Filter{FromOffset: 5, UntilOffset: 5}},
 		"negative expect": {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", Expect: -1},
+		"rate too small":  {Brokers: []string{"127.0.0.1:1"}, Topic: "orders.dlq", Rate: 1e-10},
 	} {
 		if _, err := dlq.Replay(context.Background(), cfg); !errors.Is(err, dlq.ErrInvalidReplayConfig) {
 			t.Errorf("%s: err %v, want ErrInvalidReplayConfig", name, err)
@@ -753,4 +754,59 @@ func TestReplayWithExpectMovesOnlyWhatItChecked(t *testing.T) {
 	if next, _ := f.mustReplay(t, dlq.ReplayConfig{}); next.Moved != 1 || len(f.k.ReadAll(t, late)) != 1 {
 		t.Errorf("the next run: %+v, want the late one moved", next)
 	}
+}
+
+// TestReplayWithExpectSetRefusesOtherRecordsOfTheSameCount: a dry run
+// shows a and b. Another run of the group then replays a, and c arrives:
+// the set holds 2 records still, but not those, so a replay given the dry
+// run's Set (and count) writes nothing; nor does one that would send the
+// same records elsewhere (To). Given the Set of a new dry run, it moves b
+// and c, and its report's Set is that dry run's.
+func TestReplayWithExpectSetRefusesOtherRecordsOfTheSameCount(t *testing.T) {
+	t.Parallel()
+	f := newReplayFixture(t, 1)
+	f.k.CreateTopic(t, f.topic+".elsewhere", 1)
+	f.failed(t, "a", "boom")
+	f.failed(t, "b", "boom")
+	dry, _ := f.mustReplay(t, dlq.ReplayConfig{DryRun: true})
+	if dry.Moved != 2 || len(dry.Set) != 32 {
+		t.Fatalf("dry run: %+v, want 2 would move and a Set of 32 hex digits", dry)
+	}
+	if again, _ := f.mustReplay(t, dlq.ReplayConfig{DryRun: true}); again.Set != dry.Set {
+		t.Fatalf("two dry runs of the same records: Sets %s and %s", dry.Set, again.Set)
+	}
+	if _, _, err := f.replay(t, dlq.ReplayConfig{To: f.topic + ".elsewhere", Expect: 2, ExpectSet: dry.Set}); !errors.Is(err, dlq.ErrSetChanged) {
+		t.Errorf("the same records to another topic: err %v, want ErrSetChanged", err)
+	}
+	if report, _ := f.mustReplay(t, dlq.ReplayConfig{Max: 1}); report.Moved != 1 { // another run replays a
+		t.Fatalf("the other run: %+v", report)
+	}
+	f.failed(t, "c", "boom")
+
+	_, _, err := f.replay(t, dlq.ReplayConfig{Expect: 2, ExpectSet: dry.Set})
+	var changed *dlq.SetChangedError
+	if !errors.As(err, &changed) || !changed.OtherRecords || changed.Found != 2 || !strings.Contains(err.Error(), "not the ones its dry run showed") {
+		t.Fatalf("2 other records: err %v, want a SetChangedError of other records", err)
+	}
+	if keys := f.keys(t); len(keys) != 1 {
+		t.Fatalf("a refused replay wrote: the topic holds %v, want the other run's a only", keys)
+	}
+	now, _ := f.mustReplay(t, dlq.ReplayConfig{DryRun: true})
+	report, _ := f.mustReplay(t, dlq.ReplayConfig{ExpectSet: now.Set})
+	if report.Moved != 2 || report.Set != now.Set {
+		t.Errorf("the replay of the new dry run's Set: %+v, want b and c moved, its Set %s", report, now.Set)
+	}
+	if _, err := dlq.Replay(context.Background(), dlq.ReplayConfig{Brokers: f.k.Brokers, Topic: f.dlqTopic, ExpectSet: "not-a-set"}); !errors.Is(err, dlq.ErrInvalidReplayConfig) {
+		t.Errorf("ExpectSet not-a-set: err %v, want ErrInvalidReplayConfig", err)
+	}
+}
+
+// keys are the keys of the records on the fixture's topic, in order.
+func (f *replayFixture) keys(t *testing.T) []string {
+	t.Helper()
+	var keys []string
+	for _, m := range f.k.ReadAll(t, f.topic) {
+		keys = append(keys, string(m.Key))
+	}
+	return keys
 }
