@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -214,4 +215,48 @@ func TestBrowserShowsHostileContentAsText(t *testing.T) {
 	check("/dlq/"+dlqTopic, escaped)
 	check("/dlq/"+dlqTopic+"/0/0", escaped, "hex")
 	b.keep("hostile")
+}
+
+// TestBrowserReplayOfAChangedSetShowsANewDryRun: in Chromium, an operator
+// dry-runs a replay of 2 dead letters; a third arrives; the replay button
+// then writes nothing and leads to a new dry run's page, which says why and
+// stays that page (it follows the dry run by GETs, never posting the
+// replay again); its replay of the 3 moves them.
+func TestBrowserReplayOfAChangedSetShowsANewDryRun(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, nil)
+	f := newReplayFixture(t, r)
+	deadLetterOf(t, r, f.dlqTopic, f.topic, "k-1", "psp timeout", time.Now())
+	deadLetterOf(t, r, f.dlqTopic, f.topic, "k-2", "psp timeout", time.Now())
+
+	b := newBrowser(t, r.url)
+	b.open("/dlq/" + f.dlqTopic)
+	b.waitText("#match-count", "2 of 2", true)
+	b.click("#dry-run")
+	b.waitText("#state", "done", false)
+	if got := b.text("#moved"); got != "2" {
+		t.Fatalf("the dry run would move %q records, want 2", got)
+	}
+	deadLetterOf(t, r, f.dlqTopic, f.topic, "k-3", "psp timeout", time.Now())
+	b.click("#replay")
+	job := eval[string](b, `document.getElementById("job").dataset.progress`)
+	if got := b.text("#changed"); !strings.Contains(got, "it showed 2 record(s), the replay found 3") {
+		t.Errorf("the page after the refused replay says %q, want why it was refused", got)
+	}
+	b.waitText("#state", "done", false)
+	b.keep("changed")
+	if got := eval[string](b, `document.getElementById("job").dataset.progress`); got != job || !strings.HasPrefix(eval[string](b, `location.pathname`), "/jobs/") {
+		t.Errorf("the new dry run's page became %s at %s, want it to stay %s", got, eval[string](b, `location.pathname`), job)
+	}
+	if got := b.text("#moved"); got != "3" {
+		t.Fatalf("the new dry run would move %q records, want 3", got)
+	}
+	if got := keysOn(t, r, f.topic); len(got) != 0 {
+		t.Fatalf("the refused replay wrote %v", got)
+	}
+	b.click("#replay")
+	b.waitText("#state", "done", false)
+	if got := keysOn(t, r, f.topic); !slices.Equal(got, []string{"k-1", "k-2", "k-3"}) {
+		t.Errorf("the replay of the new dry run wrote %v, want k-1, k-2 and k-3", got)
+	}
 }

@@ -292,40 +292,36 @@ func keysOn(t *testing.T, r *rig, topics ...string) []string {
 
 // jobAnswer is what the doors' tests read of a job.
 type jobAnswer struct {
-	page   string
-	moved  int
-	filter url.Values
-	body   string
+	// url is the job's page; page its HTML (for a session).
+	url, page string
+	moved     int
+	// replay is the form a finished dry run offers, as its door reads it.
+	replay url.Values
+	// body is the answer to the POST that started the job.
+	body string
 }
 
 var movedCell = regexp.MustCompile(`id="moved">([0-9]+)<`)
 
-// startJob posts form to path through d and follows the job it started
-// to its end: its page and what it moved (or would).
+// startJob posts form to path through d and follows the job it leads to
+// (the one started, or the new dry run of a refused replay) to its end. A
+// script wants wantStatus and the job's JSON; a browser is sent to the
+// job's page.
 func (d door) startJob(t *testing.T, path string, form url.Values, wantStatus int) jobAnswer {
 	t.Helper()
 	status, body, h := d.post(t, path, form)
 	var page string
 	if d.bearer {
-		var got struct {
-			URL    string     `json:"url"`
-			Filter url.Values `json:"filter"`
-		}
-		if status != wantStatus || json.Unmarshal([]byte(body), &got) != nil || got.URL == "" {
+		var got struct{ URL string }
+		if status != wantStatus || json.Unmarshal([]byte(body), &got) != nil || got.URL == "" || h.Get("Location") != got.URL {
 			t.Fatalf("%s: POST %s %v: %d %.500s; want %d with the job's JSON", d.name, path, form, status, body, wantStatus)
 		}
 		page = got.URL
-		a := d.waitJob(t, page)
-		a.filter, a.body = got.Filter, body
-		return a
-	}
-	switch {
-	case wantStatus == http.StatusAccepted && status == http.StatusSeeOther:
+	} else {
+		if status != http.StatusSeeOther || !strings.HasPrefix(h.Get("Location"), "/jobs/") {
+			t.Fatalf("%s: POST %s %v: %d to %q %.500s; want a redirect to the job's page", d.name, path, form, status, h.Get("Location"), body)
+		}
 		page = h.Get("Location")
-	case status == wantStatus:
-		page = regexp.MustCompile(`data-progress="(/jobs/[^/"]+)/progress"`).FindStringSubmatch(body)[1]
-	default:
-		t.Fatalf("%s: POST %s %v: %d %.500s; want %d", d.name, path, form, status, body, wantStatus)
 	}
 	a := d.waitJob(t, page)
 	a.body = body
@@ -336,9 +332,10 @@ func (d door) startJob(t *testing.T, path string, form url.Values, wantStatus in
 func (d door) waitJob(t *testing.T, page string) jobAnswer {
 	t.Helper()
 	var p struct {
-		Done  bool   `json:"done"`
-		Moved int    `json:"moved"`
-		Error string `json:"error"`
+		Done   bool       `json:"done"`
+		Moved  int        `json:"moved"`
+		Error  string     `json:"error"`
+		Replay url.Values `json:"replay"`
 	}
 	testkit.WaitFor(t, 30*time.Second, "the job "+page+" to end", func() bool {
 		_, body := d.get(t, page+"/progress")
@@ -347,12 +344,16 @@ func (d door) waitJob(t *testing.T, page string) jobAnswer {
 	if p.Error != "" {
 		t.Fatalf("%s: the job %s stopped: %s", d.name, page, p.Error)
 	}
-	a := jobAnswer{moved: p.Moved}
+	a := jobAnswer{url: page, moved: p.Moved, replay: p.Replay}
 	if !d.bearer {
 		_, a.page = d.get(t, page)
 		m := movedCell.FindStringSubmatch(a.page)
 		if m == nil || m[1] != strconv.Itoa(p.Moved) {
 			t.Fatalf("%s: the page of %s shows %v moved, its progress %d", d.name, page, m, p.Moved)
+		}
+		if a.replay = nil; p.Moved > 0 && strings.Contains(a.page, `id="replay-confirm"`) {
+			a.replay = formOf(t, a.page, `id="replay-confirm"`)
+			a.replay.Set("rate", "") // the form's text field, left empty
 		}
 	}
 	return a
@@ -368,17 +369,10 @@ func (d door) dryRun(t *testing.T, f replayFixture, filter url.Values) (int, url
 		form = formOf(t, page, `id="replay-form"`)
 	}
 	a := d.startJob(t, "/dlq/"+f.dlqTopic+"/dry-run", form, http.StatusAccepted)
-	if d.bearer {
-		replay := a.filter
-		replay.Set("expect", strconv.Itoa(a.moved))
-		return a.moved, replay
+	if a.moved > 0 && (a.replay.Get("expect") != strconv.Itoa(a.moved) || len(a.replay.Get("set")) != 32) {
+		t.Fatalf("%s: the dry run of %d offers the replay %v, want its count and set", d.name, a.moved, a.replay)
 	}
-	if a.moved == 0 {
-		return 0, nil
-	}
-	replay := formOf(t, a.page, `id="replay-confirm"`)
-	replay.Set("rate", "") // the form's text field, left empty
-	return a.moved, replay
+	return a.moved, a.replay
 }
 
 // TestReplaysMoveExactlyTheirFilterThroughEveryDoor: a dry run and then
@@ -463,8 +457,8 @@ func TestAReplayRefusesASetThatChangedSinceItsDryRun(t *testing.T) {
 			if err := json.Unmarshal([]byte(a.body), &got); err != nil || got.Changed.Expected != 2 || got.Changed.Found != 3 || !got.Job.DryRun {
 				t.Errorf("the 409's JSON %s: want changed 2 → 3 and a new dry run", a.body)
 			}
-		} else if !strings.Contains(a.body, `id="changed"`) || !strings.Contains(a.body, "it showed 2 record(s), the replay found 3") {
-			t.Errorf("the 409's page does not say the set changed from 2 to 3:\n%.2000s", a.body)
+		} else if !strings.Contains(a.page, `id="changed"`) || !strings.Contains(a.page, "it showed 2 record(s), the replay found 3") {
+			t.Errorf("the new dry run's page does not say the set changed from 2 to 3:\n%.2000s", a.page)
 		}
 		if a.moved != 3 {
 			t.Errorf("the new dry run would move %d, want 3", a.moved)
@@ -476,12 +470,7 @@ func TestAReplayRefusesASetThatChangedSinceItsDryRun(t *testing.T) {
 			t.Errorf("audit %+v, %v: want no row for a replay that did not start", entries, err)
 		}
 
-		if !d.bearer {
-			replay = formOf(t, a.page, `id="replay-confirm"`)
-		} else {
-			replay.Set("expect", "3")
-		}
-		if moved := d.startJob(t, "/dlq/"+f.dlqTopic+"/replay", replay, http.StatusAccepted).moved; moved != 3 {
+		if moved := d.startJob(t, "/dlq/"+f.dlqTopic+"/replay", a.replay, http.StatusAccepted).moved; moved != 3 {
 			t.Fatalf("the replay of the new count moved %d, want 3", moved)
 		}
 		if got := keysOn(t, r, f.topic); !slices.Equal(got, []string{"k-1", "k-2", "k-3"}) {
@@ -571,4 +560,79 @@ func (r *rig) auditOf(t *testing.T, action string) []producer.AuditEntry {
 func (r *rig) waitAudit(t *testing.T, action string, n int) {
 	t.Helper()
 	testkit.WaitFor(t, 30*time.Second, fmt.Sprintf("%d audit rows of %s", n, action), func() bool { return len(r.auditOf(t, action)) == n })
+}
+
+// TestAReplayGoesWhereItsDryRunShowed: through either door, a dry run
+// "only to the consumer group that failed each record" offers a replay that
+// sends the records to the group's first retry tier, and that replay does
+// so, writing nothing to the topic every group reads. The same count and
+// set posted without to_group (the records would go to the main topic)
+// is refused, and writes nothing.
+func TestAReplayGoesWhereItsDryRunShowed(t *testing.T) {
+	t.Parallel()
+	for i, name := range []string{"session", "bearer"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, func(c *console.Config) {
+				c.Tokens, c.RetryDelays = map[string]string{doorActor: doorToken}, []time.Duration{time.Second}
+			})
+			d := doors(t, r)[i]
+			f := newReplayFixture(t, r)
+			tier := f.topic + ".retry.1s"
+			r.kafka.CreateTopic(t, tier, 1)
+			deadLetterOf(t, r, f.dlqTopic, f.topic, "k-1", "psp timeout", time.Now())
+			form := url.Values{"to_group": {"on"}}
+			if !d.bearer {
+				_, page := d.get(t, "/dlq/"+f.dlqTopic)
+				form = formOf(t, page, `id="replay-form"`)
+				form.Set("to_group", "on") // the checkbox, ticked
+			}
+			a := d.startJob(t, "/dlq/"+f.dlqTopic+"/dry-run", form, http.StatusAccepted)
+			if a.moved != 1 || a.replay.Get("to_group") != "on" {
+				t.Fatalf("the dry run to the group: would move %d, offers %v; want 1, to the group", a.moved, a.replay)
+			}
+			elsewhere := url.Values{}
+			for k, v := range a.replay {
+				if k != "to_group" {
+					elsewhere[k] = v
+				}
+			}
+			if !d.bearer {
+				elsewhere.Set("csrf", d.c.csrf)
+			}
+			status, body, _ := d.post(t, "/dlq/"+f.dlqTopic+"/replay", elsewhere)
+			if want := map[bool]int{false: http.StatusSeeOther, true: http.StatusConflict}[d.bearer]; status != want {
+				t.Errorf("the set posted without to_group: %d, want %d (%.300s)", status, want, body)
+			}
+			if got := keysOn(t, r, f.topic, tier); len(got) != 0 {
+				t.Fatalf("the replay to another place than its dry run showed wrote %v", got)
+			}
+			if moved := d.startJob(t, "/dlq/"+f.dlqTopic+"/replay", a.replay, http.StatusAccepted).moved; moved != 1 {
+				t.Fatalf("the replay to the group moved %d, want 1", moved)
+			}
+			if main, retry := keysOn(t, r, f.topic), keysOn(t, r, tier); len(main) != 0 || !slices.Equal(retry, []string{"k-1"}) {
+				t.Errorf("the replay to the group wrote %v to %s and %v to the tier; want nothing to the main topic, k-1 to the tier", main, f.topic, retry)
+			}
+		})
+	}
+}
+
+// TestAScriptGetsJSONErrors: a script that asks for JSON gets a 401 in
+// JSON without a token, or with a wrong one, never the sign-in page; a
+// signed-in browser opening the sign-in page goes on to its next page.
+func TestAScriptGetsJSONErrors(t *testing.T) {
+	t.Parallel()
+	r := newDoorRig(t)
+	c := newClient(t, r.url)
+	for _, token := range []string{"", "Bearer wrong-token-of-nobody-00"} {
+		status, body, _ := c.do(http.MethodGet, "/outbox/purge?status=dead_lettered", nil, map[string]string{"Accept": "application/json", "Authorization": token})
+		var answer struct{ Error string }
+		if status != http.StatusUnauthorized || json.Unmarshal([]byte(body), &answer) != nil || !strings.Contains(answer.Error, "sign in first") {
+			t.Errorf("a script with token %q: %d %.300s, want 401 in JSON", token, status, body)
+		}
+	}
+	browser := doors(t, r)[0].c
+	if status, _, h := browser.do(http.MethodGet, "/login?next=%2Faudit", nil, nil); status != http.StatusSeeOther || h.Get("Location") != "/audit" {
+		t.Errorf("a signed-in browser on /login: %d to %q, want to go on to /audit", status, h.Get("Location"))
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"mime"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"strconv"
@@ -21,9 +22,9 @@ import (
 var (
 	outboxActionFields = slices.Concat([]string{csrfField, "expect", "status"}, outboxFilterFields)
 	dryRunFields       = slices.Concat([]string{csrfField, "rate", "to_group"}, dlqFilterFields)
-	replayFields       = slices.Concat(dryRunFields, []string{"expect"})
+	replayFields       = slices.Concat(dryRunFields, []string{"expect", "set"})
 	cancelFields       = []string{csrfField}
-	loginFields        = []string{"token", "next"}
+	loginFields        = []string{csrfField, "token", "next"}
 	logoutFields       = []string{csrfField}
 )
 
@@ -79,15 +80,24 @@ func formError(err error) (int, error) {
 	return http.StatusBadRequest, fmt.Errorf("nothing was done: the form cannot be read: %s", display.Text(cut(err.Error(), 200)))
 }
 
-// checkFields refuses a form holding a field outside fields, or one of
-// them more than once (but those in repeatable).
-func checkFields(r *http.Request, fields []string) error {
-	for _, name := range sortedNames(r.PostForm) {
-		switch n := len(r.PostForm[name]); {
+// The query fields of the pages whose filter a confirmation or an action
+// goes on with: a field they do not know is refused rather than left out,
+// which would show (and offer to act on) a wider set.
+var (
+	eventsQueryFields  = slices.Concat([]string{"status", "after", "done", "n"}, outboxFilterFields)
+	confirmQueryFields = slices.Concat([]string{"status"}, outboxFilterFields)
+	dlqTopicFields     = slices.Concat([]string{"after"}, dlqFilterFields)
+)
+
+// checkFields refuses fields v holds outside fields, or one of them more
+// than once (but those in repeatable).
+func checkFields(v url.Values, fields []string) error {
+	for _, name := range sortedNames(v) {
+		switch n := len(v[name]); {
 		case !slices.Contains(fields, name):
-			return fmt.Errorf("nothing was done: this action takes no field %s; it takes %s", quote(name), strings.Join(fields, ", "))
+			return fmt.Errorf("this takes no field %s; it takes %s", quote(name), strings.Join(fields, ", "))
 		case n > 1 && !slices.Contains(repeatable, name):
-			return fmt.Errorf("nothing was done: the field %s is given %d times; give it once", quote(name), n)
+			return fmt.Errorf("the field %s is given %d times; give it once", quote(name), n)
 		}
 	}
 	return nil
@@ -97,7 +107,19 @@ func checkFields(r *http.Request, fields []string) error {
 // its own (see checkFields).
 func (s *Server) takes(fields []string, h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := checkFields(r, fields); err != nil {
+		if err := checkFields(r.PostForm, fields); err != nil {
+			s.fail(w, r, http.StatusBadRequest, fmt.Errorf("nothing was done: %w", err))
+			return
+		}
+		h(w, r)
+	}
+}
+
+// queries wraps a GET handler: it runs only when the query holds fields
+// of its own (see checkFields).
+func (s *Server) queries(fields []string, h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := checkFields(r.URL.Query(), fields); err != nil {
 			s.fail(w, r, http.StatusBadRequest, err)
 			return
 		}

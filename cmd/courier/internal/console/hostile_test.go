@@ -138,6 +138,7 @@ func TestActionsRefuseWhatTheyCannotReadWhole(t *testing.T) {
 			{"a replay's unknown field", "/dlq/" + f.dlqTopic + "/replay", "", "keys=k&expect=1", `no field "keys"`, http.StatusBadRequest},
 			{"a replay's filter in the query", "/dlq/" + f.dlqTopic + "/replay?key=k", "", "expect=1", "query string", http.StatusBadRequest},
 			{"a replay without a count", "/dlq/" + f.dlqTopic + "/replay", "", "key=k", "dry-run the replay first", http.StatusBadRequest},
+			{"a replay without a set", "/dlq/" + f.dlqTopic + "/replay", "", "key=k&expect=1", "give the set of the dry run", http.StatusBadRequest},
 			{"a replay to_group of true", "/dlq/" + f.dlqTopic + "/replay", "", "key=k&expect=1&to_group=true", "to_group", http.StatusBadRequest},
 			{"a file", "/outbox/purge", "multipart/form-data; boundary=b", "--b\r\nContent-Disposition: form-data; name=\"key\"; filename=\"k.txt\"\r\n\r\nk\r\n--b--\r\n", "file", http.StatusBadRequest},
 		} {
@@ -163,6 +164,38 @@ func TestActionsRefuseWhatTheyCannotReadWhole(t *testing.T) {
 			}
 			if status != tc.status || !strings.Contains(html.UnescapeString(page), tc.want) {
 				t.Errorf("%s, %s: %d, want %d saying %q (%.400s)", d.name, tc.name, status, tc.status, tc.want, page)
+			}
+		}
+	}
+	for _, d := range doors(t, r) {
+		for path, want := range map[string]string{
+			"/outbox/purge?status=dead_lettered&tennant=acme": `no field "tennant"`,
+			"/outbox/requeue?key=k&key=other":                 `"key" is given 2 times`,
+			"/outbox/events?tennant=acme":                     `no field "tennant"`,
+			"/dlq/" + f.dlqTopic + "?keys=k":                  `no field "keys"`,
+		} {
+			status, page := d.get(t, path)
+			if d.bearer {
+				var answer struct{ Error string }
+				_ = json.Unmarshal([]byte(page), &answer)
+				page = answer.Error
+			}
+			if status != http.StatusBadRequest || !strings.Contains(html.UnescapeString(page), want) {
+				t.Errorf("%s, GET %s: %d, want 400 saying %q (%.300s)", d.name, path, status, want, page)
+			}
+		}
+		for path, form := range map[string]string{
+			"/dlq/t.nope-" + testkit.UniqueName(t, 40) + ".dlq/replay": "key=k&expect=1&set=" + strings.Repeat("0", 32),
+			"/dlq/" + f.dlqTopic + "/dry-run":                          "rate=1e-10",
+		} {
+			headers := d.headers()
+			if headers == nil {
+				headers = map[string]string{}
+				form += "&csrf=" + url.QueryEscape(d.c.csrf)
+			}
+			headers["Content-Type"] = "application/x-www-form-urlencoded"
+			if status, page := d.c.raw(http.MethodPost, path, form, headers); status != http.StatusNotFound && status != http.StatusBadRequest {
+				t.Errorf("%s, POST %s %s: %d, want a 4xx (%.300s)", d.name, path, form, status, page)
 			}
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math"
 	"net/http"
+	"regexp"
 	"strconv"
 	"sync"
 	"time"
@@ -35,6 +36,9 @@ type job struct {
 	Note    string
 	Started time.Time
 	cancel  context.CancelFunc
+	// checked is closed once a replay's check ended: it passed (writing
+	// began), or the replay ended before. Nil for a dry run.
+	checked chan struct{}
 
 	mu       sync.Mutex
 	report   dlq.ReplayReport
@@ -42,6 +46,13 @@ type job struct {
 	done     bool
 	err      error
 	finished time.Time
+	// writing is set once a replay's check passed: it writes.
+	writing bool
+	// changed and next are set when a replay's set changed since its dry
+	// run: what it found, and the new dry run started to show it (nil
+	// when none could start).
+	changed *dlq.SetChangedError
+	next    *job
 }
 
 // shownRecord is what a job's page lists of a record acted on: its place
@@ -145,6 +156,18 @@ type progress struct {
 	Percent     float64 `json:"percent"`
 	PerSecond   float64 `json:"per_second"`
 	Elapsed     string  `json:"elapsed"`
+	// Checking is set while a replay counts its set, before it writes.
+	Checking bool `json:"checking,omitempty"`
+	// Set names what a finished dry run would move (dlq ReplayReport.Set),
+	// or what a replay moved.
+	Set string `json:"set,omitempty"`
+	// Replay, for a finished dry run that would move records, is the form
+	// that replays exactly those: post it to /dlq/<topic>/replay.
+	Replay map[string][]string `json:"replay,omitempty"`
+	// Changed and Next are set for a replay refused because its set
+	// changed since its dry run: the counts, and the new dry run's page.
+	Changed *changedJSON `json:"changed,omitempty"`
+	Next    string       `json:"next,omitempty"`
 }
 
 // snapshot is the job's progress now.
@@ -153,7 +176,20 @@ func (j *job) snapshot() progress {
 	defer j.mu.Unlock()
 	r := j.report
 	p := progress{ID: j.ID, Topic: j.Topic, DryRun: j.DryRun, ToGroup: j.ToGroup, Done: j.done, Total: r.Total, Read: r.Read,
-		Moved: r.Moved, Refused: r.Refused, Skipped: r.Skipped, Corrupt: r.Corrupt, NotSelected: r.NotSelected, Already: r.AlreadyReplayed}
+		Moved: r.Moved, Refused: r.Refused, Skipped: r.Skipped, Corrupt: r.Corrupt, NotSelected: r.NotSelected, Already: r.AlreadyReplayed,
+		Checking: !j.DryRun && !j.writing && !j.done}
+	if j.done {
+		p.Set = r.Set
+	}
+	if j.done && j.DryRun && j.err == nil && r.Moved > 0 {
+		p.Replay = j.replayForm(r)
+	}
+	if j.changed != nil {
+		p.Changed = &changedJSON{Expected: j.changed.Expected, Found: j.changed.Found, OtherRecords: j.changed.OtherRecords}
+		if j.next != nil {
+			p.Next = "/jobs/" + j.next.ID
+		}
+	}
 	end := time.Now()
 	if j.done {
 		end = j.finished
@@ -177,6 +213,33 @@ func (j *job) snapshot() progress {
 	return p
 }
 
+// replayForm is the form that replays what the dry run j reported in r
+// would move: its filter, where the records go, the count and the set
+// (a rate cap is the replay's own choice).
+func (j *job) replayForm(r dlq.ReplayReport) map[string][]string {
+	form := j.Filter.values()
+	if j.ToGroup {
+		form.Set("to_group", "on")
+	}
+	form.Set("expect", strconv.Itoa(r.Moved))
+	form.Set("set", r.Set)
+	return form
+}
+
+// ReplayForm is replayForm of the job's report now, for its page.
+func (j *job) ReplayForm() [][2]string {
+	j.mu.Lock()
+	form := j.replayForm(j.report)
+	j.mu.Unlock()
+	var out [][2]string
+	for _, name := range sortedNames(form) {
+		for _, v := range form[name] {
+			out = append(out, [2]string{name, v})
+		}
+	}
+	return out
+}
+
 // shown returns the records kept for action.
 func (j *job) shown(action dlq.ReplayAction) []shownRecord {
 	j.mu.Lock()
@@ -191,14 +254,19 @@ type jobRequest struct {
 	filter  dlq.Filter
 	toGroup bool
 	rate    float64
-	// expect is the count the replay's dry run showed; 0 for a dry run.
+	// expect and set are the count and the set the replay's dry run
+	// showed; 0 and "" for a dry run.
 	expect int
+	set    string
 }
 
 // readJobRequest reads and checks the form of a dry run or a replay.
 func (s *Server) readJobRequest(r *http.Request, dryRun bool) (jobRequest, int, error) {
 	topic, err := topicOf(r)
 	if err != nil {
+		return jobRequest{}, http.StatusNotFound, err
+	}
+	if err := s.exists(topic); err != nil {
 		return jobRequest{}, http.StatusNotFound, err
 	}
 	req := jobRequest{topic: topic, form: readDLQFilter(r.PostForm)}
@@ -217,8 +285,8 @@ func (s *Server) readJobRequest(r *http.Request, dryRun bool) (jobRequest, int, 
 		return jobRequest{}, http.StatusBadRequest, fmt.Errorf("to_group %s: send on to replay to the failed consumer group only, or leave it out", quote(v))
 	}
 	if rate := r.PostForm.Get("rate"); rate != "" {
-		if req.rate, err = strconv.ParseFloat(rate, 64); err != nil || !(req.rate >= 0 && req.rate <= maxRate) {
-			return jobRequest{}, http.StatusBadRequest, fmt.Errorf("rate %s: use records per second from 0 (no cap) to %d", quote(rate), maxRate)
+		if req.rate, err = strconv.ParseFloat(rate, 64); err != nil || !(req.rate >= 0 && req.rate <= maxRate) || req.rate > 0 && req.rate < dlq.MinReplayRate {
+			return jobRequest{}, http.StatusBadRequest, fmt.Errorf("rate %s: use 0 (no cap), or records per second from %v to %d", quote(rate), dlq.MinReplayRate, maxRate)
 		}
 	}
 	if !dryRun {
@@ -228,134 +296,137 @@ func (s *Server) readJobRequest(r *http.Request, dryRun bool) (jobRequest, int, 
 				quote(r.PostForm.Get("expect")))
 		}
 		req.expect = int(expect)
+		if req.set = r.PostForm.Get("set"); !setPattern.MatchString(req.set) {
+			return jobRequest{}, http.StatusBadRequest, fmt.Errorf("set %s: give the set of the dry run (its job's set), so that the replay moves exactly what it showed; dry-run the replay first",
+				quote(req.set))
+		}
 	}
 	return req, 0, nil
 }
 
-// errNotStarted marks a replay that ended before its check passed (its
-// set changed, Kafka failed, its audit row could not be written).
-var errNotStarted = errors.New("the replay did not start")
+// setPattern matches a dry run's set (dlq ReplayReport.Set).
+var setPattern = regexp.MustCompile(`^[0-9a-f]{32}$`)
+
+// checkWait bounds how long a replay's request waits for its check (a
+// read of its whole set) before it answers with the replay's page, which
+// follows the check: a proxy in front of the console would time out.
+const checkWait = 10 * time.Second
 
 // startJob starts a dry run or a replay of the form's filtered set. A
-// dry run's page follows it. A replay first checks that its set still
-// holds the count its dry run showed, and writes its audit row, before
-// it writes anything; the answer waits for that: the replay's page when
-// it started, else a new dry run's page (409) when the set changed.
+// dry run's page follows it. A replay first checks that its set is still
+// the one its dry run showed, and writes its audit row, before it writes
+// anything; the answer waits for that, up to checkWait: the replay's page
+// when it started (or still checks), else, when the set changed, the page
+// of a new dry run that shows the set as it is now (for a script, a 409).
 func (s *Server) startJob(w http.ResponseWriter, r *http.Request, dryRun bool) {
 	req, status, err := s.readJobRequest(r, dryRun)
 	if err != nil {
 		s.fail(w, r, status, err)
 		return
 	}
-	j, checked, err := s.launch(req, current(r).actor, r.RemoteAddr, dryRun, "")
+	j, err := s.launch(req, current(r).actor, r.RemoteAddr, dryRun, "")
 	if err != nil {
 		s.fail(w, r, http.StatusConflict, err)
 		return
 	}
+	status = http.StatusAccepted
 	if !dryRun {
+		timer := time.NewTimer(checkWait)
+		defer timer.Stop()
 		select {
-		case err = <-checked:
+		case <-j.checked:
+		case <-timer.C: // still counting: the replay's page follows it
 		case <-r.Context().Done():
 			return // the replay goes on; its page shows it
 		}
-		if changed, ok := errors.AsType[*dlq.SetChangedError](err); ok {
-			s.setChanged(w, r, req, changed)
+		j.mu.Lock()
+		changed, next, failed := j.changed, j.next, j.done && !j.writing
+		j.mu.Unlock()
+		switch {
+		case changed != nil && next != nil:
+			s.answerJob(w, r, http.StatusConflict, next, changed)
 			return
-		}
-		if err != nil { // the job's page says why
-			s.started(w, r, http.StatusBadGateway, j, nil)
+		case changed != nil:
+			s.answerJob(w, r, http.StatusConflict, j, changed)
 			return
+		case failed: // its page says why
+			status = http.StatusBadGateway
 		}
 	}
-	s.started(w, r, http.StatusAccepted, j, nil)
-}
-
-// setChanged answers a replay refused because its set changed since its
-// dry run: nothing was written, and a new dry run of the same filter
-// shows the set as it is now.
-func (s *Server) setChanged(w http.ResponseWriter, r *http.Request, req jobRequest, changed *dlq.SetChangedError) {
-	note := fmt.Sprintf("The set changed since the dry run: it showed %d record(s), the replay found %d. Nothing was replayed. "+
-		"This new dry run shows the set as it is now.", changed.Expected, changed.Found)
-	req.expect = 0
-	j, _, err := s.launch(req, current(r).actor, r.RemoteAddr, true, note)
-	if err != nil {
-		s.fail(w, r, http.StatusConflict, fmt.Errorf("%w; and no new dry run could start: %w", changed, err))
-		return
-	}
-	s.started(w, r, http.StatusConflict, j, changed)
+	s.answerJob(w, r, status, j, nil)
 }
 
 // jobJSON is what a script gets for a dry run, a replay or a stop: the
-// job's progress and its page; with Changed, the replay it asked for was
-// refused and Job is a new dry run of the set as it is now.
+// job's progress (its replay form once a dry run is done) and its page;
+// with Changed, the replay asked for was refused, and Job is the new dry
+// run of the set as it is now.
 type jobJSON struct {
-	Job progress `json:"job"`
-	// Filter is the job's filter, its times made absolute: a replay of
-	// what a dry run showed posts it back, with expect set to the dry
-	// run's moved.
-	Filter  map[string][]string `json:"filter"`
-	URL     string              `json:"url"`
-	Changed *changedJSON        `json:"changed,omitempty"`
-	Error   string              `json:"error,omitempty"`
+	Job     progress     `json:"job"`
+	URL     string       `json:"url"`
+	Changed *changedJSON `json:"changed,omitempty"`
+	Error   string       `json:"error,omitempty"`
 }
 
-// changedJSON is the count a refused replay expected and the one it
-// found.
+// changedJSON is what a replay refused because its set changed expected
+// and found.
 type changedJSON struct {
-	Expected int `json:"expected"`
-	Found    int `json:"found"`
+	Expected     int  `json:"expected"`
+	Found        int  `json:"found"`
+	OtherRecords bool `json:"other_records,omitempty"`
 }
 
-// started answers a request that started (or stopped) j: a script gets
-// jobJSON with status, a browser j's page (when changed is set, at once
-// with status; else through a redirect).
-func (s *Server) started(w http.ResponseWriter, r *http.Request, status int, j *job, changed *dlq.SetChangedError) {
+// answerJob answers a request that started, refused or stopped a job,
+// with j's page: for a script, jobJSON with status (and changed, when a
+// replay was refused); for a browser, a redirect to the page, which
+// follows the job and says what happened.
+func (s *Server) answerJob(w http.ResponseWriter, r *http.Request, status int, j *job, changed *dlq.SetChangedError) {
 	page := "/jobs/" + j.ID
-	switch {
-	case wantsJSON(r):
-		w.Header().Set("Location", page)
-		out := jobJSON{Job: j.snapshot(), Filter: j.Filter.values(), URL: page}
-		if changed != nil {
-			out.Changed, out.Error = &changedJSON{Expected: changed.Expected, Found: changed.Found}, display.Text(changed.Error())
-		}
-		writeJSON(w, status, out)
-	case changed != nil:
-		s.renderJob(w, r, status, j)
-	default:
+	if !wantsJSON(r) {
 		http.Redirect(w, r, page, http.StatusSeeOther)
+		return
 	}
+	w.Header().Set("Location", page)
+	out := jobJSON{Job: j.snapshot(), URL: page}
+	if changed != nil {
+		out.Changed = &changedJSON{Expected: changed.Expected, Found: changed.Found, OtherRecords: changed.OtherRecords}
+		out.Error = display.Text(changed.Error())
+	}
+	writeJSON(w, status, out)
 }
 
 // launch registers and starts a job for req by actor from remote, with
-// note on its page. For a replay, checked receives nil once the replay's
-// check passed and its audit row is written (it writes from then on), or
-// the error that ended it before.
-func (s *Server) launch(req jobRequest, actor, remote string, dryRun bool, note string) (*job, <-chan error, error) {
+// note on its page. A replay writes its audit row when its check passed,
+// before its first write; when its set changed, it starts a new dry run
+// of the same filter, and its page and progress name it.
+func (s *Server) launch(req jobRequest, actor, remote string, dryRun bool, note string) (*job, error) {
 	j := &job{ID: randomToken()[:16], Topic: req.topic, Actor: actor, DryRun: dryRun, ToGroup: req.toGroup, Rate: req.rate,
 		Filter: req.form, Note: note, Started: time.Now(), records: map[dlq.ReplayAction][]shownRecord{}}
 	cfg := dlq.ReplayConfig{Brokers: s.cfg.Brokers, Sarama: s.cfg.Sarama, Topic: req.topic, Group: s.cfg.ReplayGroup, Filter: req.filter,
-		DryRun: dryRun, Rate: req.rate, Expect: req.expect, OnRecord: j.onRecord, OnProgress: j.onProgress}
+		DryRun: dryRun, Rate: req.rate, Expect: req.expect, ExpectSet: req.set, OnRecord: j.onRecord, OnProgress: j.onProgress}
 	if req.toGroup {
 		cfg.Route = retrytopics.ReplayRoute(retrytopics.Config{Delays: s.cfg.RetryDelays, Suffix: s.cfg.RetrySuffix})
 	}
 	ctx, cancel := context.WithCancel(s.ctx)
 	j.cancel = cancel
+	if !dryRun {
+		j.checked = make(chan struct{})
+	}
 	if err := s.jobs.add(j); err != nil {
 		cancel()
-		return nil, nil, err
+		return nil, err
 	}
 	filterJSON, _ := json.Marshal(j.Filter.values())
-	checked := make(chan error, 1)
-	audited := false
 	if !dryRun {
 		cfg.OnChecked = func(dlq.ReplayReport) error {
 			err := s.auditWithin(ctx, producer.AuditEntry{Actor: actor, Remote: remote, Action: "dlq.replay", Target: req.topic,
-				Filter: filterJSON, Count: int64(req.expect), Detail: j.Describe() + "; started as job " + j.ID})
+				Filter: filterJSON, Count: int64(req.expect), Detail: j.Describe() + "; set " + req.set + "; started as job " + j.ID})
 			if err != nil {
 				return fmt.Errorf("write the audit row, so the replay did not start: %w", err)
 			}
-			audited = true
-			checked <- nil
+			j.mu.Lock()
+			j.writing = true
+			j.mu.Unlock()
+			close(j.checked)
 			return nil
 		}
 	}
@@ -363,14 +434,18 @@ func (s *Server) launch(req jobRequest, actor, remote string, dryRun bool, note 
 		defer cancel()
 		report, err := dlq.Replay(ctx, cfg)
 		j.onProgress(report)
-		j.finish(err)
 		if dryRun {
+			j.finish(err)
 			return
 		}
-		if !audited { // the check did not pass: say why to the request waiting for it
-			checked <- errors.Join(errNotStarted, err)
+		j.mu.Lock()
+		writing := j.writing
+		j.mu.Unlock()
+		if !writing {
+			s.refused(j, req, actor, remote, err)
 			return
 		}
+		j.finish(err)
 		detail := fmt.Sprintf("job %s: moved %d, refused %d, skipped %d, corrupt %d", j.ID, report.Moved, report.Refused, report.Skipped, report.Corrupt)
 		if err != nil {
 			detail = cut(detail+"; stopped: "+err.Error(), producer.MaxAuditDetailBytes)
@@ -380,7 +455,36 @@ func (s *Server) launch(req jobRequest, actor, remote string, dryRun bool, note 
 			s.log.Error("console: write the audit row of a finished replay", "job", j.ID, "error", err)
 		}
 	})
-	return j, checked, nil
+	return j, nil
+}
+
+// refused ends the replay j, which ended with err before its check
+// passed: when its set changed, a new dry run of req shows the set as it
+// is now. Nothing was written; no audit row says otherwise.
+func (s *Server) refused(j *job, req jobRequest, actor, remote string, err error) {
+	defer close(j.checked)
+	changed, ok := errors.AsType[*dlq.SetChangedError](err)
+	if !ok {
+		j.finish(err)
+		return
+	}
+	s.log.Info("console: a replay was refused: its set changed since its dry run", "job", j.ID, "topic", j.Topic, "actor", actor,
+		"expected", changed.Expected, "found", changed.Found)
+	found := fmt.Sprintf("the replay found %d", changed.Found)
+	if changed.OtherRecords {
+		found = fmt.Sprintf("the replay found %d, but not the same ones or not for the same places", changed.Found)
+	}
+	note := fmt.Sprintf("The set changed since the dry run: it showed %d record(s), %s. Nothing was replayed. "+
+		"This new dry run shows the set as it is now.", req.expect, found)
+	req.expect, req.set = 0, ""
+	next, nextErr := s.launch(req, actor, remote, true, note)
+	if nextErr != nil {
+		err = fmt.Errorf("%w; and no new dry run could start: %w", err, nextErr)
+	}
+	j.mu.Lock()
+	j.changed, j.next = changed, next
+	j.mu.Unlock()
+	j.finish(err)
 }
 
 // auditWithin writes e, within 10 seconds even after ctx ended (a
@@ -421,6 +525,17 @@ type jobData struct {
 	// CanStop is whether this page may stop the job: a dry run anyone
 	// may stop; a replay only where actions are on.
 	CanStop bool
+}
+
+// Next is the page of the dry run that a replay refused because its set
+// changed started; "" for another job.
+func (j *job) Next() string {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.next == nil {
+		return ""
+	}
+	return "/jobs/" + j.next.ID
 }
 
 // job shows a job: its progress while it runs (the page's script polls
@@ -476,7 +591,10 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	}
 	if j.running() {
 		j.cancel()
-		if !j.DryRun {
+		j.mu.Lock()
+		writing := j.writing
+		j.mu.Unlock()
+		if writing { // a replay still checking has written nothing, and its audit row is none
 			filterJSON, _ := json.Marshal(j.Filter.values())
 			if err := s.admin.Audit(r.Context(), producer.AuditEntry{Actor: current(r).actor, Remote: r.RemoteAddr, Action: "dlq.replay.cancel",
 				Target: j.Topic, Filter: filterJSON, Detail: "job " + j.ID}); err != nil {
@@ -484,5 +602,5 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 	}
-	s.started(w, r, http.StatusOK, j, nil)
+	s.answerJob(w, r, http.StatusOK, j, nil)
 }

@@ -10,8 +10,8 @@ import (
 
 // loginPage asks for a token.
 func (s *Server) loginPage(w http.ResponseWriter, r *http.Request) {
-	if len(s.guard.tokens) == 0 {
-		http.Redirect(w, r, "/", http.StatusSeeOther)
+	if len(s.guard.tokens) == 0 || current(r) != nil { // nothing to sign in to, or signed in already
+		http.Redirect(w, r, s.nextPage(r.URL.Query().Get("next")), http.StatusSeeOther)
 		return
 	}
 	s.render(w, r, http.StatusOK, "login", "Sign in", "", s.nextPage(r.URL.Query().Get("next")))

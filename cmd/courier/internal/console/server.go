@@ -185,12 +185,12 @@ func (s *Server) routes() http.Handler {
 	mux.HandleFunc("POST /login", s.takes(loginFields, s.login))
 	mux.HandleFunc("POST /logout", s.takes(logoutFields, s.logout))
 	mux.HandleFunc("GET /{$}", s.overview)
-	mux.HandleFunc("GET /outbox/events", s.events)
+	mux.HandleFunc("GET /outbox/events", s.queries(eventsQueryFields, s.events))
 	mux.HandleFunc("GET /outbox/events/{id}", s.event)
-	mux.HandleFunc("GET /outbox/{action}", s.confirmOutbox)
+	mux.HandleFunc("GET /outbox/{action}", s.queries(confirmQueryFields, s.confirmOutbox))
 	mux.HandleFunc("POST /outbox/{action}", s.act(s.takes(outboxActionFields, s.changeOutbox)))
 	mux.HandleFunc("GET /dlq", s.deadLetterTopics)
-	mux.HandleFunc("GET /dlq/{topic}", s.deadLetters)
+	mux.HandleFunc("GET /dlq/{topic}", s.queries(dlqTopicFields, s.deadLetters))
 	mux.HandleFunc("GET /dlq/{topic}/{partition}/{offset}", s.deadLetter)
 	mux.HandleFunc("POST /dlq/{topic}/dry-run", s.takes(dryRunFields, s.dryRun))
 	mux.HandleFunc("POST /dlq/{topic}/replay", s.act(s.takes(replayFields, s.replay)))
@@ -247,7 +247,7 @@ func (s *Server) protect(next http.Handler) http.Handler {
 					return
 				}
 				next.ServeHTTP(w, r)
-			case r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/progress"):
+			case r.Method == http.MethodGet && !strings.HasSuffix(r.URL.Path, "/progress") && !wantsJSON(r):
 				http.Redirect(w, r, "/login?next="+url.QueryEscape(r.URL.RequestURI()), http.StatusSeeOther)
 			default:
 				s.fail(w, r, http.StatusUnauthorized, errors.New("sign in first: open /login with your token, or send it as Authorization: Bearer <token>"))
