@@ -68,6 +68,7 @@ type replayReportJSON struct {
 	Corrupt         int     `json:"corrupt"`
 	Skipped         int     `json:"skipped"`
 	StoppedAtMax    bool    `json:"stopped_at_max"`
+	Set             string  `json:"set"`
 	Seconds         float64 `json:"seconds"`
 	Error           string  `json:"error,omitempty"`
 }
@@ -137,12 +138,14 @@ on with the others, and exits 1 at the end when any was skipped (also with
 Run one replay per group at a time: a run that finds the group's position
 moved under it by another run stops (exit 1).
 
---expect N replays only what a --dry-run counted: the run first reads its
-set as a dry run does and, when it would not move exactly N records, writes
-and commits nothing (exit 1, with the dry run's summary); else it moves
-those records and no other (one that could not move then, but could now,
-is skipped). Give --since and --until as RFC 3339 times there: a duration
-ago moves between the two runs.
+--expect N --expect-set S replays only what a --dry-run showed (it prints
+both): the run first reads its set as a dry run does and, when it would not
+move exactly those N records to the same places, writes and commits nothing
+(exit 1, with the dry run's summary); else it moves those records and no
+other (one that could not move then, but could now, is skipped). --expect 0
+writes nothing, and exits 1 when there is something to move. Give --since
+and --until as RFC 3339 times there: a duration ago moves between the two
+runs.
 
 The original topic reaches every consumer group reading it. --to-group
 replays each dead letter to the group that failed it (consumer_group in
@@ -158,7 +161,8 @@ plain lines otherwise).`,
 		Example: `  courier dlq replay orders.dlq --dry-run
   courier dlq replay orders.dlq --error "psp timeout" --since 24h --rate 100
   courier dlq replay orders.dlq --partition 0 --from-offset 120 --until-offset 180
-  courier dlq replay orders.dlq --key order-42 --dry-run && courier dlq replay orders.dlq --key order-42 --expect 2
+  courier dlq replay orders.dlq --key order-42 --dry-run
+  courier dlq replay orders.dlq --key order-42 --expect 2 --expect-set 5c0f7a3e9b214d6e8a1f0c2b4d6e8f01
   courier dlq replay orders.dlq --to orders.reprocess --max 10 --output json
   courier dlq replay orders.dlq --consumer-group payouts --to-group --retry-delays 5s,1m`,
 		Args: cobra.ExactArgs(1),
@@ -189,9 +193,9 @@ plain lines otherwise).`,
 			case cfg.MaxReplays < 1:
 				return usageError{fmt.Errorf("--max-replays %d: use 1 or more", cfg.MaxReplays)}
 			case cfg.Expect < 0:
-				return usageError{fmt.Errorf("--expect %d: give the count --dry-run said would move, 1 or more", cfg.Expect)}
-			case cfg.Expect > 0 && cfg.DryRun:
-				return usageError{errors.New("--dry-run and --expect: --dry-run counts, --expect replays that count; pick one")}
+				return usageError{fmt.Errorf("--expect %d: give the count --dry-run said would move", cfg.Expect)}
+			case (cmd.Flags().Changed("expect") || cfg.ExpectSet != "") && cfg.DryRun:
+				return usageError{errors.New("--dry-run and --expect/--expect-set: --dry-run counts, --expect replays that count; pick one")}
 			}
 			if err := o.out.validate(); err != nil {
 				return err
@@ -216,7 +220,10 @@ plain lines otherwise).`,
 			}
 			defer stopTracing()
 			run.TracerProvider = tracer
-			return runReplay(cmd, o, run)
+			// --expect 0: nothing to move, which a dry run checks.
+			expectNone := cmd.Flags().Changed("expect") && run.Expect == 0 && run.ExpectSet == ""
+			run.DryRun = run.DryRun || expectNone
+			return runReplay(cmd, o, run, expectNone)
 		},
 	}
 	ff.register(cmd)
@@ -230,12 +237,15 @@ plain lines otherwise).`,
 	f.Float64Var(&cfg.Rate, "rate", 0, "at most this many records per second (0: no limit)")
 	f.IntVar(&cfg.Max, "max", 0, "stop after moving this many records (0: no limit)")
 	f.IntVar(&cfg.Expect, "expect", 0, "replay only when exactly this many records would move (the count --dry-run gave), and only those; else write nothing and exit 1")
+	f.StringVar(&cfg.ExpectSet, "expect-set", "", "replay only when the records that would move, and where they would go, are those of the dry run that printed this set; else write nothing and exit 1")
 	f.IntVar(&cfg.MaxReplays, "max-replays", dlq.DefaultMaxReplays, "refuse records replayed this many times already, to stop loops")
 	f.IntVar(&cfg.BatchSize, "batch-size", dlq.DefaultReplayBatch, fmt.Sprintf("records written before the position is committed (1 to %d)", dlq.MaxReplayBatch))
 	return cmd
 }
 
-func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig) error {
+// runReplay runs cfg and prints what it did; with expectNone (--expect 0,
+// run as a dry run), finding records to move is an error.
+func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig, expectNone bool) error {
 	stdout := cmd.OutOrStdout()
 	bar := newProgress(cmd.ErrOrStderr())
 	var records []replayRecordJSON
@@ -262,7 +272,7 @@ func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig) error {
 	j := replayReportJSON{
 		Topic: cfg.Topic, Group: cfg.Group, ToGroup: cfg.Route != nil, DryRun: report.DryRun, Total: report.Total, Read: report.Read, Moved: report.Moved,
 		AlreadyReplayed: report.AlreadyReplayed, NotSelected: report.NotSelected, Refused: report.Refused, Corrupt: report.Corrupt, Skipped: report.Skipped,
-		StoppedAtMax: report.StoppedAtMax, Seconds: report.Elapsed.Seconds(),
+		StoppedAtMax: report.StoppedAtMax, Set: report.Set, Seconds: report.Elapsed.Seconds(),
 	}
 	if err != nil {
 		j.Error = err.Error()
@@ -276,6 +286,10 @@ func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig) error {
 			return fmt.Errorf("interrupted after moving %d record(s); their position is committed, so the same command goes on from there", report.Moved)
 		}
 		return replayError(o, cfg.Topic, err)
+	}
+	if expectNone && report.Moved > 0 {
+		return fmt.Errorf("%d record(s) of %s would move, not the 0 --expect names: the set changed since it was counted, so nothing was written; count it again with --dry-run",
+			report.Moved, cfg.Topic)
 	}
 	if report.Skipped > 0 {
 		verb := "were"
@@ -325,6 +339,9 @@ func printReplaySummary(w io.Writer, cfg dlq.ReplayConfig, r dlq.ReplayReport) e
 	switch {
 	case r.DryRun:
 		fmt.Fprintf(w, "dry run: %d record(s) of %s would move; nothing was written or committed\n", r.Moved, cfg.Topic)
+		if r.Moved > 0 {
+			fmt.Fprintf(w, "to replay exactly these, to the same places: --expect %d --expect-set %s\n", r.Moved, r.Set)
+		}
 		moved = "would move"
 	case r.Total == 0:
 		fmt.Fprintf(w, "nothing to replay: group %s has read %s to its end\n", cfg.Group, cfg.Topic)

@@ -186,39 +186,64 @@ func TestDLQReplayToGroupUsageErrors(t *testing.T) {
 	}
 }
 
-// TestDLQReplayExpectsTheCountOfItsDryRun: --expect N with the count a dry
-// run gave replays those N; when a matching dead letter arrived since, it
-// writes nothing, prints the dry run as it is now and exits 1; --expect
-// with --dry-run, or below 0, is a usage error.
-func TestDLQReplayExpectsTheCountOfItsDryRun(t *testing.T) {
+// TestDLQReplayExpectsWhatItsDryRunShowed: a dry run prints its count and
+// set; --expect with them replays those records. When a matching dead
+// letter arrived since, --expect of the old count writes nothing, prints
+// the dry run as it is now and exits 1; so does the old set at the same
+// count, after another run replayed one of its records; --expect 0 writes
+// nothing and exits 1 when there is something to move. --expect or
+// --expect-set with --dry-run, --expect below 0 and a malformed set are
+// usage errors.
+func TestDLQReplayExpectsWhatItsDryRunShowed(t *testing.T) {
 	t.Parallel()
 	f := newDLQFixture(t, 1)
 	f.deadLetters(t, 2, "psp timeout")
 	replay := []string{"dlq", "replay", f.dlqName, "--error", "timeout"}
-	var dry struct {
-		Report replayReportJSON `json:"report"`
+	dryRun := func() replayReportJSON {
+		t.Helper()
+		var dry struct {
+			Report replayReportJSON `json:"report"`
+		}
+		code, out, errOut := courier(t, f.args(append(replay, "--dry-run", "--output", "json")...)...)
+		if err := json.Unmarshal([]byte(out), &dry); err != nil || code != exitOK || len(dry.Report.Set) != 32 {
+			t.Fatalf("dry run: exit %d, %v, %+v\n%s", code, err, dry.Report, errOut)
+		}
+		return dry.Report
 	}
-	code, out, errOut := courier(t, f.args(append(replay, "--dry-run", "--output", "json")...)...)
-	if err := json.Unmarshal([]byte(out), &dry); err != nil || code != exitOK || dry.Report.Moved != 2 {
-		t.Fatalf("dry run: exit %d, %v, %+v\n%s", code, err, dry.Report, errOut)
+	first := dryRun()
+	if code, out, _ := courier(t, f.args(append(replay, "--dry-run")...)...); code != exitOK || !strings.Contains(out, "--expect 2 --expect-set "+first.Set) {
+		t.Errorf("the dry run's text: exit %d\n%s\nwant the --expect and --expect-set that replay it", code, out)
 	}
 	f.deadLetters(t, 1, "psp timeout") // arrives after the dry run
-	code, out, errOut = courier(t, f.args(append(replay, "--expect", "2")...)...)
+	code, out, errOut := courier(t, f.args(append(replay, "--expect", "2", "--expect-set", first.Set)...)...)
 	if code != exitFailure || !strings.Contains(out, "dry run: 3 record(s)") || !strings.Contains(errOut, "would move 3 record(s), not the 2 its dry run showed") {
 		t.Fatalf("--expect 2 of 3: exit %d\n%s%s\nwant exit 1 with the dry run of 3 and why", code, out, errOut)
 	}
+	if code, _, errOut = courier(t, f.args(append(replay, "--expect", "0")...)...); code != exitFailure || !strings.Contains(errOut, "not the 0 --expect names") {
+		t.Fatalf("--expect 0 of 3: exit %d\n%s\nwant exit 1", code, errOut)
+	}
 	if n := len(f.k.ReadAll(t, f.topic)); n != 0 {
-		t.Fatalf("a replay whose count changed wrote %d records", n)
+		t.Fatalf("a replay whose set changed wrote %d records", n)
 	}
-	if code, out, errOut = courier(t, f.args(append(replay, "--expect", "3")...)...); code != exitOK || !strings.Contains(out, "moved 3 record(s)") {
-		t.Fatalf("--expect 3: exit %d\n%s%s", code, out, errOut)
+	three := dryRun()
+	if code, out, errOut = courier(t, f.args(append(replay, "--max", "1")...)...); code != exitOK { // another run moves one of the three
+		t.Fatalf("--max 1: exit %d\n%s%s", code, out, errOut)
 	}
-	if n := len(f.k.ReadAll(t, f.topic)); n != 3 {
-		t.Errorf("%d records replayed, want 3", n)
+	f.deadLetters(t, 1, "psp timeout")
+	code, _, errOut = courier(t, f.args(append(replay, "--expect", "3", "--expect-set", three.Set)...)...)
+	if code != exitFailure || !strings.Contains(errOut, "not the ones its dry run showed") {
+		t.Fatalf("3 other records: exit %d\n%s\nwant exit 1 saying they are not the dry run's", code, errOut)
 	}
-	for _, args := range [][]string{{"--expect", "-1"}, {"--expect", "2", "--dry-run"}} {
-		if code, _, errOut := courier(t, f.args(append(replay, args...)...)...); code != exitUsage || !strings.Contains(errOut, "--expect") {
-			t.Errorf("replay %v: exit %d %s, want a usage error naming --expect", args, code, errOut)
+	now := dryRun()
+	if code, out, errOut = courier(t, f.args(append(replay, "--expect", "3", "--expect-set", now.Set)...)...); code != exitOK || !strings.Contains(out, "moved 3 record(s)") {
+		t.Fatalf("--expect 3 of the new dry run: exit %d\n%s%s", code, out, errOut)
+	}
+	if n := len(f.k.ReadAll(t, f.topic)); n != 4 {
+		t.Errorf("%d records replayed, want 4 (1, then 3)", n)
+	}
+	for _, args := range [][]string{{"--expect", "-1"}, {"--expect", "2", "--dry-run"}, {"--expect-set", now.Set, "--dry-run"}, {"--expect-set", "nope"}} {
+		if code, _, errOut := courier(t, f.args(append(replay, args...)...)...); code != exitUsage || !strings.Contains(errOut, "xpect") {
+			t.Errorf("replay %v: exit %d %s, want a usage error naming --expect or ExpectSet", args, code, errOut)
 		}
 	}
 }

@@ -704,7 +704,7 @@ and dead-lettered event (of --status, if given).`,
 			if err := filters.requireSelector("requeue"); err != nil {
 				return err
 			}
-			if err := exact.validate(); err != nil {
+			if err := exact.validate(cmd); err != nil {
 				return err
 			}
 			outbox, err := o.open(cmd)
@@ -757,7 +757,7 @@ there: a duration ago moves between the two runs.`,
 			if err := filters.requireSelector("purge"); err != nil {
 				return err
 			}
-			if err := exact.validate(); err != nil {
+			if err := exact.validate(cmd); err != nil {
 				return err
 			}
 			if !yes && !exact.dryRun && !isTerminal(cmd.InOrStdin()) {
@@ -793,6 +793,8 @@ there: a duration ago moves between the two runs.`,
 type exactFlags struct {
 	dryRun bool
 	expect int64
+	// given is set when --expect was: 0 is a count too.
+	given bool
 }
 
 func (f *exactFlags) register(cmd *cobra.Command, verb string) {
@@ -801,11 +803,12 @@ func (f *exactFlags) register(cmd *cobra.Command, verb string) {
 	fs.Int64Var(&f.expect, "expect", 0, verb+" only when exactly this many events match (the count --dry-run gave); else change nothing and exit 1")
 }
 
-func (f *exactFlags) validate() error {
+func (f *exactFlags) validate(cmd *cobra.Command) error {
+	f.given = cmd.Flags().Changed("expect")
 	switch {
 	case f.expect < 0:
-		return usageError{fmt.Errorf("--expect %d: give the count --dry-run gave, 1 or more", f.expect)}
-	case f.expect > 0 && f.dryRun:
+		return usageError{fmt.Errorf("--expect %d: give the count --dry-run gave", f.expect)}
+	case f.given && f.dryRun:
 		return usageError{errors.New("--dry-run and --expect: --dry-run counts, --expect acts on that count; pick one")}
 	}
 	return nil
@@ -840,7 +843,7 @@ func (f *exactFlags) run(cmd *cobra.Command, o *outboxOptions, outbox *outboxSes
 		if n, err = act(admin, ctx, pf); err != nil {
 			return err
 		}
-		if f.expect > 0 && n != f.expect {
+		if f.given && n != f.expect {
 			return errCountChanged
 		}
 		return nil

@@ -682,7 +682,14 @@ func TestOutboxActionsExpectTheCountTheyWereGiven(t *testing.T) {
 				t.Errorf("%s --expect 3: %v; statuses %s %s %s %s, want key k's %s and the other key's dead_lettered", c.verb, res,
 					o.status(t, ids[0]), o.status(t, ids[1]), o.status(t, ids[2]), o.status(t, ids[3]), c.after)
 			}
-			for _, args := range [][]string{{"--expect", "-1"}, {"--expect", "2", "--dry-run"}} {
+			if code, _, errOut := o.cli(t, slices.Concat([]string{c.verb, "--key", "other", "--expect", "0"}, c.yes)...); code != exitFailure ||
+				!strings.Contains(errOut, "not the 0 --expect names") || o.status(t, ids[2]) != "dead_lettered" {
+				t.Errorf("%s --expect 0 of 1: exit %d %s, want exit 1 and nothing changed", c.verb, code, errOut)
+			}
+			if code, out, _ := o.cli(t, slices.Concat([]string{c.verb, "--key", "none", "--expect", "0"}, c.yes)...); code != exitOK || out != c.done+" 0 event(s)\n" {
+				t.Errorf("%s --expect 0 of none: exit %d %q, want 0 and nothing done", c.verb, code, out)
+			}
+			for _, args := range [][]string{{"--expect", "-1"}, {"--expect", "2", "--dry-run"}, {"--expect", "0", "--dry-run"}} {
 				if code, _, errOut := o.cli(t, slices.Concat([]string{c.verb, "--key", "other"}, c.yes, args)...); code != exitUsage || !strings.Contains(errOut, "--expect") {
 					t.Errorf("%s %v: exit %d %s, want a usage error naming --expect", c.verb, args, code, errOut)
 				}
