@@ -415,7 +415,7 @@ func (s *Server) launch(req jobRequest, actor, remote string, dryRun bool, note 
 		cancel()
 		return nil, err
 	}
-	filterJSON, _ := json.Marshal(j.Filter.values())
+	filterJSON := j.filterJSON()
 	if !dryRun {
 		cfg.OnChecked = func(dlq.ReplayReport) error {
 			err := s.auditWithin(ctx, producer.AuditEntry{Actor: actor, Remote: remote, Action: "dlq.replay", Target: req.topic,
@@ -493,6 +493,12 @@ func (s *Server) auditWithin(ctx context.Context, e producer.AuditEntry) error {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	return s.admin.Audit(ctx, e)
+}
+
+// filterJSON is the job's filter as its audit rows record it.
+func (j *job) filterJSON() []byte {
+	b, _ := json.Marshal(j.Filter.values()) // a map of strings always encodes
+	return b
 }
 
 // Describe says where the job writes.
@@ -595,9 +601,8 @@ func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 		writing := j.writing
 		j.mu.Unlock()
 		if writing { // a replay still checking has written nothing, and its audit row is none
-			filterJSON, _ := json.Marshal(j.Filter.values())
 			if err := s.admin.Audit(r.Context(), producer.AuditEntry{Actor: current(r).actor, Remote: r.RemoteAddr, Action: "dlq.replay.cancel",
-				Target: j.Topic, Filter: filterJSON, Detail: "job " + j.ID}); err != nil {
+				Target: j.Topic, Filter: j.filterJSON(), Detail: "job " + j.ID}); err != nil {
 				s.log.Error("console: write the audit row of a cancel", "job", j.ID, "error", err)
 			}
 		}
