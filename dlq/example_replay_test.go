@@ -2,6 +2,7 @@ package dlq_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log"
 
@@ -68,4 +69,43 @@ func deadLetter(brokers []string, key, errText string) {
 	if _, err := w.Write(context.Background(), env); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// A replay of what an operator confirmed: the dry run shows what would
+// move (its count and its Set), the operator says yes, and the replay moves
+// those records only. Had a matching dead letter arrived in between, or had
+// another run replayed one of them, it would write nothing and return a
+// *dlq.SetChangedError.
+func ExampleReplayConfig_expectSet() {
+	broker, err := kfake.NewCluster(kfake.SeedTopics(1, "payouts", "payouts.dlq"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer broker.Close()
+	deadLetter(broker.ListenAddrs(), "p-1", "psp timeout after 30s")
+	cfg := dlq.ReplayConfig{Brokers: broker.ListenAddrs(), Topic: "payouts.dlq", Filter: dlq.Filter{ErrorContains: "timeout"}, DryRun: true}
+	dry, err := dlq.Replay(context.Background(), cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("the dry run would move %d; the operator confirms\n", dry.Moved)
+
+	cfg.DryRun, cfg.Expect, cfg.ExpectSet = false, dry.Moved, dry.Set
+	cfg.OnChecked = func(dlq.ReplayReport) error {
+		fmt.Println("the set is the dry run's: audit, then write")
+		return nil
+	}
+	report, err := dlq.Replay(context.Background(), cfg)
+	if errors.Is(err, dlq.ErrSetChanged) {
+		fmt.Println("the set changed; nothing was written:", err)
+		return
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("moved %d, the set of the dry run: %v\n", report.Moved, report.Set == dry.Set)
+	// Output:
+	// the dry run would move 1; the operator confirms
+	// the set is the dry run's: audit, then write
+	// moved 1, the set of the dry run: true
 }
