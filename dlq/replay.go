@@ -338,8 +338,9 @@ func (c ReplayConfig) validate() error {
 // finds the position moved under it stops with ErrConcurrentReplay, and
 // the two may have written one batch twice.
 //
-// With cfg.Expect, the count an operator confirmed from a dry run, Replay
-// counts its set first and writes nothing when it changed (see Expect).
+// With cfg.Expect or cfg.ExpectSet, the count or the set an operator
+// confirmed from a dry run, Replay checks its set first and writes
+// nothing when it is not that one (see Expect).
 //
 // A record whose original partition exists in its original topic goes back
 // to that partition; other records (dead-lettered by the relay before they
@@ -473,8 +474,9 @@ func (r *replayer) plan(ctx context.Context) ([]span, map[int32]*position, error
 
 // check reads the planned spans as a dry run does and fails with a
 // *SetChangedError, leaving the check's report as the run's, when they
-// would move another count than Expect; else it keeps the offsets that
-// would move, the only ones the run may move, and calls OnChecked.
+// would move another count than Expect or another set than ExpectSet;
+// else it keeps the offsets that would move, the only ones the run may
+// move, and calls OnChecked.
 func (r *replayer) check(ctx context.Context, list []span, places map[int32]*position) error {
 	cfg := r.cfg
 	chosen := map[int32][]int64{}
@@ -492,7 +494,7 @@ func (r *replayer) check(ctx context.Context, list []span, places map[int32]*pos
 		copies[p] = &c
 	}
 	if err := dry.replay(ctx, list, copies); err != nil {
-		return fmt.Errorf("dlq: check the count of the replay (Expect %d): %w", r.cfg.Expect, err)
+		return fmt.Errorf("dlq: check the set of the replay against its dry run's: %w", err)
 	}
 	dry.report.Elapsed, dry.report.Set = time.Since(r.start), dry.setDigest()
 	countChanged := r.cfg.Expect > 0 && dry.report.Moved != r.cfg.Expect
@@ -512,8 +514,8 @@ func (r *replayer) check(ctx context.Context, list []span, places map[int32]*pos
 	return nil
 }
 
-// ErrSetChanged is matched by the error of a Replay whose Expect is not
-// the count of records it would move now.
+// ErrSetChanged is matched by the error of a Replay whose Expect or
+// ExpectSet is not the count or the set of records it would move now.
 var ErrSetChanged = errors.New("dlq: the replay's set changed since its dry run")
 
 // SetChangedError is the error of a Replay whose set is not the one its
@@ -539,7 +541,7 @@ func (e *SetChangedError) Error() string {
 func (e *SetChangedError) Is(target error) bool { return target == ErrSetChanged }
 
 // chosenAt reports whether a checked run may move the record of partition
-// at offset: true without a check (Expect 0).
+// at offset: true without a check.
 func (r *replayer) chosenAt(partition int32, offset int64) bool {
 	if r.chosen == nil {
 		return true
@@ -627,7 +629,7 @@ func (r *replayer) consider(ctx context.Context, pos *position, m *sarama.Consum
 		return err
 	}
 	if skip == "" && !r.chosenAt(e.Partition, e.Offset) {
-		skip = "it could not move when the replay checked its count (Expect), so this run leaves it; replay again to move it"
+		skip = "it could not move when the replay checked its set (Expect, ExpectSet), so this run leaves it; replay again to move it"
 	}
 	if skip != "" {
 		r.report.Skipped++

@@ -744,7 +744,7 @@ func TestReplayWithExpectMovesOnlyWhatItChecked(t *testing.T) {
 		t.Fatalf("replay expecting 2: %+v, %v; want 2 moved, the late one skipped", report, err)
 	}
 	for _, r := range records {
-		if r.Action == dlq.ActionSkipped && !strings.Contains(r.Reason, "checked its count") {
+		if r.Action == dlq.ActionSkipped && !strings.Contains(r.Reason, "checked its set") {
 			t.Errorf("skipped for %q, want the reason that it was not in the checked count", r.Reason)
 		}
 	}

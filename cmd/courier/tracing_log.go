@@ -83,16 +83,7 @@ const logTextLimit = 512
 // so that no escape of a collector's answer reaches the log raw whatever
 // the handler does, and cut to logTextLimit bytes.
 func logText(s string, secrets []string) string {
-	s = strings.Map(func(r rune) rune {
-		switch {
-		case r == '\t' || r == '\n' || r == '\r':
-			return ' '
-		case !strconv.IsPrint(r):
-			return '\uFFFD'
-		}
-		return r
-	}, redact.String(s, secrets)) // bytes that are not UTF-8 become U+FFFD too
-	return textcut.Cut(s, logTextLimit, "…")
+	return textcut.Line(redact.String(s, secrets), logTextLimit, func(r rune) bool { return !strconv.IsPrint(r) })
 }
 
 // exportLog is where a command that traces logs what OpenTelemetry

@@ -360,6 +360,31 @@ func TestTracingRefusesHeadersTheExporterCannotSend(t *testing.T) {
 	}
 }
 
+// tracingRelay is a relay process that traces to a collector that never
+// answers.
+type tracingRelay struct {
+	o        *outboxDB
+	k        *testkit.Kafka
+	topic    string
+	p        *relayProcess
+	requests func() int64 // the exports that came to the collector
+}
+
+// relayTracingToAHangingCollector enqueues an event for a topic of its own
+// and starts `courier relay` (JSON logs, env and flags added) tracing to
+// a hangingCollector.
+func relayTracingToAHangingCollector(t *testing.T, env []string, flags ...string) tracingRelay {
+	t.Helper()
+	r := tracingRelay{o: newOutboxDB(t), k: testkit.NewKafka(t)}
+	r.topic = r.k.Topic(t, 1)
+	collector, requests := hangingCollector(t)
+	r.requests = requests
+	r.o.enqueue(t, event(r.topic, "order-1", "OrderCreated"))
+	r.p = startProcessWithEnv(t, env, slices.Concat(r.o.flags(), []string{"relay", "--brokers", strings.Join(r.k.Brokers, ","), "--log-format", "json",
+		"--otlp-endpoint", collector.URL}, flags)...)
+	return r
+}
+
 // hangingCollector accepts each export and never answers it; requests
 // counts those that came.
 func hangingCollector(t *testing.T) (srv *httptest.Server, requests func() int64) {
@@ -392,15 +417,9 @@ func TestRelayStopsWithinTheShutdownTimeoutWhenTheCollectorHangs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			o := newOutboxDB(t)
-			k := testkit.NewKafka(t)
-			topic := k.Topic(t, 1)
-			collector, requests := hangingCollector(t)
-			o.enqueue(t, event(topic, "order-1", "OrderCreated"))
-			p := startProcessWithEnv(t, []string{"OTEL_BSP_SCHEDULE_DELAY=" + tc.scheduleDelay}, append(o.flags(), "relay",
-				"--brokers", strings.Join(k.Brokers, ","), "--log-format", "json", "--shutdown-timeout", shutdownTimeout.String(),
-				"--otlp-endpoint", collector.URL)...)
-			topicRecords(t, k, topic, 1)
+			r := relayTracingToAHangingCollector(t, []string{"OTEL_BSP_SCHEDULE_DELAY=" + tc.scheduleDelay}, "--shutdown-timeout", shutdownTimeout.String())
+			p, requests := r.p, r.requests
+			topicRecords(t, r.k, r.topic, 1)
 			if tc.inExport {
 				testkit.WaitFor(t, 30*time.Second, "an export at the collector", func() bool { return requests() > 0 })
 			}
@@ -450,16 +469,11 @@ func TestDLQReplayExitsWithinTheSpanBoundWhenTheCollectorHangs(t *testing.T) {
 // spans: a hanging collector costs spans, never the exporter.
 func TestTracingExportGivesUpOnACollectorThatNeverAnswers(t *testing.T) {
 	t.Parallel()
-	o := newOutboxDB(t)
-	k := testkit.NewKafka(t)
-	topic := k.Topic(t, 1)
-	collector, requests := hangingCollector(t)
-	o.enqueue(t, event(topic, "order-1", "OrderCreated"))
-	p := startProcessWithEnv(t, []string{"OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_EXPORTER_OTLP_TIMEOUT=3600000", "OTEL_BSP_EXPORT_TIMEOUT=0"},
-		append(o.flags(), "relay", "--brokers", strings.Join(k.Brokers, ","), "--log-format", "json", "--otlp-endpoint", collector.URL)...)
+	r := relayTracingToAHangingCollector(t, []string{"OTEL_BSP_SCHEDULE_DELAY=50", "OTEL_EXPORTER_OTLP_TIMEOUT=3600000", "OTEL_BSP_EXPORT_TIMEOUT=0"})
+	p, requests := r.p, r.requests
 	testkit.WaitFor(t, 30*time.Second, "the first export at the collector", func() bool { return requests() == 1 })
-	o.enqueue(t, event(topic, "order-2", "OrderCreated"))
-	topicRecords(t, k, topic, 2)
+	r.o.enqueue(t, event(r.topic, "order-2", "OrderCreated"))
+	topicRecords(t, r.k, r.topic, 2)
 	// The README's 10s, and as long again of slack.
 	testkit.WaitFor(t, 20*time.Second, "the next export, once the first gave up", func() bool { return requests() == 2 })
 	if failed := waitLog(t, &p.stderr, "cannot export spans; they are dropped (logged at most once a minute)"); !strings.Contains(failed["error"].(string), "deadline exceeded") {

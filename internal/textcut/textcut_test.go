@@ -28,3 +28,23 @@ func TestCut(t *testing.T) {
 		}
 	}
 }
+
+// TestLine: tabs and line breaks become spaces, the runes unsafe names
+// and invalid UTF-8 become U+FFFD, the rest stays, cut to the limit.
+func TestLine(t *testing.T) {
+	control := func(r rune) bool { return r < ' ' || r == 0x7f }
+	for _, tc := range []struct {
+		s     string
+		limit int
+		want  string
+	}{
+		{"a\tb\r\nc", 20, "a b  c"},
+		{"red \x1b[31m\xff", 20, "red \uFFFD[31m\uFFFD"},
+		{"bidi \u202e stays", 20, "bidi \u202e stays"},
+		{strings.Repeat("x", 30), 10, strings.Repeat("x", 7) + "…"},
+	} {
+		if got := textcut.Line(tc.s, tc.limit, control); got != tc.want {
+			t.Errorf("Line(%q, %d) = %q, want %q", tc.s, tc.limit, got, tc.want)
+		}
+	}
+}

@@ -4,11 +4,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
@@ -39,7 +39,7 @@ var repeatable = []string{"status"}
 func readPost(r *http.Request) (int, error) {
 	if r.URL.RawQuery != "" {
 		return http.StatusBadRequest, fmt.Errorf("nothing was done: a POST takes its fields in its body, and this one has a query string (%s); "+
-			"send them as form fields (curl --data-urlencode name=value), so that the action reads every one", quoteNames(queryNames(r.URL.RawQuery)))
+			"send them as form fields (curl --data-urlencode name=value), so that the action reads every one", quoteNames(r.URL.Query()))
 	}
 	mediaType := ""
 	if ct := r.Header.Get("Content-Type"); ct != "" {
@@ -92,7 +92,7 @@ var (
 // checkFields refuses fields v holds outside fields, or one of them more
 // than once (but those in repeatable).
 func checkFields(v url.Values, fields []string) error {
-	for _, name := range sortedNames(v) {
+	for _, name := range slices.Sorted(maps.Keys(v)) {
 		switch n := len(v[name]); {
 		case !slices.Contains(fields, name):
 			return fmt.Errorf("this takes no field %s; it takes %s", quote(name), strings.Join(fields, ", "))
@@ -127,33 +127,10 @@ func (s *Server) queries(fields []string, h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// sortedNames are the names of v in order, for errors that name the first.
-func sortedNames(v map[string][]string) []string {
-	names := make([]string, 0, len(v))
-	for name := range v {
-		names = append(names, name)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// queryNames are the field names of a raw query, in order, undecoded.
-func queryNames(raw string) []string {
-	var names []string
-	for pair := range strings.SplitSeq(raw, "&") {
-		name, _, _ := strings.Cut(pair, "=")
-		if !slices.Contains(names, name) {
-			names = append(names, name)
-		}
-	}
-	sort.Strings(names)
-	return names
-}
-
-// quoteNames quotes at most the first 10 of names.
-func quoteNames(names []string) string {
+// quoteNames quotes at most the first 10 names of v, in order.
+func quoteNames(v url.Values) string {
 	var quoted []string
-	for i, name := range names {
+	for i, name := range slices.Sorted(maps.Keys(v)) {
 		if i == 10 {
 			quoted = append(quoted, "…")
 			break

@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"net/http"
 	"regexp"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -185,9 +187,9 @@ func (j *job) snapshot() progress {
 		p.Replay = j.replayForm(r)
 	}
 	if j.changed != nil {
-		p.Changed = &changedJSON{Expected: j.changed.Expected, Found: j.changed.Found, OtherRecords: j.changed.OtherRecords}
+		p.Changed = newChangedJSON(j.changed)
 		if j.next != nil {
-			p.Next = "/jobs/" + j.next.ID
+			p.Next = j.next.page()
 		}
 	}
 	end := time.Now()
@@ -232,7 +234,7 @@ func (j *job) ReplayForm() [][2]string {
 	form := j.replayForm(j.report)
 	j.mu.Unlock()
 	var out [][2]string
-	for _, name := range sortedNames(form) {
+	for _, name := range slices.Sorted(maps.Keys(form)) {
 		for _, v := range form[name] {
 			out = append(out, [2]string{name, v})
 		}
@@ -375,12 +377,19 @@ type changedJSON struct {
 	OtherRecords bool `json:"other_records,omitempty"`
 }
 
+func newChangedJSON(e *dlq.SetChangedError) *changedJSON {
+	return &changedJSON{Expected: e.Expected, Found: e.Found, OtherRecords: e.OtherRecords}
+}
+
+// page is the job's page.
+func (j *job) page() string { return "/jobs/" + j.ID }
+
 // answerJob answers a request that started, refused or stopped a job,
 // with j's page: for a script, jobJSON with status (and changed, when a
 // replay was refused); for a browser, a redirect to the page, which
 // follows the job and says what happened.
 func (s *Server) answerJob(w http.ResponseWriter, r *http.Request, status int, j *job, changed *dlq.SetChangedError) {
-	page := "/jobs/" + j.ID
+	page := j.page()
 	if !wantsJSON(r) {
 		http.Redirect(w, r, page, http.StatusSeeOther)
 		return
@@ -388,8 +397,7 @@ func (s *Server) answerJob(w http.ResponseWriter, r *http.Request, status int, j
 	w.Header().Set("Location", page)
 	out := jobJSON{Job: j.snapshot(), URL: page}
 	if changed != nil {
-		out.Changed = &changedJSON{Expected: changed.Expected, Found: changed.Found, OtherRecords: changed.OtherRecords}
-		out.Error = display.Text(changed.Error())
+		out.Changed, out.Error = newChangedJSON(changed), display.Text(changed.Error())
 	}
 	writeJSON(w, status, out)
 }
@@ -541,7 +549,7 @@ func (j *job) Next() string {
 	if j.next == nil {
 		return ""
 	}
-	return "/jobs/" + j.next.ID
+	return j.next.page()
 }
 
 // job shows a job: its progress while it runs (the page's script polls
@@ -552,11 +560,6 @@ func (s *Server) job(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusNotFound, errors.New("no such replay job (the console keeps the last 100, until it restarts)"))
 		return
 	}
-	s.renderJob(w, r, http.StatusOK, j)
-}
-
-// renderJob shows j's page with status.
-func (s *Server) renderJob(w http.ResponseWriter, r *http.Request, status int, j *job) {
 	moved := dlq.ActionMoved
 	if j.DryRun {
 		moved = dlq.ActionWouldMove
@@ -567,7 +570,7 @@ func (s *Server) renderJob(w http.ResponseWriter, r *http.Request, status int, j
 	if j.DryRun {
 		title = "Dry run of " + j.Topic
 	}
-	s.render(w, r, status, "job", title, "dlq", d)
+	s.render(w, r, http.StatusOK, "job", title, "dlq", d)
 }
 
 // jobProgress answers a job's progress as JSON.

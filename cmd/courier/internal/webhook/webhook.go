@@ -684,18 +684,10 @@ func (n *Notifier) mask(s string) string { return redact.String(s, n.secrets) }
 // markup in a message's text: mentions such as <!channel>, and links.
 var chatEscaper = strings.NewReplacer("&", "&amp;", "<", "&lt;", ">", "&gt;")
 
-// clean returns s as valid UTF-8 with its tabs and line breaks as spaces
-// and its other control characters (C0, DEL, C1) as U+FFFD, cut to at
-// most limit bytes on a rune boundary, "…" marking the cut.
-func clean(s string, limit int) string {
-	s = strings.Map(func(r rune) rune {
-		switch {
-		case r == '\t' || r == '\n' || r == '\r':
-			return ' '
-		case r < ' ' || r >= 0x7f && r < 0xa0:
-			return '\uFFFD'
-		}
-		return r
-	}, s) // invalid UTF-8 becomes U+FFFD too
-	return textcut.Cut(s, limit, "…")
-}
+// clean returns s as valid UTF-8 on one line, its other control
+// characters (C0, DEL, C1) as U+FFFD, cut to at most limit bytes on a
+// rune boundary, "…" marking the cut (textcut.Line).
+func clean(s string, limit int) string { return textcut.Line(s, limit, isControl) }
+
+// isControl reports whether r is a control character: C0, DEL or C1.
+func isControl(r rune) bool { return r < ' ' || r >= 0x7f && r < 0xa0 }
