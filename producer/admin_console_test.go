@@ -56,7 +56,7 @@ func newConsoleFixture(t *testing.T) consoleFixture {
 	pub.setFail(func(m *record.Record) error {
 		switch recordHeader(m, producer.HeaderID) {
 		case f.o2.String():
-			return sarama.ErrNotEnoughReplicas
+			return sarama.ErrInvalidMessage
 		case f.o3.String(), f.i1.String():
 			return sarama.ErrMessageSizeTooLarge
 		}
@@ -417,7 +417,7 @@ func TestActivityTalliesWhatTheRelaysPublish(t *testing.T) {
 	}
 	retried := enqueue(t, pg, out, orderCreated("o-retried"))
 	pub := &fakePublisher{}
-	pub.setFail(failID(retried, sarama.ErrNotEnoughReplicas))
+	pub.setFail(failID(retried, sarama.ErrInvalidMessage))
 	runOnce(t, newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub}))
 	pub.setFail(nil)
 	if n, err := admin.Requeue(ctx, producer.Filter{IDs: []uuid.UUID{retried}}); err != nil || n != 1 {

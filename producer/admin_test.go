@@ -40,7 +40,7 @@ func newAdminFixture(t *testing.T) adminFixture {
 	pub.setFail(func(m *record.Record) error {
 		switch recordHeader(m, producer.HeaderID) {
 		case f.failed.String():
-			return sarama.ErrUnknown
+			return sarama.ErrInvalidMessage
 		case f.dead.String():
 			return sarama.ErrMessageSizeTooLarge
 		case f.deadOther.String():

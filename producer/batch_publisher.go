@@ -41,6 +41,7 @@ type batchPublisher struct {
 	version    int16 // of the produce requests
 	idempotent bool
 	sessions   sessionPool
+	holds      *holds // the relay's held partitions, failed unsent; nil for none
 
 	mu       sync.Mutex // guards client, and closed against new writes
 	client   sarama.Client
@@ -59,6 +60,12 @@ type PublisherOption func(*batchPublisher)
 // WaitForLocal.
 func WithoutIdempotence() PublisherOption {
 	return func(p *batchPublisher) { p.idempotent = false }
+}
+
+// withHolds makes a publisher fail the records of the partitions h holds
+// at once, unsent (see holds).
+func withHolds(h *holds) PublisherOption {
+	return func(p *batchPublisher) { p.holds = h }
 }
 
 // NewSaramaPublisher returns the record.Publisher the relay uses by default,
@@ -299,15 +306,45 @@ func (pb *partitionBatches) renumber() bool {
 // giveUp fails the records of pb not yet acknowledged with err. A batch
 // whose fate is unknown leaves its session broken: the broker may hold it,
 // and the session's next batch on the partition could be taken for it.
+//
+// Each record's error names its partition (placedError); that of the
+// batch whose fate is unknown says so (fateUnknownError), so that the relay
+// publishes it again rather than dead-letter it.
 func (pb *partitionBatches) giveUp(out *outcome, err error) {
-	if pb.session != nil && !pb.unknown.IsZero() {
-		pb.session.broken = true
+	placed := placedError{pb.topicPartition, err}
+	if !pb.unknown.IsZero() {
+		if pb.session != nil {
+			pb.session.broken = true
+		}
+		out.set(pb.batches[pb.next], placedError{pb.topicPartition, fateUnknownError{err}})
+		pb.next++
 	}
 	for _, batch := range pb.batches[pb.next:] {
-		out.set(batch, err)
+		out.set(batch, placed)
 	}
 	pb.next = len(pb.batches)
 }
+
+// placedError is the error of records a write gave up on, with the
+// partition they were for.
+type placedError struct {
+	topicPartition
+	err error
+}
+
+func (e placedError) Error() string { return e.topicPartition.String() + ": " + e.err.Error() }
+func (e placedError) Unwrap() error { return e.err }
+
+// fateUnknownError is the error of a batch that may have been appended: it
+// was sent, and its last answer (or none) does not say it was not. The
+// relay publishes it again and never dead-letters it.
+type fateUnknownError struct{ error }
+
+func (e fateUnknownError) Error() string {
+	return "it may have been appended (no answer said otherwise): " + e.error.Error()
+}
+
+func (e fateUnknownError) Unwrap() error { return e.error }
 
 // write sorts records into partitions and writes them in rounds: each round
 // sends, for every partition that has one left, its next batch, one produce
@@ -474,6 +511,12 @@ func (p *batchPublisher) partition(ctx context.Context, client sarama.Client, re
 		}
 		partition := rt.partitions[choice]
 		at := topicPartition{r.Topic, partition}
+		if p.holds != nil {
+			if err := p.holds.check(at); err != nil {
+				fail(err) // held: unsent, it waits with its partition
+				continue
+			}
+		}
 		pb := index[at]
 		if pb == nil {
 			pb = &partitionBatches{topicPartition: at}

@@ -61,14 +61,14 @@ func TestTenantHooksHearTheTenant(t *testing.T) {
 		case poison.String():
 			return sarama.ErrMessageSizeTooLarge
 		case flaky.String():
-			return sarama.ErrNotEnoughReplicas
+			return sarama.ErrInvalidMessage
 		}
 		return nil
 	})
 	log := &tenantLog{}
 	runOnce(t, newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: newFakeClock().Now, Hooks: []producer.Hook{log}}))
 	slices.Sort(log.calls)
-	want := []string{"dead orders globex", "failed orders  retriable", "failed orders globex permanent", "published orders acme"}
+	want := []string{"dead orders globex", "failed orders  refused", "failed orders globex permanent", "published orders acme"}
 	if !slices.Equal(log.calls, want) {
 		t.Errorf("the tenant hooks heard %q, want %q", log.calls, want)
 	}

@@ -106,10 +106,6 @@ func TestHostileRelay(t *testing.T) {
 			},
 			want: "created_at: infinity is not a time",
 		}},
-		{name: "key whose partition refuses it: NOT_ENOUGH_REPLICAS", isolation: isolation{
-			bad:  func(r *rig) (uuid.UUID, error) { return r.failing(kerr.NotEnoughReplicas) },
-			want: "NOT_ENOUGH_REPLICAS", retries: 5,
-		}},
 		{name: "key whose partition refuses it: CORRUPT_MESSAGE", isolation: isolation{
 			bad:  func(r *rig) (uuid.UUID, error) { return r.failing(kerr.CorruptMessage) },
 			want: "CRC", retries: 5,
@@ -121,7 +117,8 @@ func TestHostileRelay(t *testing.T) {
 				r.k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: denied, Err: kerr.TopicAuthorizationFailed, Count: -1})
 				return r.insertEvent("'"+denied+"'", "'k-bad'", "'x'")
 			},
-			want: "not authorized",
+			// Access is the cluster's to grant, not the event's fault.
+			want: "not authorized", held: true,
 		}},
 		{name: "topic too long for its dead-letter topic", isolation: isolation{
 			relay: func(c *producer.RelayConfig) { c.PublishDeadLetters = true },
@@ -206,12 +203,12 @@ func TestHostileRelay(t *testing.T) {
 			bad: func(r *rig) (uuid.UUID, error) {
 				r.refuse("courier_outbox_dead")
 				id := enqueue(r.t, r.pg, r.out, producer.Event{Topic: r.topic, Key: "k-refused", Type: "Bad", Payload: []byte(`{}`)})
-				r.failEvent(id, "k-refused", kerr.NotEnoughReplicas)
+				r.failEvent(id, "k-refused", kerr.CorruptMessage)
 				return id, nil
 			},
 			// It waits, never due again, with the error, for an operator.
 			status: producer.StatusFailed, retries: 8,
-			want: `NOT_ENOUGH_REPLICAS; PostgreSQL refused to record it: ERROR: new row for relation "courier_outbox_dead" violates check constraint`,
+			want: `CORRUPT_MESSAGE; PostgreSQL refused to record it: ERROR: new row for relation "courier_outbox_dead" violates check constraint`,
 		}},
 		{name: "negative max_retries", isolation: isolation{
 			bad: func(r *rig) (uuid.UUID, error) {
@@ -381,7 +378,7 @@ func TestTooLargeEnvelopeGoesRawThroughSarama(t *testing.T) {
 	k := testkit.NewKafka(t, testkit.InProcess())
 	topic := k.Topic(t, 1)
 	k.CreateTopic(t, topic+".dlq", 1)
-	k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.TopicAuthorizationFailed, Count: -1})
+	k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.PolicyViolation, Count: -1})
 	payload := incompressibleBytes(700 << 10)
 	ev := producer.Event{Topic: topic, Key: "k-big", Type: "Blob", ContentType: "application/octet-stream", Payload: payload}
 	id := enqueue(t, pg, out, ev)

@@ -29,7 +29,7 @@ func (s BreakerState) String() string {
 
 // Hook is a value implementing one or more of the hook interfaces:
 // ClaimedHook, PublishedHook, PublishFailedHook, DeadLetteredHook,
-// BreakerChangedHook and BacklogHook, or the tenant's variants of three
+// BreakerChangedHook, BacklogHook and HeldHook, or the tenant's variants of three
 // of them (TenantPublishedHook, TenantPublishFailedHook,
 // TenantDeadLetteredHook). RelayConfig.Hooks takes any number
 // of them; the relay calls each for the measurements of the interfaces it
@@ -50,8 +50,11 @@ type PublishedHook interface {
 	Published(topic string, latency time.Duration)
 }
 
-// PublishFailedHook hears of each failed publish attempt; reason is
-// "retriable", "broker_unavailable" or "permanent".
+// PublishFailedHook hears of each failed publish; reason is "held" (the
+// cluster's condition: no attempt counted, the partition is held),
+// "refused" (the record refused, retried with an attempt counted),
+// "broker_unavailable" (Kafka unreachable, no attempt counted) or
+// "permanent" (dead-lettered).
 type PublishFailedHook interface {
 	PublishFailed(topic, reason string)
 }
@@ -85,6 +88,17 @@ type BreakerChangedHook interface {
 	BreakerChanged(state BreakerState)
 }
 
+// HeldHook hears when the cluster's condition starts holding a partition's
+// events (see RelayConfig.MaxAttempts), since when, and when the hold ends:
+// the partition took an event again, or none was left to try. partition is
+// -1 for a whole topic: one whose partitions could not be looked up, or
+// the events of a RelayConfig.Publisher that does not say where a record
+// went.
+type HeldHook interface {
+	Held(topic string, partition int32, since time.Time)
+	Unheld(topic string, partition int32)
+}
+
 // BacklogHook hears, every RelayConfig.StatsInterval, of the events
 // waiting to be published (pending or failed) and the age of the oldest due
 // one. Without one, the relay does not measure the backlog.
@@ -102,6 +116,7 @@ type hooks struct {
 	deadLettered   []DeadLetteredHook
 	breakerChanged []BreakerChangedHook
 	backlog        []BacklogHook
+	held           []HeldHook
 
 	tenantPublished     []TenantPublishedHook
 	tenantPublishFailed []TenantPublishFailedHook
@@ -116,11 +131,11 @@ func newHooks(hs []Hook) (hooks, error) {
 		matched := []bool{
 			appendIf(&h.claimed, hook), appendEither(&h.tenantPublished, &h.published, hook),
 			appendEither(&h.tenantPublishFailed, &h.publishFailed, hook), appendEither(&h.tenantDeadLettered, &h.deadLettered, hook),
-			appendIf(&h.breakerChanged, hook), appendIf(&h.backlog, hook),
+			appendIf(&h.breakerChanged, hook), appendIf(&h.backlog, hook), appendIf(&h.held, hook),
 		}
 		if !slices.Contains(matched, true) {
 			return hooks{}, fmt.Errorf("Hooks[%d] is a %T, which implements none of ClaimedHook, PublishedHook, PublishFailedHook, "+
-				"DeadLetteredHook, BreakerChangedHook and BacklogHook (or their Tenant variants); give it one of their methods, or leave it out", i, hook)
+				"DeadLetteredHook, BreakerChangedHook, BacklogHook and HeldHook (or their Tenant variants); give it one of their methods, or leave it out", i, hook)
 		}
 	}
 	return h, nil
@@ -179,6 +194,18 @@ func (h *hooks) DeadLettered(topic, tenant string) {
 func (h *hooks) BreakerChanged(state BreakerState) {
 	for _, x := range h.breakerChanged {
 		x.BreakerChanged(state)
+	}
+}
+
+func (h *hooks) Held(topic string, partition int32, since time.Time) {
+	for _, x := range h.held {
+		x.Held(topic, partition, since)
+	}
+}
+
+func (h *hooks) Unheld(topic string, partition int32) {
+	for _, x := range h.held {
+		x.Unheld(topic, partition)
 	}
 }
 

@@ -34,30 +34,41 @@ func NewSaramaConfig() *sarama.Config {
 type failureClass int
 
 const (
-	// failRetriable: a broker answered and refused this event for now (no
-	// such topic yet, a partition without a leader or with too few in-sync
-	// replicas, any other retriable error code), or the publish failed in a
-	// way that does not say Kafka is unreachable. The refusal is the
-	// event's, its topic's or its partition's, not Kafka's: count an
-	// attempt, retry after a backoff, dead-letter after MaxAttempts; the
-	// breaker does not hear of it, so other topics and keys go on.
-	failRetriable failureClass = iota
+	// failRefused: a broker refused the record itself in a way a retry may
+	// get past (a corrupt record, a topic missing past
+	// RelayConfig.MissingTopicGrace), or the publish failed with an error
+	// courier does not know (a RelayConfig.Publisher's own): count an
+	// attempt, retry after a backoff, dead-letter after MaxAttempts.
+	failRefused failureClass = iota
+	// failHeld: the cluster's condition, not the record's: a broker
+	// answered with an error Kafka classes as retriable (no leader, the
+	// leader moved, too few in-sync replicas, a request timed out,
+	// throttling, a topic not created yet), or one that says nothing of
+	// the record (access refused, an unknown server error), or the
+	// record's fate is unknown (it may have been appended). Count no
+	// attempt, hold the partition's events with backoff, never dead-letter
+	// them; the breaker does not hear of it, so other partitions go on.
+	failHeld
 	// failUnavailable: no broker answered (connection refused or reset, a
 	// network error or timeout, no broker left to ask): count no attempt,
 	// feed the breaker, try again soon.
 	failUnavailable
-	// failPermanent: no retry can fix it; dead-letter at once.
+	// failPermanent: the broker refused the record itself and no retry can
+	// fix it (too large, invalid, against the topic's policy): dead-letter
+	// at once.
 	failPermanent
 )
 
 func (c failureClass) String() string {
 	switch c {
+	case failHeld:
+		return "held"
 	case failUnavailable:
 		return "broker_unavailable"
 	case failPermanent:
 		return "permanent"
 	default:
-		return "retriable"
+		return "refused"
 	}
 }
 
@@ -67,12 +78,43 @@ type permanentError struct{ error }
 
 func (e permanentError) Unwrap() error { return e.error }
 
-// classify sorts a publish error. Every error code a broker sent back
-// (a sarama.KError) about a produce request is a broker's answer about one
-// topic, partition or record, so it is never failUnavailable: only errors
-// that mean no broker answered are, and a cluster's refusal to start an
-// idempotent producer session, which no event caused.
+// recordRefusals are the produce error codes that refuse the record
+// itself, the only ones that count an attempt: the permanent ones
+// dead-letter at once, CORRUPT_MESSAGE (which Kafka classes as retriable:
+// a record damaged on the way) is retried and dead-letters after
+// MaxAttempts. Every other code a broker sends is the cluster's condition
+// (failHeld), except UNKNOWN_TOPIC_OR_PARTITION past the missing-topic
+// grace (see Relay.classify).
+var recordRefusals = map[sarama.KError]failureClass{
+	sarama.ErrMessageSizeTooLarge:         failPermanent, // MESSAGE_TOO_LARGE
+	sarama.ErrMessageSetSizeTooLarge:      failPermanent, // RECORD_LIST_TOO_LARGE
+	sarama.ErrInvalidTopic:                failPermanent, // INVALID_TOPIC_EXCEPTION
+	sarama.ErrInvalidRecord:               failPermanent, // INVALID_RECORD
+	sarama.ErrPolicyViolation:             failPermanent, // POLICY_VIOLATION
+	sarama.ErrUnsupportedForMessageFormat: failPermanent, // UNSUPPORTED_FOR_MESSAGE_FORMAT
+	sarama.ErrInvalidTimestamp:            failPermanent, // INVALID_TIMESTAMP
+	sarama.ErrInvalidMessage:              failRefused,   // CORRUPT_MESSAGE
+}
+
+// classify sorts a publish error. A broker's error code (a sarama.KError)
+// about a produce request is its answer about one topic, partition or
+// record, so it is never failUnavailable: only errors that mean no broker
+// answered are, and a cluster's refusal to start an idempotent producer
+// session, which no event caused. Of the codes, only recordRefusals count
+// an attempt; the rest are held (Kafka's own retriable classification,
+// kerr.IsRetriable, is a subset of them). A write whose fate is unknown is
+// held whatever refusal came last: it may have been appended, so it must be
+// published again, never dead-lettered.
 func classify(err error) failureClass {
+	class := classifyCause(err)
+	if (class == failRefused || class == failPermanent) && errors.As(err, new(fateUnknownError)) {
+		return failHeld
+	}
+	return class
+}
+
+// classifyCause sorts err by what it says alone.
+func classifyCause(err error) failureClass {
 	var perm permanentError
 	if errors.As(err, &perm) {
 		return failPermanent
@@ -82,13 +124,10 @@ func classify(err error) failureClass {
 	}
 	var kerr sarama.KError
 	if errors.As(err, &kerr) {
-		switch kerr {
-		case sarama.ErrMessageSizeTooLarge, sarama.ErrInvalidTopic, sarama.ErrMessageSetSizeTooLarge,
-			sarama.ErrTopicAuthorizationFailed, sarama.ErrClusterAuthorizationFailed,
-			sarama.ErrInvalidRecord, sarama.ErrPolicyViolation, sarama.ErrUnsupportedForMessageFormat:
-			return failPermanent
+		if class, ok := recordRefusals[kerr]; ok {
+			return class
 		}
-		return failRetriable
+		return failHeld
 	}
 	var configErr sarama.ConfigurationError
 	var encodeErr sarama.PacketEncodingError
@@ -106,5 +145,5 @@ func classify(err error) failureClass {
 		errors.As(err, &netErr):
 		return failUnavailable
 	}
-	return failRetriable
+	return failRefused
 }

@@ -57,6 +57,10 @@ const (
 	DefaultCleanupInterval  = time.Minute
 	DefaultCleanupBatch     = 1000
 	DefaultStatsInterval    = 15 * time.Second
+	// DefaultMissingTopicGrace is how long a topic may be missing before
+	// its events count attempts: long enough for a deploy that creates
+	// topics after the service starts.
+	DefaultMissingTopicGrace = 5 * time.Minute
 )
 
 // Relay bounds: NewRelay refuses values outside them, which could only
@@ -182,14 +186,26 @@ type RelayConfig struct {
 	PollOnly bool
 
 	// MaxAttempts is how many failed attempts dead-letter an event that does
-	// not set Event.MaxAttempts. An attempt fails when a broker refuses the
-	// event (no such topic, no leader for its partition, too few in-sync
-	// replicas, …); while no broker answers at all, attempts are not
-	// counted. With the default Backoff, 10 attempts span about 2.5 minutes
-	// (see DefaultMaxAttempts); a lower value may dead-letter events during a
-	// rolling restart of the brokers. At most MaxMaxAttempts (the 32-bit
-	// retry_count column's largest value). Defaults to 10.
+	// not set Event.MaxAttempts. An attempt fails only when a broker refuses
+	// the record itself in a way a retry may get past (CORRUPT_MESSAGE), when
+	// its topic has been missing for longer than MissingTopicGrace, or when
+	// a RelayConfig.Publisher fails it with an error courier does not know.
+	// The cluster's condition counts no attempt and never dead-letters an
+	// event: no leader, a leader that moved, too few in-sync replicas, a
+	// timeout, throttling, a refused access, a fate unknown, Kafka
+	// unreachable; the event's partition is held instead, and its events
+	// wait with Backoff until Kafka takes them. A record Kafka can never
+	// take (too large, invalid, against the topic's policy) is dead-lettered
+	// at once. At most MaxMaxAttempts (the 32-bit retry_count column's
+	// largest value). Defaults to 10.
 	MaxAttempts int
+	// MissingTopicGrace is how long the cluster may answer that an event's
+	// topic does not exist (UNKNOWN_TOPIC_OR_PARTITION) before its failures
+	// count attempts; until then its events are held like any partition's.
+	// The relay measures it from the first such answer it got, and starts
+	// again when it restarts. Negative: never count them. At most
+	// MaxTimeout (24h). Defaults to 5m.
+	MissingTopicGrace time.Duration
 	// Backoff schedules the retries. Zero fields take their defaults:
 	// Base 1s, Factor 2, Max 30s, no jitter (so 1, 2, 4, 8, 16, 30, 30 s
 	// …). Base and Max run from MinInterval (1ms) to MaxInterval (1h).
@@ -302,6 +318,11 @@ type BatchResult struct {
 	// Deferred events met an unreachable Kafka: no attempt is counted and
 	// they are tried again after Backoff.Base.
 	Deferred int
+	// KafkaHeld events met the cluster's condition (no leader, too few
+	// in-sync replicas, a timeout, a fate unknown, a partition already
+	// held): no attempt is counted, and they wait until their partition's
+	// hold is up.
+	KafkaHeld int
 	// Released events were claimed but not attempted and stay due: an older
 	// event of their key failed in this batch, or the breaker opened.
 	Released int
@@ -333,6 +354,7 @@ type Relay struct {
 	dbClock bool // Now was not injected: due checks use the database clock
 
 	presence *presence // divides the keys among the workers of every relay
+	holds    *holds    // the partitions the cluster's condition holds
 
 	vacuumFailed atomic.Bool // the failure to vacuum the queue was logged
 	// unreachable is set while no broker answers, so that the outage is
@@ -391,12 +413,13 @@ func NewRelay(pool *pgxpool.Pool, cfg RelayConfig) (*Relay, error) {
 		r.wake = append(r.wake, make(chan struct{}, 1))
 	}
 	r.presence = &presence{r: r}
+	r.holds = newHolds(cfg.Now, cfg.Backoff, r.log, &r.metrics)
 	if cfg.TracerProvider != nil {
 		r.tracer = cfg.TracerProvider.Tracer(tracerName)
 	}
 	r.publisher = cfg.Publisher
 	if r.publisher == nil {
-		var opts []PublisherOption
+		opts := []PublisherOption{withHolds(r.holds)}
 		if cfg.DisableIdempotence {
 			opts = append(opts, WithoutIdempotence())
 		}
@@ -477,6 +500,9 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
 	}
+	if c.MissingTopicGrace == 0 {
+		c.MissingTopicGrace = DefaultMissingTopicGrace
+	}
 	if c.Source == "" {
 		c.Source = DefaultSource
 	}
@@ -540,6 +566,10 @@ func (c RelayConfig) validate() error {
 	}
 	if err := c.Backoff.Validate(); err != nil {
 		return fmt.Errorf("Backoff.%w", err)
+	}
+	if c.MissingTopicGrace > MaxTimeout {
+		return fmt.Errorf("MissingTopicGrace is %v; use at most %v, a negative duration to never count a missing topic's failures, or 0 for the default of %v",
+			c.MissingTopicGrace, MaxTimeout, DefaultMissingTopicGrace)
 	}
 	if c.Retention > MaxRetention {
 		return fmt.Errorf("Retention is %v; use at most %v, a negative duration to keep published events forever, or 0 for the default of %v", c.Retention, MaxRetention, DefaultRetention)
@@ -659,6 +689,7 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 	if err != nil {
 		return BatchResult{}, r.store.undefinedObject(err)
 	}
+	r.holds.sweep(r.cfg.Now(), r.holdQuiet())
 	send, held := r.admit(c)
 	res := BatchResult{Claimed: len(send) + len(held), Held: len(held)}
 	r.metrics.Claimed(res.Claimed)
@@ -684,6 +715,13 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 		}
 	}
 	return res, nil
+}
+
+// holdQuiet is how long a hold lasts with no event failing on it: longer
+// than any of its events waits (Backoff.Max), is claimed (PollInterval)
+// and published (PublishTimeout), twice over.
+func (r *Relay) holdQuiet() time.Duration {
+	return 2 * (r.cfg.Backoff.Max + r.cfg.PollInterval + r.cfg.PublishTimeout)
 }
 
 // isolate logs the events whose outcome PostgreSQL refused for their data
@@ -870,22 +908,24 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			continue
 		}
 		stop(e)
-		class := classify(errs[i])
+		class := r.classify(e, errs[i], now)
 		r.metrics.PublishFailed(e.Topic, e.tenant(), class.String())
 		if class != failUnavailable && !errors.As(errs[i], new(permanentError)) {
 			answered = true
 		}
 		switch {
+		case class == failHeld:
+			// The cluster's condition: no attempt is counted; the event
+			// waits until its partition's hold is up.
+			res.KafkaHeld++
+			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: unattempted(e),
+				err: dlq.TruncateError(errs[i].Error()), delay: r.holds.fail(placeOf(e, errs[i]), now, errs[i])})
 		case class == failUnavailable:
 			// Kafka could not take it: no attempt is counted; the event
 			// waits a moment so that others get their turn.
 			unreachableErr = errs[i]
 			res.Deferred++
-			status := StatusPending // a new event waits; a waiting one keeps its status
-			if e.from == fromWaiting {
-				status = ""
-			}
-			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: status,
+			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: unattempted(e),
 				err: dlq.TruncateError(errs[i].Error()), delay: r.backoff.Delay(1, rand.Float64)})
 		case class == failPermanent || e.Attempts+1 >= r.maxAttempts(e):
 			dead = append(dead, deadCandidate{e: e, err: errs[i], attempted: true})
@@ -910,6 +950,39 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		r.recordDead(ctx, dead, res, &out, stop)
 	}
 	return out
+}
+
+// unattempted is the status of an event that waits without an attempt
+// counted: a new one is pending; a waiting one keeps its status ("").
+func unattempted(e *claimedEvent) string {
+	if e.from == fromWaiting {
+		return ""
+	}
+	return StatusPending
+}
+
+// classify sorts err, the failure of e's publish, as classify does, except
+// that a topic missing for longer than MissingTopicGrace counts attempts.
+func (r *Relay) classify(e *claimedEvent, err error, now time.Time) failureClass {
+	class := classify(err)
+	if class == failHeld && missingTopic(err) && !errors.As(err, new(heldError)) &&
+		r.holds.missingFor(e.Topic, now) >= r.cfg.MissingTopicGrace && r.cfg.MissingTopicGrace >= 0 {
+		return failRefused
+	}
+	return class
+}
+
+// placeOf is the partition err says e's record was for, or its whole topic.
+func placeOf(e *claimedEvent, err error) topicPartition {
+	var held heldError
+	if errors.As(err, &held) {
+		return held.topicPartition
+	}
+	var placed placedError
+	if errors.As(err, &placed) {
+		return placed.topicPartition
+	}
+	return topicPartition{e.Topic, anyPartition}
 }
 
 // noteReachable logs, once each, that no broker answers (with the brokers
@@ -1076,6 +1149,9 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal 
 	}
 	for j, err := range r.publisher.Publish(ctx, records) {
 		errs[index[j]] = err
+		if err == nil {
+			r.holds.published(topicPartition{records[j].Topic, records[j].Partition}, r.cfg.Now())
+		}
 	}
 	if len(records) > 1 {
 		held := map[topicKey]bool{}

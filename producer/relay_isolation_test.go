@@ -71,6 +71,9 @@ type isolation struct {
 	// before the events enqueued after it go in: enough that a relay whose
 	// breaker heard of them would have opened it (5 by default).
 	retries int
+	// held says the bad event meets the cluster's condition: it stays
+	// pending, with the error and no attempt counted.
+	held bool
 }
 
 // isolationConfig is the relay configuration of the rig: short backoffs and
@@ -86,6 +89,8 @@ func isolationConfig() producer.RelayConfig {
 		PollInterval: 20 * time.Millisecond,
 		MaxAttempts:  8,
 		Backoff:      backoff.Backoff{Base: 100 * time.Millisecond, Max: 400 * time.Millisecond},
+		// A missing topic counts attempts after 200ms, not 5 minutes.
+		MissingTopicGrace: 200 * time.Millisecond,
 	}
 }
 
@@ -204,7 +209,10 @@ func runIsolation(t *testing.T, c isolation) (*rig, uuid.UUID) {
 	r.waitHealthy(kafka, "after the bad one failed")
 
 	want := c.status
-	if want == "" {
+	switch {
+	case c.held:
+		want = producer.StatusPending
+	case want == "":
 		want = producer.StatusDeadLettered
 	}
 	if bad != uuid.Nil {
@@ -221,6 +229,9 @@ func runIsolation(t *testing.T, c isolation) (*rig, uuid.UUID) {
 		}
 		if c.retries > 0 && row.Attempts < c.retries {
 			t.Errorf("the bad event was given up on after %d attempts, want its retries (at least %d)", row.Attempts, c.retries)
+		}
+		if c.held && (row.Attempts != 0 || row.LastError == nil) {
+			t.Errorf("the bad event has %d attempts and error %v, want it held: no attempt counted, the cluster's error kept", row.Attempts, row.LastError)
 		}
 	}
 	if r.breakerOpened() || r.relay.Breaker() != producer.BreakerClosed {
@@ -287,8 +298,9 @@ func (r *rig) failEvent(id uuid.UUID, key string, code *kerr.Error) {
 }
 
 // TestMissingTopicFailsAloneAndIsDeadLettered: an event for a topic that
-// does not exist (the broker creates none) fails attempt after attempt with
-// its backoff and is dead-lettered after MaxAttempts, naming the topic, while
+// does not exist (the broker creates none) is held for MissingTopicGrace,
+// then fails attempt after attempt with its backoff and is dead-lettered
+// after MaxAttempts, naming the topic, while
 // the events of a healthy topic enqueued before, beside and after it are
 // all published, and the breaker never opens.
 func TestMissingTopicFailsAloneAndIsDeadLettered(t *testing.T) {
@@ -320,8 +332,8 @@ func rowFirstFailed(t *testing.T, r *rig, id uuid.UUID) *time.Time {
 }
 
 // TestPoisonKeyFailsAloneOnItsPartition: the broker answers one event's
-// partition with a retriable error code (NOT_LEADER_FOR_PARTITION) whenever
-// that event is in the batch. The event is retried and dead-lettered after
+// partition with a refusal of the record that a retry may get past
+// (CORRUPT_MESSAGE) whenever that event is in the batch. The event is retried and dead-lettered after
 // its retries; every other key, on its partition and on the others, is
 // published meanwhile; the breaker stays closed; and the later events of
 // the poison's key keep the key's order rules: with the defaults they go
@@ -348,7 +360,7 @@ func TestPoisonKeyFailsAloneOnItsPartition(t *testing.T) {
 					}
 					ev := producer.Event{Topic: r.topic, Key: key, Type: "Counted", Payload: []byte(`{"key":"poison-key","n":0}`)}
 					id := enqueue(t, r.pg, r.out, ev)
-					r.failEvent(id, key, kerr.NotLeaderForPartition)
+					r.failEvent(id, key, kerr.CorruptMessage)
 					for n := 1; n <= 3; n++ {
 						ev.Payload = fmt.Appendf(nil, `{"key":"poison-key","n":%d}`, n)
 						later = append(later, enqueue(t, r.pg, r.out, ev))
@@ -356,7 +368,7 @@ func TestPoisonKeyFailsAloneOnItsPartition(t *testing.T) {
 					r.others = later
 					return id, nil
 				},
-				want:    "not the leader",
+				want:    "CRC",
 				retries: 6,
 			})
 			if !hold {

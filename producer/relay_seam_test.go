@@ -33,7 +33,7 @@ func TestRelayPublishesCourierRecordsThroughItsPublisher(t *testing.T) {
 	ev.Headers = map[string]string{"x-b": "2", "x-a": "1"}
 	ok := enqueue(t, pg, out, ev)
 	poison := enqueue(t, pg, out, orderCreated("o-2"))
-	pub.setFail(failID(poison, sarama.ErrUnknown))
+	pub.setFail(failID(poison, sarama.ErrInvalidMessage))
 
 	if res := runOnce(t, relay); res.Published != 1 || res.DeadLettered != 1 {
 		t.Fatalf("batch %+v, want one published and one dead-lettered", res)

@@ -114,7 +114,7 @@ func TestDiscardPublishedKeepsNoHistory(t *testing.T) {
 	failing := enqueue(t, pg, out, orderCreated("o-2"))
 	pub.setFail(func(m *record.Record) error {
 		if recordHeader(m, producer.HeaderID) == failing.String() {
-			return sarama.ErrUnknown
+			return sarama.ErrInvalidMessage
 		}
 		return nil
 	})

@@ -76,8 +76,8 @@ func TestRelaySpansContinueTheEnqueuesTrace(t *testing.T) {
 			t.Errorf("create span of %s: attributes %v", id, s.Attributes)
 		}
 	}
-	if s := creates[failing.String()]; s.Status.Code != codes.Error || attr(s, "error.type") != "retriable" {
-		t.Errorf("the failed event's span: status %v, error.type %q; want an error, retriable", s.Status, attr(s, "error.type"))
+	if s := creates[failing.String()]; s.Status.Code != codes.Error || attr(s, "error.type") != "refused" {
+		t.Errorf("the failed event's span: status %v, error.type %q; want an error, refused", s.Status, attr(s, "error.type"))
 	}
 	for _, r := range pub.ackedOn("orders") {
 		id := recordHeader(r, producer.HeaderID)

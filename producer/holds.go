@@ -1,0 +1,192 @@
+package producer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/IBM/sarama"
+
+	"github.com/courierkit/courier/backoff"
+)
+
+// anyPartition is the partition of a hold on a whole topic: one whose
+// partitions could not be looked up (a topic not created yet), or an event
+// whose publisher (RelayConfig.Publisher) does not say where it went.
+const anyPartition int32 = -1
+
+// holds are the partitions that the cluster's condition holds (see
+// failHeld): since when, until when their events wait, and why. The relay
+// fills them from the outcome of its publishes. Its own publisher reads
+// them to fail a held partition's records at once, unsent, until the hold
+// is up, so that a batch's healthy partitions do not wait for a sick one's
+// retries; then one batch tries the partition again. Each failure of a
+// partition whose hold is up holds it for the next step of
+// RelayConfig.Backoff; an acknowledgement ends the hold.
+type holds struct {
+	now     func() time.Time // RelayConfig.Now
+	backoff backoff.Backoff
+	log     *slog.Logger
+	hooks   *hooks
+
+	mu      sync.Mutex
+	m       map[topicPartition]*hold
+	missing map[string]*missing // topics the cluster says do not exist
+}
+
+// missing is a topic the cluster said does not exist: since when, and when
+// it last said so.
+type missing struct{ since, last time.Time }
+
+// hold is one held partition.
+type hold struct {
+	since time.Time // the first failure
+	until time.Time // its events wait until then
+	last  time.Time // the last failure
+	steps int       // backoff steps taken
+	err   error     // the last failure
+}
+
+func newHolds(now func() time.Time, b backoff.Backoff, log *slog.Logger, h *hooks) *holds {
+	return &holds{now: now, backoff: b, log: log, hooks: h, m: map[topicPartition]*hold{}, missing: map[string]*missing{}}
+}
+
+// heldError is the error of a record its publisher did not send because
+// its partition is held: it waits with the partition's other events.
+type heldError struct {
+	topicPartition
+	until time.Time
+	cause error
+}
+
+func (e heldError) Error() string {
+	return fmt.Sprintf("%s: not sent: the partition is held by Kafka's condition until %s: %v",
+		e.topicPartition, e.until.UTC().Format(time.RFC3339), e.cause)
+}
+
+func (e heldError) Unwrap() error { return e.cause }
+
+// check returns a heldError when tp (or its whole topic) is held now.
+func (h *holds) check(tp topicPartition) error {
+	now := h.now()
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, at := range []topicPartition{tp, {tp.topic, anyPartition}} {
+		if x := h.m[at]; x != nil && now.Before(x.until) {
+			return heldError{at, x.until, x.err}
+		}
+	}
+	return nil
+}
+
+// fail records that an event for tp failed at now with err, the cluster's
+// condition, and returns how long the event waits: until the partition's
+// hold is up. The first failure after a hold is up takes the next backoff
+// step; the other events of the partition that failed with it wait as
+// long.
+func (h *holds) fail(tp topicPartition, now time.Time, err error) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var held heldError
+	if errors.As(err, &held) {
+		// Not sent: it waits for the hold it met.
+		if x := h.m[held.topicPartition]; x != nil && now.Before(x.until) {
+			return x.until.Sub(now)
+		}
+		tp = held.topicPartition
+	}
+	x := h.m[tp]
+	if x == nil {
+		x = &hold{since: now}
+		h.m[tp] = x
+		h.log.Warn("Kafka holds a partition: the cluster's condition, not its events'; they wait, no attempt is counted, none is dead-lettered",
+			"topic", clip(tp.topic), "partition", tp.partition, "error", err)
+		h.hooks.Held(tp.topic, tp.partition, now)
+	}
+	x.last, x.err = now, err
+	if !now.Before(x.until) {
+		x.steps++
+		x.until = now.Add(h.backoff.Delay(x.steps, rand.Float64))
+	}
+	return x.until.Sub(now)
+}
+
+// published records that an event for tp was acknowledged: the hold of its
+// partition and of its whole topic ends, and the topic exists.
+func (h *holds) published(tp topicPartition, now time.Time) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.m)+len(h.missing) == 0 {
+		return
+	}
+	delete(h.missing, tp.topic)
+	for _, at := range []topicPartition{tp, {tp.topic, anyPartition}} {
+		if x := h.m[at]; x != nil {
+			h.end(at, x, now, "Kafka takes the partition's events again")
+		}
+	}
+}
+
+// end drops the hold x of tp, logging why.
+func (h *holds) end(tp topicPartition, x *hold, now time.Time, why string) {
+	delete(h.m, tp)
+	h.log.Info(why, "topic", clip(tp.topic), "partition", tp.partition, "held_for", now.Sub(x.since).Round(time.Millisecond))
+	h.hooks.Unheld(tp.topic, tp.partition)
+}
+
+// missingFor records that the cluster said at now that topic does not
+// exist, and returns for how long it has been saying so, by this relay's
+// count.
+func (h *holds) missingFor(topic string, now time.Time) time.Duration {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	m := h.missing[topic]
+	if m == nil {
+		m = &missing{since: now}
+		h.missing[topic] = m
+	}
+	m.last = now
+	return now.Sub(m.since)
+}
+
+// sweep drops the holds no event has failed on for quiet, and forgets the
+// topics not said missing for as long: their events were published by
+// another relay, or purged.
+func (h *holds) sweep(now time.Time, quiet time.Duration) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for tp, x := range h.m {
+		if now.Sub(x.last) > quiet {
+			h.end(tp, x, now, "no event of a held partition is left to try; the hold ends")
+		}
+	}
+	for topic, m := range h.missing {
+		if now.Sub(m.last) > quiet {
+			delete(h.missing, topic)
+		}
+	}
+}
+
+// count is how many partitions are held.
+func (h *holds) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.m)
+}
+
+// String names tp as topic/partition, or the topic alone for anyPartition.
+func (tp topicPartition) String() string {
+	if tp.partition == anyPartition {
+		return clip(tp.topic)
+	}
+	return fmt.Sprintf("%s/%d", clip(tp.topic), tp.partition)
+}
+
+// missingTopic reports whether err says the topic or partition does not
+// exist.
+func missingTopic(err error) bool {
+	return errors.Is(err, sarama.ErrUnknownTopicOrPartition)
+}
