@@ -342,6 +342,7 @@ func registered(t *testing.T) map[string][]string {
 	relay.DeadLettered("orders")
 	relay.BreakerChanged(producer.BreakerOpen)
 	relay.Backlog(1, time.Second)
+	relay.Held("orders", 3, time.Unix(60, 0))
 	cons.Message("orders", consumer.OutcomeHandled)
 	cons.HandlerDuration("orders", time.Millisecond)
 	cons.InFlight("orders", 1)

@@ -22,14 +22,15 @@
 //	courier_outbox_oldest_pending_age_seconds   gauge      how long the oldest due event has been due
 //	courier_outbox_publish_latency_seconds      histogram  enqueue to broker ack, per topic
 //	courier_outbox_published_total              counter    events the broker acknowledged, per topic
-//	courier_outbox_failures_total               counter    failed publish attempts, per topic and reason
+//	courier_outbox_failures_total               counter    failed publishes, per topic and reason
+//	courier_outbox_held_since_seconds           gauge      Unix time a partition has been held since, per topic and partition
 //	courier_outbox_dead_lettered_total          counter    events that became dead_lettered, per topic
 //	courier_outbox_breaker_state                gauge      0 closed, 1 half-open, 2 open
 //	courier_outbox_claims_total                 counter    claim queries
 //	courier_outbox_claimed_events_total         counter    events those queries claimed
 //
 // The per-topic metrics carry a topic label with one series per topic (and,
-// for failures, per reason: retriable, broker_unavailable or permanent). The
+// for failures, per reason: held, refused, broker_unavailable or permanent). The
 // application chooses its topics, so their number is bounded; courier never
 // puts keys, event IDs or other unbounded values in labels.
 //
@@ -98,6 +99,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -117,6 +119,7 @@ const (
 	NameBreakerState     = "courier_outbox_breaker_state"
 	NameClaims           = "courier_outbox_claims_total"
 	NameClaimedEvents    = "courier_outbox_claimed_events_total"
+	NameHeldSince        = "courier_outbox_held_since_seconds"
 )
 
 // Label names.
@@ -339,6 +342,7 @@ type RelayMetrics struct {
 	breakerState     prometheus.Gauge
 	claims           prometheus.Counter
 	claimedEvents    prometheus.Counter
+	heldSince        *prometheus.GaugeVec
 	tenants          *tenantLabel
 }
 
@@ -350,6 +354,7 @@ var (
 	_ producer.DeadLetteredHook   = (*RelayMetrics)(nil)
 	_ producer.BreakerChangedHook = (*RelayMetrics)(nil)
 	_ producer.BacklogHook        = (*RelayMetrics)(nil)
+	_ producer.HeldHook           = (*RelayMetrics)(nil)
 )
 
 // NewRelayMetrics creates the relay's metrics and registers them on reg
@@ -383,7 +388,7 @@ func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, erro
 		published: f.counterVec(NamePublished,
 			tl.help("Outbox events the broker acknowledged, per topic."), tl.names(LabelTopic)...),
 		failures: f.counterVec(NameFailures,
-			tl.help("Failed publish attempts, per topic and reason: retriable (retried after a backoff), broker_unavailable (Kafka unreachable; the event is released untouched) or permanent (the event is dead-lettered)."), tl.names(LabelTopic, LabelReason)...),
+			tl.help("Failed publishes, per topic and reason: held (the cluster's condition: no leader, too few in-sync replicas, a timeout; no attempt counted, the partition is held), refused (the broker refused the record; an attempt counted, retried after a backoff), broker_unavailable (Kafka unreachable; no attempt counted) or permanent (the event is dead-lettered)."), tl.names(LabelTopic, LabelReason)...),
 		deadLettered: f.counterVec(NameDeadLettered,
 			tl.help("Outbox events that became dead_lettered (a permanent failure or retries exhausted), per topic."), tl.names(LabelTopic)...),
 		breakerState: f.gauge(NameBreakerState,
@@ -392,6 +397,9 @@ func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, erro
 			"Claim queries the relay ran against the outbox table, including those that found nothing."),
 		claimedEvents: f.counter(NameClaimedEvents,
 			"Outbox events the claim queries locked for publishing."),
+		heldSince: f.gaugeVec(NameHeldSince,
+			"Unix time since which the cluster's condition (no leader, too few in-sync replicas, timeouts, refused access) holds a partition's events, per topic and partition (-1: the whole topic); no series while none is held.",
+			LabelTopic, LabelPartition),
 		tenants: tl,
 	}
 
@@ -454,6 +462,16 @@ func (m *RelayMetrics) TenantDeadLettered(topic, tenant string) {
 // BreakerChanged sets courier_outbox_breaker_state to the state's number.
 func (m *RelayMetrics) BreakerChanged(state producer.BreakerState) {
 	m.breakerState.Set(float64(state))
+}
+
+// Held sets courier_outbox_held_since_seconds of the partition to since.
+func (m *RelayMetrics) Held(topic string, partition int32, since time.Time) {
+	m.heldSince.WithLabelValues(topic, strconv.FormatInt(int64(partition), 10)).Set(float64(since.UnixNano()) / 1e9)
+}
+
+// Unheld deletes the partition's courier_outbox_held_since_seconds series.
+func (m *RelayMetrics) Unheld(topic string, partition int32) {
+	m.heldSince.DeleteLabelValues(topic, strconv.FormatInt(int64(partition), 10))
 }
 
 // Backlog sets the pending and oldest-pending-age gauges.

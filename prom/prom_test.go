@@ -178,6 +178,18 @@ func TestHooksMoveOnlyTheirMetric(t *testing.T) {
 			want: map[string]float64{"courier_outbox_breaker_state": 2},
 		},
 		{
+			name: "Held",
+			call: func(m *prom.RelayMetrics) { m.Held("orders", 3, time.Unix(1700000000, 500e6)) },
+			want: map[string]float64{
+				`courier_outbox_held_since_seconds{partition="3",topic="orders"}`: 1700000000.5,
+			},
+		},
+		{
+			name: "Unheld",
+			call: func(m *prom.RelayMetrics) { m.Held("orders", -1, time.Unix(60, 0)); m.Unheld("orders", -1) },
+			want: map[string]float64{},
+		},
+		{
 			name: "Backlog",
 			call: func(m *prom.RelayMetrics) { m.Backlog(42, 90*time.Second) },
 			want: map[string]float64{
@@ -217,9 +229,10 @@ func TestExposition(t *testing.T) {
 	m.Published("orders", 200*time.Millisecond)
 	m.Published("orders", 2*time.Second)
 	m.Published("payments", 50*time.Millisecond)
-	m.PublishFailed("orders", "retriable")
-	m.PublishFailed("orders", "retriable")
+	m.PublishFailed("orders", "refused")
+	m.PublishFailed("orders", "refused")
 	m.PublishFailed("orders", "permanent")
+	m.Held("orders", 3, time.Unix(1700000000, 0))
 	m.DeadLettered("orders")
 	m.BreakerChanged(producer.BreakerHalfOpen)
 	m.Claimed(3)
@@ -239,10 +252,13 @@ courier_outbox_claims_total 2
 # HELP courier_outbox_dead_lettered_total Outbox events that became dead_lettered (a permanent failure or retries exhausted), per topic.
 # TYPE courier_outbox_dead_lettered_total counter
 courier_outbox_dead_lettered_total{topic="orders"} 1
-# HELP courier_outbox_failures_total Failed publish attempts, per topic and reason: retriable (retried after a backoff), broker_unavailable (Kafka unreachable; the event is released untouched) or permanent (the event is dead-lettered).
+# HELP courier_outbox_failures_total Failed publishes, per topic and reason: held (the cluster's condition: no leader, too few in-sync replicas, a timeout; no attempt counted, the partition is held), refused (the broker refused the record; an attempt counted, retried after a backoff), broker_unavailable (Kafka unreachable; no attempt counted) or permanent (the event is dead-lettered).
 # TYPE courier_outbox_failures_total counter
 courier_outbox_failures_total{reason="permanent",topic="orders"} 1
-courier_outbox_failures_total{reason="retriable",topic="orders"} 2
+courier_outbox_failures_total{reason="refused",topic="orders"} 2
+# HELP courier_outbox_held_since_seconds Unix time since which the cluster's condition (no leader, too few in-sync replicas, timeouts, refused access) holds a partition's events, per topic and partition (-1: the whole topic); no series while none is held.
+# TYPE courier_outbox_held_since_seconds gauge
+courier_outbox_held_since_seconds{partition="3",topic="orders"} 1.7e+09
 # HELP courier_outbox_oldest_pending_age_seconds Seconds the oldest due outbox event has waited since it became due (its next_attempt_at), 0 when none is due, measured every RelayConfig.StatsInterval.
 # TYPE courier_outbox_oldest_pending_age_seconds gauge
 courier_outbox_oldest_pending_age_seconds 1.5
@@ -415,8 +431,8 @@ func TestFailedRegistrationRollsBack(t *testing.T) {
 	if _, err := prom.NewRelayMetrics(reg, prom.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if len(reg.registered) != 9 {
-		t.Errorf("NewRelayMetrics registered %d collectors, want 9", len(reg.registered))
+	if len(reg.registered) != 10 {
+		t.Errorf("NewRelayMetrics registered %d collectors, want 10", len(reg.registered))
 	}
 }
 

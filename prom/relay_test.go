@@ -31,7 +31,7 @@ func TestRelayFeedsTheMetrics(t *testing.T) {
 	for i := range 25 {
 		ev := producer.Event{Topic: topic, Key: fmt.Sprint(i % 3), Type: "T", Payload: []byte(`{}`)}
 		if i == 24 {
-			ev.Topic = "no-such-topic-" + topic[:20] // refused for good: a dead letter
+			ev.Topic = "no-such-topic-" + topic[:20] // missing past MissingTopicGrace: a dead letter
 		}
 		if _, err := out.Enqueue(context.Background(), pg.Pool, ev); err != nil {
 			t.Fatal(err)
@@ -43,7 +43,7 @@ func TestRelayFeedsTheMetrics(t *testing.T) {
 		t.Fatal(err)
 	}
 	relay, err := producer.NewRelay(pg.Pool, producer.RelayConfig{Schema: pg.Schema, Brokers: k.Brokers, Hooks: []producer.Hook{metrics},
-		MaxAttempts: 1, StatsInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
+		MaxAttempts: 1, MissingTopicGrace: time.Millisecond, StatsInterval: 20 * time.Millisecond, PollInterval: 20 * time.Millisecond, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		t.Fatal(err)
 	}
