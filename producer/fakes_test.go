@@ -2,6 +2,8 @@ package producer_test
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -118,6 +120,26 @@ type recordedMetrics struct {
 	dead     int
 	failures map[string]int
 	backlog  []int64
+	held     []string // "held topic/partition", "unheld topic/partition" in order
+}
+
+func (m *recordedMetrics) Held(topic string, partition int32, _ time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.held = append(m.held, fmt.Sprintf("held %s/%d", topic, partition))
+}
+
+func (m *recordedMetrics) Unheld(topic string, partition int32) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.held = append(m.held, fmt.Sprintf("unheld %s/%d", topic, partition))
+}
+
+// holds returns what the HeldHook heard, in order.
+func (m *recordedMetrics) holds() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.held)
 }
 
 func (m *recordedMetrics) Claimed(n int) {

@@ -1,10 +1,12 @@
 package producer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 
@@ -55,19 +57,47 @@ func newHolds(now func() time.Time, b backoff.Backoff, log *slog.Logger, h *hook
 }
 
 // heldError is the error of a record its publisher did not send because
-// its partition is held: it waits with the partition's other events.
+// its partition is held: it waits with the partition's other events. Its
+// text is the hold's error, so that every event of a held partition says
+// the same.
 type heldError struct {
 	topicPartition
 	until time.Time
 	cause error
 }
 
-func (e heldError) Error() string {
-	return fmt.Sprintf("%s: not sent: the partition is held by Kafka's condition until %s: %v",
-		e.topicPartition, e.until.UTC().Format(time.RFC3339), e.cause)
+func (e heldError) Error() string { return e.cause.Error() }
+func (e heldError) Unwrap() error { return e.cause }
+
+// HeldPartition is a partition the cluster's condition holds (see
+// RelayConfig.MaxAttempts): its events wait, with no attempt counted, until
+// Kafka takes them.
+type HeldPartition struct {
+	Topic string
+	// Partition is -1 for the whole topic: one whose partitions could not
+	// be looked up, or the events of a RelayConfig.Publisher that does not
+	// say where a record went.
+	Partition int32
+	// Since is the first failure of the hold, Until when its events are
+	// tried again.
+	Since, Until time.Time
+	// Error is the last failure, with the broker's reason.
+	Error string
 }
 
-func (e heldError) Unwrap() error { return e.cause }
+// list returns the held partitions, the longest held first.
+func (h *holds) list() []HeldPartition {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]HeldPartition, 0, len(h.m))
+	for tp, x := range h.m {
+		out = append(out, HeldPartition{Topic: tp.topic, Partition: tp.partition, Since: x.since, Until: x.until, Error: x.err.Error()})
+	}
+	slices.SortFunc(out, func(a, b HeldPartition) int {
+		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
+	})
+	return out
+}
 
 // check returns a heldError when tp (or its whole topic) is held now.
 func (h *holds) check(tp topicPartition) error {
@@ -168,13 +198,6 @@ func (h *holds) sweep(now time.Time, quiet time.Duration) {
 			delete(h.missing, topic)
 		}
 	}
-}
-
-// count is how many partitions are held.
-func (h *holds) count() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.m)
 }
 
 // String names tp as topic/partition, or the topic alone for anyPartition.

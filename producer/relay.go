@@ -616,6 +616,10 @@ func (r *Relay) queryNow() pgtype.Timestamptz {
 	return pgtype.Timestamptz{Time: r.cfg.Now(), Valid: true}
 }
 
+// Held returns the partitions the cluster's condition holds now, the
+// longest held first; none while Kafka takes every write.
+func (r *Relay) Held() []HeldPartition { return r.holds.list() }
+
 // Breaker returns the state of the circuit breaker around Kafka.
 func (r *Relay) Breaker() BreakerState { return breakerState(r.breaker.State()) }
 

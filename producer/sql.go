@@ -770,6 +770,19 @@ GROUP BY topic, last_error
 ORDER BY count(*) DESC, topic, last_error NULLS FIRST
 LIMIT $1`
 
+// heldGroupsSQL groups the events Kafka's condition holds by topic and
+// last error, the largest groups first, at most $1 of them: pending events
+// that waited with an error and no attempt counted (held, or deferred
+// while Kafka was unreachable) and are not due yet. A requeued event has
+// its old error but is due at once, so it is not among them.
+const heldGroupsSQL = `
+SELECT topic, last_error, count(*), min(created_at), min(next_attempt_at)
+FROM {waiting}
+WHERE status = 'pending' AND last_error IS NOT NULL AND next_attempt_at > now()
+GROUP BY topic, last_error
+ORDER BY count(*) DESC, topic, last_error
+LIMIT $1`
+
 // auditSQL writes an entry of the audit log; auditLogSQL reads up to $2
 // entries with an id below $1, newest first.
 const (

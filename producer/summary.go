@@ -102,16 +102,45 @@ type DeadLetterGroup struct {
 // error, the largest groups first (ties by topic and error), at most limit
 // of them: from 1 to MaxPage, else an error matching ErrInvalidFilter.
 func (a *Admin) DeadLetterGroups(ctx context.Context, limit int) ([]DeadLetterGroup, error) {
+	return groupRows[DeadLetterGroup](ctx, a, "group dead letters", deadLetterGroupsSQL, limit)
+}
+
+// HeldGroup is a group of events that Kafka's condition holds (see
+// RelayConfig.MaxAttempts): waiting, with no attempt counted, since Kafka
+// refused their partition for a reason of its own or could not be reached.
+// Only the first waiting event of a key meets it; the later ones of its
+// key wait behind that one, and are not counted.
+type HeldGroup struct {
+	// Topic and Error are the events' topic and last error, which names
+	// the partition ("orders/3: ...").
+	Topic, Error string
+	// Count is how many events the group holds.
+	Count int64
+	// Oldest is when its oldest event was enqueued; Next when the first
+	// of them is tried again.
+	Oldest, Next time.Time
+}
+
+// HeldGroups groups the events Kafka's condition holds by topic and last
+// error, the largest groups first (ties by topic and error), at most limit
+// of them: from 1 to MaxPage, else an error matching ErrInvalidFilter.
+func (a *Admin) HeldGroups(ctx context.Context, limit int) ([]HeldGroup, error) {
+	return groupRows[HeldGroup](ctx, a, "group held events", heldGroupsSQL, limit)
+}
+
+// groupRows runs one of the grouping queries, sql, for at most limit rows
+// of T.
+func groupRows[T any](ctx context.Context, a *Admin, what, sql string, limit int) ([]T, error) {
 	if limit < 1 || limit > MaxPage {
 		return nil, fmt.Errorf("%w: limit %d: use 1 to %d", ErrInvalidFilter, limit, MaxPage)
 	}
-	rows, err := a.db.Query(ctx, a.store.names.render(deadLetterGroupsSQL, false), limit)
+	rows, err := a.db.Query(ctx, a.store.names.render(sql, false), limit)
 	if err != nil {
-		return nil, a.wrap("group dead letters", err)
+		return nil, a.wrap(what, err)
 	}
-	groups, err := pgx.CollectRows(rows, pgx.RowToStructByPos[DeadLetterGroup])
+	groups, err := pgx.CollectRows(rows, pgx.RowToStructByPos[T])
 	if err != nil {
-		return nil, a.wrap("group dead letters", err)
+		return nil, a.wrap(what, err)
 	}
 	return groups, nil
 }

@@ -203,7 +203,35 @@ type statsJSON struct {
 	PublishedEstimated  bool             `json:"published_estimated"`
 	OldestDue           *time.Time       `json:"oldest_due"`
 	OldestDueAgeSeconds float64          `json:"oldest_due_age_seconds"`
+	Held                []heldJSON       `json:"held"`
 	Tenants             *tenantStatsJSON `json:"tenants,omitempty"`
+}
+
+// heldJSON is a group of events Kafka's condition holds.
+type heldJSON struct {
+	Topic   string    `json:"topic"`
+	Error   string    `json:"error"`
+	Events  int64     `json:"events"`
+	Oldest  time.Time `json:"oldest"`
+	NextTry time.Time `json:"next_try"`
+}
+
+// statsHeldGroups is how many groups of held events stats shows.
+const statsHeldGroups = 20
+
+// printHeld writes the held groups as a table, nothing when there are none.
+func printHeld(w io.Writer, held []heldJSON) error {
+	if len(held) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w, "\nheld by Kafka's condition (no leader, too few in-sync replicas, a timeout, Kafka unreachable): no attempt counted;")
+	fmt.Fprintln(w, "each key's first waiting event is counted, the later ones of its key wait behind it")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "TOPIC\tEVENTS\tOLDEST\tNEXT_TRY\tERROR")
+	for _, h := range held {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", cell(&h.Topic, 60), h.Events, timeCell(&h.Oldest), timeCell(&h.NextTry), cell(&h.Error, 160))
+	}
+	return tw.Flush()
 }
 
 // newOutboxStatsCmd is `courier outbox stats`.
@@ -241,8 +269,15 @@ tables once more; --tenants 0 skips it.`,
 			if err != nil {
 				return err
 			}
+			held, err := outbox.HeldGroups(cmd.Context(), statsHeldGroups)
+			if err != nil {
+				return err
+			}
 			v := statsJSON{Table: outbox.table.String(), Counts: stats.Counts, PublishedEstimated: stats.PublishedEstimated,
-				OldestDueAgeSeconds: stats.OldestDueAge.Seconds()}
+				OldestDueAgeSeconds: stats.OldestDueAge.Seconds(), Held: []heldJSON{}}
+			for _, h := range held {
+				v.Held = append(v.Held, heldJSON{Topic: h.Topic, Error: h.Error, Events: h.Count, Oldest: h.Oldest.UTC(), NextTry: h.Next.UTC()})
+			}
 			if !stats.OldestDue.IsZero() {
 				v.OldestDue = utc(&stats.OldestDue)
 			}
@@ -273,6 +308,9 @@ tables once more; --tenants 0 skips it.`,
 						stats.OldestDueAge.Round(time.Millisecond), stats.OldestDue.UTC().Format(time.RFC3339))
 				}
 				if err != nil {
+					return err
+				}
+				if err := printHeld(w, v.Held); err != nil {
 					return err
 				}
 				return printTenantCounts(w, byTenant)

@@ -319,7 +319,7 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 			if stopping.Load() {
 				return http.StatusServiceUnavailable, map[string]string{"status": "stopping"}
 			}
-			return http.StatusOK, map[string]string{"status": "ok", "breaker": relay.Breaker().String()}
+			return http.StatusOK, newHealthJSON(relay)
 		})
 		if err != nil {
 			return err
@@ -376,6 +376,36 @@ func databaseName(cfg *pgx.ConnConfig) string {
 type metricsServer struct {
 	srv    *http.Server
 	served chan struct{} // closed when Serve returned
+}
+
+// healthJSON is a running relay's /healthz answer.
+type healthJSON struct {
+	Status  string         `json:"status"`
+	Breaker string         `json:"breaker"`
+	Held    []heldPartJSON `json:"held"`
+}
+
+// heldPartJSON is a partition the cluster's condition holds.
+type heldPartJSON struct {
+	Topic     string    `json:"topic"`
+	Partition int32     `json:"partition"`
+	Since     time.Time `json:"since"`
+	Until     time.Time `json:"until"`
+	Error     string    `json:"error"`
+}
+
+// maxHealthHeld bounds the held partitions /healthz lists.
+const maxHealthHeld = 100
+
+// newHealthJSON is relay's state for /healthz: its breaker and the
+// partitions it holds, the longest held first.
+func newHealthJSON(relay *producer.Relay) healthJSON {
+	h := healthJSON{Status: "ok", Breaker: relay.Breaker().String(), Held: []heldPartJSON{}}
+	held := relay.Held()
+	for _, p := range held[:min(len(held), maxHealthHeld)] {
+		h.Held = append(h.Held, heldPartJSON{Topic: p.Topic, Partition: p.Partition, Since: p.Since.UTC(), Until: p.Until.UTC(), Error: p.Error})
+	}
+	return h
 }
 
 // serveMetrics listens on addr and serves the registry's metrics on

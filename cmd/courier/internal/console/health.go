@@ -22,7 +22,22 @@ type relayState struct {
 	Status  string
 	Breaker string
 	Problem string
+	// Held are the partitions the relay holds (Kafka's condition), at
+	// most maxHeld of them; HeldMore is how many more it named.
+	Held     []heldPart
+	HeldMore int
 }
+
+// heldPart is a partition a relay says it holds.
+type heldPart struct {
+	Topic     string    `json:"topic"`
+	Partition int32     `json:"partition"`
+	Since     time.Time `json:"since"`
+	Error     string    `json:"error"`
+}
+
+// maxHeld bounds the held partitions the page shows of one relay.
+const maxHeld = 20
 
 // BreakerClass is the page's style of the breaker's state: one of a fixed
 // set, whatever the relay answered.
@@ -86,14 +101,16 @@ func readRelay(ctx context.Context, u string) relayState {
 	}
 	defer resp.Body.Close()
 	var body struct {
-		Status  string `json:"status"`
-		Breaker string `json:"breaker"`
+		Status  string     `json:"status"`
+		Breaker string     `json:"breaker"`
+		Held    []heldPart `json:"held"`
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err != nil {
 		st.Problem = fmt.Sprintf("answered %s, not courier's health JSON", resp.Status)
 		return st
 	}
 	st.Status, st.Breaker = body.Status, body.Breaker
+	st.Held, st.HeldMore = body.Held[:min(len(body.Held), maxHeld)], max(len(body.Held)-maxHeld, 0)
 	if resp.StatusCode != http.StatusOK && st.Status == "" {
 		st.Status = resp.Status
 	}

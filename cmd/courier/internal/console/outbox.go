@@ -149,6 +149,7 @@ type overviewData struct {
 	Statuses    []string
 	Chart       chart
 	DeadLetters []producer.DeadLetterGroup
+	Held        []producer.HeldGroup
 }
 
 // overview is the outbox at a glance.
@@ -169,8 +170,13 @@ func (s *Server) overview(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, http.StatusBadGateway, err)
 		return
 	}
+	held, err := s.admin.HeldGroups(ctx, 20)
+	if err != nil {
+		s.fail(w, r, http.StatusBadGateway, err)
+		return
+	}
 	s.render(w, r, http.StatusOK, "overview", "Outbox", "overview",
-		overviewData{Stats: stats, ExactLimit: producer.ExactPublishedLimit, Statuses: statuses, Chart: newChart(activity), DeadLetters: groups})
+		overviewData{Stats: stats, ExactLimit: producer.ExactPublishedLimit, Statuses: statuses, Chart: newChart(activity), DeadLetters: groups, Held: held})
 }
 
 // eventsData is a page of the outbox list.

@@ -1,0 +1,379 @@
+package producer_test
+
+// Tests of the cluster's condition: a partition Kafka refuses for a reason
+// of its own (no leader, too few in-sync replicas, a timeout) holds its
+// events without spending their attempts, never dead-letters them, and
+// leaves the other partitions alone.
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/courierkit/courier/backoff"
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/record"
+)
+
+// keysOn returns n keys the relay's partitioner puts on partition p of
+// topic among partitions.
+func keysOn(t *testing.T, topic string, p, partitions int32, n int) []string {
+	t.Helper()
+	var keys []string
+	for i := 0; len(keys) < n; i++ {
+		if key := fmt.Sprintf("k-%d", i); partitionOf(t, topic, key, partitions) == p {
+			keys = append(keys, key)
+		}
+	}
+	return keys
+}
+
+// enqueueOn enqueues perKey events of each key, the keys taking turns, and
+// returns their ids in enqueue order.
+func enqueueOn(t *testing.T, pg *testkit.PG, out *producer.Outbox, topic string, keys []string, perKey int) []string {
+	t.Helper()
+	var events []producer.Event
+	for n := range perKey {
+		for _, key := range keys {
+			events = append(events, producer.Event{Topic: topic, Key: key, Type: "Counted", Payload: fmt.Appendf(nil, `{"key":%q,"n":%d}`, key, n)})
+		}
+	}
+	res, err := out.EnqueueBatch(context.Background(), pg.Pool, events)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids := make([]string, len(res))
+	for i, e := range res {
+		ids[i] = e.ID.String()
+	}
+	return ids
+}
+
+// heldConfig is a relay whose faults reach it (no retries inside the
+// publisher) with a short backoff and two attempts: a partition held for
+// a second has been held far past MaxAttempts × Backoff.Max.
+func heldConfig(metrics *recordedMetrics) producer.RelayConfig {
+	saramaCfg := producer.NewSaramaConfig()
+	saramaCfg.Producer.Retry.Max = 0
+	saramaCfg.Metadata.Retry.Max = 0
+	return producer.RelayConfig{
+		Sarama: saramaCfg, PollInterval: 10 * time.Millisecond, MaxAttempts: 2,
+		Backoff: backoff.Backoff{Base: 10 * time.Millisecond, Max: 40 * time.Millisecond},
+		Hooks:   []producer.Hook{metrics},
+	}
+}
+
+// TestHeldPartitionNeverDeadLettersAndSparesItsNeighbour: the broker
+// answers NOT_ENOUGH_REPLICAS for every write to partition 0 of a topic,
+// for a hundred tries and more: far past MaxAttempts (2) × Backoff.Max
+// (40ms). Partition 1's events are all published meanwhile, none ever
+// failed. Partition 0's events count no attempt, none is dead-lettered,
+// each says why it waits and where; events enqueued to it while it is held
+// are failed unsent; the HeldHook hears the hold. Once the partition takes
+// writes again, all its events are published in key order, once each, and
+// the hook hears the hold end.
+func TestHeldPartitionNeverDeadLettersAndSparesItsNeighbour(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 2)
+	fault := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0},
+		Err: kerr.NotEnoughReplicas, Count: -1})
+	sick := keysOn(t, topic, 0, 2, 6) // the last two come while it is held
+	healthy := keysOn(t, topic, 1, 2, 4)
+	held := enqueueOn(t, pg, out, topic, sick[:4], 5)
+	published := enqueueOn(t, pg, out, topic, healthy, 50)
+	kafka := consume(t, k, topic)
+	metrics := &recordedMetrics{}
+	runRelay(t, newRelay(t, pg, k, heldConfig(metrics)))
+
+	testkit.WaitFor(t, 30*time.Second, "the healthy partition's events to be published", func() bool {
+		return countRows(t, pg.Pool, "status = 'published' AND id::text = ANY($1)", published) == len(published)
+	})
+	if n := countRows(t, pg.Pool, "id::text = ANY($1) AND (retry_count > 0 OR last_error IS NOT NULL)", published); n != 0 {
+		t.Errorf("%d healthy events failed on the way, want none: a held partition beside them must not touch them", n)
+	}
+	testkit.WaitFor(t, 30*time.Second, "the held partition to be tried 100 times", func() bool { return fault.Hits() >= 100 })
+	// Keys new to the partition, enqueued while it is held: failed unsent,
+	// with the hold's error.
+	during := enqueueOn(t, pg, out, topic, sick[4:], 3)
+	held = append(held, during...)
+	// The first event of each new key meets the hold; the others wait
+	// behind it.
+	testkit.WaitFor(t, 30*time.Second, "the events enqueued while held to meet the hold", func() bool {
+		return countRows(t, pg.Pool, "id::text = ANY($1) AND last_error IS NOT NULL", during) >= 2
+	})
+	if n := countRows(t, pg.Pool, "id::text = ANY($1) AND last_error LIKE '%not sent: the partition is held%'", held); n == 0 {
+		t.Errorf("no event of the held partition was failed unsent: the relay's publisher sent every batch to the sick partition")
+	}
+	if n := countRows(t, pg.Pool, "id::text = ANY($1) AND status = 'pending' AND retry_count = 0", held); n != len(held) {
+		t.Fatalf("%d of the %d events of the held partition are pending with no attempt counted, want all", n, len(held))
+	}
+	// The first event of each key says why it waits, naming the partition;
+	// the others wait behind it.
+	var keys int
+	if err := pg.Pool.QueryRow(context.Background(), "SELECT count(DISTINCT partition_key) FROM courier_events WHERE id::text = ANY($1) AND last_error LIKE $2",
+		held, "%"+topic+"/0: %fewer in-sync replicas%").Scan(&keys); err != nil || keys != len(sick) {
+		t.Fatalf("%d of the %d keys of the held partition have an event saying why it waits (%v), want all", keys, len(sick), err)
+	}
+	if n := countRows(t, pg.Pool, "status = 'dead_lettered'"); n != 0 {
+		t.Fatalf("%d events dead-lettered for the cluster's condition, want none", n)
+	}
+	if h := metrics.holds(); len(h) != 1 || h[0] != "held "+topic+"/0" {
+		t.Errorf("the HeldHook heard %q, want the hold of partition 0 once", h)
+	}
+
+	fault.Remove()
+	testkit.WaitFor(t, 30*time.Second, "the held events to be published once the partition takes writes", func() bool {
+		return countRows(t, pg.Pool, "status = 'published'") == len(held)+len(published)
+	})
+	if n := countRows(t, pg.Pool, "retry_count > 0"); n != 0 {
+		t.Errorf("%d events counted an attempt, want none", n)
+	}
+	msgs := kafka.waitDistinct(len(held)+len(published), 30*time.Second)
+	if dups := checkKeyOrder(t, msgs); dups != 0 {
+		t.Errorf("%d duplicates on the topic, want none", dups)
+	}
+	testkit.WaitFor(t, 10*time.Second, "the hold to end", func() bool { return len(metrics.holds()) == 2 })
+	if h := metrics.holds(); h[1] != "unheld "+topic+"/0" {
+		t.Errorf("the HeldHook heard %q, want the hold of partition 0 and its end", h)
+	}
+}
+
+// TestEachProduceErrorIsHeldOrCountedAsKafkaClassesIt: the broker answers
+// one event's first three produce requests with one error code. The
+// cluster's conditions (Kafka's retriable codes, an unknown server error, a
+// refused access), those answered after the append included, count no
+// attempt: the event is published afterwards with retry_count 0, once. A
+// corrupt record counts its three attempts, then is published. A record
+// Kafka can never take is dead-lettered at its first attempt and is not on
+// the topic.
+func TestEachProduceErrorIsHeldOrCountedAsKafkaClassesIt(t *testing.T) {
+	t.Parallel()
+	type want struct {
+		status   string
+		attempts int
+	}
+	held, counted, refused := want{producer.StatusPublished, 0}, want{producer.StatusPublished, 3}, want{producer.StatusDeadLettered, 1}
+	for _, c := range []struct {
+		code *kerr.Error
+		want want
+	}{
+		{kerr.NotLeaderForPartition, held},
+		{kerr.LeaderNotAvailable, held},
+		{kerr.NotEnoughReplicas, held},
+		{kerr.NotEnoughReplicasAfterAppend, held}, // appended, then refused
+		{kerr.RequestTimedOut, held},              // appended, then refused
+		{kerr.KafkaStorageError, held},
+		{kerr.NetworkException, held},
+		{kerr.ThrottlingQuotaExceeded, held},
+		{kerr.UnknownLeaderEpoch, held},
+		{kerr.UnknownServerError, held},
+		{kerr.TopicAuthorizationFailed, held},
+		{kerr.CorruptMessage, counted},
+		{kerr.MessageTooLarge, refused},
+		{kerr.RecordListTooLarge, refused},
+		{kerr.InvalidRecord, refused},
+		{kerr.PolicyViolation, refused},
+		{kerr.InvalidTimestamp, refused},
+	} {
+		t.Run(c.code.Message, func(t *testing.T) {
+			t.Parallel()
+			pg, out := setup(t)
+			k := testkit.NewKafka(t, testkit.InProcess())
+			topic := k.Topic(t, 1)
+			id := enqueue(t, pg, out, producer.Event{Topic: topic, Key: "k", Type: "T", Payload: []byte(`{}`)})
+			fault := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: c.code, Count: 3})
+			cfg := heldConfig(&recordedMetrics{})
+			cfg.MaxAttempts = 5
+			runRelay(t, newRelay(t, pg, k, cfg))
+			testkit.WaitFor(t, 30*time.Second, "the event to be "+c.want.status, func() bool {
+				return rowOf(t, pg, id).Status == c.want.status
+			})
+			if row := rowOf(t, pg, id); row.Attempts != c.want.attempts {
+				t.Errorf("%s after %d faults: %+v, want %d attempts counted", c.code.Message, fault.Hits(), row, c.want.attempts)
+			}
+			var on int
+			for _, m := range k.ReadAll(t, topic) {
+				if headerValue(m, producer.HeaderID) == id.String() {
+					on++
+				}
+			}
+			if wantOn := boolInt(c.want.status == producer.StatusPublished); on != wantOn {
+				t.Errorf("%s: the event is on its topic %d times, want %d", c.code.Message, on, wantOn)
+			}
+		})
+	}
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// TestMissingTopicIsHeldForItsGrace: while the cluster says a topic does
+// not exist, its event is held for MissingTopicGrace, counting no attempt;
+// past the grace each failure counts, and MaxAttempts dead-letters it. With
+// a negative grace it is held for ever. A topic created within the grace
+// takes its event with no attempt counted.
+func TestMissingTopicIsHeldForItsGrace(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name   string
+		grace  time.Duration
+		create time.Duration // when the topic appears; 0: never
+		want   []eventRow    // after each run, 1m apart
+	}{
+		{"dead-lettered past the grace", 150 * time.Second, 0, []eventRow{
+			{Status: producer.StatusPending}, {Status: producer.StatusPending}, {Status: producer.StatusPending},
+			{Status: producer.StatusFailed, Attempts: 1}, {Status: producer.StatusDeadLettered, Attempts: 2}}},
+		{"held for ever", -1, 0, []eventRow{
+			{Status: producer.StatusPending}, {Status: producer.StatusPending}, {Status: producer.StatusPending},
+			{Status: producer.StatusPending}, {Status: producer.StatusPending}}},
+		{"created within the grace", 150 * time.Second, 2 * time.Minute, []eventRow{
+			{Status: producer.StatusPending}, {Status: producer.StatusPending}, {Status: producer.StatusPublished}}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pg, out := setup(t)
+			clock := newFakeClock()
+			start := clock.Now()
+			pub := &fakePublisher{}
+			pub.setFail(func(*record.Record) error {
+				if c.create > 0 && !clock.Now().Before(start.Add(c.create)) {
+					return nil
+				}
+				return fmt.Errorf("look up topic %q: %w", "later", sarama.ErrUnknownTopicOrPartition)
+			})
+			relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Now: clock.Now, MaxAttempts: 2, MissingTopicGrace: c.grace})
+			ev := orderCreated("o-1")
+			ev.Topic = "later"
+			id := enqueue(t, pg, out, ev)
+			for i, want := range c.want {
+				runOnce(t, relay)
+				row := rowOf(t, pg, id)
+				if row.Status != want.Status || row.Attempts != want.Attempts {
+					t.Fatalf("after run %d (%v in): %+v, want %s with %d attempts", i+1, clock.Now().Sub(start), row, want.Status, want.Attempts)
+				}
+				clock.Advance(time.Minute)
+			}
+		})
+	}
+}
+
+// TestDeadLetteredEventsWereNeverAppended: under a mix of faults that
+// append and then fail (REQUEST_TIMED_OUT, NOT_ENOUGH_REPLICAS_AFTER_APPEND),
+// dropped connections, publishes cut short by PublishTimeout while the
+// broker is slow, and events the broker refuses for good (POLICY_VIOLATION
+// whenever their batch holds them), with MaxAttempts 2: the refused events
+// are dead-lettered, every other event is published, and not one event is
+// both dead-lettered and on its topic.
+func TestDeadLetteredEventsWereNeverAppended(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name          string
+		noIdempotence bool
+	}{{"idempotent", false}, {"without idempotence", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			pg, out := setup(t)
+			k := testkit.NewKafka(t, testkit.Brokers(3), testkit.InProcess())
+			topic := k.Topic(t, 6)
+			ids := enqueueOn(t, pg, out, topic, []string{"a", "b", "c", "d", "e", "f", "g", "h"}, 150)
+			var poison []string
+			for i := 7; i < len(ids); i += 97 {
+				poison = append(poison, ids[i])
+			}
+			k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Err: kerr.PolicyViolation, Count: -1,
+				When: func(req kmsg.Request) bool { return producesAny(req, poison) }})
+			sometimes := func(kmsg.Request) bool { return rand.Float64() < 0.15 }
+			for _, code := range []*kerr.Error{kerr.RequestTimedOut, kerr.NotEnoughReplicasAfterAppend} {
+				k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Err: code, Count: -1, When: sometimes})
+			}
+			k.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+				k.Cluster.KeepControl()
+				switch rand.IntN(40) {
+				case 0:
+					return nil, fmt.Errorf("connection dropped"), true
+				case 1: // slower than PublishTimeout: the relay gives up on an answer that comes
+					k.Cluster.SleepControl(func() { <-time.After(300 * time.Millisecond) })
+				}
+				return nil, nil, false
+			})
+			saramaCfg := producer.NewSaramaConfig()
+			saramaCfg.Producer.Retry.Max = 0
+			for range 2 {
+				runRelay(t, newRelay(t, pg, k, producer.RelayConfig{
+					Sarama: saramaCfg, DisableIdempotence: c.noIdempotence, PollInterval: 20 * time.Millisecond,
+					MaxAttempts: 2, PublishTimeout: 200 * time.Millisecond,
+					Backoff: backoff.Backoff{Base: 5 * time.Millisecond, Max: 50 * time.Millisecond},
+					Breaker: producer.BreakerConfig{OpenFor: 100 * time.Millisecond},
+				}))
+			}
+			testkit.WaitFor(t, 2*time.Minute, "every event published or dead-lettered", func() bool {
+				return countRows(t, pg.Pool, "status NOT IN ('published', 'dead_lettered')") == 0
+			})
+			var dead []string
+			rows, err := pg.Pool.Query(context.Background(), "SELECT id::text FROM courier_events WHERE status = 'dead_lettered'")
+			if err != nil {
+				t.Fatal(err)
+			}
+			for rows.Next() {
+				var id string
+				if err := rows.Scan(&id); err != nil {
+					t.Fatal(err)
+				}
+				dead = append(dead, id)
+			}
+			if err := rows.Err(); err != nil {
+				t.Fatal(err)
+			}
+			onTopic := distinctIDs(k.ReadAll(t, topic))
+			var both []string
+			for _, id := range dead {
+				if onTopic[id] {
+					both = append(both, id)
+				}
+			}
+			t.Logf("%d events, %d dead-lettered (%d refused for good), %d on the topic, %d both", len(ids), len(dead), len(poison), len(onTopic), len(both))
+			if len(both) != 0 {
+				t.Errorf("%d events are dead-lettered and also on their topic, want none: %v", len(both), both)
+			}
+			for _, id := range poison {
+				if !slices.Contains(dead, id) {
+					t.Errorf("event %s, refused for good, is not dead-lettered", id)
+				}
+			}
+			if len(onTopic)+len(dead) != len(ids) {
+				t.Errorf("%d on the topic and %d dead-lettered, want the %d events in all", len(onTopic), len(dead), len(ids))
+			}
+		})
+	}
+}
+
+// producesAny reports whether a produce request carries a record batch
+// holding one of ids.
+func producesAny(req kmsg.Request, ids []string) bool {
+	for _, t := range req.(*kmsg.ProduceRequest).Topics {
+		for _, p := range t.Partitions {
+			for _, id := range ids {
+				if strings.Contains(string(p.Records), id) {
+					return true
+				}
+			}
+		}
+	}
+	return false
+}
