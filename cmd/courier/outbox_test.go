@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"slices"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -94,6 +95,14 @@ func (o *outboxDB) fail(t *testing.T, id uuid.UUID, lastError string) {
 		"'failed', 2, $2, now(), now() + interval '1 hour'", lastError)
 }
 
+// hold puts an event where a relay holds it for Kafka's condition: pending,
+// no attempt counted, with the error, due in due.
+func (o *outboxDB) hold(t *testing.T, id uuid.UUID, lastError string, due time.Duration) {
+	t.Helper()
+	o.move(t, id, "courier_outbox_waiting", "status, retry_count, last_error, next_attempt_at",
+		"'pending', 0, $2, now() + $3::interval", lastError, due)
+}
+
 // publish puts an event where a relay that published it ago would.
 func (o *outboxDB) publish(t *testing.T, id uuid.UUID, ago time.Duration) {
 	t.Helper()
@@ -169,6 +178,39 @@ func TestOutboxStats(t *testing.T) {
 	}
 	if stats.Table != o.Schema+".courier_outbox" || stats.OldestDue == nil || stats.OldestDueAgeSeconds < 90 || stats.OldestDueAgeSeconds > 3600 {
 		t.Errorf("stats = %+v, want the table and an event due for about 90s", stats)
+	}
+}
+
+// TestOutboxStatsShowsTheHeldEvents: stats groups the events Kafka's
+// condition holds by topic and error (two of orders/3, one of
+// invoices/0), and leaves out a requeued event that still carries its old
+// error but is due now, and a failed one.
+func TestOutboxStatsShowsTheHeldEvents(t *testing.T) {
+	t.Parallel()
+	o := newOutboxDB(t)
+	ids := o.enqueue(t, event("orders", "a", "OrderCreated"), event("orders", "b", "OrderCreated"),
+		event("invoices", "c", "InvoiceSent"), event("orders", "d", "OrderCreated"), event("orders", "e", "OrderCreated"))
+	const replicas = "orders/3: kafka server: Messages are rejected since there are fewer in-sync replicas than required: NOT_ENOUGH_REPLICAS"
+	o.hold(t, ids[0], replicas, time.Minute)
+	o.hold(t, ids[1], replicas, 2*time.Minute)
+	o.hold(t, ids[2], "invoices/0: kafka server: In the middle of a leadership election: LEADER_NOT_AVAILABLE", time.Minute)
+	o.hold(t, ids[3], "requeued after: too large", -time.Second)
+	o.fail(t, ids[4], "orders/1: CORRUPT_MESSAGE")
+
+	var stats statsJSON
+	code, out, errOut := o.cli(t, "stats", "--output", "json")
+	decode(t, code, out, errOut, &stats)
+	if len(stats.Held) != 2 || stats.Held[0].Topic != "orders" || stats.Held[0].Events != 2 || stats.Held[0].Error != replicas ||
+		stats.Held[1].Topic != "invoices" || stats.Held[1].Events != 1 || stats.Held[0].NextTry.After(stats.Held[0].Oldest.Add(2*time.Minute)) {
+		t.Errorf("stats held = %+v, want orders/3's two events, then invoices/0's one", stats.Held)
+	}
+	code, out, errOut = o.cli(t, "stats")
+	if code != exitOK {
+		t.Fatalf("stats: exit %d\n%s%s", code, out, errOut)
+	}
+	if !regexp.MustCompile(`(?m)^orders\s+2\s+\S+\s+\S+\s+orders/3: kafka server: Messages are rejected`).MatchString(out) ||
+		!strings.Contains(out, "held by Kafka's condition") || strings.Contains(out, "requeued after") {
+		t.Errorf("stats output does not show the held groups alone:\n%s", out)
 	}
 }
 

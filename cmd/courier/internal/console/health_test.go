@@ -16,11 +16,13 @@ import (
 
 // TestHealthShowsGroupLagAndRelayBreakers: the health page gives a
 // consumer group's lag per partition (5 records, 2 committed: lag 3) and
-// each relay's breaker as its /healthz says, or that it is unreachable.
+// each relay's breaker and held partitions as its /healthz says (the
+// error's control bytes escaped), or that it is unreachable.
 func TestHealthShowsGroupLagAndRelayBreakers(t *testing.T) {
 	t.Parallel()
 	relay := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		_, _ = w.Write([]byte(`{"status":"ok","breaker":"open"}`))
+		_, _ = w.Write([]byte(`{"status":"ok","breaker":"open","held":[{"topic":"orders","partition":3,"since":"2026-12-01T10:00:00Z",` +
+			`"until":"2026-12-01T10:00:30Z","error":"orders/3: NOT_ENOUGH_REPLICAS\u001b[2J"}]}`))
 	}))
 	defer relay.Close()
 	gone := httptest.NewServer(http.NotFoundHandler())
@@ -44,6 +46,9 @@ func TestHealthShowsGroupLagAndRelayBreakers(t *testing.T) {
 	}
 	if !strings.Contains(body, `class="breaker-open">open<`) || !strings.Contains(body, "unreachable") {
 		t.Errorf("the health page does not show one relay's open breaker and the other unreachable:\n%s", body)
+	}
+	if !strings.Contains(body, "<strong>orders/3</strong> since 2026-12-01") || !strings.Contains(body, "NOT_ENOUGH_REPLICAS") || strings.Contains(body, "\x1b") {
+		t.Errorf("the health page does not show the relay's held partition, its error escaped:\n%s", body)
 	}
 }
 
