@@ -34,6 +34,7 @@ const (
 	DefaultWorkers          = 1
 	DefaultDeadLetterSuffix = dlq.DefaultSuffix
 	DefaultShutdownTimeout  = 10 * time.Second
+	DefaultProgressInterval = 15 * time.Second
 
 	DefaultMaxWritesInFlight = 64
 	DefaultTakeBatch         = 256
@@ -50,8 +51,9 @@ const (
 	MaxWorkers           = 1024
 	MaxMaxWritesInFlight = 10_000
 	MaxTakeBatch         = 10_000
-	// MaxBackoff bounds Backoff.Base, Backoff.Max and BreakerWait: a longer
-	// wait holds a partition.
+	// MaxBackoff bounds Backoff.Base, Backoff.Max and BreakerWait (a
+	// longer wait holds a partition), and ProgressInterval (a longer one
+	// leaves a stuck partition unseen).
 	MaxBackoff = time.Hour
 	// MaxTimeout bounds AttemptTimeout, ShutdownTimeout, Dedupe.Lease and
 	// Dedupe.BusyWait.
@@ -197,6 +199,17 @@ type Config struct {
 	// most 24h (MaxTimeout). Defaults to 10s.
 	ShutdownTimeout time.Duration
 
+	// ProgressInterval is how often the consumer reads the high-water mark
+	// of each partition it holds from the partition's leader (waiting at
+	// most 5s, or ProgressInterval when shorter, for the answer), and
+	// reports the partition's lag from it (LagHook) and the age of its
+	// oldest message in flight (OldestInFlightHook): so a partition whose
+	// handler hangs shows its lag and that age rising. A read that fails
+	// is logged once until one succeeds, and the lag keeps its last value.
+	// Without such a hook there is no timer. At most 1h (MaxBackoff).
+	// Defaults to 15s.
+	ProgressInterval time.Duration
+
 	// Logger receives the consumer's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks receive measurements: each implements one or more of the
@@ -334,6 +347,7 @@ func (c *Config) bounded() ([]field[time.Duration], []field[int]) {
 			{"AttemptTimeout", &c.AttemptTimeout, DefaultAttemptTimeout, MaxTimeout},
 			{"BreakerWait", &c.BreakerWait, DefaultBreakerWait, MaxBackoff},
 			{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, MaxTimeout},
+			{"ProgressInterval", &c.ProgressInterval, DefaultProgressInterval, MaxBackoff},
 		}, []field[int]{
 			{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts, MaxMaxAttempts},
 			{"Workers", &c.Workers, DefaultWorkers, MaxWorkers},

@@ -99,7 +99,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return err // nil when ctx ended
 	}
 	defer k.close(c)
-	h := &groupHandler{c: c, group: k.group, deadLetters: deadLetters{writer: k.publisher, suffix: c.cfg.DeadLetterSuffix}, producer: k.producer}
+	h := &groupHandler{c: c, group: k.group, deadLetters: deadLetters{writer: k.publisher, suffix: c.cfg.DeadLetterSuffix}, producer: k.producer,
+		highWater: k.dlqClient}
 	for failures := 0; ctx.Err() == nil; {
 		err := k.group.Consume(ctx, c.topics, h)
 		if err == nil || ctx.Err() != nil {
@@ -265,6 +266,10 @@ type groupHandler struct {
 	group       sarama.ConsumerGroup
 	deadLetters deadLetters
 	producer    sarama.SyncProducer // writes to retry topics
+	// highWater reads the high-water marks of the partitions held, for
+	// their progress timers: the dead-letter client, whose connections no
+	// fetch long-polls hold.
+	highWater highWaterReader
 }
 
 func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
@@ -275,6 +280,7 @@ func (h *groupHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
 // or dead-lettered.
 func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	p := newPartition(h, sess, claim)
+	p.stopProgress = p.watchProgress(h.highWater)
 	defer p.close()
 	if h.c.cfg.Workers == 1 {
 		p.serial()

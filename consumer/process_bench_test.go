@@ -37,7 +37,7 @@ func BenchmarkProcess(b *testing.B) {
 			msg := benchMessage(tc.trace)
 			for i := 0; b.Loop(); i++ {
 				msg.Offset = int64(i)
-				p.pending.start(msg.Offset)
+				p.pending.start(msg.Offset, p.now())
 				if d, traced := p.newDelivery(msg); !p.process(d, traced) {
 					b.Fatal("message abandoned")
 				}

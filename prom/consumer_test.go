@@ -34,17 +34,20 @@ func TestConsumerHooks(t *testing.T) {
 	m.BreakerChanged("psp", gobreaker.StateOpen)
 	m.Lag("orders", 3, 42)
 	m.Lag("orders", 4, 7)
+	m.OldestInFlight("orders", 3, 1500*time.Millisecond)
+	m.OldestInFlight("orders", 4, time.Minute)
 	m.Released("orders", 4)
 
 	got := series(t, reg)
 	for key, want := range map[string]float64{
-		`courier_consumer_messages_total{group="payouts",outcome="handled",topic="orders"}`: 1,
-		`courier_consumer_messages_total{group="payouts",outcome="retried",topic="orders"}`: 2,
-		`courier_consumer_handler_seconds_count{group="payouts",topic="orders"}`:            1,
-		`courier_consumer_handler_seconds_sum{group="payouts",topic="orders"}`:              0.03,
-		`courier_consumer_inflight{group="payouts",topic="orders"}`:                         1,
-		`courier_consumer_breaker_state{breaker="psp",group="payouts"}`:                     2,
-		`courier_consumer_lag{group="payouts",partition="3",topic="orders"}`:                42,
+		`courier_consumer_messages_total{group="payouts",outcome="handled",topic="orders"}`:       1,
+		`courier_consumer_messages_total{group="payouts",outcome="retried",topic="orders"}`:       2,
+		`courier_consumer_handler_seconds_count{group="payouts",topic="orders"}`:                  1,
+		`courier_consumer_handler_seconds_sum{group="payouts",topic="orders"}`:                    0.03,
+		`courier_consumer_inflight{group="payouts",topic="orders"}`:                               1,
+		`courier_consumer_breaker_state{breaker="psp",group="payouts"}`:                           2,
+		`courier_consumer_lag{group="payouts",partition="3",topic="orders"}`:                      42,
+		`courier_consumer_oldest_in_flight_seconds{group="payouts",partition="3",topic="orders"}`: 1.5,
 	} {
 		if v, ok := got[key]; !ok || v != want {
 			t.Errorf("%s = %v (present %t), want %v", key, v, ok, want)
@@ -52,6 +55,9 @@ func TestConsumerHooks(t *testing.T) {
 	}
 	if _, ok := got[`courier_consumer_lag{group="payouts",partition="4",topic="orders"}`]; ok {
 		t.Error("the lag of a released partition is still exposed")
+	}
+	if _, ok := got[`courier_consumer_oldest_in_flight_seconds{group="payouts",partition="4",topic="orders"}`]; ok {
+		t.Error("the oldest in-flight age of a released partition is still exposed")
 	}
 
 	if _, err := prom.NewConsumerMetrics(reg, prom.ConsumerConfig{Group: "payouts"}); err == nil {

@@ -347,6 +347,7 @@ func registered(t *testing.T) map[string][]string {
 	cons.InFlight("orders", 1)
 	cons.BreakerChanged("bank-api", gobreaker.StateOpen)
 	cons.Lag("orders", 0, 1)
+	cons.OldestInFlight("orders", 0, time.Second)
 
 	families, err := reg.Gather()
 	if err != nil {
