@@ -550,3 +550,30 @@ func TestMonitoringAlertsAreTested(t *testing.T) {
 		}
 	}
 }
+
+// TestMonitoringReadmeListsTheAlerts: the README's table of alerts has one
+// row per alert of the rules, in their order, with the rule's severity.
+func TestMonitoringReadmeListsTheAlerts(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got []string
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				want = append(want, r.Alert+" "+r.Labels["severity"])
+			}
+		}
+	}
+	for line := range strings.Lines(string(readme)) {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`Courier") {
+			continue
+		}
+		got = append(got, strings.Trim(strings.TrimSpace(cells[1]), "`")+" "+strings.TrimSpace(cells[2]))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("README.md's alert table lists (alert severity)\n%s\nwant, as %s has them,\n%s", strings.Join(got, "\n"), alertsFile, strings.Join(want, "\n"))
+	}
+}
