@@ -199,6 +199,19 @@ type Config struct {
 	// most 24h (MaxTimeout). Defaults to 10s.
 	ShutdownTimeout time.Duration
 
+	// WithoutIdempotentWrites turns off the idempotence of the consumer's
+	// own writes, its dead letters and retry-tier moves. By default they
+	// are written by an idempotent producer (Producer.Idempotent, acks from
+	// all in-sync replicas, one request in flight per broker, and at least
+	// 50 retries, on a copy of the Sarama config), so that a write the
+	// broker appended but whose answer was lost, sent again, is kept once.
+	// Set it only for a cluster that refuses idempotent writes (Run then
+	// fails at start with an error naming this field: the principal lacks
+	// IDEMPOTENT_WRITE on the cluster, which Kafka before 2.8 requires); a
+	// lost answer may then leave a dead letter or a retry record twice.
+	// Defaults to false.
+	WithoutIdempotentWrites bool
+
 	// ProgressInterval is how often the consumer reads the high-water mark
 	// of each partition it holds from the partition's leader (waiting at
 	// most 5s, or ProgressInterval when shorter, for the answer), and
