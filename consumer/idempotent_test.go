@@ -90,6 +90,28 @@ func TestWritesKeepOneCopyWhenAnswersAreLost(t *testing.T) {
 	}
 }
 
+// producerIDs counts the InitProducerId requests the in-process broker
+// gets from now on, answering each with refusal when it is not nil.
+func (f *fixture) producerIDs(refusal *kerr.Error) *atomic.Int32 {
+	asked := &atomic.Int32{}
+	f.k.Cluster.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		asked.Add(1)
+		if refusal == nil {
+			return nil, nil, false
+		}
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = refusal.Code
+		return resp, nil, true
+	})
+	return asked
+}
+
+// deadLetterAll dead-letters every message at once.
+var deadLetterAll = consumer.HandlerFunc(func(context.Context, *consumer.Message) error {
+	return consumer.Permanent(errors.New("cannot parse"))
+})
+
 // TestRunNamesTheFieldWhenTheClusterRefusesIdempotentWrites: a cluster
 // whose ACLs refuse producer ids (CLUSTER_AUTHORIZATION_FAILED on
 // InitProducerId) makes Run fail at once with an error naming the fix;
@@ -99,17 +121,8 @@ func TestRunNamesTheFieldWhenTheClusterRefusesIdempotentWrites(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1, testkit.InProcess())
 	f.produceTo(t, 0, record("a", "poison")) // before the refusal: the test's producer is idempotent too
-	var asked atomic.Int32
-	f.k.Cluster.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		f.k.Cluster.KeepControl()
-		asked.Add(1)
-		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
-		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
-		return resp, nil, true
-	})
-	cfg := f.config(t, consumer.HandlerFunc(func(context.Context, *consumer.Message) error {
-		return consumer.Permanent(errors.New("cannot parse"))
-	}))
+	asked := f.producerIDs(kerr.ClusterAuthorizationFailed)
+	cfg := f.config(t, deadLetterAll)
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -140,12 +153,7 @@ func TestWritesAreIdempotentOnAClientOfYourOwn(t *testing.T) {
 	t.Parallel()
 	f := newFixture(t, 1, testkit.InProcess())
 	f.produceTo(t, 0, record("a", "poison"))
-	var asked atomic.Int32
-	f.k.Cluster.ControlKey(int16(kmsg.InitProducerID), func(kmsg.Request) (kmsg.Response, error, bool) {
-		f.k.Cluster.KeepControl()
-		asked.Add(1)
-		return nil, nil, false
-	})
+	asked := f.producerIDs(nil)
 	sc := f.saramaConfig()
 	sc.Producer.Return.Successes = true
 	client, err := sarama.NewClient(f.k.Brokers, sc)
@@ -153,9 +161,7 @@ func TestWritesAreIdempotentOnAClientOfYourOwn(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer client.Close()
-	cfg := f.config(t, consumer.HandlerFunc(func(context.Context, *consumer.Message) error {
-		return consumer.Permanent(errors.New("cannot parse"))
-	}))
+	cfg := f.config(t, deadLetterAll)
 	cfg.Brokers, cfg.Sarama, cfg.Client = nil, nil, client
 	stop := run(t, newConsumer(t, cfg))
 	testkit.WaitFor(t, 10*time.Second, "the message dead-lettered", func() bool { return f.committed(t, 0) == 1 })
