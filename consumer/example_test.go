@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -210,6 +213,46 @@ func ExampleOldestInFlightHook() {
 	}
 	// Output:
 	// stuck: payouts/0 in flight for over 200ms
+}
+
+// A cluster whose ACLs refuse idempotent writes (the principal lacks
+// IDEMPOTENT_WRITE, which Kafka before 2.8 requires) makes Run fail at
+// start with CLUSTER_AUTHORIZATION_FAILED, naming the field that writes the
+// dead letters and retry-tier moves without idempotence. Grant the ACL, or
+// set the field: a write whose answer is lost may then be written twice.
+func ExampleConfig_withoutIdempotentWrites() {
+	broker := payoutsBroker()
+	defer broker.Close()
+	broker.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		broker.KeepControl()
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	cfg := consumer.Config{
+		Brokers: broker.ListenAddrs(),
+		Group:   "payout-worker",
+		Topics:  []string{"payouts"},
+		Handler: consumer.HandlerFunc(func(context.Context, *consumer.Message) error { return nil }),
+		Logger:  slog.New(slog.DiscardHandler),
+	}
+	c, err := consumer.New(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = c.Run(context.Background())
+	fmt.Println(errors.Is(err, sarama.ErrClusterAuthorizationFailed), strings.Contains(err.Error(), "Config.WithoutIdempotentWrites"))
+
+	cfg.WithoutIdempotentWrites = true
+	if c, err = consumer.New(cfg); err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer stop()
+	fmt.Println(c.Run(ctx))
+	// Output:
+	// true true
+	// <nil>
 }
 
 // payoutsBroker starts an in-process broker with the topics payouts and
