@@ -93,3 +93,4 @@ type countingClaim struct {
 func (countingClaim) Topic() string              { return "orders" }
 func (countingClaim) Partition() int32           { return 0 }
 func (countingClaim) HighWaterMarkOffset() int64 { return 1 << 40 }
+func (countingClaim) InitialOffset() int64       { return 0 }
