@@ -34,6 +34,7 @@ const (
 	DefaultWorkers          = 1
 	DefaultDeadLetterSuffix = dlq.DefaultSuffix
 	DefaultShutdownTimeout  = 10 * time.Second
+	DefaultProgressInterval = 15 * time.Second
 
 	DefaultMaxWritesInFlight = 64
 	DefaultTakeBatch         = 256
@@ -50,8 +51,9 @@ const (
 	MaxWorkers           = 1024
 	MaxMaxWritesInFlight = 10_000
 	MaxTakeBatch         = 10_000
-	// MaxBackoff bounds Backoff.Base, Backoff.Max and BreakerWait: a longer
-	// wait holds a partition.
+	// MaxBackoff bounds Backoff.Base, Backoff.Max and BreakerWait (a
+	// longer wait holds a partition), and ProgressInterval (a longer one
+	// leaves a stuck partition unseen).
 	MaxBackoff = time.Hour
 	// MaxTimeout bounds AttemptTimeout, ShutdownTimeout, Dedupe.Lease and
 	// Dedupe.BusyWait.
@@ -197,6 +199,30 @@ type Config struct {
 	// most 24h (MaxTimeout). Defaults to 10s.
 	ShutdownTimeout time.Duration
 
+	// WithoutIdempotentWrites turns off the idempotence of the consumer's
+	// own writes, its dead letters and retry-tier moves. By default they
+	// are written by an idempotent producer (Producer.Idempotent, acks from
+	// all in-sync replicas, one request in flight per broker, and at least
+	// 50 retries, on a copy of the Sarama config), so that a write the
+	// broker appended but whose answer was lost, sent again, is kept once.
+	// Set it only for a cluster that refuses idempotent writes (Run then
+	// fails at start with an error naming this field: the principal lacks
+	// IDEMPOTENT_WRITE on the cluster, which Kafka before 2.8 requires); a
+	// lost answer may then leave a dead letter or a retry record twice.
+	// Defaults to false.
+	WithoutIdempotentWrites bool
+
+	// ProgressInterval is how often the consumer reads the high-water mark
+	// of each partition it holds from the partition's leader (waiting at
+	// most 5s, or ProgressInterval when shorter, for the answer), and
+	// reports the partition's lag from it (LagHook) and the age of its
+	// oldest message in flight (OldestInFlightHook): so a partition whose
+	// handler hangs shows its lag and that age rising. A read that fails
+	// is logged once until one succeeds, and the lag keeps its last value.
+	// Without such a hook there is no timer. At most 1h (MaxBackoff).
+	// Defaults to 15s.
+	ProgressInterval time.Duration
+
 	// Logger receives the consumer's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks receive measurements: each implements one or more of the
@@ -334,6 +360,7 @@ func (c *Config) bounded() ([]field[time.Duration], []field[int]) {
 			{"AttemptTimeout", &c.AttemptTimeout, DefaultAttemptTimeout, MaxTimeout},
 			{"BreakerWait", &c.BreakerWait, DefaultBreakerWait, MaxBackoff},
 			{"ShutdownTimeout", &c.ShutdownTimeout, DefaultShutdownTimeout, MaxTimeout},
+			{"ProgressInterval", &c.ProgressInterval, DefaultProgressInterval, MaxBackoff},
 		}, []field[int]{
 			{"MaxAttempts", &c.MaxAttempts, DefaultMaxAttempts, MaxMaxAttempts},
 			{"Workers", &c.Workers, DefaultWorkers, MaxWorkers},

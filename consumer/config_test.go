@@ -64,6 +64,8 @@ func TestConfigValidation(t *testing.T) {
 		{"negative timeout", func(c *consumer.Config) { c.AttemptTimeout = -time.Second }, "AttemptTimeout"},
 		{"negative shutdown", func(c *consumer.Config) { c.ShutdownTimeout = -time.Second }, "ShutdownTimeout"},
 		{"negative breaker wait", func(c *consumer.Config) { c.BreakerWait = -time.Second }, "BreakerWait"},
+		{"negative progress interval", func(c *consumer.Config) { c.ProgressInterval = -time.Second }, "ProgressInterval"},
+		{"progress interval over an hour", func(c *consumer.Config) { c.ProgressInterval = consumer.MaxBackoff + time.Second }, "ProgressInterval"},
 		{"cooperative rebalancing", func(c *consumer.Config) {
 			c.Sarama = consumer.NewSaramaConfig()
 			c.Sarama.Version = sarama.V2_4_0_0

@@ -88,7 +88,9 @@ func (c *Consumer) Topologies() []retrytopics.Topology {
 // messages, lets the handlers and dead-letter writes in flight finish
 // within ShutdownTimeout, commits the offsets of the messages settled, leaves
 // the group and returns nil. It returns an error only when it cannot start
-// (a Sarama configuration Kafka clients refuse) or when already running.
+// (a Sarama configuration Kafka clients refuse, or a cluster that refuses
+// idempotent writes: see Config.WithoutIdempotentWrites) or when already
+// running.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
@@ -99,7 +101,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		return err // nil when ctx ended
 	}
 	defer k.close(c)
-	h := &groupHandler{c: c, group: k.group, deadLetters: deadLetters{writer: k.publisher, suffix: c.cfg.DeadLetterSuffix}, producer: k.producer}
+	h := &groupHandler{c: c, group: k.group, deadLetters: deadLetters{writer: k.publisher, suffix: c.cfg.DeadLetterSuffix}, producer: k.producer,
+		highWater: k.dlqClient}
 	for failures := 0; ctx.Err() == nil; {
 		err := k.group.Consume(ctx, c.topics, h)
 		if err == nil || ctx.Err() != nil {
@@ -148,7 +151,8 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 	}
 	// Dead letters get a client of their own: on the consumer's, each
 	// write would queue behind the fetch long-polls on the same connection.
-	if k.dlqClient = c.connect(ctx, func() (sarama.Client, error) { return sarama.NewClient(brokers, client.Config()) }); k.dlqClient == nil {
+	writes := writerConfig(client.Config(), !c.cfg.WithoutIdempotentWrites)
+	if k.dlqClient = c.connect(ctx, func() (sarama.Client, error) { return sarama.NewClient(brokers, writes) }); k.dlqClient == nil {
 		k.close(c)
 		return nil, nil
 	}
@@ -157,9 +161,9 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 		k.close(c)
 		return nil, fmt.Errorf("consumer: join group %s: %w", c.cfg.Group, err)
 	}
-	if k.producer, err = sarama.NewSyncProducerFromClient(k.dlqClient); err != nil {
+	if k.producer, err = c.newWriter(ctx, k.dlqClient); k.producer == nil {
 		k.close(c)
-		return nil, fmt.Errorf("consumer: dead-letter producer: %w", err)
+		return nil, err // nil when ctx ended
 	}
 	pub := record.NewSyncPublisher(k.producer)
 	if c.tracer != nil {
@@ -178,6 +182,61 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 		return nil, nil
 	}
 	return k, nil
+}
+
+// writerRetries is the least Producer.Retry.Max of the idempotent writer:
+// its retries resend a batch with the same sequence numbers, which the
+// broker keeps once, while a write the consumer starts again after Sarama
+// gave up is a new batch, which a lost answer can leave twice.
+const writerRetries = 50
+
+// writerConfig returns the Sarama config of the client that writes dead
+// letters and retry-tier moves: a copy of cfg (the caller's, or
+// Config.Client's, is left as it is), whose producer, when idempotent, has
+// an id and numbers its batches, so that a batch the broker appended but
+// whose answer was lost is kept once when Sarama sends it again. Its
+// Version is at least Kafka 2.1 (New checks kafkafloor), which idempotence
+// needs (0.11).
+func writerConfig(cfg *sarama.Config, idempotent bool) *sarama.Config {
+	w := *cfg
+	if idempotent {
+		w.Producer.Idempotent = true
+		w.Producer.RequiredAcks = sarama.WaitForAll
+		w.Net.MaxOpenRequests = 1
+		w.Producer.Retry.Max = max(w.Producer.Retry.Max, writerRetries)
+	}
+	return &w
+}
+
+// newWriter creates the producer of dead letters and retry-tier moves on
+// client; an idempotent one first asks the cluster for a producer id, and
+// waits (logging each failure) while it cannot answer. It returns nil when
+// ctx ends first (and a nil error), and an error, logged, when Sarama
+// refuses the config or the cluster refuses idempotent writes
+// (CLUSTER_AUTHORIZATION_FAILED: the principal lacks IDEMPOTENT_WRITE on
+// a Kafka before 2.8), naming Config.WithoutIdempotentWrites.
+func (c *Consumer) newWriter(ctx context.Context, client sarama.Client) (sarama.SyncProducer, error) {
+	for failures := 1; ; failures++ {
+		producer, err := sarama.NewSyncProducerFromClient(client)
+		var cfgErr sarama.ConfigurationError
+		switch {
+		case err == nil:
+			return producer, nil
+		case errors.Is(err, sarama.ErrClusterAuthorizationFailed):
+			err = fmt.Errorf("consumer: the cluster refuses the idempotent producer that writes dead letters and retry-tier moves (%w): "+
+				"grant the consumer's principal IDEMPOTENT_WRITE on the cluster, or set Config.WithoutIdempotentWrites to write without "+
+				"idempotence (a write whose answer is lost may then be written twice)", err)
+			c.log.Error("cannot start: " + err.Error())
+			return nil, err
+		case errors.As(err, &cfgErr):
+			return nil, fmt.Errorf("consumer: dead-letter producer: %w", err)
+		}
+		delay := c.cfg.Backoff.Delay(failures, rand.Float64)
+		c.log.Warn("cannot create the producer of dead letters and retry-tier moves; is Kafka up? retrying", "error", err, "failures", failures, "retry_in", delay)
+		if !sleep(ctx, delay) {
+			return nil, nil
+		}
+	}
 }
 
 // ensureTopics checks that the retry and dead-letter topics exist, creating
@@ -265,6 +324,10 @@ type groupHandler struct {
 	group       sarama.ConsumerGroup
 	deadLetters deadLetters
 	producer    sarama.SyncProducer // writes to retry topics
+	// highWater reads the high-water marks of the partitions held, for
+	// their progress timers: the dead-letter client, whose connections no
+	// fetch long-polls hold.
+	highWater highWaterReader
 }
 
 func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
@@ -275,6 +338,7 @@ func (h *groupHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
 // or dead-lettered.
 func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	p := newPartition(h, sess, claim)
+	p.stopProgress = p.watchProgress(h.highWater)
 	defer p.close()
 	if h.c.cfg.Workers == 1 {
 		p.serial()

@@ -276,8 +276,11 @@ func TestDeadLetterTopicUnavailable(t *testing.T) {
 	run(t, newConsumer(t, cfg))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := fault.Wait(ctx, 10); err != nil {
-		t.Fatalf("waiting for 10 refused dead-letter writes: %v", err)
+	// Sarama sends the write at least 51 times (its idempotent producer
+	// retries 50 times, see Config.WithoutIdempotentWrites) before the
+	// consumer sees it fail.
+	if err := fault.Wait(ctx, 51+10); err != nil {
+		t.Fatalf("waiting for 61 refused dead-letter writes: %v", err)
 	}
 	// fine-1 and fine-2 may have been handled while the first write was in
 	// flight; a message produced now, with the write failing, must wait.

@@ -6,11 +6,15 @@ import (
 	"fmt"
 	"log"
 	"log/slog"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 	"go.opentelemetry.io/otel/trace"
@@ -157,6 +161,98 @@ func ExampleConfig_tracerProvider() {
 	// Output:
 	// psp.pay (internal), trace 4bf92f3577b34da6a3ce929d0e0e4736, child of process payouts
 	// process payouts (consumer), trace 4bf92f3577b34da6a3ce929d0e0e4736, child of the producer's 00f067aa0ba902b7
+}
+
+// stuckAlarm is a hook of your own: it tells, once, of a partition whose
+// oldest message has been in flight for longer than after. Like every
+// hook it returns at once: the channel has room for its one message.
+type stuckAlarm struct {
+	after time.Duration
+	once  sync.Once
+	stuck chan string
+}
+
+func (a *stuckAlarm) OldestInFlight(topic string, partition int32, age time.Duration) {
+	if age > a.after {
+		a.once.Do(func() { a.stuck <- fmt.Sprintf("%s/%d in flight for over %v", topic, partition, a.after) })
+	}
+}
+
+// Watch for a stuck partition: the consumer reports the age of each
+// partition's oldest message in flight every ProgressInterval (15s by
+// default; 50ms here), so a handler that hangs shows. Package prom's
+// ConsumerMetrics exports it as courier_consumer_oldest_in_flight_seconds,
+// which the CourierConsumerStuck alert reads.
+func ExampleOldestInFlightHook() {
+	broker := payoutsBroker(&sarama.ProducerMessage{Value: sarama.StringEncoder(`{"payout_id":"p-1"}`)})
+	defer broker.Close()
+	alarm := &stuckAlarm{after: 200 * time.Millisecond, stuck: make(chan string, 1)}
+	ctx, stop := context.WithCancel(context.Background())
+	c, err := consumer.New(consumer.Config{
+		Brokers: broker.ListenAddrs(),
+		Group:   "payout-worker",
+		Topics:  []string{"payouts"},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+			select { // the PSP hangs, until the alarm goes off
+			case stuck := <-alarm.stuck:
+				fmt.Println("stuck:", stuck)
+			case <-ctx.Done():
+			}
+			stop()
+			return nil
+		}),
+		Hooks:            []consumer.Hook{alarm},
+		ProgressInterval: 50 * time.Millisecond,
+		Logger:           slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := c.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
+	// Output:
+	// stuck: payouts/0 in flight for over 200ms
+}
+
+// A cluster whose ACLs refuse idempotent writes (the principal lacks
+// IDEMPOTENT_WRITE, which Kafka before 2.8 requires) makes Run fail at
+// start with CLUSTER_AUTHORIZATION_FAILED, naming the field that writes the
+// dead letters and retry-tier moves without idempotence. Grant the ACL, or
+// set the field: a write whose answer is lost may then be written twice.
+func ExampleConfig_withoutIdempotentWrites() {
+	broker := payoutsBroker()
+	defer broker.Close()
+	broker.ControlKey(int16(kmsg.InitProducerID), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		broker.KeepControl()
+		resp := req.ResponseKind().(*kmsg.InitProducerIDResponse)
+		resp.ErrorCode = kerr.ClusterAuthorizationFailed.Code
+		return resp, nil, true
+	})
+	cfg := consumer.Config{
+		Brokers: broker.ListenAddrs(),
+		Group:   "payout-worker",
+		Topics:  []string{"payouts"},
+		Handler: consumer.HandlerFunc(func(context.Context, *consumer.Message) error { return nil }),
+		Logger:  slog.New(slog.DiscardHandler),
+	}
+	c, err := consumer.New(cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = c.Run(context.Background())
+	fmt.Println(errors.Is(err, sarama.ErrClusterAuthorizationFailed), strings.Contains(err.Error(), "Config.WithoutIdempotentWrites"))
+
+	cfg.WithoutIdempotentWrites = true
+	if c, err = consumer.New(cfg); err != nil {
+		log.Fatal(err)
+	}
+	ctx, stop := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer stop()
+	fmt.Println(c.Run(ctx))
+	// Output:
+	// true true
+	// <nil>
 }
 
 // payoutsBroker starts an in-process broker with the topics payouts and

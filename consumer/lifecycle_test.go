@@ -76,6 +76,7 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	}))
 	cfg.Workers = 3
 	cfg.Hooks = []consumer.Hook{&recorder{}}
+	cfg.ProgressInterval = 10 * time.Millisecond // its timers and reads stop with the partitions
 	stop := run(t, newConsumer(t, cfg))
 	testkit.WaitFor(t, 10*time.Second, "every message settled", func() bool {
 		return f.committed(t, 0)+f.committed(t, 1) == 3

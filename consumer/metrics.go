@@ -38,7 +38,8 @@ const (
 
 // Hook is a value implementing one or more of the package's *Hook
 // interfaces (MessageHook or TenantMessageHook, HandlerDurationHook,
-// InFlightHook, BreakerChangedHook, LagHook, ReleasedHook), each a
+// InFlightHook, BreakerChangedHook, LagHook, OldestInFlightHook,
+// ReleasedHook), each a
 // measurement it wants; list it in Config.Hooks (and BreakerConfig.Hooks).
 // New sorts the hooks by interface once, and refuses a hook implementing
 // none of them. A new measurement is a new interface, so adding one breaks
@@ -78,13 +79,25 @@ type BreakerChangedHook interface {
 }
 
 // LagHook is told how many records of a partition follow the last one
-// whose offset was marked, from the claim's high-water mark.
+// whose offset was marked: when an offset is marked, and every
+// Config.ProgressInterval from the high-water mark read from the broker,
+// so that the lag of a partition whose handler hangs still rises.
 type LagHook interface {
 	Lag(topic string, partition int32, lag int64)
 }
 
+// OldestInFlightHook is told, every Config.ProgressInterval, how long the
+// oldest message of a partition taken and not yet settled has been in
+// flight: its handler running, its retry or breaker waits, its write to a
+// retry or dead-letter topic. A retry record counts from when its tier's
+// delay is over. The age is 0 when no message is in flight; one that only
+// grows is a stuck partition.
+type OldestInFlightHook interface {
+	OldestInFlight(topic string, partition int32, age time.Duration)
+}
+
 // ReleasedHook is told that this consumer no longer holds the partition
-// (rebalance or shutdown): forget its lag.
+// (rebalance or shutdown): forget its lag and oldest in-flight age.
 type ReleasedHook interface {
 	Released(topic string, partition int32)
 }
@@ -97,6 +110,7 @@ type hooks struct {
 	inFlight        []InFlightHook
 	breakerChanged  []BreakerChangedHook
 	lag             []LagHook
+	oldestInFlight  []OldestInFlightHook
 	released        []ReleasedHook
 }
 
@@ -106,10 +120,10 @@ func sortHooks(field string, list []Hook) (*hooks, error) {
 	h := &hooks{}
 	for i, hook := range list {
 		n := sortEither(hook, &h.tenantMessage, &h.message) + sortHook(hook, &h.handlerDuration) + sortHook(hook, &h.inFlight) +
-			sortHook(hook, &h.breakerChanged) + sortHook(hook, &h.lag) + sortHook(hook, &h.released)
+			sortHook(hook, &h.breakerChanged) + sortHook(hook, &h.lag) + sortHook(hook, &h.oldestInFlight) + sortHook(hook, &h.released)
 		if n == 0 {
 			return nil, fmt.Errorf("%w: %s[%d] (%T) implements none of MessageHook, TenantMessageHook, HandlerDurationHook, InFlightHook, "+
-				"BreakerChangedHook, LagHook and ReleasedHook; check its method names and signatures", ErrInvalidConfig, field, i, hook)
+				"BreakerChangedHook, LagHook, OldestInFlightHook and ReleasedHook; check its method names and signatures", ErrInvalidConfig, field, i, hook)
 		}
 	}
 	return h, nil
@@ -164,6 +178,12 @@ func (h *hooks) BreakerChanged(name string, state gobreaker.State) {
 func (h *hooks) Lag(topic string, partition int32, lag int64) {
 	for _, x := range h.lag {
 		x.Lag(topic, partition, lag)
+	}
+}
+
+func (h *hooks) OldestInFlight(topic string, partition int32, age time.Duration) {
+	for _, x := range h.oldestInFlight {
+		x.OldestInFlight(topic, partition, age)
 	}
 }
 

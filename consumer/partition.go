@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -59,6 +60,15 @@ type partition struct {
 	// written to the dead-letter topic): offsets are marked up to the
 	// lowest of them.
 	pending offsets
+	// marked is the offset marked last, the next to commit; before any
+	// mark, the claim's initial offset (negative when the group has no
+	// committed offset yet).
+	marked atomic.Int64
+	// highWater is the partition's high-water mark as the progress timer
+	// read it last; 0 before its first read (see watchProgress).
+	highWater atomic.Int64
+	// stopProgress stops the progress timer; nil when it was not started.
+	stopProgress func()
 	// moves are the partition's writes to retry and dead-letter topics in flight.
 	moves moves
 
@@ -112,6 +122,7 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		p.maxBatch = h.c.cfg.TakeBatch
 		p.tracked = true
 	}
+	p.marked.Store(claim.InitialOffset())
 	p.batch = make([]taken, 0, p.maxBatch)
 	if h.c.tracer != nil {
 		p.processSpan = "process " + p.topic
@@ -142,13 +153,17 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 
 // close waits for the writes in flight (they end with the session, or
 // ShutdownTimeout after it) and the dedupe marks, releases the claims of
-// the messages left unhandled, and releases the partition.
+// the messages left unhandled, stops the progress timer, and releases the
+// partition.
 func (p *partition) close() {
 	p.moves.wg.Wait()
 	for _, f := range p.features {
 		f.close()
 	}
 	p.stopWork()
+	if p.stopProgress != nil {
+		p.stopProgress()
+	}
 	p.c.metrics.Released(p.topic, p.partition)
 }
 

@@ -37,7 +37,7 @@ func BenchmarkProcess(b *testing.B) {
 			msg := benchMessage(tc.trace)
 			for i := 0; b.Loop(); i++ {
 				msg.Offset = int64(i)
-				p.pending.start(msg.Offset)
+				p.pending.start(msg.Offset, p.now())
 				if d, traced := p.newDelivery(msg); !p.process(d, traced) {
 					b.Fatal("message abandoned")
 				}
@@ -93,3 +93,4 @@ type countingClaim struct {
 func (countingClaim) Topic() string              { return "orders" }
 func (countingClaim) Partition() int32           { return 0 }
 func (countingClaim) HighWaterMarkOffset() int64 { return 1 << 40 }
+func (countingClaim) InitialOffset() int64       { return 0 }

@@ -68,20 +68,36 @@ func (d *delivery) due() bool {
 // Consumer.MaxProcessingTime pauses the partition, so that nothing more is
 // fetched meanwhile (Sarama heartbeats on its own); a shorter one does not
 // need to, and spares the fetcher a pause and a resume.
+//
+// A retry record counts as in flight (see offsets.oldest) from when it is
+// due, not from when it was taken: waiting out its tier's delay is not
+// being stuck.
 func (p *partition) waitDue(d *delivery) bool {
 	at := d.dueAt()
 	if at.IsZero() {
 		return true
 	}
-	wait := time.Until(at)
-	if wait <= 0 {
-		return true
+	if wait := time.Until(at); wait > 0 {
+		if wait > p.c.cfg.saramaConfig().Consumer.MaxProcessingTime {
+			p.pause()
+			defer p.resume()
+		}
+		if !sleep(p.sessCtx, wait) {
+			return false
+		}
 	}
-	if wait > p.c.cfg.saramaConfig().Consumer.MaxProcessingTime {
-		p.pause()
-		defer p.resume()
+	p.pending.inFlight(d.m.Offset, p.now())
+	return true
+}
+
+// takenAt is when the message d, just taken, goes in flight: now, or
+// notInFlight for a retry record that is not due yet (waitDue puts it in
+// flight once it is).
+func (p *partition) takenAt(d *delivery) time.Duration {
+	if d.due() {
+		return p.now()
 	}
-	return sleep(p.sessCtx, wait)
+	return notInFlight
 }
 
 // prior is how many attempts failed before this delivery.

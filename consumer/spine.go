@@ -61,7 +61,7 @@ func (p *partition) take() []taken {
 				return nil
 			}
 			d, traced := p.newDelivery(msg)
-			p.pending.start(msg.Offset)
+			p.pending.start(msg.Offset, p.takenAt(d))
 			first = &taken{d, traced}
 		}
 	}
@@ -76,7 +76,7 @@ func (p *partition) take() []taken {
 				return p.admitBatch(batch)
 			}
 			d, traced := p.newDelivery(msg)
-			p.pending.start(msg.Offset)
+			p.pending.start(msg.Offset, p.takenAt(d))
 			if !d.due() {
 				p.carry = &taken{d, traced}
 				return p.admitBatch(batch)

@@ -17,6 +17,7 @@ const (
 	NameConsumerInFlight       = "courier_consumer_inflight"
 	NameConsumerBreakerState   = "courier_consumer_breaker_state"
 	NameConsumerLag            = "courier_consumer_lag"
+	NameConsumerOldestInFlight = "courier_consumer_oldest_in_flight_seconds"
 )
 
 // Consumer label names.
@@ -73,6 +74,7 @@ type ConsumerMetrics struct {
 	inFlight     *prometheus.GaugeVec
 	breakerState *prometheus.GaugeVec
 	lag          *prometheus.GaugeVec
+	oldest       *prometheus.GaugeVec
 	tenants      *tenantLabel
 }
 
@@ -83,6 +85,7 @@ var (
 	_ consumer.InFlightHook        = (*ConsumerMetrics)(nil)
 	_ consumer.BreakerChangedHook  = (*ConsumerMetrics)(nil)
 	_ consumer.LagHook             = (*ConsumerMetrics)(nil)
+	_ consumer.OldestInFlightHook  = (*ConsumerMetrics)(nil)
 	_ consumer.ReleasedHook        = (*ConsumerMetrics)(nil)
 )
 
@@ -111,7 +114,9 @@ func NewConsumerMetrics(reg prometheus.Registerer, cfg ConsumerConfig) (*Consume
 		breakerState: f.gaugeVec(NameConsumerBreakerState,
 			"State of each consumer.Breaker: 0 closed, 1 half-open, 2 open.", LabelBreaker),
 		lag: f.gaugeVec(NameConsumerLag,
-			"Records of a partition held by this consumer after the last one whose offset was marked, from the high-water mark of the last fetch.", LabelTopic, LabelPartition),
+			"Records of a partition held by this consumer after the last one whose offset was marked, from its high-water mark (read every consumer.Config.ProgressInterval).", LabelTopic, LabelPartition),
+		oldest: f.gaugeVec(NameConsumerOldestInFlight,
+			"Seconds the oldest message of a partition held by this consumer has been in flight (taken, not yet settled); 0 for none.", LabelTopic, LabelPartition),
 		tenants: tl,
 	}
 	collide, differ := groupHints("ConsumerMetrics", "ConsumerConfig", cfg.Group, true)
@@ -155,8 +160,16 @@ func (m *ConsumerMetrics) Lag(topic string, partition int32, lag int64) {
 	m.lag.WithLabelValues(topic, strconv.FormatInt(int64(partition), 10)).Set(float64(lag))
 }
 
-// Released deletes the partition's lag series: another member reports it
-// now.
+// OldestInFlight sets the age, in seconds, of the partition's oldest
+// message in flight.
+func (m *ConsumerMetrics) OldestInFlight(topic string, partition int32, age time.Duration) {
+	m.oldest.WithLabelValues(topic, strconv.FormatInt(int64(partition), 10)).Set(max(age, 0).Seconds())
+}
+
+// Released deletes the partition's lag and oldest in-flight series:
+// another member reports them now.
 func (m *ConsumerMetrics) Released(topic string, partition int32) {
-	m.lag.DeleteLabelValues(topic, strconv.FormatInt(int64(partition), 10))
+	p := strconv.FormatInt(int64(partition), 10)
+	m.lag.DeleteLabelValues(topic, p)
+	m.oldest.DeleteLabelValues(topic, p)
 }

@@ -101,6 +101,7 @@ func ExampleNewConsumerMetrics() {
 	metrics.InFlight("payouts", 1)
 	metrics.BreakerChanged("psp", gobreaker.StateOpen)
 	metrics.Lag("payouts", 0, 3)
+	metrics.OldestInFlight("payouts", 0, 2*time.Second)
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -115,4 +116,5 @@ func ExampleNewConsumerMetrics() {
 	// courier_consumer_inflight
 	// courier_consumer_lag
 	// courier_consumer_messages_total
+	// courier_consumer_oldest_in_flight_seconds
 }

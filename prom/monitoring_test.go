@@ -348,6 +348,7 @@ func registered(t *testing.T) map[string][]string {
 	cons.InFlight("orders", 1)
 	cons.BreakerChanged("bank-api", gobreaker.StateOpen)
 	cons.Lag("orders", 0, 1)
+	cons.OldestInFlight("orders", 0, time.Second)
 
 	families, err := reg.Gather()
 	if err != nil {
@@ -548,5 +549,32 @@ func TestMonitoringAlertsAreTested(t *testing.T) {
 		if !alerts[name] {
 			t.Errorf("%s tests alert %s, which %s does not have", alertTestsFile, name, alertsFile)
 		}
+	}
+}
+
+// TestMonitoringReadmeListsTheAlerts: the README's table of alerts has one
+// row per alert of the rules, in their order, with the rule's severity.
+func TestMonitoringReadmeListsTheAlerts(t *testing.T) {
+	readme, err := os.ReadFile(filepath.Join("..", "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want, got []string
+	for _, g := range readRules(t).Groups {
+		for _, r := range g.Rules {
+			if r.Alert != "" {
+				want = append(want, r.Alert+" "+r.Labels["severity"])
+			}
+		}
+	}
+	for line := range strings.Lines(string(readme)) {
+		cells := strings.Split(line, "|")
+		if len(cells) < 4 || !strings.HasPrefix(strings.TrimSpace(cells[1]), "`Courier") {
+			continue
+		}
+		got = append(got, strings.Trim(strings.TrimSpace(cells[1]), "`")+" "+strings.TrimSpace(cells[2]))
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("README.md's alert table lists (alert severity)\n%s\nwant, as %s has them,\n%s", strings.Join(got, "\n"), alertsFile, strings.Join(want, "\n"))
 	}
 }

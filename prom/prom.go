@@ -40,17 +40,21 @@
 // *ConsumerMetrics to list in consumer.Config.Hooks, and in
 // consumer.BreakerConfig.Hooks for the breakers its handlers use:
 //
-//	courier_consumer_messages_total   counter    messages per topic and outcome: handled, retried, dead_lettered, deduplicated
-//	courier_consumer_handler_seconds  histogram  one handler attempt, per topic
-//	courier_consumer_inflight         gauge      messages being handled (retry waits included), per topic
-//	courier_consumer_breaker_state    gauge      per breaker: 0 closed, 1 half-open, 2 open
-//	courier_consumer_lag              gauge      per topic and partition held: records after the last marked offset
+//	courier_consumer_messages_total            counter    messages per topic and outcome: handled, retried, dead_lettered, deduplicated
+//	courier_consumer_handler_seconds           histogram  one handler attempt, per topic
+//	courier_consumer_inflight                  gauge      messages being handled (retry waits included), per topic
+//	courier_consumer_breaker_state             gauge      per breaker: 0 closed, 1 half-open, 2 open
+//	courier_consumer_lag                       gauge      per topic and partition held: records after the last marked offset
+//	courier_consumer_oldest_in_flight_seconds  gauge      per topic and partition held: age of the oldest message taken and not settled, 0 for none
 //
 // retried counts retries, not messages: a message that succeeds on its
-// third attempt counts twice as retried and once as handled. The lag of a
-// partition is deleted when the consumer gives it up (rebalance or
-// shutdown), so summing the lag over all members counts each partition
-// once. Consumers of different groups sharing a registry set
+// third attempt counts twice as retried and once as handled. The lag is
+// set when an offset is marked and every consumer.Config.ProgressInterval
+// (15s) from the high-water mark read from the broker, as is the oldest
+// in-flight age: a partition whose handler hangs shows both rising. Both
+// series of a partition are deleted when the consumer gives it up
+// (rebalance or shutdown), so summing the lag over all members counts
+// each partition once. Consumers of different groups sharing a registry set
 // ConsumerConfig.Group, a constant group label.
 //
 // # Dedupe metrics
