@@ -373,7 +373,7 @@ func (p *batchPublisher) write(ctx context.Context, client sarama.Client, record
 				pb.acked()
 			case sequenceLost(err) && pb.renumber():
 				retry = true
-			case pb.failed(err, p.cfg.Producer.Retry.Max, now):
+			case pb.failed(err, p.retries(pb.topicPartition), now):
 				retry = true
 			default:
 				pb.giveUp(out, err)
@@ -388,6 +388,17 @@ func (p *batchPublisher) write(ctx context.Context, client sarama.Client, record
 			p.wait(ctx, p.cfg.Producer.Retry.Backoff)
 		}
 	}
+}
+
+// retries is how often a write sends a batch of tp again after a refusal:
+// Producer.Retry.Max, or none while the relay holds tp, whose refusal is
+// then a hold's try, answered by the relay's backoff rather than by this
+// write's. A batch of unknown fate is sent again either way (see failed).
+func (p *batchPublisher) retries(tp topicPartition) int {
+	if p.holds != nil && p.holds.has(tp) {
+		return 0
+	}
+	return p.cfg.Producer.Retry.Max
 }
 
 // session is the session for a partition of a write that has none: the

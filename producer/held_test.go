@@ -27,7 +27,7 @@ import (
 
 // keysOn returns n keys the relay's partitioner puts on partition p of
 // topic among partitions.
-func keysOn(t *testing.T, topic string, p, partitions int32, n int) []string {
+func keysOn(t testing.TB, topic string, p, partitions int32, n int) []string {
 	t.Helper()
 	var keys []string
 	for i := 0; len(keys) < n; i++ {

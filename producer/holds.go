@@ -112,6 +112,13 @@ func (h *holds) check(tp topicPartition) error {
 	return nil
 }
 
+// has reports whether tp (or its whole topic) is held, its hold up or not.
+func (h *holds) has(tp topicPartition) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.m[tp] != nil || h.m[topicPartition{tp.topic, anyPartition}] != nil
+}
+
 // fail records that an event for tp failed at now with err, the cluster's
 // condition, and returns how long the event waits: until the partition's
 // hold is up. The first failure after a hold is up takes the next backoff

@@ -265,7 +265,7 @@ func (r *rig) checkOnce(c *consumer) {
 
 // partitionOf is the partition the relay's default partitioner gives key
 // among n.
-func partitionOf(t *testing.T, topic, key string, n int32) int32 {
+func partitionOf(t testing.TB, topic, key string, n int32) int32 {
 	t.Helper()
 	p, err := sarama.NewMurmur2Partitioner(topic).Partition(&sarama.ProducerMessage{Topic: topic, Key: sarama.StringEncoder(key)}, n)
 	if err != nil {

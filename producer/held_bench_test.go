@@ -1,0 +1,82 @@
+package producer_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/twmb/franz-go/pkg/kerr"
+	"github.com/twmb/franz-go/pkg/kfake"
+	"github.com/twmb/franz-go/pkg/kmsg"
+
+	"github.com/courierkit/courier/internal/testkit"
+	"github.com/courierkit/courier/producer"
+)
+
+// BenchmarkRelayBesideAHeldPartition measures what a held partition costs
+// its neighbour: each op is one RunOnce of a batch of 500 events of
+// partition 1 (alone), and beside them 20 new events of partition 0 (new
+// keys, so that none waits behind its key) that the broker takes
+// (beside-healthy) or refuses with NOT_ENOUGH_REPLICAS for the whole run
+// (beside-held), the relay on Sarama's default retries (3, 100 ms). It
+// reports partition 1's events per second. Run it with
+//
+//	go test -run '^$' -bench RelayBesideAHeldPartition -benchtime 20x ./producer/
+func BenchmarkRelayBesideAHeldPartition(b *testing.B) {
+	for _, c := range []struct {
+		name         string
+		beside, held bool
+	}{{"alone", false, false}, {"beside-healthy", true, false}, {"beside-held", true, true}} {
+		b.Run(c.name, func(b *testing.B) {
+			pg := testkit.Postgres(b)
+			pg.Migrate(b)
+			out, err := producer.NewOutbox(producer.Config{Schema: pg.Schema})
+			if err != nil {
+				b.Fatal(err)
+			}
+			k := testkit.NewKafka(b, testkit.InProcess())
+			topic := k.Topic(b, 2)
+			if c.held {
+				k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.NotEnoughReplicas, Count: -1})
+			}
+			relay, err := producer.NewRelay(pg.Pool, producer.RelayConfig{Schema: pg.Schema, Brokers: k.Brokers, BatchSize: 520, Logger: testkit.Logger(b)})
+			if err != nil {
+				b.Fatal(err)
+			}
+			healthy := keysOn(b, topic, 1, 2, 50)
+			next := 0 // the next key to try for partition 0
+			ctx := context.Background()
+			var published int
+			var spent time.Duration
+			for b.Loop() {
+				events := make([]producer.Event, 0, 520)
+				for n := range 500 {
+					events = append(events, producer.Event{Topic: topic, Key: healthy[n%len(healthy)], Type: "T", Payload: []byte(`{}`)})
+				}
+				for c.beside && len(events) < 520 {
+					key := fmt.Sprintf("sick-%d", next)
+					if next++; partitionOf(b, topic, key, 2) == 0 {
+						events = append(events, producer.Event{Topic: topic, Key: key, Type: "T", Payload: []byte(`{}`)})
+					}
+				}
+				b.StopTimer()
+				if _, err := out.EnqueueBatch(ctx, pg.Pool, events); err != nil {
+					b.Fatal(err)
+				}
+				b.StartTimer()
+				start := time.Now()
+				res, err := relay.RunOnce(ctx)
+				if err != nil {
+					b.Fatal(err)
+				}
+				spent += time.Since(start)
+				published += res.Published
+			}
+			if published == 0 {
+				b.Fatal("published nothing")
+			}
+			b.ReportMetric(float64(published)/spent.Seconds(), "healthy-events/s")
+		})
+	}
+}
