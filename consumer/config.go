@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"time"
 
@@ -318,6 +319,7 @@ func (c Config) WithDefaults() Config {
 		// other's changes, nor race on them while one already runs.
 		sc := *c.Sarama
 		requireSarama(&sc)
+		ownStrategies(&sc)
 		c.Sarama = &sc
 	}
 	if c.Logger == nil {
@@ -402,10 +404,6 @@ func (c *Config) validate() error {
 	if n := c.saramaConfig().ChannelBufferSize; n > MaxSaramaChannelBuffer {
 		return fmt.Errorf("%w: Sarama.ChannelBufferSize is %d; use at most %d (Sarama makes channels of that size per partition)", ErrInvalidConfig, n, MaxSaramaChannelBuffer)
 	}
-	if cooperative(c.saramaConfig()) {
-		return fmt.Errorf("%w: Sarama's group strategies rebalance cooperatively, which the consumer does not support "+
-			"(a revoked partition's retries and breaker waits would not stop); use an eager strategy such as sarama.NewBalanceStrategySticky()", ErrInvalidConfig)
-	}
 	if err := c.validateRetryTopics(); err != nil {
 		return err
 	}
@@ -461,6 +459,25 @@ func cooperative(cfg *sarama.Config) bool {
 		}
 	}
 	return len(strategies) > 0
+}
+
+// ownStrategies replaces each cooperative sticky strategy of cfg's group
+// with a new one: that strategy keeps the generation of the group it
+// serves, so consumers sharing one Sarama config must not share it.
+func ownStrategies(cfg *sarama.Config) {
+	r := &cfg.Consumer.Group.Rebalance
+	sticky := reflect.TypeOf(sarama.NewBalanceStrategyCooperativeSticky())
+	own := func(s sarama.BalanceStrategy) sarama.BalanceStrategy {
+		if reflect.TypeOf(s) == sticky {
+			return sarama.NewBalanceStrategyCooperativeSticky()
+		}
+		return s
+	}
+	r.Strategy = own(r.Strategy)
+	r.GroupStrategies = slices.Clone(r.GroupStrategies)
+	for i, s := range r.GroupStrategies {
+		r.GroupStrategies[i] = own(s)
+	}
 }
 
 // validateRetryTopics checks RetryTopics and KeyOrder.

@@ -45,6 +45,13 @@ func TestConfigValidation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New(with retry topics, key order and dedupe) = %v", err)
 	}
+	cooperative := valid()
+	cooperative.Sarama = consumer.NewSaramaConfig()
+	cooperative.Sarama.Version = sarama.V2_4_0_0
+	cooperative.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+	if _, err := consumer.New(cooperative); err != nil {
+		t.Errorf("New(cooperative rebalancing) = %v", err)
+	}
 	if topo := c.Topologies(); len(topo) != 1 || topo[0].DeadLetter != "payouts.dlq" || len(topo[0].Tiers) != 2 {
 		t.Errorf("Topologies() = %+v", topo)
 	}
@@ -64,11 +71,6 @@ func TestConfigValidation(t *testing.T) {
 		{"negative timeout", func(c *consumer.Config) { c.AttemptTimeout = -time.Second }, "AttemptTimeout"},
 		{"negative shutdown", func(c *consumer.Config) { c.ShutdownTimeout = -time.Second }, "ShutdownTimeout"},
 		{"negative breaker wait", func(c *consumer.Config) { c.BreakerWait = -time.Second }, "BreakerWait"},
-		{"cooperative rebalancing", func(c *consumer.Config) {
-			c.Sarama = consumer.NewSaramaConfig()
-			c.Sarama.Version = sarama.V2_4_0_0
-			c.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
-		}, "cooperatively"},
 		{"negative base", func(c *consumer.Config) { c.Backoff.Base = -time.Second }, "Backoff.Base"},
 		{"factor below 1", func(c *consumer.Config) { c.Backoff.Factor = 0.5 }, "Backoff.Factor"},
 		{"jitter above 1", func(c *consumer.Config) { c.Backoff.Jitter = 1.5 }, "Backoff.Jitter"},

@@ -37,6 +37,9 @@ type Consumer struct {
 	topologies map[string]*retrytopics.Topology
 	// tracer makes the spans; nil without Config.TracerProvider.
 	tracer trace.Tracer
+	// cooperative: the group rebalances cooperatively, revoking
+	// partitions one by one within a session (see revocationFeed).
+	cooperative bool
 }
 
 // New validates cfg, applies its defaults and returns a Consumer. It does
@@ -66,6 +69,7 @@ func New(cfg Config) (*Consumer, error) {
 		topics:      topics,
 		topologies:  topologies,
 		tracer:      newTracer(cfg.TracerProvider),
+		cooperative: cooperative(cfg.saramaConfig()),
 	}, nil
 }
 
@@ -271,7 +275,7 @@ func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
 func (h *groupHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
 
 // ConsumeClaim handles the messages of one partition until the session
-// ends. It marks an offset only once every message before it is handled
+// ends or, under cooperative rebalancing, the partition is revoked. It marks an offset only once every message before it is handled
 // or dead-lettered.
 func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	p := newPartition(h, sess, claim)

@@ -81,7 +81,7 @@ func (p *partition) waitDue(d *delivery) bool {
 		p.pause()
 		defer p.resume()
 	}
-	return sleep(p.sessCtx, wait)
+	return sleep(p.claimCtx, wait)
 }
 
 // prior is how many attempts failed before this delivery.
