@@ -3,6 +3,8 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -92,4 +94,261 @@ func TestRevokedPartitionStopsItsWait(t *testing.T) {
 			testkit.WaitFor(t, 20*time.Second, "the moved message's offset committed", func() bool { return f.committed(t, 0) == 1 })
 		})
 	}
+}
+
+// TestScaleRunLosesNothing: 24 partitions, a group of 2 members scaled to
+// 4 and back to 2 while a producer writes steadily, once rebalancing
+// eagerly and once cooperatively: every record is handled at least once
+// and every offset committed. It logs, per change of the group, the
+// longest stall (gap between handled records) of a partition that kept its
+// owner and of one that moved, and the duplicates (run it with -v to read
+// them; the README's figures come from it).
+func TestScaleRunLosesNothing(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		strategy func() sarama.BalanceStrategy
+	}{
+		{"eager", sarama.NewBalanceStrategySticky},
+		{"cooperative", sarama.NewBalanceStrategyCooperativeSticky},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			const partitions = 24
+			f := newFixture(t, partitions)
+			var h handlings
+			member := func(name string) func() {
+				cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+					h.add(name, m.Partition, m.Offset)
+					return nil
+				}))
+				cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{tc.strategy()}
+				return run(t, newConsumer(t, cfg))
+			}
+			member("a")
+			member("b")
+			produced := produceSteadily(t, f, partitions)
+			// Each phase lasts until every member of the group handled
+			// records since it began, and a few hundred more were handled.
+			phase := func(what string, members ...string) {
+				from := time.Now()
+				testkit.WaitFor(t, 60*time.Second, what+": every member handling", func() bool { return h.handledSince(from, members...) })
+				n := h.total()
+				testkit.WaitFor(t, 60*time.Second, what, func() bool { return h.total() >= n+600 })
+			}
+			phase("the group of 2 to handle records", "a", "b")
+			steadyFrom := time.Now()
+			phase("the group of 2 to go on", "a", "b")
+			changes := []time.Time{time.Now()}
+			stopC, stopD := member("c"), member("d")
+			phase("the group of 4 to handle records", "a", "b", "c", "d")
+			changes = append(changes, time.Now())
+			stopC()
+			stopD()
+			phase("the group of 2 again to handle records", "a", "b")
+			last := produced()
+			testkit.WaitFor(t, 60*time.Second, "every record handled and committed", func() bool {
+				if h.lost(last) > 0 {
+					return false
+				}
+				for p := range int32(partitions) {
+					if f.committed(t, p) != last[p]+1 {
+						return false
+					}
+				}
+				return true
+			})
+			steady, _, _, _ := h.stalls(steadyFrom, changes[0])
+			t.Logf("%s, before any change: longest gap between handled records of a partition %v", tc.name, steady.Round(time.Millisecond))
+			for i, at := range changes {
+				end := time.Now()
+				if i+1 < len(changes) {
+					end = changes[i+1]
+				}
+				kept, moved, nKept, nMoved := h.stalls(at, end)
+				t.Logf("%s, change %d (%s): longest stall of the %d partitions that kept their owner %v, of the %d that moved %v",
+					tc.name, i+1, []string{"2 to 4 members", "4 to 2 members"}[i], nKept, kept.Round(time.Millisecond), nMoved, moved.Round(time.Millisecond))
+			}
+			t.Logf("%s: %d records, lost 0, handled twice or more %d", tc.name, h.records(), h.duplicates())
+		})
+	}
+}
+
+// produceSteadily writes a record to each partition of f's topic in turn,
+// one every millisecond, until the returned function is called; that
+// returns the last offset written to each partition.
+func produceSteadily(t *testing.T, f *fixture, partitions int32) (stop func() []int64) {
+	t.Helper()
+	cfg := f.k.Config()
+	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	p, err := sarama.NewSyncProducer(f.k.Brokers, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	quit, done := make(chan struct{}), make(chan error, 1)
+	last := make([]int64, partitions)
+	go func() {
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for n := 0; ; n++ {
+			select {
+			case <-quit:
+				done <- nil
+				return
+			case <-tick.C:
+			}
+			partition := int32(n) % partitions
+			_, offset, err := p.SendMessage(&sarama.ProducerMessage{Topic: f.topic, Partition: partition, Value: sarama.StringEncoder("steady")})
+			if err != nil {
+				done <- err
+				return
+			}
+			last[partition] = offset
+		}
+	}()
+	var once sync.Once
+	stop = func() []int64 {
+		once.Do(func() {
+			close(quit)
+			if err := <-done; err != nil {
+				t.Errorf("producing: %v", err)
+			}
+			if err := p.Close(); err != nil {
+				t.Errorf("closing the producer: %v", err)
+			}
+		})
+		return last
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+// handlings records which member handled each record of a topic, and when.
+type handlings struct {
+	mu sync.Mutex
+	// of holds each partition's handlings in the order they happened.
+	of map[int32][]handling
+}
+
+type handling struct {
+	member string
+	offset int64
+	at     time.Time
+}
+
+func (h *handlings) add(member string, partition int32, offset int64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.of == nil {
+		h.of = map[int32][]handling{}
+	}
+	h.of[partition] = append(h.of[partition], handling{member, offset, time.Now()})
+}
+
+// handledSince reports whether each of members handled a record since from.
+func (h *handlings) handledSince(from time.Time, members ...string) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range members {
+		if !slices.ContainsFunc(slices.Collect(maps.Values(h.of)), func(hs []handling) bool {
+			return slices.ContainsFunc(hs, func(x handling) bool { return x.member == m && !x.at.Before(from) })
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+func (h *handlings) total() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, hs := range h.of {
+		n += len(hs)
+	}
+	return n
+}
+
+// seen returns the number of handlings of each record, by partition and offset.
+func (h *handlings) seen() map[int32]map[int64]int {
+	out := map[int32]map[int64]int{}
+	for p, hs := range h.of {
+		out[p] = map[int64]int{}
+		for _, x := range hs {
+			out[p][x.offset]++
+		}
+	}
+	return out
+}
+
+// lost counts the records up to last (the last offset of each partition)
+// never handled.
+func (h *handlings) lost(last []int64) int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	seen, n := h.seen(), 0
+	for p, l := range last {
+		for o := int64(0); o <= l; o++ {
+			if seen[int32(p)][o] == 0 {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func (h *handlings) records() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, offsets := range h.seen() {
+		n += len(offsets)
+	}
+	return n
+}
+
+func (h *handlings) duplicates() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	n := 0
+	for _, offsets := range h.seen() {
+		for _, c := range offsets {
+			n += c - 1
+		}
+	}
+	return n
+}
+
+// stalls returns the longest gap between handlings, in [from, to), of the
+// partitions whose owner before from is their owner at to (kept) and of
+// the others (moved), and how many partitions are in each set. The gap
+// from the last handling before from counts.
+func (h *handlings) stalls(from, to time.Time) (kept, moved time.Duration, nKept, nMoved int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, hs := range h.of {
+		var (
+			prev          time.Time
+			before, after string
+			longest       time.Duration
+		)
+		for _, x := range hs {
+			switch {
+			case x.at.Before(from):
+				prev, before = x.at, x.member
+				continue
+			case !x.at.Before(to):
+				continue
+			}
+			if !prev.IsZero() {
+				longest = max(longest, x.at.Sub(prev))
+			}
+			prev, after = x.at, x.member
+		}
+		if before == after {
+			kept, nKept = max(kept, longest), nKept+1
+		} else {
+			moved, nMoved = max(moved, longest), nMoved+1
+		}
+	}
+	return kept, moved, nKept, nMoved
 }
