@@ -160,3 +160,33 @@ func TestWithDefaults(t *testing.T) {
 		t.Errorf("New(WithDefaults()) = %v", err)
 	}
 }
+
+// TestConsumersOwnTheirCooperativeStrategy: Sarama's cooperative sticky
+// strategy keeps its group's generation, so two consumers built from one
+// Sarama config each get a strategy of their own; other strategies are
+// kept as given.
+func TestConsumersOwnTheirCooperativeStrategy(t *testing.T) {
+	t.Parallel()
+	shared := consumer.NewSaramaConfig()
+	shared.Version = sarama.V2_4_0_0
+	sticky := sarama.NewBalanceStrategyCooperativeSticky()
+	shared.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sticky}
+	cfg := minimalConfig()
+	cfg.Sarama = shared
+	a, b := cfg.WithDefaults(), cfg.WithDefaults()
+	sa, sb := a.Sarama.Consumer.Group.Rebalance.GroupStrategies[0], b.Sarama.Consumer.Group.Rebalance.GroupStrategies[0]
+	if sa == sticky || sb == sticky || sa == sb {
+		t.Errorf("the consumers share the cooperative sticky strategy (given %p, got %p and %p); each needs its own", sticky, sa, sb)
+	}
+	if sa.Name() != sarama.CooperativeStickyBalanceStrategyName {
+		t.Errorf("strategy %q, want %q", sa.Name(), sarama.CooperativeStickyBalanceStrategyName)
+	}
+	if shared.Consumer.Group.Rebalance.GroupStrategies[0] != sticky {
+		t.Error("WithDefaults changed the given Sarama config's strategies")
+	}
+	rng := sarama.NewBalanceStrategyRange()
+	shared.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{rng}
+	if got := cfg.WithDefaults().Sarama.Consumer.Group.Rebalance.GroupStrategies[0]; got != rng {
+		t.Errorf("the range strategy was replaced (%p, want %p)", got, rng)
+	}
+}
