@@ -6,10 +6,12 @@ import (
 	"maps"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
+	"github.com/twmb/franz-go/pkg/kmsg"
 
 	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
@@ -94,6 +96,44 @@ func TestRevokedPartitionStopsItsWait(t *testing.T) {
 			testkit.WaitFor(t, 20*time.Second, "the moved message's offset committed", func() bool { return f.committed(t, 0) == 1 })
 		})
 	}
+}
+
+// TestCoordinatorWaitsDoNotStallFetching: while the group coordinator
+// holds a request of the group (here a heartbeat, as it holds a JoinGroup
+// until every member has joined), the partitions go on being fetched and
+// handled: the group's requests go over connections of their own, not
+// behind the fetches' (a broker answers a connection's requests in order).
+func TestCoordinatorWaitsDoNotStallFetching(t *testing.T) {
+	t.Parallel()
+	f := newFixture(t, 1, testkit.InProcess())
+	var handled counter
+	run(t, newConsumer(t, f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+		handled.add(string(m.Value))
+		return nil
+	}))))
+	f.produceTo(t, 0, record("k", "before"))
+	testkit.WaitFor(t, 20*time.Second, "the first record handled", func() bool { return handled.get("before") == 1 })
+
+	held, release := make(chan struct{}), make(chan struct{})
+	defer close(release)
+	var holding atomic.Bool
+	f.k.Cluster.ControlKey(int16(kmsg.Heartbeat), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		if req.(*kmsg.HeartbeatRequest).Group != f.group || !holding.CompareAndSwap(false, true) {
+			return nil, nil, false // hold one heartbeat of the group
+		}
+		f.k.Cluster.SleepControl(func() {
+			close(held)
+			select { // within the session timeout (10s)
+			case <-release:
+			case <-time.After(8 * time.Second):
+			}
+		})
+		return nil, nil, false
+	})
+	<-held
+	f.produceTo(t, 0, record("k", "during"))
+	testkit.WaitFor(t, 5*time.Second, "a record produced while the coordinator holds a heartbeat handled", func() bool { return handled.get("during") == 1 })
 }
 
 // TestScaleRunLosesNothing: 24 partitions, a group of 2 members scaled to
