@@ -3,8 +3,6 @@ package consumer_test
 import (
 	"context"
 	"errors"
-	"maps"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/consumer"
+	"github.com/courierkit/courier/internal/handled"
 	"github.com/courierkit/courier/internal/testkit"
 )
 
@@ -155,10 +154,10 @@ func TestScaleRunLosesNothing(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			const partitions = 24
 			f := newFixture(t, partitions)
-			var h handlings
+			var log handled.Log
 			member := func(name string) func() {
 				cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-					h.add(name, m.Partition, m.Offset)
+					log.Add(name, m.Partition, m.Offset)
 					return nil
 				}))
 				cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{tc.strategy()}
@@ -171,9 +170,9 @@ func TestScaleRunLosesNothing(t *testing.T) {
 			// records since it began, and a few hundred more were handled.
 			phase := func(what string, members ...string) {
 				from := time.Now()
-				testkit.WaitFor(t, 60*time.Second, what+": every member handling", func() bool { return h.handledSince(from, members...) })
-				n := h.total()
-				testkit.WaitFor(t, 60*time.Second, what, func() bool { return h.total() >= n+600 })
+				testkit.WaitFor(t, 60*time.Second, what+": every member handling", func() bool { return log.HandledSince(from, members...) })
+				n := log.Total()
+				testkit.WaitFor(t, 60*time.Second, what, func() bool { return log.Total() >= n+600 })
 			}
 			phase("the group of 2 to handle records", "a", "b")
 			steadyFrom := time.Now()
@@ -185,9 +184,10 @@ func TestScaleRunLosesNothing(t *testing.T) {
 			stopC()
 			stopD()
 			phase("the group of 2 again to handle records", "a", "b")
+			end := time.Now()
 			last := produced()
 			testkit.WaitFor(t, 60*time.Second, "every record handled and committed", func() bool {
-				if h.lost(last) > 0 {
+				if log.Count(last).Lost > 0 {
 					return false
 				}
 				for p := range int32(partitions) {
@@ -197,18 +197,15 @@ func TestScaleRunLosesNothing(t *testing.T) {
 				}
 				return true
 			})
-			steady, _, _, _ := h.stalls(steadyFrom, changes[0])
-			t.Logf("%s, before any change: longest gap between handled records of a partition %v", tc.name, steady.Round(time.Millisecond))
-			for i, at := range changes {
-				end := time.Now()
-				if i+1 < len(changes) {
-					end = changes[i+1]
-				}
-				kept, moved, nKept, nMoved := h.stalls(at, end)
+			t.Logf("%s, before any change: longest gap between handled records of a partition %v", tc.name, log.Stalls(steadyFrom, changes[0]).Kept.Round(time.Millisecond))
+			bounds := append(changes, end)
+			for i := range changes {
+				s := log.Stalls(bounds[i], bounds[i+1])
 				t.Logf("%s, change %d (%s): longest stall of the %d partitions that kept their owner %v, of the %d that moved %v",
-					tc.name, i+1, []string{"2 to 4 members", "4 to 2 members"}[i], nKept, kept.Round(time.Millisecond), nMoved, moved.Round(time.Millisecond))
+					tc.name, i+1, []string{"2 to 4 members", "4 to 2 members"}[i], s.KeptPartitions, s.Kept.Round(time.Millisecond), s.MovedPartitions, s.Moved.Round(time.Millisecond))
 			}
-			t.Logf("%s: %d records, lost 0, handled twice or more %d", tc.name, h.records(), h.duplicates())
+			c := log.Count(last)
+			t.Logf("%s: %d records, lost %d, handled twice or more %d", tc.name, c.Records, c.Lost, c.Duplicates)
 		})
 	}
 }
@@ -260,135 +257,4 @@ func produceSteadily(t *testing.T, f *fixture, partitions int32) (stop func() []
 	}
 	t.Cleanup(func() { stop() })
 	return stop
-}
-
-// handlings records which member handled each record of a topic, and when.
-type handlings struct {
-	mu sync.Mutex
-	// of holds each partition's handlings in the order they happened.
-	of map[int32][]handling
-}
-
-type handling struct {
-	member string
-	offset int64
-	at     time.Time
-}
-
-func (h *handlings) add(member string, partition int32, offset int64) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	if h.of == nil {
-		h.of = map[int32][]handling{}
-	}
-	h.of[partition] = append(h.of[partition], handling{member, offset, time.Now()})
-}
-
-// handledSince reports whether each of members handled a record since from.
-func (h *handlings) handledSince(from time.Time, members ...string) bool {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, m := range members {
-		if !slices.ContainsFunc(slices.Collect(maps.Values(h.of)), func(hs []handling) bool {
-			return slices.ContainsFunc(hs, func(x handling) bool { return x.member == m && !x.at.Before(from) })
-		}) {
-			return false
-		}
-	}
-	return true
-}
-
-func (h *handlings) total() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, hs := range h.of {
-		n += len(hs)
-	}
-	return n
-}
-
-// seen returns the number of handlings of each record, by partition and offset.
-func (h *handlings) seen() map[int32]map[int64]int {
-	out := map[int32]map[int64]int{}
-	for p, hs := range h.of {
-		out[p] = map[int64]int{}
-		for _, x := range hs {
-			out[p][x.offset]++
-		}
-	}
-	return out
-}
-
-// lost counts the records up to last (the last offset of each partition)
-// never handled.
-func (h *handlings) lost(last []int64) int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	seen, n := h.seen(), 0
-	for p, l := range last {
-		for o := int64(0); o <= l; o++ {
-			if seen[int32(p)][o] == 0 {
-				n++
-			}
-		}
-	}
-	return n
-}
-
-func (h *handlings) records() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, offsets := range h.seen() {
-		n += len(offsets)
-	}
-	return n
-}
-
-func (h *handlings) duplicates() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	n := 0
-	for _, offsets := range h.seen() {
-		for _, c := range offsets {
-			n += c - 1
-		}
-	}
-	return n
-}
-
-// stalls returns the longest gap between handlings, in [from, to), of the
-// partitions whose owner before from is their owner at to (kept) and of
-// the others (moved), and how many partitions are in each set. The gap
-// from the last handling before from counts.
-func (h *handlings) stalls(from, to time.Time) (kept, moved time.Duration, nKept, nMoved int) {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	for _, hs := range h.of {
-		var (
-			prev          time.Time
-			before, after string
-			longest       time.Duration
-		)
-		for _, x := range hs {
-			switch {
-			case x.at.Before(from):
-				prev, before = x.at, x.member
-				continue
-			case !x.at.Before(to):
-				continue
-			}
-			if !prev.IsZero() {
-				longest = max(longest, x.at.Sub(prev))
-			}
-			prev, after = x.at, x.member
-		}
-		if before == after {
-			kept, nKept = max(kept, longest), nKept+1
-		} else {
-			moved, nMoved = max(moved, longest), nMoved+1
-		}
-	}
-	return kept, moved, nKept, nMoved
 }
