@@ -58,7 +58,7 @@ Progress goes to stderr, the report to stdout.`,
 	}
 	f := newBenchFlags(cmd, true, true, "markdown")
 	f.enqueue = true
-	cmd.AddCommand(newBenchRelayCmd(), newBenchConsumeCmd(), newBenchEnqueueCmd(), newBenchSoakCmd())
+	cmd.AddCommand(newBenchRelayCmd(), newBenchConsumeCmd(), newBenchEnqueueCmd(), newBenchSoakCmd(), newBenchRebalanceCmd())
 	return cmd
 }
 
