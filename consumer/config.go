@@ -72,9 +72,14 @@ type Config struct {
 	Brokers []string
 	// Sarama configures the Kafka client (TLS, SASL, version, …); the
 	// consumer sets the fields it relies on (see NewSaramaConfig) on a
-	// copy, so one config may serve several consumers. Its
-	// ChannelBufferSize is at most 1<<20 (MaxSaramaChannelBuffer). Defaults
-	// to NewSaramaConfig().
+	// copy, so one config may serve several consumers (each gets a
+	// cooperative sticky strategy of its own, since that strategy keeps
+	// its group's state). Its ChannelBufferSize is at most 1<<20
+	// (MaxSaramaChannelBuffer). Its Consumer.Group.Rebalance strategies
+	// may be eager (Sarama's default, range) or cooperative
+	// (sarama.NewBalanceStrategyCooperativeSticky, with Version 2.4 or
+	// later): see the README's "Rebalancing". Defaults to
+	// NewSaramaConfig().
 	Sarama *sarama.Config
 	// Client replaces the client built from Brokers and Sarama, e.g. to
 	// share one. Its config must have Producer.Return.Successes and
@@ -193,9 +198,9 @@ type Config struct {
 	Dedupe DedupeConfig
 
 	// ShutdownTimeout is how long handlers and dead-letter writes in flight
-	// may run on after the session ends (Run's context ended, or a
-	// rebalance); then their context ends. Retry waits stop at once. At
-	// most 24h (MaxTimeout). Defaults to 10s.
+	// may run on after their partition's claim ends (Run's context ended,
+	// or a rebalance took the partition); then their context ends. Retry
+	// waits stop at once. At most 24h (MaxTimeout). Defaults to 10s.
 	ShutdownTimeout time.Duration
 
 	// Logger receives the consumer's logs. Defaults to slog.Default().

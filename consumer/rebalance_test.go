@@ -34,14 +34,19 @@ func cooperativeConfig(t *testing.T, f *fixture, h consumer.Handler) consumer.Co
 // the other.
 func TestRevokedPartitionStopsItsWait(t *testing.T) {
 	t.Parallel()
+	retry := func() error { return errors.New("503: try again") }
+	breaker := func() error {
+		return &consumer.BreakerOpenError{Breaker: "ledger", RetryAt: time.Now().Add(time.Hour), Err: errors.New("ledger down")}
+	}
 	for _, tc := range []struct {
-		name string
-		fail func() error
+		name    string
+		fail    func() error
+		workers int
 	}{
-		{"retry backoff", func() error { return errors.New("503: try again") }},
-		{"open breaker", func() error {
-			return &consumer.BreakerOpenError{Breaker: "ledger", RetryAt: time.Now().Add(time.Hour), Err: errors.New("ledger down")}
-		}},
+		{"retry backoff", retry, 1},
+		{"open breaker", breaker, 1},
+		{"retry backoff, keyed workers", retry, 4},
+		{"open breaker, keyed workers", breaker, 4},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -63,6 +68,7 @@ func TestRevokedPartitionStopsItsWait(t *testing.T) {
 			}))
 			cfgA.Topics = []string{f.topic, kept}
 			cfgA.Backoff = backoff.Backoff{Base: time.Hour, Max: time.Hour}
+			cfgA.Workers = tc.workers
 			var releasesA recorder
 			cfgA.Hooks = []consumer.Hook{&releasesA}
 			run(t, newConsumer(t, cfgA))
