@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -13,9 +12,8 @@ import (
 
 // rebalanceFlags are the options of courier bench rebalance.
 type rebalanceFlags struct {
-	format  string
-	brokers string
-	cfg     bench.RebalanceConfig
+	harnessFlags
+	cfg bench.RebalanceConfig
 }
 
 // newBenchRebalanceCmd is `courier bench rebalance`.
@@ -43,9 +41,7 @@ named courier.bench.*. Progress goes to stderr, the report to stdout.`,
 		RunE: f.run,
 	}
 	fs := cmd.Flags()
-	fs.StringVarP(&f.format, "output", "o", envOr("COURIER_OUTPUT", "text"), "output format: markdown, text or json (env COURIER_OUTPUT)")
-	fs.StringVar(&f.brokers, "brokers", envOr("COURIER_BROKERS", ""),
-		"Kafka bootstrap addresses, comma-separated (env COURIER_BROKERS); empty: an in-process broker")
+	f.register(fs, "text")
 	fs.IntVar(&f.cfg.Partitions, "partitions", bench.DefaultRebalancePartitions, "partitions of the topic")
 	fs.IntVar(&f.cfg.Rate, "rate", bench.DefaultRebalanceRate, "records/s the producer writes")
 	fs.DurationVar(&f.cfg.Phase, "phase", bench.DefaultRebalancePhase, "how long the group keeps each size")
@@ -55,10 +51,8 @@ named courier.bench.*. Progress goes to stderr, the report to stdout.`,
 
 // validate checks the flags before anything runs.
 func (f *rebalanceFlags) validate() error {
-	switch f.format {
-	case "markdown", "text", "json":
-	default:
-		return usageError{fmt.Errorf("--output %q: use markdown, text or json", f.format)}
+	if err := checkOutput(f.format); err != nil {
+		return err
 	}
 	for _, c := range []struct {
 		name  string
@@ -69,15 +63,7 @@ func (f *rebalanceFlags) validate() error {
 			return usageError{fmt.Errorf("--%s %d: use %d or more", c.name, c.value, c.min)}
 		}
 	}
-	for _, d := range []struct {
-		name  string
-		value time.Duration
-	}{{"phase", f.cfg.Phase}, {"heartbeat", f.cfg.Heartbeat}} {
-		if d.value <= 0 {
-			return usageError{fmt.Errorf("--%s %v: use a positive duration, e.g. 10s", d.name, d.value)}
-		}
-	}
-	return nil
+	return checkPositive("10s", durationFlag{"phase", f.cfg.Phase}, durationFlag{"heartbeat", f.cfg.Heartbeat})
 }
 
 // run measures and prints the report, also of a run that failed part way.
@@ -85,20 +71,17 @@ func (f *rebalanceFlags) run(cmd *cobra.Command, _ []string) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	report := bench.Report{Date: time.Now(), Command: commandLine(cmd), Machine: bench.ThisMachine()}
-	kafka, err := startBenchKafka(f.brokers)
+	report, kafka, logger, err := startHarness(cmd, f.brokers)
 	if err != nil {
 		return err
 	}
 	defer kafka.close()
-	report.Services.Kafka = kafka.name
 	cfg := f.cfg
-	cfg.Brokers, cfg.Progress = kafka.brokers, cmd.ErrOrStderr()
-	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.Brokers, cfg.Progress, cfg.Logger = kafka.brokers, cmd.ErrOrStderr(), logger
 	rebalance, err := bench.Rebalance(cmd.Context(), cfg)
 	if len(rebalance.Runs) > 0 {
 		report.Rebalance = &rebalance
-		if werr := f.write(cmd, report); werr != nil {
+		if werr := writeHarness(cmd, f.format, report, rebalance.WriteText, report.Rebalance); werr != nil {
 			return werr
 		}
 	}
@@ -106,17 +89,4 @@ func (f *rebalanceFlags) run(cmd *cobra.Command, _ []string) error {
 		return fmt.Errorf("bench rebalance against Kafka at %s: %w", strings.Join(kafka.brokers, ","), err)
 	}
 	return nil
-}
-
-// write prints the report: Markdown is the whole report; text and json are
-// the rebalancing runs' alone, as other bench subcommands print theirs.
-func (f *rebalanceFlags) write(cmd *cobra.Command, report bench.Report) error {
-	w := cmd.OutOrStdout()
-	switch f.format {
-	case "json":
-		return writeJSON(w, report.Rebalance)
-	case "text":
-		return report.Rebalance.WriteText(w)
-	}
-	return report.WriteMarkdown(w)
 }
