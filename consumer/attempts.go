@@ -83,7 +83,7 @@ func (d *delivery) attempts(ctx context.Context) (handled bool, err error) {
 		}).
 		Build()
 	replay := true
-	err = failsafe.With(policy).WithContext(d.p.sessCtx).Run(func() error {
+	err = failsafe.With(policy).WithContext(d.p.claimCtx).Run(func() error {
 		if replay {
 			replay = false
 			return first
@@ -198,5 +198,5 @@ func (d *delivery) waitBreaker(wait time.Duration, err error) bool {
 	d.log().Warn("circuit breaker open; pausing the partition", "error", err, "retry_in", wait)
 	d.p.pause()
 	defer d.p.resume()
-	return sleep(d.p.sessCtx, wait)
+	return sleep(d.p.claimCtx, wait)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"reflect"
 	"slices"
 	"time"
 
@@ -73,9 +74,14 @@ type Config struct {
 	Brokers []string
 	// Sarama configures the Kafka client (TLS, SASL, version, …); the
 	// consumer sets the fields it relies on (see NewSaramaConfig) on a
-	// copy, so one config may serve several consumers. Its
-	// ChannelBufferSize is at most 1<<20 (MaxSaramaChannelBuffer). Defaults
-	// to NewSaramaConfig().
+	// copy, so one config may serve several consumers (each gets a
+	// cooperative sticky strategy of its own, since that strategy keeps
+	// its group's state). Its ChannelBufferSize is at most 1<<20
+	// (MaxSaramaChannelBuffer). Its Consumer.Group.Rebalance strategies
+	// may be eager (Sarama's default, range) or cooperative
+	// (sarama.NewBalanceStrategyCooperativeSticky, with Version 2.4 or
+	// later): see the README's "Rebalancing". Defaults to
+	// NewSaramaConfig().
 	Sarama *sarama.Config
 	// Client replaces the client built from Brokers and Sarama, e.g. to
 	// share one. Its config must have Producer.Return.Successes and
@@ -194,9 +200,9 @@ type Config struct {
 	Dedupe DedupeConfig
 
 	// ShutdownTimeout is how long handlers and dead-letter writes in flight
-	// may run on after the session ends (Run's context ended, or a
-	// rebalance); then their context ends. Retry waits stop at once. At
-	// most 24h (MaxTimeout). Defaults to 10s.
+	// may run on after their partition's claim ends (Run's context ended,
+	// or a rebalance took the partition); then their context ends. Retry
+	// waits stop at once. At most 24h (MaxTimeout). Defaults to 10s.
 	ShutdownTimeout time.Duration
 
 	// WithoutIdempotentWrites turns off the idempotence of the consumer's
@@ -344,6 +350,7 @@ func (c Config) WithDefaults() Config {
 		// other's changes, nor race on them while one already runs.
 		sc := *c.Sarama
 		requireSarama(&sc)
+		ownStrategies(&sc)
 		c.Sarama = &sc
 	}
 	if c.Logger == nil {
@@ -429,10 +436,6 @@ func (c *Config) validate() error {
 	if n := c.saramaConfig().ChannelBufferSize; n > MaxSaramaChannelBuffer {
 		return fmt.Errorf("%w: Sarama.ChannelBufferSize is %d; use at most %d (Sarama makes channels of that size per partition)", ErrInvalidConfig, n, MaxSaramaChannelBuffer)
 	}
-	if cooperative(c.saramaConfig()) {
-		return fmt.Errorf("%w: Sarama's group strategies rebalance cooperatively, which the consumer does not support "+
-			"(a revoked partition's retries and breaker waits would not stop); use an eager strategy such as sarama.NewBalanceStrategySticky()", ErrInvalidConfig)
-	}
 	if err := c.validateRetryTopics(); err != nil {
 		return err
 	}
@@ -488,6 +491,25 @@ func cooperative(cfg *sarama.Config) bool {
 		}
 	}
 	return len(strategies) > 0
+}
+
+// ownStrategies replaces each cooperative sticky strategy of cfg's group
+// with a new one: that strategy keeps the generation of the group it
+// serves, so consumers sharing one Sarama config must not share it.
+func ownStrategies(cfg *sarama.Config) {
+	r := &cfg.Consumer.Group.Rebalance
+	sticky := reflect.TypeOf(sarama.NewBalanceStrategyCooperativeSticky())
+	own := func(s sarama.BalanceStrategy) sarama.BalanceStrategy {
+		if reflect.TypeOf(s) == sticky {
+			return sarama.NewBalanceStrategyCooperativeSticky()
+		}
+		return s
+	}
+	r.Strategy = own(r.Strategy)
+	r.GroupStrategies = slices.Clone(r.GroupStrategies)
+	for i, s := range r.GroupStrategies {
+		r.GroupStrategies[i] = own(s)
+	}
 }
 
 // validateRetryTopics checks RetryTopics and KeyOrder.

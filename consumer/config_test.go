@@ -45,6 +45,13 @@ func TestConfigValidation(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New(with retry topics, key order and dedupe) = %v", err)
 	}
+	cooperative := valid()
+	cooperative.Sarama = consumer.NewSaramaConfig()
+	cooperative.Sarama.Version = sarama.V2_4_0_0
+	cooperative.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
+	if _, err := consumer.New(cooperative); err != nil {
+		t.Errorf("New(cooperative rebalancing) = %v", err)
+	}
 	if topo := c.Topologies(); len(topo) != 1 || topo[0].DeadLetter != "payouts.dlq" || len(topo[0].Tiers) != 2 {
 		t.Errorf("Topologies() = %+v", topo)
 	}
@@ -66,11 +73,6 @@ func TestConfigValidation(t *testing.T) {
 		{"negative breaker wait", func(c *consumer.Config) { c.BreakerWait = -time.Second }, "BreakerWait"},
 		{"negative progress interval", func(c *consumer.Config) { c.ProgressInterval = -time.Second }, "ProgressInterval"},
 		{"progress interval over an hour", func(c *consumer.Config) { c.ProgressInterval = consumer.MaxBackoff + time.Second }, "ProgressInterval"},
-		{"cooperative rebalancing", func(c *consumer.Config) {
-			c.Sarama = consumer.NewSaramaConfig()
-			c.Sarama.Version = sarama.V2_4_0_0
-			c.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sarama.NewBalanceStrategyCooperativeSticky()}
-		}, "cooperatively"},
 		{"negative base", func(c *consumer.Config) { c.Backoff.Base = -time.Second }, "Backoff.Base"},
 		{"factor below 1", func(c *consumer.Config) { c.Backoff.Factor = 0.5 }, "Backoff.Factor"},
 		{"jitter above 1", func(c *consumer.Config) { c.Backoff.Jitter = 1.5 }, "Backoff.Jitter"},
@@ -158,5 +160,35 @@ func TestWithDefaults(t *testing.T) {
 	}
 	if _, err := consumer.New(got); err != nil {
 		t.Errorf("New(WithDefaults()) = %v", err)
+	}
+}
+
+// TestConsumersOwnTheirCooperativeStrategy: Sarama's cooperative sticky
+// strategy keeps its group's generation, so two consumers built from one
+// Sarama config each get a strategy of their own; other strategies are
+// kept as given.
+func TestConsumersOwnTheirCooperativeStrategy(t *testing.T) {
+	t.Parallel()
+	shared := consumer.NewSaramaConfig()
+	shared.Version = sarama.V2_4_0_0
+	sticky := sarama.NewBalanceStrategyCooperativeSticky()
+	shared.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{sticky}
+	cfg := minimalConfig()
+	cfg.Sarama = shared
+	a, b := cfg.WithDefaults(), cfg.WithDefaults()
+	sa, sb := a.Sarama.Consumer.Group.Rebalance.GroupStrategies[0], b.Sarama.Consumer.Group.Rebalance.GroupStrategies[0]
+	if sa == sticky || sb == sticky || sa == sb {
+		t.Errorf("the consumers share the cooperative sticky strategy (given %p, got %p and %p); each needs its own", sticky, sa, sb)
+	}
+	if sa.Name() != sarama.CooperativeStickyBalanceStrategyName {
+		t.Errorf("strategy %q, want %q", sa.Name(), sarama.CooperativeStickyBalanceStrategyName)
+	}
+	if shared.Consumer.Group.Rebalance.GroupStrategies[0] != sticky {
+		t.Error("WithDefaults changed the given Sarama config's strategies")
+	}
+	rng := sarama.NewBalanceStrategyRange()
+	shared.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{rng}
+	if got := cfg.WithDefaults().Sarama.Consumer.Group.Rebalance.GroupStrategies[0]; got != rng {
+		t.Errorf("the range strategy was replaced (%p, want %p)", got, rng)
 	}
 }

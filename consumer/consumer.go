@@ -37,6 +37,9 @@ type Consumer struct {
 	topologies map[string]*retrytopics.Topology
 	// tracer makes the spans; nil without Config.TracerProvider.
 	tracer trace.Tracer
+	// cooperative: the group rebalances cooperatively, revoking
+	// partitions one by one within a session (see revocationFeed).
+	cooperative bool
 }
 
 // New validates cfg, applies its defaults and returns a Consumer. It does
@@ -66,6 +69,7 @@ func New(cfg Config) (*Consumer, error) {
 		topics:      topics,
 		topologies:  topologies,
 		tracer:      newTracer(cfg.TracerProvider),
+		cooperative: cooperative(cfg.saramaConfig()),
 	}, nil
 }
 
@@ -121,10 +125,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 type kafka struct {
 	client    sarama.Client // nil when Config.Client was given
 	dlqClient sarama.Client
-	group     sarama.ConsumerGroup
-	producer  sarama.SyncProducer
-	publisher *dlq.Writer
-	drained   chan struct{} // closed when the group's errors are drained
+	// groupClient reaches the group coordinator (see coordinatedBy).
+	groupClient sarama.Client
+	group       sarama.ConsumerGroup
+	producer    sarama.SyncProducer
+	publisher   *dlq.Writer
+	drained     chan struct{} // closed when the group's errors are drained
 }
 
 // open connects to Kafka, retrying while it is unreachable. It returns nil
@@ -156,8 +162,13 @@ func (c *Consumer) open(ctx context.Context) (*kafka, error) {
 		k.close(c)
 		return nil, nil
 	}
+	// So does the group's traffic with its coordinator (see coordinatedBy).
+	if k.groupClient = c.connect(ctx, func() (sarama.Client, error) { return sarama.NewClient(brokers, client.Config()) }); k.groupClient == nil {
+		k.close(c)
+		return nil, nil
+	}
 	var err error
-	if k.group, err = sarama.NewConsumerGroupFromClient(c.cfg.Group, client); err != nil {
+	if k.group, err = sarama.NewConsumerGroupFromClient(c.cfg.Group, coordinatedBy{client, k.groupClient}); err != nil {
 		k.close(c)
 		return nil, fmt.Errorf("consumer: join group %s: %w", c.cfg.Group, err)
 	}
@@ -268,6 +279,27 @@ func (c *Consumer) ensureTopics(ctx context.Context, brokers []string, cfg *sara
 	}
 }
 
+// coordinatedBy is a client that reaches the group coordinator through
+// another client, coordination: the join, sync, heartbeat and offset
+// commit requests of the group go over connections of their own. A broker
+// answers the requests of one connection in order, and holds a JoinGroup
+// until every member has joined (up to a heartbeat interval of theirs):
+// on the connection the partitions are fetched through, that would stall
+// every partition led by the coordinator's broker during each rebalance,
+// also those a cooperative rebalance leaves where they are.
+type coordinatedBy struct {
+	sarama.Client
+	coordination sarama.Client
+}
+
+func (c coordinatedBy) Coordinator(group string) (*sarama.Broker, error) {
+	return c.coordination.Coordinator(group)
+}
+
+func (c coordinatedBy) RefreshCoordinator(group string) error {
+	return c.coordination.RefreshCoordinator(group)
+}
+
 // close leaves the group and closes what open opened, logging failures.
 func (k *kafka) close(c *Consumer) {
 	if k.group != nil {
@@ -277,7 +309,7 @@ func (k *kafka) close(c *Consumer) {
 		<-k.drained
 		c.logClose("dead-letter producer", k.producer.Close())
 	}
-	for _, client := range []sarama.Client{k.dlqClient, k.client} {
+	for _, client := range []sarama.Client{k.groupClient, k.dlqClient, k.client} {
 		if client != nil {
 			c.logClose("client", client.Close())
 		}
@@ -334,7 +366,7 @@ func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
 func (h *groupHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
 
 // ConsumeClaim handles the messages of one partition until the session
-// ends. It marks an offset only once every message before it is handled
+// ends or, under cooperative rebalancing, the partition is revoked. It marks an offset only once every message before it is handled
 // or dead-lettered.
 func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
 	p := newPartition(h, sess, claim)

@@ -104,7 +104,7 @@ func (f *dedupeFeature) admit(ctx context.Context, d *delivery) (fate, bool) {
 	for d.claim == dedupe.Busy {
 		d.log().Info("message claimed elsewhere; waiting", "dedupe_id", d.id, "retry_in", f.cfg.BusyWait)
 		p.pause()
-		ok := sleep(p.sessCtx, f.cfg.BusyWait)
+		ok := sleep(p.claimCtx, f.cfg.BusyWait)
 		p.resume()
 		if !ok {
 			return fateAbandoned, true
@@ -141,7 +141,7 @@ func (f *dedupeFeature) moving(*delivery, route) bool { return true }
 func (f *dedupeFeature) close() {
 	f.marks.close()
 	p := f.p
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.sessCtx), releaseTimeout)
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(p.claimCtx), releaseTimeout)
 	defer cancel()
 	store := f.cfg.Store
 	if late := f.marks.unsent; len(late) > 0 {
@@ -216,7 +216,7 @@ func (f *dedupeFeature) abandoned(d *delivery) {
 // set, every id counts as claimed.
 func (f *dedupeFeature) claim(ids []string) (c claimed, ok bool) {
 	p, cfg := f.p, f.cfg
-	ok = p.persistIn(p.sessCtx, "claim the message ids", true, func(ctx context.Context) error {
+	ok = p.persistIn(p.claimCtx, "claim the message ids", true, func(ctx context.Context) error {
 		if c.owner != "" { // the last try failed: drop what it may have claimed
 			_ = cfg.Store.Release(ctx, c.owner, ids)
 		}

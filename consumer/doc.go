@@ -25,11 +25,15 @@
 //
 // Run rejoins after every rebalance and keeps retrying while Kafka is
 // unreachable. When its context ends, or a rebalance takes partitions
-// away, the session ends: no new message or attempt starts, retry waits
-// stop at once, and handlers and dead-letter writes in flight get
-// ShutdownTimeout to finish. Offsets are marked as messages settle and
-// committed by Sarama every Consumer.Offsets.AutoCommit.Interval and when
-// the session ends.
+// away, the claims of those partitions end: no new message or attempt
+// starts on them, their waits (retry backoffs, open breakers, dedupe,
+// failing writes) stop at once, and their handlers and dead-letter writes
+// in flight get ShutdownTimeout to finish. With Sarama's eager strategies
+// (the default) a rebalance ends the whole session, every partition's
+// claim with it; with a cooperative one (sarama.NewBalanceStrategyCooperativeSticky)
+// only the claims of the partitions that move end, and the others go on.
+// Offsets are marked as messages settle and committed by Sarama every
+// Consumer.Offsets.AutoCommit.Interval and when a partition is given up.
 //
 // # What happens to a message
 //
@@ -42,8 +46,8 @@
 //   - A failed attempt is retried, up to MaxAttempts (5) attempts, with
 //     failsafe-go: exponential Backoff with jitter and a cap, each attempt
 //     bounded by AttemptTimeout. RetryAfter picks the next delay; the
-//     waits are timers that end with the session, so they never hold up a
-//     rebalance (Sarama heartbeats on its own goroutine).
+//     waits are timers that end with the partition's claim, so they never
+//     hold up a rebalance (Sarama heartbeats on its own goroutine).
 //   - Permanent errors, and errors Config.Retryable refuses, skip the
 //     remaining attempts. A panicking handler fails its attempt with a
 //     *PanicError.

@@ -275,3 +275,29 @@ func payoutsBroker(msgs ...*sarama.ProducerMessage) *kfake.Cluster {
 	}
 	return broker
 }
+
+// Cooperative rebalancing: a change of the group moves only the partitions
+// that change owner, and the others are handled on without a pause. A group
+// that runs an eager strategy today switches in two rolling deployments:
+// first with both strategies (the group keeps rebalancing eagerly until
+// every member offers cooperative-sticky), then with cooperative-sticky
+// alone.
+func ExampleNewSaramaConfig_cooperative() {
+	cfg := consumer.NewSaramaConfig()
+	cfg.Version = sarama.V2_4_0_0 // cooperative rebalancing needs Kafka 2.4 or later
+	cfg.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{
+		sarama.NewBalanceStrategyCooperativeSticky(),
+		sarama.NewBalanceStrategyRange(), // the first deployment only
+	}
+	c, err := consumer.New(consumer.Config{
+		Brokers: []string{"kafka-1:9092"},
+		Sarama:  cfg,
+		Group:   "payouts",
+		Topics:  []string{"payouts"},
+		Handler: consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error { return nil }),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	_ = c // c.Run(ctx)
+}

@@ -3,6 +3,7 @@ package consumer_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -245,8 +246,10 @@ type recorder struct {
 	outcomes map[consumer.Outcome]int
 	lags     []int64
 	released int
-	inflight int
-	states   map[string]map[gobreaker.State]time.Time // first time each state was reported
+	// releasedOf counts the releases of each partition, by "topic/partition".
+	releasedOf map[string]int
+	inflight   int
+	states     map[string]map[gobreaker.State]time.Time // first time each state was reported
 }
 
 func (r *recorder) Message(_ string, o consumer.Outcome) {
@@ -286,10 +289,21 @@ func (r *recorder) Lag(_ string, _ int32, lag int64) {
 	r.lags = append(r.lags, lag)
 }
 
-func (r *recorder) Released(string, int32) {
+func (r *recorder) Released(topic string, partition int32) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.released++
+	if r.releasedOf == nil {
+		r.releasedOf = map[string]int{}
+	}
+	r.releasedOf[fmt.Sprint(topic, "/", partition)]++
+}
+
+// releasesOf is how many times the consumer released one partition.
+func (r *recorder) releasesOf(topic string, partition int32) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.releasedOf[fmt.Sprint(topic, "/", partition)]
 }
 
 func (r *recorder) releases() int {

@@ -52,7 +52,7 @@ func (f *keyOrderFeature) admitBatch(batch []taken) bool {
 	}
 	p := f.p
 	var places []retrytopics.Place
-	if !p.persistIn(p.sessCtx, "look up the parked messages of the keys", true, func(ctx context.Context) (err error) {
+	if !p.persistIn(p.claimCtx, "look up the parked messages of the keys", true, func(ctx context.Context) (err error) {
 		places, err = f.order.Follow(ctx, msgs)
 		return err
 	}) {
@@ -125,7 +125,7 @@ func (f *keyOrderFeature) close() {}
 // notBefore, and reports whether it did (false: the session ended first).
 func (f *keyOrderFeature) park(d *delivery, notBefore time.Time) bool {
 	p := f.p
-	if !p.persistIn(p.sessCtx, "park the key", true, func(ctx context.Context) error {
+	if !p.persistIn(p.claimCtx, "park the key", true, func(ctx context.Context) error {
 		return f.order.Park(ctx, d.parkedAs(), notBefore)
 	}) {
 		return false

@@ -61,32 +61,37 @@ func TestShutdownFinishesInFlightHandlers(t *testing.T) {
 }
 
 // TestRunLeavesNoGoroutines: once Run returns, every goroutine it started
-// (Sarama's, the partitions', the keyed workers', the dead-letter
-// producer's) is gone.
+// (Sarama's, the partitions', their revocation feeds under cooperative
+// rebalancing, the keyed workers', the dead-letter producer's) is gone.
 func TestRunLeavesNoGoroutines(t *testing.T) {
-	f := newFixture(t, 2, testkit.InProcess())
-	f.produce(t, f.topic, record("a", "ok"), record("b", "poison"), record("c", "ok-2"))
-	before := goleak.IgnoreCurrent()
+	for _, strategy := range []func() sarama.BalanceStrategy{sarama.NewBalanceStrategyRange, sarama.NewBalanceStrategyCooperativeSticky} {
+		t.Run(strategy().Name(), func(t *testing.T) {
+			f := newFixture(t, 2, testkit.InProcess())
+			f.produce(t, f.topic, record("a", "ok"), record("b", "poison"), record("c", "ok-2"))
+			before := goleak.IgnoreCurrent()
 
-	cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-		if string(m.Value) == "poison" {
-			return consumer.Permanent(errors.New("bad"))
-		}
-		return nil
-	}))
-	cfg.Workers = 3
-	cfg.Hooks = []consumer.Hook{&recorder{}}
-	cfg.ProgressInterval = 10 * time.Millisecond // its timers and reads stop with the partitions
-	stop := run(t, newConsumer(t, cfg))
-	testkit.WaitFor(t, 10*time.Second, "every message settled", func() bool {
-		return f.committed(t, 0)+f.committed(t, 1) == 3
-	})
-	stop()
-	goleak.VerifyNone(t, before,
-		// kfake serves the connections the test's own clients opened.
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
-	)
+			cfg := f.config(t, consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
+				if string(m.Value) == "poison" {
+					return consumer.Permanent(errors.New("bad"))
+				}
+				return nil
+			}))
+			cfg.Sarama.Consumer.Group.Rebalance.GroupStrategies = []sarama.BalanceStrategy{strategy()}
+			cfg.Workers = 3
+			cfg.Hooks = []consumer.Hook{&recorder{}}
+			cfg.ProgressInterval = 10 * time.Millisecond // its timers and reads stop with the partitions
+			stop := run(t, newConsumer(t, cfg))
+			testkit.WaitFor(t, 10*time.Second, "every message settled", func() bool {
+				return f.committed(t, 0)+f.committed(t, 1) == 3
+			})
+			stop()
+			goleak.VerifyNone(t, before,
+				// kfake serves the connections the test's own clients opened.
+				goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
+				goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
+			)
+		})
+	}
 }
 
 // TestRebalanceLosesNothing: while messages flow, a second member joins

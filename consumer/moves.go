@@ -68,7 +68,7 @@ func (p *partition) waitMoves() bool {
 	select {
 	case <-recovered:
 		return true
-	case <-p.sessCtx.Done():
+	case <-p.claimCtx.Done():
 		return false
 	}
 }
@@ -100,10 +100,10 @@ func (d *delivery) forward(ctx context.Context, r route) bool {
 	}
 	select {
 	case p.moves.slots <- struct{}{}:
-	case <-p.sessCtx.Done():
+	case <-p.claimCtx.Done():
 		return false
 	}
-	if p.sessCtx.Err() != nil {
+	if p.claimCtx.Err() != nil {
 		<-p.moves.slots
 		return false
 	}
@@ -170,7 +170,7 @@ func (d *delivery) write(ctx context.Context, r route) (route, bool) {
 		}
 		d.log().Error("write failed; the partition takes no new message and nothing is committed past this one; retrying", "error", err,
 			"to_topic", to, "writes", writes, "retry_in", delay)
-		if !sleep(d.p.sessCtx, delay) {
+		if !sleep(d.p.claimCtx, delay) {
 			return r, false
 		}
 	}

@@ -48,10 +48,16 @@ type partition struct {
 	partition int32
 	log       *slog.Logger
 
-	// sessCtx ends with the session: no new message, attempt or write
-	// starts after it, and waits stop.
-	sessCtx context.Context
-	// workCtx ends ShutdownTimeout after sessCtx: handlers and dead-letter
+	// claimCtx ends when the partition's claim does: with the session, or
+	// when a cooperative rebalance revokes the partition alone (see
+	// revocationFeed). No new message, attempt or write starts after it,
+	// and every wait of the partition stops.
+	claimCtx context.Context
+	// messages are the claim's messages (through revocationFeed under
+	// cooperative rebalancing); stopFeed stops that feed.
+	messages <-chan *sarama.ConsumerMessage
+	stopFeed func()
+	// workCtx ends ShutdownTimeout after claimCtx: handlers and dead-letter
 	// writes in flight run on it.
 	workCtx  context.Context
 	stopWork func()
@@ -112,7 +118,9 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		topic:        claim.Topic(),
 		partition:    claim.Partition(),
 		log:          h.c.log.With("topic", claim.Topic(), "partition", claim.Partition()),
-		sessCtx:      sess.Context(),
+		claimCtx:     sess.Context(),
+		messages:     claim.Messages(),
+		stopFeed:     func() {},
 		clock:        time.Now(),
 		moves:        moves{slots: make(chan struct{}, h.c.cfg.MaxWritesInFlight)},
 		retryTiers:   newRetryTiers(h.c.topologies[claim.Topic()], claim.Topic()),
@@ -128,9 +136,14 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 		p.processSpan = "process " + p.topic
 	}
 	p.tracked = p.tracked || p.tierDelay > 0
-	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.sessCtx))
+	if h.c.cooperative {
+		var revoked context.CancelFunc
+		p.claimCtx, revoked = context.WithCancel(p.claimCtx)
+		p.messages, p.stopFeed = p.revocationFeed(revoked)
+	}
+	workCtx, cancel := context.WithCancel(context.WithoutCancel(p.claimCtx))
 	grace := h.c.cfg.ShutdownTimeout
-	stop := context.AfterFunc(p.sessCtx, func() {
+	stop := context.AfterFunc(p.claimCtx, func() {
 		t := time.NewTimer(grace)
 		defer t.Stop()
 		select {
@@ -151,11 +164,12 @@ func newPartition(h *groupHandler, sess sarama.ConsumerGroupSession, claim saram
 	return p
 }
 
-// close waits for the writes in flight (they end with the session, or
+// close waits for the writes in flight (they end with the claim, or
 // ShutdownTimeout after it) and the dedupe marks, releases the claims of
 // the messages left unhandled, stops the progress timer, and releases the
 // partition.
 func (p *partition) close() {
+	p.stopFeed()
 	p.moves.wg.Wait()
 	for _, f := range p.features {
 		f.close()

@@ -82,7 +82,7 @@ func (p *partition) waitDue(d *delivery) bool {
 			p.pause()
 			defer p.resume()
 		}
-		if !sleep(p.sessCtx, wait) {
+		if !sleep(p.claimCtx, wait) {
 			return false
 		}
 	}

@@ -54,9 +54,9 @@ func (p *partition) take() []taken {
 	p.carry = nil
 	if first == nil {
 		select {
-		case <-p.sessCtx.Done():
+		case <-p.claimCtx.Done():
 			return nil
-		case msg, ok := <-p.claim.Messages():
+		case msg, ok := <-p.messages:
 			if !ok {
 				return nil
 			}
@@ -71,7 +71,7 @@ func (p *partition) take() []taken {
 	batch = append(batch, *first)
 	for len(batch) < p.maxBatch {
 		select {
-		case msg, ok := <-p.claim.Messages():
+		case msg, ok := <-p.messages:
 			if !ok {
 				return p.admitBatch(batch)
 			}
@@ -260,7 +260,7 @@ func (p *partition) keyed(n int) {
 				worker = int(crc32.ChecksumIEEE(t.d.m.Key) % uint32(n))
 			}
 			select {
-			case <-p.sessCtx.Done():
+			case <-p.claimCtx.Done():
 				for _, left := range batch[i:] {
 					left.d.abandon()
 				}
@@ -276,7 +276,7 @@ func (p *partition) keyed(n int) {
 // it was not abandoned. Abandoned means the session ended first: the
 // message stays unsettled, for the next owner of the partition.
 func (p *partition) process(d *delivery, traced bool) bool {
-	if p.sessCtx.Err() != nil {
+	if p.claimCtx.Err() != nil {
 		d.abandon()
 		return false
 	}
@@ -343,7 +343,7 @@ func (d *delivery) handle(ctx context.Context) fate {
 		switch {
 		case ok:
 			return fateHandled
-		case d.p.sessCtx.Err() != nil:
+		case d.p.claimCtx.Err() != nil:
 			return fateAbandoned
 		}
 		if wait, open := d.p.c.breakerWait(err); open {

@@ -58,7 +58,7 @@ Progress goes to stderr, the report to stdout.`,
 	}
 	f := newBenchFlags(cmd, true, true, "markdown")
 	f.enqueue = true
-	cmd.AddCommand(newBenchRelayCmd(), newBenchConsumeCmd(), newBenchEnqueueCmd(), newBenchSoakCmd())
+	cmd.AddCommand(newBenchRelayCmd(), newBenchConsumeCmd(), newBenchEnqueueCmd(), newBenchSoakCmd(), newBenchRebalanceCmd())
 	return cmd
 }
 
@@ -261,10 +261,8 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 // validate checks --output and the counts, after --quick has set the
 // counts not given.
 func (f *benchFlags) validate(fs *pflag.FlagSet) error {
-	switch f.format {
-	case "markdown", "text", "json":
-	default:
-		return usageError{fmt.Errorf("--output %q: use markdown, text or json", f.format)}
+	if err := checkOutput(f.format); err != nil {
+		return err
 	}
 	if f.quick {
 		for _, c := range f.counts {

@@ -93,10 +93,8 @@ func (f *benchEnqueueFlags) run(cmd *cobra.Command, _ []string) error {
 
 // validate checks the options, after --quick has set those not given.
 func (f *benchEnqueueFlags) validate(fs *pflag.FlagSet) error {
-	switch f.format {
-	case "markdown", "text", "json":
-	default:
-		return usageError{fmt.Errorf("--output %q: use markdown, text or json", f.format)}
+	if err := checkOutput(f.format); err != nil {
+		return err
 	}
 	if f.quick {
 		if !fs.Changed("clients") {

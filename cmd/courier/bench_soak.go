@@ -2,9 +2,7 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
 	"strings"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -14,8 +12,7 @@ import (
 
 // soakFlags are the options of courier bench soak.
 type soakFlags struct {
-	format      string
-	brokers     string
+	harnessFlags
 	databaseURL string
 	cfg         bench.SoakConfig
 }
@@ -51,9 +48,7 @@ prints the samples taken so far.`,
 		RunE: f.run,
 	}
 	fs := cmd.Flags()
-	fs.StringVarP(&f.format, "output", "o", envOr("COURIER_OUTPUT", "markdown"), "output format: markdown, text or json (env COURIER_OUTPUT)")
-	fs.StringVar(&f.brokers, "brokers", envOr("COURIER_BROKERS", ""),
-		"Kafka bootstrap addresses, comma-separated (env COURIER_BROKERS); empty: an in-process broker")
+	f.register(fs, "markdown")
 	fs.StringVar(&f.databaseURL, "database-url", envOr("COURIER_DATABASE_URL", defaultDatabaseURL),
 		"PostgreSQL the soak makes its schema in (env COURIER_DATABASE_URL)")
 	fs.IntVar(&f.cfg.Rate, "rate", bench.DefaultSoakRate, "events/s to enqueue, one per transaction")
@@ -66,10 +61,8 @@ prints the samples taken so far.`,
 
 // validate checks the flags before anything runs.
 func (f *soakFlags) validate() error {
-	switch f.format {
-	case "markdown", "text", "json":
-	default:
-		return usageError{fmt.Errorf("--output %q: use markdown, text or json", f.format)}
+	if err := checkOutput(f.format); err != nil {
+		return err
 	}
 	if f.databaseURL == "" {
 		return usageError{fmt.Errorf("--database-url is empty: name the PostgreSQL to soak, e.g. %s", defaultDatabaseURL)}
@@ -82,13 +75,8 @@ func (f *soakFlags) validate() error {
 			return usageError{fmt.Errorf("--%s %d: use 1 or more", c.name, c.value)}
 		}
 	}
-	for _, d := range []struct {
-		name  string
-		value time.Duration
-	}{{"duration", f.cfg.Duration}, {"sample", f.cfg.Sample}, {"settle", f.cfg.Settle}} {
-		if d.value <= 0 {
-			return usageError{fmt.Errorf("--%s %v: use a positive duration, e.g. 1m", d.name, d.value)}
-		}
+	if err := checkPositive("1m", durationFlag{"duration", f.cfg.Duration}, durationFlag{"sample", f.cfg.Sample}, durationFlag{"settle", f.cfg.Settle}); err != nil {
+		return err
 	}
 	switch {
 	case f.cfg.Settle >= f.cfg.Duration:
@@ -106,20 +94,17 @@ func (f *soakFlags) run(cmd *cobra.Command, _ []string) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	report := bench.Report{Date: time.Now(), Command: commandLine(cmd), Machine: bench.ThisMachine()}
-	kafka, err := startBenchKafka(f.brokers)
+	report, kafka, logger, err := startHarness(cmd, f.brokers)
 	if err != nil {
 		return err
 	}
 	defer kafka.close()
-	report.Services.Kafka = kafka.name
 	cfg := f.cfg
-	cfg.DatabaseURL, cfg.Brokers, cfg.Progress = f.databaseURL, kafka.brokers, cmd.ErrOrStderr()
-	cfg.Logger = slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), &slog.HandlerOptions{Level: slog.LevelWarn}))
+	cfg.DatabaseURL, cfg.Brokers, cfg.Progress, cfg.Logger = f.databaseURL, kafka.brokers, cmd.ErrOrStderr(), logger
 	soak, err := bench.Soak(cmd.Context(), cfg)
 	if len(soak.Samples) > 0 {
 		report.Soak, report.Services.PostgreSQL = &soak, soak.PostgreSQL
-		if werr := f.write(cmd, report); werr != nil {
+		if werr := writeHarness(cmd, f.format, report, soak.WriteText, report.Soak); werr != nil {
 			return werr
 		}
 	}
@@ -127,17 +112,4 @@ func (f *soakFlags) run(cmd *cobra.Command, _ []string) error {
 		return fmt.Errorf("bench soak against PostgreSQL at %s and Kafka at %s: %w", redact.ConnString(f.databaseURL), strings.Join(kafka.brokers, ","), err)
 	}
 	return nil
-}
-
-// write prints the report: Markdown is the whole report; text and json are
-// the soak's alone, as other bench subcommands print theirs.
-func (f *soakFlags) write(cmd *cobra.Command, report bench.Report) error {
-	w := cmd.OutOrStdout()
-	switch f.format {
-	case "json":
-		return writeJSON(w, report.Soak)
-	case "text":
-		return report.Soak.WriteText(w)
-	}
-	return report.WriteMarkdown(w)
 }

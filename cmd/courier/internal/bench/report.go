@@ -21,12 +21,13 @@ type Report struct {
 	Command  string   `json:"command"`
 	Machine  Machine  `json:"machine"`
 	Services Services `json:"services"`
-	// Relay, Consume, Soak and Enqueue are nil when their harness did not
-	// run.
-	Relay   *RelayReport   `json:"relay,omitempty"`
-	Consume *ConsumeReport `json:"consume,omitempty"`
-	Soak    *SoakReport    `json:"soak,omitempty"`
-	Enqueue *EnqueueReport `json:"enqueue,omitempty"`
+	// Relay, Consume, Soak, Enqueue and Rebalance are nil when their
+	// harness did not run.
+	Relay     *RelayReport     `json:"relay,omitempty"`
+	Consume   *ConsumeReport   `json:"consume,omitempty"`
+	Soak      *SoakReport      `json:"soak,omitempty"`
+	Enqueue   *EnqueueReport   `json:"enqueue,omitempty"`
+	Rebalance *RebalanceReport `json:"rebalance,omitempty"`
 }
 
 // Machine describes the machine and the build that measured.
@@ -157,7 +158,12 @@ func (r Report) WriteText(w io.Writer) error {
 		}
 	}
 	if r.Enqueue != nil {
-		return r.Enqueue.WriteText(w)
+		if err := r.Enqueue.WriteText(w); err != nil {
+			return err
+		}
+	}
+	if r.Rebalance != nil {
+		return r.Rebalance.WriteText(w)
 	}
 	return nil
 }
@@ -235,6 +241,9 @@ noisier than on a quiet machine, and the ratios hold better than the absolute fi
 	}
 	if r.Enqueue != nil {
 		r.Enqueue.writeMarkdown(&b)
+	}
+	if r.Rebalance != nil {
+		r.Rebalance.writeMarkdown(&b)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
