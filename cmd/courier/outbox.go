@@ -247,6 +247,11 @@ relays cannot keep up. Beyond 100,000 published events, their count is
 PostgreSQL's estimate, marked ~ (published_estimated in JSON): an exact count
 would read the whole history.
 
+While Kafka holds partitions (no leader, too few in-sync replicas, timeouts,
+Kafka unreachable), it groups the held events by topic and error (held in
+JSON): they wait with no attempt counted and are never dead-lettered. Only
+each key's first waiting event is counted.
+
 Then it counts the pending, failed and dead-lettered events per tenant
 (Event.TenantID): the --tenants tenants with the most events waiting, then
 the most dead letters, and one line summing the others. The published
