@@ -32,7 +32,7 @@ import (
 type relayFlags struct {
 	batchSize, workers, maxAttempts                         int
 	pollInterval, probeInterval, retention, cleanupInterval time.Duration
-	shutdownTimeout                                         time.Duration
+	shutdownTimeout, missingTopicGrace                      time.Duration
 	pollOnly, structured, publishDeadLetters, holdKey       bool
 	noIdempotence                                           bool
 	trace                                                   traceFlags
@@ -50,7 +50,8 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.probeInterval, "probe-interval", producer.DefaultProbeInterval, "longest gap between two looks for new events when none came for a while (one small query each)")
 	fs.DurationVar(&f.pollInterval, "poll-interval", producer.DefaultPollInterval, "how often a worker claims even when no look found new events")
 	fs.BoolVar(&f.pollOnly, "poll-only", false, "accepted for PgBouncer in transaction pooling mode, which the relay supports in any mode (it uses no LISTEN)")
-	fs.IntVar(&f.maxAttempts, "max-attempts", producer.DefaultMaxAttempts, "failed attempts that dead-letter an event that sets no MaxAttempts of its own")
+	fs.IntVar(&f.maxAttempts, "max-attempts", producer.DefaultMaxAttempts, "attempts the broker refused the record itself that dead-letter an event that sets no MaxAttempts of its own (the cluster's condition counts none)")
+	fs.DurationVar(&f.missingTopicGrace, "missing-topic-grace", producer.DefaultMissingTopicGrace, "how long a topic may be missing (UNKNOWN_TOPIC_OR_PARTITION) before its events' failures count attempts; a negative duration: never")
 	fs.StringVar(&f.source, "source", producer.DefaultSource, "CloudEvents source (ce_source) of the published events, e.g. the service name")
 	fs.BoolVar(&f.structured, "structured", false, "publish each event as a JSON CloudEvent (structured mode) instead of its payload with ce_ headers")
 	fs.BoolVar(&f.publishDeadLetters, "publish-dead-letters", false, "also write each dead-lettered event to <topic><dead-letter-suffix> as a dlq envelope")
@@ -66,7 +67,7 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 		"every other tenant counts as %q (at most %d; empty: no tenant label)", prom.TenantOther, prom.MaxTenants))
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
 	fs.StringVar(&f.logLevel, "log-level", "info", "least severe level logged: debug (Sarama's own logs too), info, warn or error")
-	bindEnv(fs, "batch-size", "workers", "probe-interval", "poll-interval", "poll-only", "max-attempts", "source", "structured",
+	bindEnv(fs, "batch-size", "workers", "probe-interval", "poll-interval", "poll-only", "max-attempts", "missing-topic-grace", "source", "structured",
 		"publish-dead-letters", "dead-letter-suffix", "hold-key-on-dead-letter", "no-idempotence", "retention", "cleanup-interval",
 		"shutdown-timeout", "metrics-addr", "metrics-tenants", "log-format", "log-level")
 	renameFlag(fs, "max-retries", "max-attempts")
@@ -97,6 +98,7 @@ func (f *relayFlags) validate() error {
 		{"--poll-interval", f.pollInterval, producer.MinInterval, producer.MaxInterval},
 		{"--cleanup-interval", f.cleanupInterval, producer.MinInterval, producer.MaxTimeout},
 		{"--shutdown-timeout", f.shutdownTimeout, 1, producer.MaxTimeout},
+		{"--missing-topic-grace", f.missingTopicGrace, -producer.MaxTimeout, producer.MaxTimeout},
 	} {
 		if d.value < d.min || d.value > d.max {
 			return usageError{fmt.Errorf("%s %v: use a duration from %v to %v, such as 1s or 5m", d.flag, d.value, d.min, d.max)}
@@ -167,6 +169,7 @@ func (f *relayFlags) relayConfig() producer.RelayConfig {
 		PollInterval:        f.pollInterval,
 		PollOnly:            f.pollOnly,
 		MaxAttempts:         f.maxAttempts,
+		MissingTopicGrace:   f.missingTopicGrace,
 		HoldKeyOnDeadLetter: f.holdKey,
 		DisableIdempotence:  f.noIdempotence,
 		PublishDeadLetters:  f.publishDeadLetters,

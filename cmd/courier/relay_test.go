@@ -291,6 +291,8 @@ func TestRelayUsageErrorsExitTwo(t *testing.T) {
 		{"--shutdown-timeout", "-1s"},
 		{"--cleanup-interval", "soon"},
 		{"--retention", "-1h"},
+		{"--missing-topic-grace", "25h"},
+		{"--missing-topic-grace", "-25h"},
 		{"--log-format", "xml"},
 		{"--log-level", "loud"},
 		{"--output", "yaml"},
