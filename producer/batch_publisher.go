@@ -278,9 +278,10 @@ func (pb *partitionBatches) acked() {
 
 // failed records a failed try of batches[next], and reports whether to try
 // it again: a broker might accept it on a second try, and either tries are
-// left or (idempotent writes) its fate is unknown and deliveryTimeout has
-// not passed: another try with the same sequence numbers settles it.
-func (pb *partitionBatches) failed(err error, maxTries int, now time.Time) bool {
+// left or (idempotent writes) its fate is unknown, deliveryTimeout has not
+// passed and neither has resendUntil (zero: no bound): another try with
+// the same sequence numbers settles it.
+func (pb *partitionBatches) failed(err error, maxTries int, now, resendUntil time.Time) bool {
 	if pb.session != nil && pb.unknown.IsZero() && !refusedUnwritten(err) && !errors.As(err, new(unsentError)) {
 		pb.unknown = now
 	}
@@ -288,7 +289,8 @@ func (pb *partitionBatches) failed(err error, maxTries int, now time.Time) bool 
 		return false
 	}
 	pb.tries++
-	return pb.tries <= maxTries || (!pb.unknown.IsZero() && now.Sub(pb.unknown) < deliveryTimeout)
+	resend := !pb.unknown.IsZero() && now.Sub(pb.unknown) < deliveryTimeout && (resendUntil.IsZero() || now.Before(resendUntil))
+	return pb.tries <= maxTries || resend
 }
 
 // renumber moves pb to a new session after the broker lost the sequence of
@@ -354,6 +356,14 @@ func (e fateUnknownError) Unwrap() error { return e.error }
 // sessions, which go back to the pool when the write is done.
 func (p *batchPublisher) write(ctx context.Context, client sarama.Client, records []*record.Record, out *outcome) {
 	parts, wire := p.partition(ctx, client, records, out)
+	// A batch of unknown fate is sent again until one try's answer can
+	// still come before ctx ends, so that the write gives it up itself,
+	// saying where and that its fate is unknown, rather than leave ctx's
+	// error alone.
+	var resendUntil time.Time
+	if deadline, ok := ctx.Deadline(); ok {
+		resendUntil = deadline.Add(-p.cfg.Producer.Timeout)
+	}
 	var sessions []*producerSession // those this write used
 	defer func() { p.sessions.put(sessions) }()
 	for len(parts) > 0 {
@@ -373,7 +383,7 @@ func (p *batchPublisher) write(ctx context.Context, client sarama.Client, record
 				pb.acked()
 			case sequenceLost(err) && pb.renumber():
 				retry = true
-			case pb.failed(err, p.retries(pb.topicPartition), now):
+			case pb.failed(err, p.retries(pb.topicPartition), now, resendUntil):
 				retry = true
 			default:
 				pb.giveUp(out, err)
@@ -505,6 +515,13 @@ func (p *batchPublisher) partition(ctx context.Context, client sarama.Client, re
 			// Refused here, unsent: permanent, and no answer of Kafka's.
 			fail(permanentError{fmt.Errorf("a record of %d bytes is larger than Producer.MaxMessageBytes (%d): %w", size, limit, sarama.ErrMessageSizeTooLarge)})
 			continue
+		}
+		if p.holds != nil {
+			// A topic held whole (one not found) is not looked up again.
+			if err := p.holds.check(topicPartition{r.Topic, anyPartition}); err != nil {
+				fail(err)
+				continue
+			}
 		}
 		rt := routes[r.Topic]
 		if rt == nil {

@@ -204,6 +204,38 @@ func TestHeldPartitionIsNotWrittenToUntilItsHoldIsUp(t *testing.T) {
 	}
 }
 
+// TestTimedOutPartitionIsHeld: a partition whose every write times out
+// after its append (REQUEST_TIMED_OUT) is held like any other: the write
+// gives its batch up before PublishTimeout, saying where and that its fate
+// is unknown, rather than leave the publish timeout's error, which would
+// defer it as an unreachable Kafka's. The relay lists the hold, partition
+// 1's events are published, none is dead-lettered or counts an attempt,
+// and the breaker stays closed.
+func TestTimedOutPartitionIsHeld(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 2)
+	k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.RequestTimedOut, Count: -1})
+	held := enqueueOn(t, pg, out, topic, keysOn(t, topic, 0, 2, 3), 2)
+	published := enqueueOn(t, pg, out, topic, keysOn(t, topic, 1, 2, 3), 20)
+	cfg := heldConfig(&recordedMetrics{})
+	cfg.PublishTimeout = time.Second
+	relay := newRelay(t, pg, k, cfg)
+	runRelay(t, relay)
+	testkit.WaitFor(t, 30*time.Second, "partition 1 published and partition 0 held for its timeouts", func() bool {
+		h := relay.Held()
+		return countRows(t, pg.Pool, "status = 'published' AND id::text = ANY($1)", published) == len(published) &&
+			len(h) == 1 && h[0].Partition == 0 && strings.Contains(h[0].Error, "REQUEST_TIMED_OUT")
+	})
+	if n := countRows(t, pg.Pool, "id::text = ANY($1) AND status = 'pending' AND retry_count = 0", held); n != len(held) {
+		t.Errorf("%d of partition 0's %d events pending with no attempt counted, want all", n, len(held))
+	}
+	if relay.Breaker() != producer.BreakerClosed {
+		t.Errorf("breaker %v for a partition that times out, want closed: the broker answers", relay.Breaker())
+	}
+}
+
 // TestEachProduceErrorIsHeldOrCountedAsKafkaClassesIt: the broker answers
 // one event's first three produce requests with one error code. The
 // cluster's conditions (Kafka's retriable codes, an unknown server error, a

@@ -13,6 +13,7 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/courierkit/courier/backoff"
+	"github.com/courierkit/courier/dlq"
 )
 
 // anyPartition is the partition of a hold on a whole topic: one whose
@@ -45,11 +46,12 @@ type missing struct{ since, last time.Time }
 
 // hold is one held partition.
 type hold struct {
-	since time.Time // the first failure
-	until time.Time // its events wait until then
-	last  time.Time // the last failure
-	steps int       // backoff steps taken
-	err   error     // the last failure
+	since   time.Time // the first failure
+	until   time.Time // its events wait until then
+	last    time.Time // the last failure
+	steps   int       // backoff steps taken
+	err     error     // the last failure
+	missing bool      // it began with the topic said not to exist
 }
 
 func newHolds(now func() time.Time, b backoff.Backoff, log *slog.Logger, h *hooks) *holds {
@@ -91,7 +93,7 @@ func (h *holds) list() []HeldPartition {
 	defer h.mu.Unlock()
 	out := make([]HeldPartition, 0, len(h.m))
 	for tp, x := range h.m {
-		out = append(out, HeldPartition{Topic: tp.topic, Partition: tp.partition, Since: x.since, Until: x.until, Error: x.err.Error()})
+		out = append(out, HeldPartition{Topic: tp.topic, Partition: tp.partition, Since: x.since, Until: x.until, Error: dlq.TruncateError(x.err.Error())})
 	}
 	slices.SortFunc(out, func(a, b HeldPartition) int {
 		return cmp.Or(a.Since.Compare(b.Since), cmp.Compare(a.Topic, b.Topic), cmp.Compare(a.Partition, b.Partition))
@@ -123,55 +125,86 @@ func (h *holds) has(tp topicPartition) bool {
 // condition, and returns how long the event waits: until the partition's
 // hold is up. The first failure after a hold is up takes the next backoff
 // step; the other events of the partition that failed with it wait as
-// long.
+// long. A record its hold kept from being sent (heldError) waits for that
+// hold, and neither steps it nor starts it again.
 func (h *holds) fail(tp topicPartition, now time.Time, err error) time.Duration {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	var held heldError
 	if errors.As(err, &held) {
-		// Not sent: it waits for the hold it met.
+		defer h.mu.Unlock()
 		if x := h.m[held.topicPartition]; x != nil && now.Before(x.until) {
 			return x.until.Sub(now)
 		}
-		tp = held.topicPartition
+		return 0 // the hold ended meanwhile: try it again
 	}
+	var started []change
 	x := h.m[tp]
 	if x == nil {
-		x = &hold{since: now}
+		x = &hold{since: now, missing: missingTopic(err)}
 		h.m[tp] = x
-		h.log.Warn("Kafka holds a partition: the cluster's condition, not its events'; they wait, no attempt is counted, none is dead-lettered",
-			"topic", clip(tp.topic), "partition", tp.partition, "error", err)
-		h.hooks.Held(tp.topic, tp.partition, now)
+		started = append(started, change{tp: tp, since: now, err: err})
 	}
 	x.last, x.err = now, err
 	if !now.Before(x.until) {
 		x.steps++
 		x.until = now.Add(h.backoff.Delay(x.steps, rand.Float64))
 	}
-	return x.until.Sub(now)
+	wait := x.until.Sub(now)
+	h.mu.Unlock()
+	h.tell(started)
+	return wait
 }
 
 // published records that an event for tp was acknowledged: the hold of its
-// partition and of its whole topic ends, and the topic exists.
+// partition ends, and so does that of its whole topic when the topic was
+// said not to exist (an acknowledgement says it does); a whole topic held
+// for another reason (a RelayConfig.Publisher that does not say where a
+// record went) ends only when no event fails on it for a while (sweep).
 func (h *holds) published(tp topicPartition, now time.Time) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if len(h.m)+len(h.missing) == 0 {
+		h.mu.Unlock()
 		return
 	}
 	delete(h.missing, tp.topic)
+	var ended []change
 	for _, at := range []topicPartition{tp, {tp.topic, anyPartition}} {
-		if x := h.m[at]; x != nil {
-			h.end(at, x, now, "Kafka takes the partition's events again")
+		if x := h.m[at]; x != nil && (at == tp || x.missing) {
+			ended = append(ended, h.end(at, x, now, "Kafka takes the partition's events again"))
 		}
 	}
+	h.mu.Unlock()
+	h.tell(ended)
 }
 
-// end drops the hold x of tp, logging why.
-func (h *holds) end(tp topicPartition, x *hold, now time.Time, why string) {
+// change is a hold that started (why is empty) or ended, told to the log
+// and the hooks once h.mu is released, so that a hook may call the relay.
+type change struct {
+	tp      topicPartition
+	since   time.Time
+	err     error
+	why     string
+	heldFor time.Duration
+}
+
+// end drops the hold x of tp, for why; h.mu is held.
+func (h *holds) end(tp topicPartition, x *hold, now time.Time, why string) change {
 	delete(h.m, tp)
-	h.log.Info(why, "topic", clip(tp.topic), "partition", tp.partition, "held_for", now.Sub(x.since).Round(time.Millisecond))
-	h.hooks.Unheld(tp.topic, tp.partition)
+	return change{tp: tp, why: why, heldFor: now.Sub(x.since)}
+}
+
+// tell logs each change and tells the hooks of it; h.mu is not held.
+func (h *holds) tell(changes []change) {
+	for _, c := range changes {
+		if c.why == "" {
+			h.log.Warn("Kafka holds a partition: the cluster's condition, not its events'; they wait, no attempt is counted, none is dead-lettered",
+				"topic", clip(c.tp.topic), "partition", c.tp.partition, "error", c.err)
+			h.hooks.Held(c.tp.topic, c.tp.partition, c.since)
+			continue
+		}
+		h.log.Info(c.why, "topic", clip(c.tp.topic), "partition", c.tp.partition, "held_for", c.heldFor.Round(time.Millisecond))
+		h.hooks.Unheld(c.tp.topic, c.tp.partition)
+	}
 }
 
 // missingFor records that the cluster said at now that topic does not
@@ -194,10 +227,10 @@ func (h *holds) missingFor(topic string, now time.Time) time.Duration {
 // another relay, or purged.
 func (h *holds) sweep(now time.Time, quiet time.Duration) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
+	var ended []change
 	for tp, x := range h.m {
 		if now.Sub(x.last) > quiet {
-			h.end(tp, x, now, "no event of a held partition is left to try; the hold ends")
+			ended = append(ended, h.end(tp, x, now, "no event of a held partition is left to try; the hold ends"))
 		}
 	}
 	for topic, m := range h.missing {
@@ -205,6 +238,8 @@ func (h *holds) sweep(now time.Time, quiet time.Duration) {
 			delete(h.missing, topic)
 		}
 	}
+	h.mu.Unlock()
+	h.tell(ended)
 }
 
 // String names tp as topic/partition, or the topic alone for anyPartition.

@@ -914,7 +914,9 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		stop(e)
 		class := r.classify(e, errs[i], now)
 		r.metrics.PublishFailed(e.Topic, e.tenant(), class.String())
-		if class != failUnavailable && !errors.As(errs[i], new(permanentError)) {
+		// A record refused before it was sent (it could not be built, its
+		// partition is held) says nothing of Kafka.
+		if class != failUnavailable && !errors.As(errs[i], new(permanentError)) && !errors.As(errs[i], new(heldError)) {
 			answered = true
 		}
 		switch {
@@ -969,7 +971,7 @@ func unattempted(e *claimedEvent) string {
 // that a topic missing for longer than MissingTopicGrace counts attempts.
 func (r *Relay) classify(e *claimedEvent, err error, now time.Time) failureClass {
 	class := classify(err)
-	if class == failHeld && missingTopic(err) && !errors.As(err, new(heldError)) &&
+	if class == failHeld && missingTopic(err) && !errors.As(err, new(heldError)) && !errors.As(err, new(fateUnknownError)) &&
 		r.holds.missingFor(e.Topic, now) >= r.cfg.MissingTopicGrace && r.cfg.MissingTopicGrace >= 0 {
 		return failRefused
 	}
@@ -1166,7 +1168,9 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal 
 			case keyed && held[k]:
 				errs[i] = errHeldBack
 			case classify(errs[i]) == failPermanent:
-				errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]
+				if errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]; errs[i] == nil {
+					r.holds.published(topicPartition{records[j].Topic, records[j].Partition}, r.cfg.Now())
+				}
 				if errs[i] != nil && keyed && (holdOnRefusal || classify(errs[i]) != failPermanent) {
 					held[k] = true
 				}

@@ -63,7 +63,7 @@ func (r *Relay) loop(ctx context.Context, index int) {
 			wait = errDelay
 		case res.BreakerOpen:
 			wait = r.untilHalfOpen()
-		case res.Claimed == r.cfg.BatchSize && res.Published+res.Failed+res.DeadLettered+res.Deferred+res.Held > 0:
+		case res.Claimed == r.cfg.BatchSize && res.Published+res.Failed+res.DeadLettered+res.Deferred+res.KafkaHeld+res.Held > 0:
 			errDelay = 0
 			continue // a full batch that made progress: there is more
 		case res.Released > 0:

@@ -23,6 +23,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/courierkit/courier/cmd/courier/internal/webhook"
+	"github.com/courierkit/courier/internal/textcut"
 	"github.com/courierkit/courier/producer"
 	"github.com/courierkit/courier/prom"
 )
@@ -397,8 +398,13 @@ type heldPartJSON struct {
 	Error     string    `json:"error"`
 }
 
-// maxHealthHeld bounds the held partitions /healthz lists.
-const maxHealthHeld = 100
+// maxHealthHeld bounds the held partitions /healthz lists, and
+// maxHealthError the bytes of each one's error, so that the answer stays
+// well within what the console reads of it (64 KiB).
+const (
+	maxHealthHeld  = 50
+	maxHealthError = 512
+)
 
 // newHealthJSON is relay's state for /healthz: its breaker and the
 // partitions it holds, the longest held first.
@@ -406,7 +412,8 @@ func newHealthJSON(relay *producer.Relay) healthJSON {
 	h := healthJSON{Status: "ok", Breaker: relay.Breaker().String(), Held: []heldPartJSON{}}
 	held := relay.Held()
 	for _, p := range held[:min(len(held), maxHealthHeld)] {
-		h.Held = append(h.Held, heldPartJSON{Topic: p.Topic, Partition: p.Partition, Since: p.Since.UTC(), Until: p.Until.UTC(), Error: p.Error})
+		h.Held = append(h.Held, heldPartJSON{Topic: p.Topic, Partition: p.Partition, Since: p.Since.UTC(), Until: p.Until.UTC(),
+			Error: textcut.Cut(p.Error, maxHealthError, "…")})
 	}
 	return h
 }

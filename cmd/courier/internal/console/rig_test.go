@@ -83,8 +83,10 @@ func (r *rig) enqueue(t testing.TB, events ...producer.Event) []uuid.UUID {
 // test ends.
 func (r *rig) relay(t testing.TB, adjust func(*producer.RelayConfig)) (stop func()) {
 	t.Helper()
+	// The rig dead-letters events of a topic that does not exist: its
+	// failures count from their first.
 	cfg := producer.RelayConfig{Schema: r.pg.Schema, Brokers: r.kafka.Brokers, Sarama: r.kafka.Config(), Workers: 1,
-		PollInterval: 20 * time.Millisecond, Logger: testkit.Logger(t)}
+		PollInterval: 20 * time.Millisecond, MissingTopicGrace: time.Nanosecond, Logger: testkit.Logger(t)}
 	cfg.Backoff.Base = 50 * time.Millisecond
 	if adjust != nil {
 		adjust(&cfg)
