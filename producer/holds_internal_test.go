@@ -71,3 +71,4 @@ func TestHoldsStepEndAndTellOutsideTheirLock(t *testing.T) {
 		t.Errorf("the hooks saw %v holds as they were told, want %v", hook.heard, want)
 	}
 }
+

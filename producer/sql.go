@@ -14,6 +14,7 @@ package producer
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -775,10 +776,15 @@ LIMIT $1`
 // that waited with an error and no attempt counted (held, or deferred
 // while Kafka was unreachable) and are not due yet. A requeued event has
 // its old error but is due at once, so it is not among them.
-const heldGroupsSQL = `
+//
+// It reads at most MaxHeldScan of them, the next due first (the due index
+// finds them), so that a long outage's backlog does not make every look a
+// scan of the whole table.
+var heldGroupsSQL = `
 SELECT topic, last_error, count(*), min(created_at), min(next_attempt_at)
-FROM {waiting}
-WHERE status = 'pending' AND last_error IS NOT NULL AND next_attempt_at > now()
+FROM (SELECT topic, last_error, created_at, next_attempt_at FROM {waiting}
+      WHERE next_attempt_at > now() AND status = 'pending' AND last_error IS NOT NULL
+      ORDER BY next_attempt_at LIMIT ` + strconv.Itoa(MaxHeldScan) + `) h
 GROUP BY topic, last_error
 ORDER BY count(*) DESC, topic, last_error
 LIMIT $1`

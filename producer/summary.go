@@ -121,9 +121,16 @@ type HeldGroup struct {
 	Oldest, Next time.Time
 }
 
+// MaxHeldScan is the most held events HeldGroups reads: beyond it, its
+// counts are those of the MaxHeldScan tried again soonest.
+const MaxHeldScan = 100_000
+
 // HeldGroups groups the events Kafka's condition holds by topic and last
 // error, the largest groups first (ties by topic and error), at most limit
-// of them: from 1 to MaxPage, else an error matching ErrInvalidFilter.
+// of them: from 1 to MaxPage, else an error matching ErrInvalidFilter. It
+// counts the pending events that wait with an error and are not due: a
+// held event that had counted an attempt before (a refused record, then
+// held) stays failed and is counted with the failed ones instead.
 func (a *Admin) HeldGroups(ctx context.Context, limit int) ([]HeldGroup, error) {
 	return groupRows[HeldGroup](ctx, a, "group held events", heldGroupsSQL, limit)
 }
