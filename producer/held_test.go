@@ -59,6 +59,17 @@ func enqueueOn(t *testing.T, pg *testkit.PG, out *producer.Outbox, topic string,
 	return ids
 }
 
+// sickPartition is an outbox and a topic of two partitions on an
+// in-process broker whose partition 0 answers every write with code.
+func sickPartition(t *testing.T, code *kerr.Error) (*testkit.PG, *producer.Outbox, *testkit.Kafka, string, *kfake.FaultHandle) {
+	t.Helper()
+	pg, out := setup(t)
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 2)
+	fault := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: code, Count: -1})
+	return pg, out, k, topic, fault
+}
+
 // heldConfig is a relay whose faults reach it (no retries inside the
 // publisher) with a short backoff and two attempts: a partition held for
 // a second has been held far past MaxAttempts × Backoff.Max.
@@ -84,11 +95,7 @@ func heldConfig(metrics *recordedMetrics) producer.RelayConfig {
 // the hook hears the hold end.
 func TestHeldPartitionNeverDeadLettersAndSparesItsNeighbour(t *testing.T) {
 	t.Parallel()
-	pg, out := setup(t)
-	k := testkit.NewKafka(t, testkit.InProcess())
-	topic := k.Topic(t, 2)
-	fault := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0},
-		Err: kerr.NotEnoughReplicas, Count: -1})
+	pg, out, k, topic, fault := sickPartition(t, kerr.NotEnoughReplicas)
 	sick := keysOn(t, topic, 0, 2, 6) // the last two come while it is held
 	healthy := keysOn(t, topic, 1, 2, 4)
 	held := enqueueOn(t, pg, out, topic, sick[:4], 5)
@@ -175,11 +182,7 @@ func TestHeldPartitionNeverDeadLettersAndSparesItsNeighbour(t *testing.T) {
 // saw one write to partition 0 in all.
 func TestHeldPartitionIsNotWrittenToUntilItsHoldIsUp(t *testing.T) {
 	t.Parallel()
-	pg, out := setup(t)
-	k := testkit.NewKafka(t, testkit.InProcess())
-	topic := k.Topic(t, 2)
-	fault := k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0},
-		Err: kerr.NotEnoughReplicas, Count: -1})
+	pg, out, k, topic, fault := sickPartition(t, kerr.NotEnoughReplicas)
 	sick := keysOn(t, topic, 0, 2, 6)
 	healthy := keysOn(t, topic, 1, 2, 10)
 	cfg := heldConfig(&recordedMetrics{})
@@ -213,10 +216,7 @@ func TestHeldPartitionIsNotWrittenToUntilItsHoldIsUp(t *testing.T) {
 // and the breaker stays closed.
 func TestTimedOutPartitionIsHeld(t *testing.T) {
 	t.Parallel()
-	pg, out := setup(t)
-	k := testkit.NewKafka(t, testkit.InProcess())
-	topic := k.Topic(t, 2)
-	k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.RequestTimedOut, Count: -1})
+	pg, out, k, topic, _ := sickPartition(t, kerr.RequestTimedOut)
 	held := enqueueOn(t, pg, out, topic, keysOn(t, topic, 0, 2, 3), 2)
 	published := enqueueOn(t, pg, out, topic, keysOn(t, topic, 1, 2, 3), 20)
 	cfg := heldConfig(&recordedMetrics{})
