@@ -19,15 +19,19 @@ import (
 // partition 1 (alone), and beside them 20 new events of partition 0 (new
 // keys, so that none waits behind its key) that the broker takes
 // (beside-healthy) or refuses with NOT_ENOUGH_REPLICAS for the whole run
-// (beside-held), the relay on Sarama's default retries (3, 100 ms). It
-// reports partition 1's events per second. Run it with
+// (beside-held), the relay on Sarama's default retries (3, 100 ms). The
+// last case, alone-while-4000-wait, is alone with 4,000 events of other
+// keys waiting for a NotBefore an hour ahead: what the per-key order check
+// costs once anything waits, as the held events do. It reports partition
+// 1's events per second. Run it with
 //
 //	go test -run '^$' -bench RelayBesideAHeldPartition -benchtime 20x ./producer/
 func BenchmarkRelayBesideAHeldPartition(b *testing.B) {
 	for _, c := range []struct {
 		name         string
 		beside, held bool
-	}{{"alone", false, false}, {"beside-healthy", true, false}, {"beside-held", true, true}} {
+		waiting      int
+	}{{"alone", false, false, 0}, {"beside-healthy", true, false, 0}, {"beside-held", true, true, 0}, {"alone-while-4000-wait", false, false, 4000}} {
 		b.Run(c.name, func(b *testing.B) {
 			pg := testkit.Postgres(b)
 			pg.Migrate(b)
@@ -45,6 +49,20 @@ func BenchmarkRelayBesideAHeldPartition(b *testing.B) {
 				b.Fatal(err)
 			}
 			healthy := keysOn(b, topic, 1, 2, 50)
+			if c.waiting > 0 {
+				later := make([]producer.Event, c.waiting)
+				for i := range later {
+					later[i] = producer.Event{Topic: topic, Key: fmt.Sprintf("later-%d", i), Type: "T", Payload: []byte(`{}`), NotBefore: time.Now().Add(time.Hour)}
+				}
+				if _, err := out.EnqueueBatch(context.Background(), pg.Pool, later); err != nil {
+					b.Fatal(err)
+				}
+				for range (c.waiting + 519) / 520 { // they move to wait, unpublished
+					if _, err := relay.RunOnce(context.Background()); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
 			next := 0 // the next key to try for partition 0
 			ctx := context.Background()
 			var published int

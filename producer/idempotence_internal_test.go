@@ -77,10 +77,11 @@ func TestADuplicateAnswerIsAnAcknowledgement(t *testing.T) {
 	}
 }
 
-// TestAnUnsureBatchLeavesItsSessionUnused: a write cut short while its
-// batch's fate is unknown (the broker appended it and answered
-// REQUEST_TIMED_OUT) does not put its session back: the next write starts
-// a new one. Were the old one used again, its next batch would carry the
+// TestAnUnsureBatchLeavesItsSessionUnused: a write that gives up on a batch
+// whose fate is unknown (the broker appended it and answered
+// REQUEST_TIMED_OUT, and no try's answer could come before the context's
+// deadline) says so, and does not put its session back: the next write
+// starts a new one. Were the old one used again, its next batch would carry the
 // unsure batch's sequence numbers, and the broker would take it for that
 // batch and drop it: a loss.
 func TestAnUnsureBatchLeavesItsSessionUnused(t *testing.T) {
@@ -99,8 +100,8 @@ func TestAnUnsureBatchLeavesItsSessionUnused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	for i, err := range p.Publish(ctx, []*record.Record{{Topic: topic, Value: []byte("unsure")}}) {
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("record %d: %v, want the context's deadline", i, err)
+		if !errors.As(err, new(fateUnknownError)) || !errors.Is(err, sarama.ErrRequestTimedOut) {
+			t.Fatalf("record %d: %v, want its fate unknown after REQUEST_TIMED_OUT", i, err)
 		}
 	}
 	p.inflight.Wait() // the cut write has ended
