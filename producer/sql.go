@@ -323,12 +323,16 @@ func heldByDead(a string) string {
 // HoldKeyOnDeadLetter, an older dead letter): it must wait behind them, and
 // the relay moves it to {waiting} instead of publishing it. The check looks
 // up the event's key only when something waits at all, as is rare while
-// Kafka is healthy. No row is locked: the share locks make this claim the
+// Kafka is healthy; then it is one probe of the key index per event: the
+// OFFSET 0 keeps PostgreSQL from making the EXISTS a hash of the whole
+// waiting table, built again at every claim, which costs as much as the
+// table is long (3 ms a claim at 4,000 waiting events, against 1 ms of
+// probes). No row is locked: the share locks make this claim the
 // only reader of these events that will write them.
 var claimQueueSQL = `
 SELECT q.ctid, q.seq, ` + claimedColumns("q") + `, q.created_at, COALESCE(q.not_before > {now}, false) AS scheduled,
     q.partition_key IS NOT NULL AND NOT (SELECT NOT EXISTS (SELECT FROM {waiting}) AND NOT ({hold} AND EXISTS (SELECT FROM {dead})))
-    AND (EXISTS (SELECT FROM {waiting} w WHERE ` + sameKey("w", "q") + `)
+    AND (EXISTS (SELECT FROM {waiting} w WHERE ` + sameKey("w", "q") + ` OFFSET 0)
          OR ` + heldByDead("q") + `) AS blocked
 FROM {queue} q
 WHERE ` + shareOf("q") + ` = ANY ` + claimedShares + `
