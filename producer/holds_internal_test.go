@@ -71,4 +71,3 @@ func TestHoldsStepEndAndTellOutsideTheirLock(t *testing.T) {
 		t.Errorf("the hooks saw %v holds as they were told, want %v", hook.heard, want)
 	}
 }
-
