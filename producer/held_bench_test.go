@@ -10,6 +10,7 @@ import (
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
 )
@@ -19,7 +20,9 @@ import (
 // partition 1 (alone), and beside them 20 new events of partition 0 (new
 // keys, so that none waits behind its key) that the broker takes
 // (beside-healthy) or refuses with NOT_ENOUGH_REPLICAS for the whole run
-// (beside-held), the relay on Sarama's default retries (3, 100 ms). The
+// (beside-held), the relay on Sarama's default retries (3, 100 ms);
+// beside-an-old-hold is beside-held with the hold at its longest step
+// (30 s) from the first, as a hold a minute old is. The
 // last case, alone-while-4000-wait, is alone with 4,000 events of other
 // keys waiting for a NotBefore an hour ahead: what the per-key order check
 // costs once anything waits, as the held events do. It reports partition
@@ -32,7 +35,11 @@ func BenchmarkRelayBesideAHeldPartition(b *testing.B) {
 		name         string
 		beside, held bool
 		waiting      int
-	}{{"alone", false, false, 0}, {"beside-healthy", true, false, 0}, {"beside-held", true, true, 0}, {"alone-while-4000-wait", false, false, 4000}} {
+		step         time.Duration // of the relay's Backoff, from its first; 0: the default
+	}{
+		{"alone", false, false, 0, 0}, {"beside-healthy", true, false, 0, 0}, {"beside-held", true, true, 0, 0},
+		{"beside-an-old-hold", true, true, 0, producer.DefaultBackoffMax}, {"alone-while-4000-wait", false, false, 4000, 0},
+	} {
 		b.Run(c.name, func(b *testing.B) {
 			pg := testkit.Postgres(b)
 			pg.Migrate(b)
@@ -45,7 +52,8 @@ func BenchmarkRelayBesideAHeldPartition(b *testing.B) {
 			if c.held {
 				k.Cluster.Fault(kfake.Fault{Keys: []kmsg.Key{kmsg.Produce}, Topic: topic, Partitions: []int32{0}, Err: kerr.NotEnoughReplicas, Count: -1})
 			}
-			relay, err := producer.NewRelay(pg.Pool, producer.RelayConfig{Schema: pg.Schema, Brokers: k.Brokers, BatchSize: 520, Logger: testkit.Logger(b)})
+			relay, err := producer.NewRelay(pg.Pool, producer.RelayConfig{Schema: pg.Schema, Brokers: k.Brokers, BatchSize: 520, Logger: testkit.Logger(b),
+				Backoff: backoff.Backoff{Base: c.step, Max: c.step}})
 			if err != nil {
 				b.Fatal(err)
 			}
