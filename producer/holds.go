@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -35,6 +36,10 @@ type holds struct {
 	log     *slog.Logger
 	hooks   *hooks
 
+	// none is set while both maps are empty, as they are while Kafka takes
+	// every write: the publisher's checks and the relay's acknowledgements
+	// then cost no lock.
+	none    atomic.Bool
 	mu      sync.Mutex
 	m       map[topicPartition]*hold
 	missing map[string]*missing // topics the cluster says do not exist
@@ -55,8 +60,13 @@ type hold struct {
 }
 
 func newHolds(now func() time.Time, b backoff.Backoff, log *slog.Logger, h *hooks) *holds {
-	return &holds{now: now, backoff: b, log: log, hooks: h, m: map[topicPartition]*hold{}, missing: map[string]*missing{}}
+	hs := &holds{now: now, backoff: b, log: log, hooks: h, m: map[topicPartition]*hold{}, missing: map[string]*missing{}}
+	hs.none.Store(true)
+	return hs
 }
+
+// changed notes whether the maps are empty after a change; h.mu is held.
+func (h *holds) changed() { h.none.Store(len(h.m)+len(h.missing) == 0) }
 
 // heldError is the error of a record its publisher did not send because
 // its partition is held: it waits with the partition's other events. Its
@@ -64,7 +74,6 @@ func newHolds(now func() time.Time, b backoff.Backoff, log *slog.Logger, h *hook
 // the same.
 type heldError struct {
 	topicPartition
-	until time.Time
 	cause error
 }
 
@@ -101,21 +110,26 @@ func (h *holds) list() []HeldPartition {
 	return out
 }
 
-// check returns a heldError when tp (or its whole topic) is held now.
+// check returns a heldError when tp is held now (a whole topic's hold is
+// tp with anyPartition).
 func (h *holds) check(tp topicPartition) error {
+	if h.none.Load() {
+		return nil
+	}
 	now := h.now()
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	for _, at := range []topicPartition{tp, {tp.topic, anyPartition}} {
-		if x := h.m[at]; x != nil && now.Before(x.until) {
-			return heldError{at, x.until, x.err}
-		}
+	if x := h.m[tp]; x != nil && now.Before(x.until) {
+		return heldError{tp, x.err}
 	}
 	return nil
 }
 
 // has reports whether tp (or its whole topic) is held, its hold up or not.
 func (h *holds) has(tp topicPartition) bool {
+	if h.none.Load() {
+		return false
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.m[tp] != nil || h.m[topicPartition{tp.topic, anyPartition}] != nil
@@ -142,6 +156,7 @@ func (h *holds) fail(tp topicPartition, now time.Time, err error) time.Duration 
 	if x == nil {
 		x = &hold{since: now, missing: missingTopic(err)}
 		h.m[tp] = x
+		h.changed()
 		started = append(started, change{tp: tp, since: now, err: err})
 	}
 	x.last, x.err = now, err
@@ -160,12 +175,12 @@ func (h *holds) fail(tp topicPartition, now time.Time, err error) time.Duration 
 // said not to exist (an acknowledgement says it does); a whole topic held
 // for another reason (a RelayConfig.Publisher that does not say where a
 // record went) ends only when no event fails on it for a while (sweep).
-func (h *holds) published(tp topicPartition, now time.Time) {
-	h.mu.Lock()
-	if len(h.m)+len(h.missing) == 0 {
-		h.mu.Unlock()
+func (h *holds) published(tp topicPartition) {
+	if h.none.Load() {
 		return
 	}
+	now := h.now()
+	h.mu.Lock()
 	delete(h.missing, tp.topic)
 	var ended []change
 	for _, at := range []topicPartition{tp, {tp.topic, anyPartition}} {
@@ -173,6 +188,7 @@ func (h *holds) published(tp topicPartition, now time.Time) {
 			ended = append(ended, h.end(at, x, now, "Kafka takes the partition's events again"))
 		}
 	}
+	h.changed()
 	h.mu.Unlock()
 	h.tell(ended)
 }
@@ -217,6 +233,7 @@ func (h *holds) missingFor(topic string, now time.Time) time.Duration {
 	if m == nil {
 		m = &missing{since: now}
 		h.missing[topic] = m
+		h.changed()
 	}
 	m.last = now
 	return now.Sub(m.since)
@@ -225,7 +242,11 @@ func (h *holds) missingFor(topic string, now time.Time) time.Duration {
 // sweep drops the holds no event has failed on for quiet, and forgets the
 // topics not said missing for as long: their events were published by
 // another relay, or purged.
-func (h *holds) sweep(now time.Time, quiet time.Duration) {
+func (h *holds) sweep(quiet time.Duration) {
+	if h.none.Load() {
+		return
+	}
+	now := h.now()
 	h.mu.Lock()
 	var ended []change
 	for tp, x := range h.m {
@@ -238,6 +259,7 @@ func (h *holds) sweep(now time.Time, quiet time.Duration) {
 			delete(h.missing, topic)
 		}
 	}
+	h.changed()
 	h.mu.Unlock()
 	h.tell(ended)
 }

@@ -44,12 +44,12 @@ func TestHoldsStepEndAndTellOutsideTheirLock(t *testing.T) {
 	if d := h.fail(whole, now.Add(500*time.Millisecond), sarama.ErrNotLeaderForPartition); d != 500*time.Millisecond {
 		t.Fatalf("a failure within the hold waits %v, want the rest of it (500ms)", d)
 	}
-	h.published(topicPartition{"orders", 2}, now)
+	h.published(topicPartition{"orders", 2})
 	now = now.Add(time.Second)
 	if d := h.fail(whole, now, sarama.ErrNotLeaderForPartition); d != 2*time.Second {
 		t.Fatalf("after an ack on partition 2, the whole topic's hold stepped to %v, want 2s: a partition's ack does not end it", d)
 	}
-	unsent := heldError{whole, now.Add(2 * time.Second), sarama.ErrNotLeaderForPartition}
+	unsent := heldError{whole, sarama.ErrNotLeaderForPartition}
 	if d := h.fail(whole, now.Add(time.Second), unsent); d != time.Second {
 		t.Fatalf("a record kept unsent waits %v, want the rest of its hold (1s)", d)
 	}
@@ -59,11 +59,11 @@ func TestHoldsStepEndAndTellOutsideTheirLock(t *testing.T) {
 
 	missing := topicPartition{"later", anyPartition}
 	h.fail(missing, now, sarama.ErrUnknownTopicOrPartition)
-	h.published(topicPartition{"later", 0}, now)
+	h.published(topicPartition{"later", 0})
 	if got := h.list(); len(got) != 1 || got[0].Topic != "orders" {
 		t.Fatalf("holds %+v, want the missing topic's ended by an acknowledgement on it", got)
 	}
-	if d := h.fail(missing, now, heldError{missing, now.Add(time.Hour), sarama.ErrUnknownTopicOrPartition}); d != 0 || len(h.list()) != 1 {
+	if d := h.fail(missing, now, heldError{missing, sarama.ErrUnknownTopicOrPartition}); d != 0 || len(h.list()) != 1 {
 		t.Fatalf("an unsent record of an ended hold waits %v and holds are %+v; want it tried again at once, no hold started", d, h.list())
 	}
 	// held orders (1), held later (2), ended later (1)

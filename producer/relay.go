@@ -693,7 +693,7 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 	if err != nil {
 		return BatchResult{}, r.store.undefinedObject(err)
 	}
-	r.holds.sweep(r.cfg.Now(), r.holdQuiet())
+	r.holds.sweep(r.holdQuiet())
 	send, held := r.admit(c)
 	res := BatchResult{Claimed: len(send) + len(held), Held: len(held)}
 	r.metrics.Claimed(res.Claimed)
@@ -1156,7 +1156,7 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal 
 	for j, err := range r.publisher.Publish(ctx, records) {
 		errs[index[j]] = err
 		if err == nil {
-			r.holds.published(topicPartition{records[j].Topic, records[j].Partition}, r.cfg.Now())
+			r.holds.published(topicPartition{records[j].Topic, records[j].Partition})
 		}
 	}
 	if len(records) > 1 {
@@ -1169,7 +1169,7 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal 
 				errs[i] = errHeldBack
 			case classify(errs[i]) == failPermanent:
 				if errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]; errs[i] == nil {
-					r.holds.published(topicPartition{records[j].Topic, records[j].Partition}, r.cfg.Now())
+					r.holds.published(topicPartition{records[j].Topic, records[j].Partition})
 				}
 				if errs[i] != nil && keyed && (holdOnRefusal || classify(errs[i]) != failPermanent) {
 					held[k] = true
