@@ -42,6 +42,7 @@ func ExampleMigrator_Up() {
 	// applied 0005_index_key_hash
 	// applied 0006_activity
 	// applied 0007_audit
+	// applied 0008_held_partition
 	// second run applied 0
 }
 

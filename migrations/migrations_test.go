@@ -208,7 +208,7 @@ func TestUpIntoCustomSchemaAndTable(t *testing.T) {
 	// Every table of the outbox, and every index, is named after it.
 	for table, want := range map[string][]string{
 		"billing_events":         {"billing_events_pkey"},
-		"billing_events_waiting": {"billing_events_waiting_pkey", "billing_events_waiting_key", "billing_events_waiting_due"},
+		"billing_events_waiting": {"billing_events_waiting_pkey", "billing_events_waiting_key", "billing_events_waiting_due", "billing_events_waiting_held"},
 		"billing_events_dead":    {"billing_events_dead_pkey", "billing_events_dead_key"},
 		"billing_events_published": {"billing_events_published_id", "billing_events_published_seq", "billing_events_published_at",
 			"billing_events_published_keys", "billing_events_published_error"},

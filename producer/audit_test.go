@@ -128,9 +128,9 @@ func TestAuditRefusesWhatTheLogCannotHold(t *testing.T) {
 	}
 }
 
-// TestAuditLogIsOptional: a relay runs on an outbox without the audit log
-// (migration 7), AuditReady says it is missing, and Audit on it says to
-// migrate.
+// TestAuditLogIsOptional: AuditReady says the audit log (migration 7) is
+// missing from an outbox without it, Audit on it says to migrate, and a
+// relay runs without it.
 func TestAuditLogIsOptional(t *testing.T) {
 	t.Parallel()
 	pg := testkit.Postgres(t)
@@ -145,6 +145,13 @@ func TestAuditLogIsOptional(t *testing.T) {
 	}
 	if _, err := producer.AuditReady(ctx, pg.Pool, "Bad Schema", ""); !errors.Is(err, producer.ErrInvalidConfig) {
 		t.Fatalf("AuditReady of a bad schema name = %v, want ErrInvalidConfig", err)
+	}
+	// The relay needs the later migrations; the audit log, it does not.
+	if _, err := m.Up(ctx, pg.Pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pg.Pool.Exec(ctx, "DROP TABLE "+pg.Schema+".courier_outbox_audit"); err != nil {
+		t.Fatal(err)
 	}
 	admin := newAdmin(t, pg)
 	err := admin.Audit(ctx, producer.AuditEntry{Actor: "alice", Action: "requeue"})

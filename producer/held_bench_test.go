@@ -17,28 +17,36 @@ import (
 
 // BenchmarkRelayBesideAHeldPartition measures what a held partition costs
 // its neighbour: each op is one RunOnce of a batch of 500 events of
-// partition 1 (alone), and beside them 20 new events of partition 0 (new
-// keys, so that none waits behind its key) that the broker takes
-// (beside-healthy) or refuses with NOT_ENOUGH_REPLICAS for the whole run
-// (beside-held), the relay on Sarama's default retries (3, 100 ms);
-// beside-an-old-hold is beside-held with the hold at its longest step
-// (30 s) from the first, as a hold a minute old is. The
-// last case, alone-while-4000-wait, is alone with 4,000 events of other
-// keys waiting for a NotBefore an hour ahead: what the per-key order check
-// costs once anything waits, as the held events do. It reports partition
-// 1's events per second, and how many held events a batch settled (20 new
-// ones, plus those tried again each time the hold is up). Run it with
+// partition 1 (alone), and beside them 20 new events of partition 0 that
+// the broker takes (beside-healthy) or refuses with NOT_ENOUGH_REPLICAS
+// for the whole run (beside-held), the relay on Sarama's default retries
+// (3, 100 ms). Partition 0's events have new keys, so that none waits
+// behind its key, or, in the cases named hot-keys, 5 keys, so that nearly
+// every one waits behind an earlier one of its key, as the events of an
+// account or an order do. beside-an-old-hold is beside-held with the hold
+// at its longest step (30 s) from the first, as a hold a minute old is.
+// The last case, alone-while-4000-wait, is alone with 4,000 events of
+// other keys waiting for a NotBefore an hour ahead: what the per-key order
+// check costs once anything waits. Each case first runs 3 batches apart
+// from the figures: the relay connects, and beside a held partition the
+// first batch waits for Sarama's retries before the hold begins
+// (first-batch-ms). It reports partition 1's events per second, and how
+// many of partition 0's events a batch settled (held-settled/batch: the 20
+// new ones, plus those tried again each time the hold is up). Run it with
 //
-//	go test -run '^$' -bench RelayBesideAHeldPartition -benchtime 20x ./producer/
+//	go test -run '^$' -bench RelayBesideAHeldPartition -benchtime 400x ./producer/
 func BenchmarkRelayBesideAHeldPartition(b *testing.B) {
 	for _, c := range []struct {
 		name         string
 		beside, held bool
+		hotKeys      int // partition 0's keys; 0: a new one per event
 		waiting      int
 		step         time.Duration // of the relay's Backoff, from its first; 0: the default
 	}{
-		{"alone", false, false, 0, 0}, {"beside-healthy", true, false, 0, 0}, {"beside-held", true, true, 0, 0},
-		{"beside-an-old-hold", true, true, 0, producer.DefaultBackoffMax}, {"alone-while-4000-wait", false, false, 4000, 0},
+		{"alone", false, false, 0, 0, 0}, {"beside-healthy", true, false, 0, 0, 0}, {"beside-held", true, true, 0, 0, 0},
+		{"beside-an-old-hold", true, true, 0, 0, producer.DefaultBackoffMax},
+		{"beside-held-hot-keys", true, true, 5, 0, 0}, {"beside-an-old-hold-hot-keys", true, true, 5, 0, producer.DefaultBackoffMax},
+		{"alone-while-4000-wait", false, false, 0, 4000, 0},
 	} {
 		b.Run(c.name, func(b *testing.B) {
 			pg := testkit.Postgres(b)
@@ -58,6 +66,7 @@ func BenchmarkRelayBesideAHeldPartition(b *testing.B) {
 				b.Fatal(err)
 			}
 			healthy := keysOn(b, topic, 1, 2, 50)
+			hot := keysOn(b, topic, 0, 2, max(c.hotKeys, 1))
 			if c.waiting > 0 {
 				later := make([]producer.Event, c.waiting)
 				for i := range later {
@@ -74,18 +83,20 @@ func BenchmarkRelayBesideAHeldPartition(b *testing.B) {
 			}
 			next := 0 // the next key to try for partition 0
 			ctx := context.Background()
-			var published, held, batches int
-			var spent time.Duration
-			for b.Loop() {
+			batch := func() (producer.BatchResult, time.Duration) {
 				events := make([]producer.Event, 0, 520)
 				for n := range 500 {
 					events = append(events, producer.Event{Topic: topic, Key: healthy[n%len(healthy)], Type: "T", Payload: []byte(`{}`)})
 				}
 				for c.beside && len(events) < 520 {
-					key := fmt.Sprintf("sick-%d", next)
-					if next++; partitionOf(b, topic, key, 2) == 0 {
-						events = append(events, producer.Event{Topic: topic, Key: key, Type: "T", Payload: []byte(`{}`)})
+					key := hot[len(events)%len(hot)]
+					if c.hotKeys == 0 {
+						key = fmt.Sprintf("sick-%d", next)
+						if next++; partitionOf(b, topic, key, 2) != 0 {
+							continue
+						}
 					}
+					events = append(events, producer.Event{Topic: topic, Key: key, Type: "T", Payload: []byte(`{}`)})
 				}
 				b.StopTimer()
 				if _, err := out.EnqueueBatch(ctx, pg.Pool, events); err != nil {
@@ -97,7 +108,17 @@ func BenchmarkRelayBesideAHeldPartition(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				spent += time.Since(start)
+				return res, time.Since(start)
+			}
+			_, first := batch()
+			for range 2 {
+				batch()
+			}
+			var published, held, batches int
+			var spent time.Duration
+			for b.Loop() {
+				res, took := batch()
+				spent += took
 				published += res.Published
 				held += res.KafkaHeld
 				batches++
@@ -107,6 +128,7 @@ func BenchmarkRelayBesideAHeldPartition(b *testing.B) {
 			}
 			b.ReportMetric(float64(published)/spent.Seconds(), "healthy-events/s")
 			b.ReportMetric(float64(held)/float64(batches), "held-settled/batch")
+			b.ReportMetric(float64(first.Microseconds())/1000, "first-batch-ms")
 		})
 	}
 }

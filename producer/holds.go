@@ -135,21 +135,37 @@ func (h *holds) has(tp topicPartition) bool {
 	return h.m[tp] != nil || h.m[topicPartition{tp.topic, anyPartition}] != nil
 }
 
+// holdRole is what an event a hold keeps does until the hold ends.
+type holdRole uint8
+
+const (
+	// heldNoLonger: the hold ended meanwhile; the event is tried again at
+	// once.
+	heldNoLonger holdRole = iota
+	// heldProbe: the event is the partition's probe, tried again when the
+	// hold is up.
+	heldProbe
+	// heldAsleep: the event sleeps until the probe is published (see
+	// wakeHeldSQL).
+	heldAsleep
+)
+
 // fail records that an event for tp failed at now with err, the cluster's
-// condition, and returns how long the event waits: until the partition's
-// hold is up. The first failure after a hold is up takes the next backoff
-// step; the other events of the partition that failed with it wait as
-// long. A record its hold kept from being sent (heldError) waits for that
-// hold, and neither steps it nor starts it again.
-func (h *holds) fail(tp topicPartition, now time.Time, err error) time.Duration {
+// condition, and returns how long until the partition's hold is up and
+// what the event does meanwhile. The first failure after a hold is up
+// takes the next backoff step, and its event is the probe of that step;
+// the other events of the partition that fail in the step, and those its
+// hold kept from being sent (heldError, which neither step the hold nor
+// start it again), sleep.
+func (h *holds) fail(tp topicPartition, now time.Time, err error) (time.Duration, holdRole) {
 	h.mu.Lock()
 	var held heldError
 	if errors.As(err, &held) {
 		defer h.mu.Unlock()
 		if x := h.m[held.topicPartition]; x != nil && now.Before(x.until) {
-			return x.until.Sub(now)
+			return x.until.Sub(now), heldAsleep
 		}
-		return 0 // the hold ended meanwhile: try it again
+		return 0, heldNoLonger
 	}
 	var started []change
 	x := h.m[tp]
@@ -160,14 +176,16 @@ func (h *holds) fail(tp topicPartition, now time.Time, err error) time.Duration 
 		started = append(started, change{tp: tp, since: now, err: err})
 	}
 	x.last, x.err = now, err
+	role := heldAsleep
 	if !now.Before(x.until) {
 		x.steps++
 		x.until = now.Add(h.backoff.Delay(x.steps, rand.Float64))
+		role = heldProbe
 	}
 	wait := x.until.Sub(now)
 	h.mu.Unlock()
 	h.tell(started)
-	return wait
+	return wait, role
 }
 
 // published records that an event for tp was acknowledged: the hold of its

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
@@ -701,9 +702,9 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 	if len(send) > 0 {
 		sent := r.publishBatch(ctx, send, &res)
 		out.settlements = append(out.settlements, sent.settlements...)
-		out.dead, out.acks = sent.dead, sent.acks
+		out.dead, out.acks, out.took = sent.dead, sent.acks, sent.took
 	}
-	isolated, err := r.store.settle(ctx, c, r.queryNow(), out.settlements)
+	isolated, err := r.store.settle(ctx, c, r.queryNow(), out.settlements, out.answered())
 	if err != nil {
 		return res, err
 	}
@@ -810,6 +811,15 @@ type batchOutcome struct {
 	settlements []settlement
 	dead        []DeadLetter
 	acks        []ack
+	// took are the partitions that acknowledged an event of the batch,
+	// each with its whole topic (anyPartition): their holds, if any, are
+	// over (see wakeHeldSQL).
+	took map[topicPartition]bool
+}
+
+// answered lists out.took.
+func (out *batchOutcome) answered() []topicPartition {
+	return slices.Collect(maps.Keys(out.took))
 }
 
 // ack is one acknowledged event, for the metrics.
@@ -843,20 +853,29 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	defer cancel()
 
 	var out batchOutcome
-	stopped := map[topicKey]bool{} // keys whose later events wait for the next batch
+	stopped := map[topicKey]bool{}      // keys whose later events wait for the next batch
+	asleep := map[topicKey]settlement{} // stopped keys whose stopper a hold keeps
+	probing := map[topicPartition]bool{} // held partitions with a probe in the batch
 	stop := func(e *claimedEvent) {
 		if k, ok := keyOf(e); ok {
 			stopped[k] = true
 		}
 	}
 	// released is an event held back behind a stopped event of its key: a
-	// new one moves to waiting behind it, a waiting one stays.
+	// new one moves to waiting behind it, a waiting one stays; either
+	// waits as long as a stopper a hold keeps, and wakes with it.
 	released := func(e *claimedEvent) bool {
-		if k, ok := keyOf(e); !ok || !stopped[k] {
+		k, ok := keyOf(e)
+		if !ok || !stopped[k] {
 			return false
 		}
 		res.Released++
-		if e.from == fromQueue {
+		held, behindHeld := asleep[k]
+		switch {
+		case behindHeld:
+			status := unattempted(e)
+			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: status, delay: held.delay, heldOn: held.heldOn})
+		case e.from == fromQueue:
 			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: StatusPending})
 		}
 		return true
@@ -903,6 +922,11 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			answered = true
 			res.Published++
 			out.settlements = append(out.settlements, settlement{e: e, fate: fatePublished})
+			if out.took == nil {
+				out.took = map[topicPartition]bool{}
+			}
+			out.took[topicPartition{e.Topic, e.partition}] = true
+			out.took[topicPartition{e.Topic, anyPartition}] = true
 			if acked {
 				out.acks = append(out.acks, ack{topic: e.Topic, tenant: e.tenant(), latency: now.Sub(e.CreatedAt)})
 			}
@@ -924,8 +948,11 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			// The cluster's condition: no attempt is counted; the event
 			// waits until its partition's hold is up.
 			res.KafkaHeld++
-			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: unattempted(e),
-				err: dlq.TruncateError(errs[i].Error()), delay: r.holds.fail(placeOf(e, errs[i]), now, errs[i])})
+			st := r.settleHeld(e, errs[i], now, probing)
+			if k, keyed := keyOf(e); keyed && st.heldOn.Valid {
+				asleep[k] = st
+			}
+			out.settlements = append(out.settlements, st)
 		case class == failUnavailable:
 			// Kafka could not take it: no attempt is counted; the event
 			// waits a moment so that others get their turn.
@@ -956,6 +983,48 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		r.recordDead(ctx, dead, res, &out, stop)
 	}
 	return out
+}
+
+// settleHeld is the outcome of e, whose partition the cluster's condition
+// holds (err): it waits, with no attempt counted, as the hold says (see
+// holds.fail). The probe of a step is due when the hold is up; every other
+// event of the partition sleeps until a batch publishes to the partition
+// (see wakeHeldSQL), or for holdSleep at most, so that neither the claims
+// nor the broker see them while the hold lasts. Both record the partition
+// they wait for.
+//
+// Each relay keeps holds of its own, and the probe of one may be claimed
+// by another whose hold is not up (or woken with others by holdSleep): so
+// the first waiting event of a partition in a batch that this relay's
+// hold kept unsent stays a probe, until this relay's hold is up. probing
+// notes the partitions with a probe in the batch.
+func (r *Relay) settleHeld(e *claimedEvent, err error, now time.Time, probing map[topicPartition]bool) settlement {
+	tp := placeOf(e, err)
+	st := settlement{e: e, fate: fateWait, status: unattempted(e), err: dlq.TruncateError(err.Error())}
+	wait, role := r.holds.fail(tp, now, err)
+	if role == heldAsleep && e.from == fromWaiting && !probing[tp] && errors.As(err, new(heldError)) {
+		role = heldProbe
+	}
+	switch role {
+	case heldProbe:
+		probing[tp] = true
+		st.delay = wait
+	case heldAsleep:
+		st.delay = r.holdSleep()
+	default:
+		return st // its hold ended meanwhile: due at once
+	}
+	st.heldOn = pgtype.Int4{Int32: tp.partition, Valid: true}
+	return st
+}
+
+// holdSleep is the longest an event a held partition keeps sleeps without
+// its probe published: ten of the longest backoff steps, and five minutes
+// at least. It wakes the events of a probe that went some other way
+// (purged by an operator); they find their partition still held, or
+// published, and the former sleep again.
+func (r *Relay) holdSleep() time.Duration {
+	return max(10*r.cfg.Backoff.Max, 5*time.Minute)
 }
 
 // unattempted is the status of an event that waits without an attempt
@@ -1156,6 +1225,7 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal 
 	for j, err := range r.publisher.Publish(ctx, records) {
 		errs[index[j]] = err
 		if err == nil {
+			events[index[j]].partition = records[j].Partition
 			r.holds.published(topicPartition{records[j].Topic, records[j].Partition})
 		}
 	}
@@ -1169,6 +1239,7 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal 
 				errs[i] = errHeldBack
 			case classify(errs[i]) == failPermanent:
 				if errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]; errs[i] == nil {
+					events[i].partition = records[j].Partition
 					r.holds.published(topicPartition{records[j].Topic, records[j].Partition})
 				}
 				if errs[i] != nil && keyed && (holdOnRefusal || classify(errs[i]) != failPermanent) {

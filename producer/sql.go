@@ -37,7 +37,7 @@ type store struct {
 	lockShares, claimQueue, claimWaiting string
 
 	publishQueue, publishWaiting, parkQueue, updateWaiting, deadQueue, deadWaiting string
-	discardQueue, discardWaiting                                                   string
+	discardQueue, discardWaiting, wakeHeld                                         string
 
 	probe, backlog string
 }
@@ -107,6 +107,7 @@ func newStore(table pgname.Table, holdOnDeadLetter, discardPublished bool) *stor
 		updateWaiting:  r(updateWaitingSQL),
 		deadQueue:      r(deadQueueSQL),
 		deadWaiting:    r(deadWaitingSQL),
+		wakeHeld:       r(wakeHeldSQL),
 		probe:          r(probeSQL),
 		backlog:        r(backlogSQL),
 	}
@@ -341,7 +342,9 @@ LIMIT $2`
 
 // claimWaitingSQL reads up to $2 waiting events of the claimed shares that
 // are due and not behind an event of their key that is not (nor, with
-// HoldKeyOnDeadLetter, behind an older dead letter), in seq order.
+// HoldKeyOnDeadLetter, behind an older dead letter), in seq order. The
+// events a held partition keeps sleep (see wakeHeldSQL), so the claim
+// does not walk them.
 var claimWaitingSQL = `
 SELECT w.seq, ` + claimedColumns("w") + `, w.created_at,
     w.status, w.retry_count, w.last_error, w.first_failed_at
@@ -372,6 +375,28 @@ h AS (
     INSERT INTO {published} (seq, ` + eventColumns + `, created_at, retry_count, last_error, first_failed_at, published_at)
     SELECT seq, ` + eventColumns + `, created_at, retry_count, last_error, first_failed_at, {now} FROM m)` + addActivity
 
+// wakeHeldSQL makes due every event that sleeps through the hold of a
+// partition a batch published to ($2 topics, $3 partitions; -1 for a whole
+// topic's hold): Kafka takes that partition's events again. A held
+// partition's other events sleep, for at most holdSleep, until then (see
+// Relay.settleHeld), so a hold costs a try of one event per step, however
+// many wait. The index of sleepers (migration 8) makes it an index probe
+// per partition while none sleeps.
+//
+// The sleepers are of every share, most of them claimed by other relays:
+// this is the one write to another claim's events. Waking is always safe
+// (at worst an event is tried once more than it needed), so it skips the
+// rows another transaction holds, which never waits, and so never
+// deadlocks, a relay's settle: the holder is settling them itself.
+const wakeHeldSQL = `
+UPDATE {waiting} s SET next_attempt_at = {now}, held_partition = NULL
+FROM (
+    SELECT w.seq FROM {waiting} w
+    WHERE w.held_partition IS NOT NULL
+      AND (w.topic, w.held_partition) IN (SELECT * FROM unnest($2::text[], $3::int[]))
+    FOR UPDATE OF w SKIP LOCKED) x
+WHERE s.seq = x.seq`
+
 // discardQueueSQL and discardWaitingSQL delete published events, for a
 // relay that keeps no history, and add them to the activity.
 const (
@@ -396,22 +421,31 @@ ON CONFLICT (minute, shard) DO UPDATE SET
     lag_max_seconds = GREATEST(a.lag_max_seconds, excluded.lag_max_seconds)`
 
 // outcomeArrays are a settlement's arrays: seq, new status, whether an
-// attempt is counted, the error to record, the delay of the next attempt.
-const outcomeArrays = `unnest($2::bigint[], $3::text[], $4::bool[], $5::text[], $6::float8[]) AS u(seq, status, attempted, error, delay_ms)`
+// attempt is counted, the error to record, the delay of the next attempt,
+// the partition whose hold it waits through (see wakeHeldSQL).
+const outcomeArrays = `unnest($2::bigint[], $3::text[], $4::bool[], $5::text[], $6::float8[], $7::int[])
+    AS u(seq, status, attempted, error, delay_ms, held_partition)`
 
 // parkQueueSQL moves new events to {waiting}: failed ones, those Kafka
 // could not take, those whose NotBefore is ahead, and those behind any of
-// these in their key. Each waits until its NotBefore and its delay passed.
-const parkQueueSQL = `
+// these in their key. Each waits until its NotBefore and its delay passed;
+// one behind an event of its key that a held partition keeps (p) waits as
+// long and is woken with it (see wakeHeldSQL), so that the claim does not
+// walk it while it cannot go.
+var parkQueueSQL = `
 WITH m AS (
     DELETE FROM {queue} q USING ` + outcomeArrays + ` WHERE q.seq = u.seq
-    RETURNING q.*, u.status AS new_status, u.attempted, u.error, u.delay_ms)
+    RETURNING q.*, u.status AS new_status, u.attempted, u.error, u.delay_ms, u.held_partition AS held_on)
 INSERT INTO {waiting} (seq, ` + eventColumns + `, created_at, status, retry_count, last_error, last_attempt_at,
-    first_failed_at, next_attempt_at)
+    first_failed_at, next_attempt_at, held_partition)
 SELECT seq, ` + eventColumns + `, created_at, new_status, CASE WHEN attempted THEN 1 ELSE 0 END, error,
     CASE WHEN attempted THEN {now} END, CASE WHEN attempted THEN {now} END,
-    GREATEST(COALESCE(not_before, {now}), {now} + COALESCE(delay_ms, 0) * interval '1 millisecond')
-FROM m`
+    GREATEST(COALESCE(not_before, {now}), {now} + COALESCE(delay_ms, 0) * interval '1 millisecond', p.next_attempt_at),
+    COALESCE(held_on, p.held_partition)
+FROM m LEFT JOIN LATERAL (
+    SELECT b.next_attempt_at, b.held_partition FROM {waiting} b
+    WHERE m.partition_key IS NOT NULL AND ` + sameKey("b", "m") + ` AND b.held_partition IS NOT NULL
+    ORDER BY b.seq DESC LIMIT 1) p ON true`
 
 // neverDue is the due time of a waiting event that waits for an operator
 // to requeue or purge it (see fallback): the last day Admin and the
@@ -430,7 +464,8 @@ UPDATE {waiting} w SET
     last_attempt_at = CASE WHEN u.attempted THEN {now} ELSE w.last_attempt_at END,
     first_failed_at = CASE WHEN u.attempted THEN COALESCE(w.first_failed_at, {now}) ELSE w.first_failed_at END,
     next_attempt_at = CASE WHEN u.delay_ms = 'Infinity' THEN '` + neverDue + `'
-                      ELSE {now} + COALESCE(u.delay_ms, 0) * interval '1 millisecond' END
+                      ELSE {now} + COALESCE(u.delay_ms, 0) * interval '1 millisecond' END,
+    held_partition  = u.held_partition
 FROM ` + outcomeArrays + `
 WHERE w.seq = u.seq`
 
@@ -493,7 +528,7 @@ var layoutColumns = []struct {
 	columns string
 }{
 	{"", "seq, " + eventColumns + ", not_before, created_at"},
-	{"waiting", "seq, " + eventColumns + ", created_at, status, retry_count, last_error, last_attempt_at, first_failed_at, next_attempt_at"},
+	{"waiting", "seq, " + eventColumns + ", created_at, status, retry_count, last_error, last_attempt_at, first_failed_at, next_attempt_at, held_partition"},
 	{"dead", "seq, " + eventColumns + ", created_at, retry_count, last_error, last_attempt_at, first_failed_at, dead_lettered_at"},
 	{"published", "seq, " + eventColumns + ", created_at, retry_count, last_error, first_failed_at, published_at"},
 	{"keys", "topic, idempotency_key, event_id, created_at"},

@@ -71,6 +71,8 @@ type claimedEvent struct {
 	Attempts      int
 	LastError     *string
 	FirstFailedAt *time.Time
+	// partition is where Kafka acknowledged the event, once it did.
+	partition int32
 	// invalid says why the row cannot be published as it stands: written
 	// around Enqueue's checks (a topic Kafka refuses, headers that are not
 	// an object of strings, …). Its attempt fails for good.
@@ -266,6 +268,9 @@ type settlement struct {
 	err string
 	// delay schedules the next attempt.
 	delay time.Duration
+	// heldOn is the partition whose hold the event waits through (see
+	// wakeHeldSQL); NULL for none.
+	heldOn pgtype.Int4
 }
 
 // outcomeSet is the arrays of outcomeArrays for one statement.
@@ -275,6 +280,7 @@ type outcomeSet struct {
 	attempted []bool
 	err       []pgtype.Text
 	delay     []pgtype.Float8
+	heldOn    []pgtype.Int4
 }
 
 func (o *outcomeSet) add(st settlement) {
@@ -287,12 +293,13 @@ func (o *outcomeSet) add(st settlement) {
 		delay = pgtype.Float8{Float64: math.Inf(1), Valid: true}
 	}
 	o.delay = append(o.delay, delay)
+	o.heldOn = append(o.heldOn, st.heldOn)
 }
 
 // queue adds the statement sql on o to batch, unless o is empty.
 func (o *outcomeSet) queue(batch *pgx.Batch, sql string, now pgtype.Timestamptz) {
 	if len(o.seq) > 0 {
-		batch.Queue(sql, now, o.seq, o.status, o.attempted, o.err, o.delay)
+		batch.Queue(sql, now, o.seq, o.status, o.attempted, o.err, o.delay, o.heldOn)
 	}
 }
 
@@ -356,9 +363,18 @@ type isolatedRow struct {
 // dataError), it records them one at a time instead, and each event it
 // refuses takes its fallback (see fallback) rather than failing the batch:
 // the batch's other events were published, and must not be again. It
-// returns the events so isolated.
-func (s *store) settle(ctx context.Context, c *claim, now pgtype.Timestamptz, outcomes []settlement) ([]isolatedRow, error) {
+// returns the events so isolated. First it wakes the events that sleep
+// through the holds of the partitions in answered, which took an event of
+// the batch (see wakeHeldSQL).
+func (s *store) settle(ctx context.Context, c *claim, now pgtype.Timestamptz, outcomes []settlement, answered []topicPartition) ([]isolatedRow, error) {
 	batch := &pgx.Batch{}
+	if len(answered) > 0 {
+		topics, partitions := make([]string, len(answered)), make([]int32, len(answered))
+		for i, tp := range answered {
+			topics[i], partitions[i] = tp.topic, tp.partition
+		}
+		batch.Queue(s.wakeHeld, now, topics, partitions)
+	}
 	batch.Queue("SAVEPOINT courier_settle")
 	s.queueOutcomes(batch, now, outcomes)
 	batch.Queue("COMMIT")

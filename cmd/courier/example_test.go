@@ -20,4 +20,5 @@ func Example_migrateStatus() {
 	// 0005     index_key_hash  not applied
 	// 0006     activity        not applied
 	// 0007     audit           not applied
+	// 0008     held_partition  not applied
 }
