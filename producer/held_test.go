@@ -463,3 +463,91 @@ func producesAny(req kmsg.Request, ids []string) bool {
 	}
 	return false
 }
+
+// TestHeldPartitionIsTriedOneKeyAStepAndWakesWhenItTakesWrites: while the
+// broker refuses every write to partition 0, each step of its hold claims
+// and sends the events of one key only (the step's probe and those behind
+// it in its key); the other keys' events sleep, out of every claim, however
+// many steps pass. When the partition takes writes again, an
+// acknowledgement that ends the hold wakes them all at once, without
+// their sleep running out, even with the probe purged (the relay's own
+// hold ended); then they are all published in key order, none with an
+// attempt counted.
+func TestHeldPartitionIsTriedOneKeyAStepAndWakesWhenItTakesWrites(t *testing.T) {
+	t.Parallel()
+	pg, out, k, topic, fault := sickPartition(t, kerr.NotEnoughReplicas)
+	const keys, perKey = 5, 8
+	sick := keysOn(t, topic, 0, 2, keys)
+	clock := newFakeClock()
+	cfg := heldConfig(&recordedMetrics{})
+	cfg.Now = clock.Now
+	cfg.Backoff = backoff.Backoff{Base: time.Second, Max: time.Second}
+	relay := newRelay(t, pg, k, cfg)
+	ctx := context.Background()
+	ids := enqueueOn(t, pg, out, topic, sick, perKey)
+	run := func() producer.BatchResult {
+		t.Helper()
+		res, err := relay.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := run(); res.Published != 0 || res.KafkaHeld != keys {
+		t.Fatalf("first batch %+v, want the first event of each key held, nothing published", res)
+	}
+	waiting := pg.Schema + ".courier_outbox_waiting"
+	asleep := func() int {
+		t.Helper()
+		var n int
+		err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+waiting+" WHERE held_partition = 0 AND next_attempt_at > $1", clock.Now().Add(time.Minute)).Scan(&n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	if n := asleep(); n != (keys-1)*perKey {
+		t.Fatalf("%d events asleep after the first failure, want %d: every key's but the probe's", n, (keys-1)*perKey)
+	}
+	for step := range 5 {
+		clock.Advance(1100 * time.Millisecond)
+		if res := run(); res.Claimed != perKey || res.Published != 0 {
+			t.Fatalf("step %d claimed %d events and published %d; want the probe's key (%d), nothing published", step, res.Claimed, res.Published, perKey)
+		}
+		if n := asleep(); n != (keys-1)*perKey {
+			t.Fatalf("step %d: %d events asleep, want %d", step, n, (keys-1)*perKey)
+		}
+	}
+	// The probe and the events of its key go some other way (an
+	// operator's purge); the partition heals; an event of a new key ends
+	// the relay's hold.
+	tag, err := pg.Pool.Exec(ctx, "DELETE FROM "+waiting+" WHERE held_partition = 0 AND next_attempt_at <= $1", clock.Now().Add(time.Minute))
+	if err != nil || tag.RowsAffected() != perKey {
+		t.Fatalf("purging the probe's key: %v, %v; want %d events", tag, err, perKey)
+	}
+	fault.Remove()
+	fresh := enqueueOn(t, pg, out, topic, keysOn(t, topic, 0, 2, keys+1)[keys:], 1)
+	clock.Advance(1100 * time.Millisecond)
+	if res := run(); res.Published != 1 {
+		t.Fatalf("after healing, the batch published %d events, want the new one", res.Published)
+	}
+	if n := asleep(); n != 0 {
+		t.Fatalf("%d events still asleep after an acknowledgement ended the hold, want none", n)
+	}
+	for range keys {
+		run()
+	}
+	left := append(ids[:0:0], fresh...)
+	for i, id := range ids {
+		if i%keys != 0 { // the first key's events were purged
+			left = append(left, id)
+		}
+	}
+	if n := countRows(t, pg.Pool, "status = 'published' AND retry_count = 0 AND id::text = ANY($1)", left); n != len(left) {
+		t.Fatalf("%d of %d events published with no attempt counted, want all", n, len(left))
+	}
+	msgs := k.ReadAll(t, topic)
+	if dups := checkKeyOrder(t, msgs); dups != 0 || len(msgs) != len(left) {
+		t.Fatalf("the topic holds %d records (%d duplicates), want the %d events once each", len(msgs), dups, len(left))
+	}
+}

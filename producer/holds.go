@@ -193,9 +193,10 @@ func (h *holds) fail(tp topicPartition, now time.Time, err error) (time.Duration
 // said not to exist (an acknowledgement says it does); a whole topic held
 // for another reason (a RelayConfig.Publisher that does not say where a
 // record went) ends only when no event fails on it for a while (sweep).
-func (h *holds) published(tp topicPartition) {
+// It reports whether a hold ended.
+func (h *holds) published(tp topicPartition) bool {
 	if h.none.Load() {
-		return
+		return false
 	}
 	now := h.now()
 	h.mu.Lock()
@@ -209,6 +210,7 @@ func (h *holds) published(tp topicPartition) {
 	h.changed()
 	h.mu.Unlock()
 	h.tell(ended)
+	return len(ended) > 0
 }
 
 // change is a hold that started (why is empty) or ended, told to the log

@@ -811,9 +811,10 @@ type batchOutcome struct {
 	settlements []settlement
 	dead        []DeadLetter
 	acks        []ack
-	// took are the partitions that acknowledged an event of the batch,
-	// each with its whole topic (anyPartition): their holds, if any, are
-	// over (see wakeHeldSQL).
+	// took are the partitions whose holds the batch saw end: it published
+	// an event held on one, or an acknowledgement ended this relay's hold
+	// of one; each with its whole topic (anyPartition). Their sleepers wake
+	// (see wakeHeldSQL).
 	took map[topicPartition]bool
 }
 
@@ -853,8 +854,8 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 	defer cancel()
 
 	var out batchOutcome
-	stopped := map[topicKey]bool{}      // keys whose later events wait for the next batch
-	asleep := map[topicKey]settlement{} // stopped keys whose stopper a hold keeps
+	stopped := map[topicKey]bool{}       // keys whose later events wait for the next batch
+	asleep := map[topicKey]settlement{}  // stopped keys whose stopper a hold keeps
 	probing := map[topicPartition]bool{} // held partitions with a probe in the batch
 	stop := func(e *claimedEvent) {
 		if k, ok := keyOf(e); ok {
@@ -922,11 +923,16 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			answered = true
 			res.Published++
 			out.settlements = append(out.settlements, settlement{e: e, fate: fatePublished})
-			if out.took == nil {
-				out.took = map[topicPartition]bool{}
+			if e.heldOn.Valid || e.endedHold {
+				if out.took == nil {
+					out.took = map[topicPartition]bool{}
+				}
+				out.took[topicPartition{e.Topic, e.partition}] = true
+				out.took[topicPartition{e.Topic, anyPartition}] = true
+				if e.heldOn.Valid {
+					out.took[topicPartition{e.Topic, e.heldOn.Int32}] = true
+				}
 			}
-			out.took[topicPartition{e.Topic, e.partition}] = true
-			out.took[topicPartition{e.Topic, anyPartition}] = true
 			if acked {
 				out.acks = append(out.acks, ack{topic: e.Topic, tenant: e.tenant(), latency: now.Sub(e.CreatedAt)})
 			}
@@ -1225,8 +1231,9 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal 
 	for j, err := range r.publisher.Publish(ctx, records) {
 		errs[index[j]] = err
 		if err == nil {
-			events[index[j]].partition = records[j].Partition
-			r.holds.published(topicPartition{records[j].Topic, records[j].Partition})
+			e := events[index[j]]
+			e.partition = records[j].Partition
+			e.endedHold = r.holds.published(topicPartition{records[j].Topic, records[j].Partition})
 		}
 	}
 	if len(records) > 1 {
@@ -1240,7 +1247,7 @@ func (r *Relay) send(ctx context.Context, events []*claimedEvent, holdOnRefusal 
 			case classify(errs[i]) == failPermanent:
 				if errs[i] = r.publisher.Publish(ctx, records[j:j+1])[0]; errs[i] == nil {
 					events[i].partition = records[j].Partition
-					r.holds.published(topicPartition{records[j].Topic, records[j].Partition})
+					events[i].endedHold = r.holds.published(topicPartition{records[j].Topic, records[j].Partition})
 				}
 				if errs[i] != nil && keyed && (holdOnRefusal || classify(errs[i]) != failPermanent) {
 					held[k] = true

@@ -347,7 +347,7 @@ LIMIT $2`
 // does not walk them.
 var claimWaitingSQL = `
 SELECT w.seq, ` + claimedColumns("w") + `, w.created_at,
-    w.status, w.retry_count, w.last_error, w.first_failed_at
+    w.status, w.retry_count, w.last_error, w.first_failed_at, w.held_partition
 FROM {waiting} w
 WHERE ` + shareOf("w") + ` = ANY ` + claimedShares + `
   AND w.next_attempt_at <= {now}
@@ -376,12 +376,13 @@ h AS (
     SELECT seq, ` + eventColumns + `, created_at, retry_count, last_error, first_failed_at, {now} FROM m)` + addActivity
 
 // wakeHeldSQL makes due every event that sleeps through the hold of a
-// partition a batch published to ($2 topics, $3 partitions; -1 for a whole
-// topic's hold): Kafka takes that partition's events again. A held
-// partition's other events sleep, for at most holdSleep, until then (see
-// Relay.settleHeld), so a hold costs a try of one event per step, however
-// many wait. The index of sleepers (migration 8) makes it an index probe
-// per partition while none sleeps.
+// partition whose hold a batch saw end ($2 topics, $3 partitions; -1 for a
+// whole topic's hold): it published the partition's probe (an event that
+// was held on it), or an acknowledgement ended the relay's own hold of it.
+// A held partition's other events sleep, for at most holdSleep, until
+// then (see Relay.settleHeld), so a hold costs a try of one event per
+// step, however many wait. It runs only in such a batch, and finds the
+// sleepers by their index (migration 8), one partition at a time.
 //
 // The sleepers are of every share, most of them claimed by other relays:
 // this is the one write to another claim's events. Waking is always safe
@@ -390,10 +391,9 @@ h AS (
 // deadlocks, a relay's settle: the holder is settling them itself.
 const wakeHeldSQL = `
 UPDATE {waiting} s SET next_attempt_at = {now}, held_partition = NULL
-FROM (
+FROM unnest($2::text[], $3::int[]) AS p(topic, partition) CROSS JOIN LATERAL (
     SELECT w.seq FROM {waiting} w
-    WHERE w.held_partition IS NOT NULL
-      AND (w.topic, w.held_partition) IN (SELECT * FROM unnest($2::text[], $3::int[]))
+    WHERE w.held_partition IS NOT NULL AND w.topic = p.topic AND w.held_partition = p.partition
     FOR UPDATE OF w SKIP LOCKED) x
 WHERE s.seq = x.seq`
 

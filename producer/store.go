@@ -71,8 +71,13 @@ type claimedEvent struct {
 	Attempts      int
 	LastError     *string
 	FirstFailedAt *time.Time
-	// partition is where Kafka acknowledged the event, once it did.
+	// heldOn is the partition a waiting event was held on (held_partition,
+	// see wakeHeldSQL); NULL for one no hold keeps.
+	heldOn pgtype.Int4
+	// partition is where Kafka acknowledged the event, once it did, and
+	// endedHold says the acknowledgement ended a hold of this relay's.
 	partition int32
+	endedHold bool
 	// invalid says why the row cannot be published as it stands: written
 	// around Enqueue's checks (a topic Kafka refuses, headers that are not
 	// an object of strings, …). Its attempt fails for good.
@@ -103,7 +108,7 @@ func scanWaiting(row pgx.CollectableRow) (claimedEvent, error) {
 	var created, firstFailed pgtype.Timestamptz
 	err := row.Scan(&e.seq, &e.ID, &e.Topic, &e.Key, &e.Type, &e.AggregateType, &e.AggregateID, &e.TenantID,
 		&e.CorrelationID, &e.CausationID, &e.Payload, &e.ContentType, &headers, &e.MaxAttempts,
-		&created, &e.status, &e.Attempts, &e.LastError, &firstFailed)
+		&created, &e.status, &e.Attempts, &e.LastError, &firstFailed, &e.heldOn)
 	if err == nil {
 		if firstFailed.Valid && firstFailed.InfinityModifier == pgtype.Finite {
 			e.FirstFailedAt = &firstFailed.Time
@@ -364,8 +369,8 @@ type isolatedRow struct {
 // refuses takes its fallback (see fallback) rather than failing the batch:
 // the batch's other events were published, and must not be again. It
 // returns the events so isolated. First it wakes the events that sleep
-// through the holds of the partitions in answered, which took an event of
-// the batch (see wakeHeldSQL).
+// through the holds of the partitions in answered, over now (see
+// wakeHeldSQL).
 func (s *store) settle(ctx context.Context, c *claim, now pgtype.Timestamptz, outcomes []settlement, answered []topicPartition) ([]isolatedRow, error) {
 	batch := &pgx.Batch{}
 	if len(answered) > 0 {
