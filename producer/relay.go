@@ -812,10 +812,20 @@ type batchOutcome struct {
 	dead        []DeadLetter
 	acks        []ack
 	// took are the partitions whose holds the batch saw end: it published
-	// an event held on one, or an acknowledgement ended this relay's hold
-	// of one; each with its whole topic (anyPartition). Their sleepers wake
-	// (see wakeHeldSQL).
+	// an event held on one, the broker answered for such an event's record
+	// itself, or an acknowledgement ended this relay's hold of one. Their
+	// sleepers wake (see wakeHeldSQL).
 	took map[topicPartition]bool
+}
+
+// wake adds the partitions of topic to out.took.
+func (out *batchOutcome) wake(topic string, partitions ...int32) {
+	if out.took == nil {
+		out.took = map[topicPartition]bool{}
+	}
+	for _, p := range partitions {
+		out.took[topicPartition{topic, p}] = true
+	}
 }
 
 // answered lists out.took.
@@ -923,15 +933,11 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			answered = true
 			res.Published++
 			out.settlements = append(out.settlements, settlement{e: e, fate: fatePublished})
-			if e.heldOn.Valid || e.endedHold {
-				if out.took == nil {
-					out.took = map[topicPartition]bool{}
-				}
-				out.took[topicPartition{e.Topic, e.partition}] = true
-				out.took[topicPartition{e.Topic, anyPartition}] = true
-				if e.heldOn.Valid {
-					out.took[topicPartition{e.Topic, e.heldOn.Int32}] = true
-				}
+			if e.endedHold {
+				out.wake(e.Topic, e.partition, anyPartition)
+			}
+			if e.heldOn.Valid {
+				out.wake(e.Topic, e.partition, anyPartition, e.heldOn.Int32)
 			}
 			if acked {
 				out.acks = append(out.acks, ack{topic: e.Topic, tenant: e.tenant(), latency: now.Sub(e.CreatedAt)})
@@ -944,6 +950,11 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		stop(e)
 		class := r.classify(e, errs[i], now)
 		r.metrics.PublishFailed(e.Topic, e.tenant(), class.String())
+		if e.heldOn.Valid && class != failHeld && class != failUnavailable {
+			// The broker answered for the record itself: whatever held
+			// its partition is over (a topic missing past its grace).
+			out.wake(e.Topic, e.heldOn.Int32)
+		}
 		// A record refused before it was sent (it could not be built, its
 		// partition is held) says nothing of Kafka.
 		if class != failUnavailable && !errors.As(errs[i], new(permanentError)) && !errors.As(errs[i], new(heldError)) {

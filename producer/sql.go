@@ -378,7 +378,9 @@ h AS (
 // wakeHeldSQL makes due every event that sleeps through the hold of a
 // partition whose hold a batch saw end ($2 topics, $3 partitions; -1 for a
 // whole topic's hold): it published the partition's probe (an event that
-// was held on it), or an acknowledgement ended the relay's own hold of it.
+// was held on it), the broker answered for such an event's record itself
+// (a topic missing past MissingTopicGrace), or an acknowledgement ended the
+// relay's own hold of it.
 // A held partition's other events sleep, for at most holdSleep, until
 // then (see Relay.settleHeld), so a hold costs a try of one event per
 // step, however many wait. It runs only in such a batch, and finds the
