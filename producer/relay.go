@@ -884,8 +884,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		held, behindHeld := asleep[k]
 		switch {
 		case behindHeld:
-			status := unattempted(e)
-			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: status, delay: held.delay, heldOn: held.heldOn})
+			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: unattempted(e), delay: held.delay, heldOn: held.heldOn})
 		case e.from == fromQueue:
 			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: StatusPending})
 		}
@@ -933,11 +932,11 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			answered = true
 			res.Published++
 			out.settlements = append(out.settlements, settlement{e: e, fate: fatePublished})
-			if e.endedHold {
+			if e.endedHold || e.heldOn.Valid {
 				out.wake(e.Topic, e.partition, anyPartition)
 			}
 			if e.heldOn.Valid {
-				out.wake(e.Topic, e.partition, anyPartition, e.heldOn.Int32)
+				out.wake(e.Topic, e.heldOn.Int32)
 			}
 			if acked {
 				out.acks = append(out.acks, ack{topic: e.Topic, tenant: e.tenant(), latency: now.Sub(e.CreatedAt)})
