@@ -464,16 +464,16 @@ func producesAny(req kmsg.Request, ids []string) bool {
 	return false
 }
 
-// TestHeldPartitionIsTriedOneKeyAStepAndWakesWhenItTakesWrites: while the
-// broker refuses every write to partition 0, each step of its hold claims
-// and sends the events of one key only (the step's probe and those behind
-// it in its key); the other keys' events sleep, out of every claim, however
-// many steps pass. When the partition takes writes again, an
-// acknowledgement that ends the hold wakes them all at once, without
-// their sleep running out, even with the probe purged (the relay's own
-// hold ended); then they are all published in key order, none with an
-// attempt counted.
-func TestHeldPartitionIsTriedOneKeyAStepAndWakesWhenItTakesWrites(t *testing.T) {
+// TestHeldPartitionIsTriedOneEventAStepAndWakesWhenItTakesWrites: while
+// the broker refuses every write to partition 0, each step of its hold
+// claims and sends one event only, the step's probe; every other event
+// sleeps, out of every claim, however many steps pass, the events behind
+// the probe in its key too. When the partition takes writes again, an
+// acknowledgement that ends the hold wakes them all at once, without their
+// sleep running out, even with the probe purged (the relay's own hold
+// ended); then they are all published in key order, none with an attempt
+// counted.
+func TestHeldPartitionIsTriedOneEventAStepAndWakesWhenItTakesWrites(t *testing.T) {
 	t.Parallel()
 	pg, out, k, topic, fault := sickPartition(t, kerr.NotEnoughReplicas)
 	const keys, perKey = 5, 8
@@ -506,22 +506,23 @@ func TestHeldPartitionIsTriedOneKeyAStepAndWakesWhenItTakesWrites(t *testing.T) 
 		}
 		return n
 	}
-	if n := asleep(); n != (keys-1)*perKey {
-		t.Fatalf("%d events asleep after the first failure, want %d: every key's but the probe's", n, (keys-1)*perKey)
+	if n := asleep(); n != keys*perKey-1 {
+		t.Fatalf("%d events asleep after the first failure, want %d: every one but the probe", n, keys*perKey-1)
 	}
 	for step := range 5 {
 		clock.Advance(1100 * time.Millisecond)
-		if res := run(); res.Claimed != perKey || res.Published != 0 {
-			t.Fatalf("step %d claimed %d events and published %d; want the probe's key (%d), nothing published", step, res.Claimed, res.Published, perKey)
+		if res := run(); res.Claimed != 1 || res.Published != 0 {
+			t.Fatalf("step %d claimed %d events and published %d; want the probe alone, nothing published", step, res.Claimed, res.Published)
 		}
-		if n := asleep(); n != (keys-1)*perKey {
-			t.Fatalf("step %d: %d events asleep, want %d", step, n, (keys-1)*perKey)
+		if n := asleep(); n != keys*perKey-1 {
+			t.Fatalf("step %d: %d events asleep, want %d", step, n, keys*perKey-1)
 		}
 	}
 	// The probe and the events of its key go some other way (an
 	// operator's purge); the partition heals; an event of a new key ends
 	// the relay's hold.
-	tag, err := pg.Pool.Exec(ctx, "DELETE FROM "+waiting+" WHERE held_partition = 0 AND next_attempt_at <= $1", clock.Now().Add(time.Minute))
+	tag, err := pg.Pool.Exec(ctx, "DELETE FROM "+waiting+` w WHERE w.partition_key = (
+		SELECT p.partition_key FROM `+waiting+" p WHERE p.held_partition = 0 AND p.next_attempt_at <= $1)", clock.Now().Add(time.Minute))
 	if err != nil || tag.RowsAffected() != perKey {
 		t.Fatalf("purging the probe's key: %v, %v; want %d events", tag, err, perKey)
 	}
@@ -549,5 +550,130 @@ func TestHeldPartitionIsTriedOneKeyAStepAndWakesWhenItTakesWrites(t *testing.T) 
 	msgs := k.ReadAll(t, topic)
 	if dups := checkKeyOrder(t, msgs); dups != 0 || len(msgs) != len(left) {
 		t.Fatalf("the topic holds %d records (%d duplicates), want the %d events once each", len(msgs), dups, len(left))
+	}
+}
+
+// TestHeldKeyLongerThanABatchIsNeverDueBeforeTheEventAheadOfIt: a key of a
+// held partition has more events waiting than a batch claims (30 against
+// 4). No event of it is ever due before an earlier one of its key, which
+// would have every claim walk it in vain: each step claims the probe
+// alone, and once every sleep runs out together (holdSleep) and the next
+// step takes a batch of them, the ones that batch could not take are put
+// back to sleep with it. When the partition heals, all 30 are published
+// once, in order, with no attempt counted.
+func TestHeldKeyLongerThanABatchIsNeverDueBeforeTheEventAheadOfIt(t *testing.T) {
+	t.Parallel()
+	pg, out, k, topic, fault := sickPartition(t, kerr.NotEnoughReplicas)
+	const events = 30
+	clock := newFakeClock()
+	cfg := heldConfig(&recordedMetrics{})
+	cfg.Now = clock.Now
+	cfg.BatchSize = 4
+	cfg.Backoff = backoff.Backoff{Base: time.Second, Max: time.Second}
+	relay := newRelay(t, pg, k, cfg)
+	ctx := context.Background()
+	ids := enqueueOn(t, pg, out, topic, keysOn(t, topic, 0, 2, 1), events)
+	waiting := pg.Schema + ".courier_outbox_waiting"
+	run := func(what string) producer.BatchResult {
+		t.Helper()
+		res, err := relay.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var early int
+		err = pg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+waiting+" f WHERE EXISTS (SELECT FROM "+waiting+
+			" h WHERE h.topic = f.topic AND h.partition_key = f.partition_key AND h.seq < f.seq AND h.next_attempt_at > f.next_attempt_at)").Scan(&early)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if early != 0 {
+			t.Fatalf("after %s, %d events are due before an event ahead of them in their key, want none", what, early)
+		}
+		return res
+	}
+	for i := range events / cfg.BatchSize { // the first claims them all
+		if res := run(fmt.Sprintf("batch %d of the first tries", i)); res.Claimed != cfg.BatchSize {
+			t.Fatalf("batch %d of the first tries claimed %d events, want %d", i, res.Claimed, cfg.BatchSize)
+		}
+	}
+	if res := run("the last of the first tries"); res.Claimed != events%cfg.BatchSize {
+		t.Fatalf("the last of the first tries claimed %d events, want %d", res.Claimed, events%cfg.BatchSize)
+	}
+	for step := range 3 {
+		clock.Advance(1100 * time.Millisecond)
+		if res := run(fmt.Sprintf("step %d", step)); res.Claimed != 1 {
+			t.Fatalf("step %d claimed %d events, want the probe alone", step, res.Claimed)
+		}
+	}
+	clock.Advance(10 * time.Minute) // every sleep, and the relay's hold, ran out
+	if res := run("the sleeps ran out"); res.Claimed != cfg.BatchSize || res.KafkaHeld != 1 {
+		t.Fatalf("after the sleeps ran out, the batch claimed %d events, %d held; want a batch, the first held", res.Claimed, res.KafkaHeld)
+	}
+	clock.Advance(1100 * time.Millisecond)
+	if res := run("the step after the sleeps ran out"); res.Claimed != 1 {
+		t.Fatalf("the step after the sleeps ran out claimed %d events, want the probe alone", res.Claimed)
+	}
+	fault.Remove()
+	for step := 0; countRows(t, pg.Pool, "status = 'published' AND retry_count = 0 AND id::text = ANY($1)", ids) < events; step++ {
+		if step == events {
+			t.Fatal("the healed partition's events were not all published")
+		}
+		clock.Advance(1100 * time.Millisecond)
+		run(fmt.Sprintf("healed batch %d", step))
+	}
+	msgs := k.ReadAll(t, topic)
+	if dups := checkKeyOrder(t, msgs); dups != 0 || len(msgs) != events {
+		t.Fatalf("the topic holds %d records (%d duplicates), want the %d events once each", len(msgs), dups, events)
+	}
+}
+
+// TestAWriteOnAHeldPartitionWakesItsSleepersWhicheverRelayMakesIt: relay B
+// holds partition 0 and puts an event of it to sleep behind its hold; the
+// probe of that hold goes some other way (an operator purges it) and the
+// partition heals. Relay A, which never held the partition, publishes an
+// event to it: that batch wakes B's sleeper, long before its sleep runs
+// out, and A publishes it next.
+func TestAWriteOnAHeldPartitionWakesItsSleepersWhicheverRelayMakesIt(t *testing.T) {
+	t.Parallel()
+	pg, out, k, topic, fault := sickPartition(t, kerr.NotEnoughReplicas)
+	keys := keysOn(t, topic, 0, 2, 3)
+	clock := newFakeClock()
+	cfg := heldConfig(&recordedMetrics{})
+	cfg.Now = clock.Now
+	cfg.Backoff = backoff.Backoff{Base: time.Second, Max: time.Second}
+	a, b := newRelay(t, pg, k, cfg), newRelay(t, pg, k, cfg)
+	ctx := context.Background()
+	run := func(r *producer.Relay) producer.BatchResult {
+		t.Helper()
+		res, err := r.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	probe := enqueueOn(t, pg, out, topic, keys[:1], 1)
+	if res := run(b); res.KafkaHeld != 1 {
+		t.Fatalf("relay B's first batch %+v, want its event held", res)
+	}
+	sleeper := enqueueOn(t, pg, out, topic, keys[1:2], 1)
+	if res := run(b); res.KafkaHeld != 1 || res.Claimed != 1 {
+		t.Fatalf("relay B's second batch %+v, want the new event held, behind B's hold", res)
+	}
+	waiting := pg.Schema + ".courier_outbox_waiting"
+	if tag, err := pg.Pool.Exec(ctx, "DELETE FROM "+waiting+" WHERE id = $1", probe[0]); err != nil || tag.RowsAffected() != 1 {
+		t.Fatalf("purging the probe: %v, %v", tag, err)
+	}
+	fault.Remove()
+	enqueueOn(t, pg, out, topic, keys[2:], 1)
+	if res := run(a); res.Published != 1 {
+		t.Fatalf("relay A's batch %+v, want the new event published", res)
+	}
+	var due bool
+	if err := pg.Pool.QueryRow(ctx, "SELECT next_attempt_at <= $2 AND held_partition IS NULL FROM "+waiting+" WHERE id = $1",
+		sleeper[0], clock.Now()).Scan(&due); err != nil || !due {
+		t.Fatalf("after relay A wrote to the partition, relay B's sleeper is due: %v (%v), want true", due, err)
+	}
+	if res := run(a); res.Published != 1 {
+		t.Fatalf("relay A's next batch %+v, want the sleeper published", res)
 	}
 }

@@ -700,7 +700,7 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 	r.metrics.Claimed(res.Claimed)
 	out := batchOutcome{settlements: held}
 	if len(send) > 0 {
-		sent := r.publishBatch(ctx, send, &res)
+		sent := r.publishBatch(ctx, send, c.sleeping, &res)
 		out.settlements = append(out.settlements, sent.settlements...)
 		out.dead, out.acks, out.took = sent.dead, sent.acks, sent.took
 	}
@@ -813,8 +813,9 @@ type batchOutcome struct {
 	acks        []ack
 	// took are the partitions whose holds the batch saw end: it published
 	// an event held on one, the broker answered for such an event's record
-	// itself, or an acknowledgement ended this relay's hold of one. Their
-	// sleepers wake (see wakeHeldSQL).
+	// itself, an acknowledgement ended this relay's hold of one, or, while
+	// events sleep, the broker took a write on one or answered for a
+	// record on it. Their sleepers wake (see wakeHeldSQL).
 	took map[topicPartition]bool
 }
 
@@ -859,13 +860,17 @@ func keyOf(e *claimedEvent) (topicKey, bool) {
 // Events given up on in an earlier batch, whose dead-letter write failed,
 // are written to the dead-letter topic first, and a write that fails again
 // holds back the later events of their key.
-func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *BatchResult) batchOutcome {
+// Each partition of sleeping (its events sleep through a hold, see
+// sleepingSQL) that the broker takes a write on or answers for a record on
+// wakes its sleepers: whatever held it is over, however this relay learnt
+// it.
+func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, sleeping partitionSet, res *BatchResult) batchOutcome {
 	ctx, cancel := context.WithTimeout(ctx, r.cfg.PublishTimeout)
 	defer cancel()
 
 	var out batchOutcome
 	stopped := map[topicKey]bool{}       // keys whose later events wait for the next batch
-	asleep := map[topicKey]settlement{}  // stopped keys whose stopper a hold keeps
+	asleep := map[topicKey]pgtype.Int4{} // stopped keys whose stopper a hold keeps, and its partition
 	probing := map[topicPartition]bool{} // held partitions with a probe in the batch
 	stop := func(e *claimedEvent) {
 		if k, ok := keyOf(e); ok {
@@ -873,18 +878,19 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		}
 	}
 	// released is an event held back behind a stopped event of its key: a
-	// new one moves to waiting behind it, a waiting one stays; either
-	// waits as long as a stopper a hold keeps, and wakes with it.
+	// new one moves to waiting behind it, a waiting one stays; behind a
+	// stopper a hold keeps, either sleeps, as the partition's other
+	// events do, until the partition takes writes (see settleHeld).
 	released := func(e *claimedEvent) bool {
 		k, ok := keyOf(e)
 		if !ok || !stopped[k] {
 			return false
 		}
 		res.Released++
-		held, behindHeld := asleep[k]
+		heldOn, behindHeld := asleep[k]
 		switch {
 		case behindHeld:
-			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: unattempted(e), delay: held.delay, heldOn: held.heldOn})
+			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: unattempted(e), delay: r.holdSleep(), heldOn: heldOn})
 		case e.from == fromQueue:
 			out.settlements = append(out.settlements, settlement{e: e, fate: fateWait, status: StatusPending})
 		}
@@ -932,7 +938,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			answered = true
 			res.Published++
 			out.settlements = append(out.settlements, settlement{e: e, fate: fatePublished})
-			if e.endedHold || e.heldOn.Valid {
+			if e.endedHold || e.heldOn.Valid || sleeping.has(e.Topic, e.partition) {
 				out.wake(e.Topic, e.partition, anyPartition)
 			}
 			if e.heldOn.Valid {
@@ -958,6 +964,9 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 		// partition is held) says nothing of Kafka.
 		if class != failUnavailable && !errors.As(errs[i], new(permanentError)) && !errors.As(errs[i], new(heldError)) {
 			answered = true
+			if tp := placeOf(e, errs[i]); class != failHeld && sleeping.has(tp.topic, tp.partition) {
+				out.wake(tp.topic, tp.partition)
+			}
 		}
 		switch {
 		case class == failHeld:
@@ -966,7 +975,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 			res.KafkaHeld++
 			st := r.settleHeld(e, errs[i], now, probing)
 			if k, keyed := keyOf(e); keyed && st.heldOn.Valid {
-				asleep[k] = st
+				asleep[k] = st.heldOn
 			}
 			out.settlements = append(out.settlements, st)
 		case class == failUnavailable:
@@ -1004,10 +1013,13 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, res *B
 // settleHeld is the outcome of e, whose partition the cluster's condition
 // holds (err): it waits, with no attempt counted, as the hold says (see
 // holds.fail). The probe of a step is due when the hold is up; every other
-// event of the partition sleeps until a batch publishes to the partition
-// (see wakeHeldSQL), or for holdSleep at most, so that neither the claims
-// nor the broker see them while the hold lasts. Both record the partition
-// they wait for.
+// event of the partition, those behind the probe in its key too, sleeps
+// until a batch publishes to the partition (see wakeHeldSQL), or for
+// holdSleep at most, so that neither the claims nor the broker see them
+// while the hold lasts. Both record the partition they wait for. A waiting
+// event so kept puts to sleep the events of its key behind it that would
+// otherwise be due before it (sleepBehindHeldSQL): those a batch could
+// not claim with it, and those whose sleep ran out first.
 //
 // Each relay keeps holds of its own, and the probe of one may be claimed
 // by another whose hold is not up (or woken with others by holdSleep): so
@@ -1031,6 +1043,9 @@ func (r *Relay) settleHeld(e *claimedEvent, err error, now time.Time, probing ma
 		return st // its hold ended meanwhile: due at once
 	}
 	st.heldOn = pgtype.Int4{Int32: tp.partition, Valid: true}
+	if e.from == fromWaiting {
+		st.sleepBehind = r.holdSleep()
+	}
 	return st
 }
 

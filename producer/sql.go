@@ -34,10 +34,10 @@ type store struct {
 
 	insertOne, insertMany, insertKeyed, claimIDs, unclaim, lookupKeys string
 
-	lockShares, claimQueue, claimWaiting string
+	lockShares, sleeping, claimQueue, claimWaiting string
 
 	publishQueue, publishWaiting, parkQueue, updateWaiting, deadQueue, deadWaiting string
-	discardQueue, discardWaiting, wakeHeld                                         string
+	discardQueue, discardWaiting, wakeHeld, sleepBehindHeld                        string
 
 	probe, backlog string
 }
@@ -87,29 +87,31 @@ func newStore(table pgname.Table, holdOnDeadLetter, discardPublished bool) *stor
 	n := newOutboxNames(table)
 	r := func(sql string) string { return n.render(sql, holdOnDeadLetter) }
 	return &store{
-		names:          n,
-		hold:           holdOnDeadLetter,
-		discard:        discardPublished,
-		insertOne:      r(insertOneSQL),
-		insertMany:     r(insertManySQL),
-		insertKeyed:    r(insertKeyedSQL),
-		claimIDs:       r(claimIDsSQL),
-		unclaim:        r(unclaimSQL),
-		lookupKeys:     r(lookupKeysSQL),
-		lockShares:     fmt.Sprintf(lockSharesSQL, shareLockKey(table)),
-		claimQueue:     r(claimQueueSQL),
-		claimWaiting:   r(claimWaitingSQL),
-		publishQueue:   r(publishQueueSQL),
-		publishWaiting: r(publishWaitingSQL),
-		discardQueue:   r(discardQueueSQL),
-		discardWaiting: r(discardWaitingSQL),
-		parkQueue:      r(parkQueueSQL),
-		updateWaiting:  r(updateWaitingSQL),
-		deadQueue:      r(deadQueueSQL),
-		deadWaiting:    r(deadWaitingSQL),
-		wakeHeld:       r(wakeHeldSQL),
-		probe:          r(probeSQL),
-		backlog:        r(backlogSQL),
+		names:           n,
+		hold:            holdOnDeadLetter,
+		discard:         discardPublished,
+		insertOne:       r(insertOneSQL),
+		insertMany:      r(insertManySQL),
+		insertKeyed:     r(insertKeyedSQL),
+		claimIDs:        r(claimIDsSQL),
+		unclaim:         r(unclaimSQL),
+		lookupKeys:      r(lookupKeysSQL),
+		lockShares:      fmt.Sprintf(lockSharesSQL, shareLockKey(table)),
+		sleeping:        r(sleepingSQL),
+		claimQueue:      r(claimQueueSQL),
+		claimWaiting:    r(claimWaitingSQL),
+		publishQueue:    r(publishQueueSQL),
+		publishWaiting:  r(publishWaitingSQL),
+		discardQueue:    r(discardQueueSQL),
+		discardWaiting:  r(discardWaitingSQL),
+		parkQueue:       r(parkQueueSQL),
+		updateWaiting:   r(updateWaitingSQL),
+		deadQueue:       r(deadQueueSQL),
+		deadWaiting:     r(deadWaitingSQL),
+		wakeHeld:        r(wakeHeldSQL),
+		sleepBehindHeld: r(sleepBehindHeldSQL),
+		probe:           r(probeSQL),
+		backlog:         r(backlogSQL),
 	}
 }
 
@@ -340,6 +342,22 @@ WHERE ` + shareOf("q") + ` = ANY ` + claimedShares + `
 ORDER BY q.seq
 LIMIT $2`
 
+// sleepingSQL lists the partitions whose events sleep through a hold (see
+// wakeHeldSQL), each once: a batch wakes them when it sees one take a
+// write. It skips from one partition to the next in the index of
+// sleepers, a probe a partition, so it costs as little with a million
+// sleepers as with one, and one probe of an empty index while Kafka is
+// healthy.
+const sleepingSQL = `
+WITH RECURSIVE p AS (
+    (SELECT topic, held_partition FROM {waiting} WHERE held_partition IS NOT NULL ORDER BY topic, held_partition LIMIT 1)
+    UNION ALL
+    SELECT n.topic, n.held_partition FROM p CROSS JOIN LATERAL (
+        SELECT w.topic, w.held_partition FROM {waiting} w
+        WHERE w.held_partition IS NOT NULL AND (w.topic, w.held_partition) > (p.topic, p.held_partition)
+        ORDER BY w.topic, w.held_partition LIMIT 1) n)
+SELECT topic, held_partition FROM p`
+
 // claimWaitingSQL reads up to $2 waiting events of the claimed shares that
 // are due and not behind an event of their key that is not (nor, with
 // HoldKeyOnDeadLetter, behind an older dead letter), in seq order. The
@@ -399,6 +417,25 @@ FROM unnest($2::text[], $3::int[]) AS p(topic, partition) CROSS JOIN LATERAL (
     FOR UPDATE OF w SKIP LOCKED) x
 WHERE s.seq = x.seq`
 
+// sleepBehindHeldSQL puts to sleep, for $3 milliseconds (holdSleep), the
+// events of the keys of the waiting events $2 that a hold keeps, just
+// settled, behind them and due no later than them: a held event's
+// followers would otherwise be due before it (they did not fit in the
+// batch that claimed it, or their sleep ran out first), and every claim
+// would walk them, in vain, until it went (see claimWaitingSQL). So no
+// event of a held key is due before the held event ahead of it, and each
+// sleeps at most once per holdSleep. The followers are of the claim's own
+// shares; it skips those another relay's wake holds (wakeHeldSQL), as
+// that wakes them anyway.
+var sleepBehindHeldSQL = `
+UPDATE {waiting} f SET next_attempt_at = {now} + x.sleep_ms * interval '1 millisecond', held_partition = x.held_partition
+FROM unnest($2::bigint[], $3::float8[]) AS u(seq, sleep_ms) JOIN {waiting} h ON h.seq = u.seq CROSS JOIN LATERAL (
+    SELECT b.seq, h.held_partition, u.sleep_ms FROM {waiting} b
+    WHERE ` + sameKey("b", "h") + ` AND b.seq > h.seq AND b.next_attempt_at <= h.next_attempt_at
+      AND b.next_attempt_at < {now} + u.sleep_ms * interval '1 millisecond'
+    FOR UPDATE OF b SKIP LOCKED) x
+WHERE f.seq = x.seq`
+
 // discardQueueSQL and discardWaitingSQL delete published events, for a
 // relay that keeps no history, and add them to the activity.
 const (
@@ -431,9 +468,10 @@ const outcomeArrays = `unnest($2::bigint[], $3::text[], $4::bool[], $5::text[], 
 // parkQueueSQL moves new events to {waiting}: failed ones, those Kafka
 // could not take, those whose NotBefore is ahead, and those behind any of
 // these in their key. Each waits until its NotBefore and its delay passed;
-// one behind an event of its key that a held partition keeps (p) waits as
+// one whose key's latest waiting event (p) a held partition keeps waits as
 // long and is woken with it (see wakeHeldSQL), so that the claim does not
-// walk it while it cannot go.
+// walk it while it cannot go. The lookup of p reads the key index alone,
+// from its end: one probe, however many events a hold keeps.
 var parkQueueSQL = `
 WITH m AS (
     DELETE FROM {queue} q USING ` + outcomeArrays + ` WHERE q.seq = u.seq
@@ -446,8 +484,8 @@ SELECT seq, ` + eventColumns + `, created_at, new_status, CASE WHEN attempted TH
     COALESCE(held_on, p.held_partition)
 FROM m LEFT JOIN LATERAL (
     SELECT b.next_attempt_at, b.held_partition FROM {waiting} b
-    WHERE m.partition_key IS NOT NULL AND ` + sameKey("b", "m") + ` AND b.held_partition IS NOT NULL
-    ORDER BY b.seq DESC LIMIT 1) p ON true`
+    WHERE m.partition_key IS NOT NULL AND ` + sameKey("b", "m") + `
+    ORDER BY b.seq DESC LIMIT 1) p ON p.held_partition IS NOT NULL`
 
 // neverDue is the due time of a waiting event that waits for an operator
 // to requeue or purge it (see fallback): the last day Admin and the

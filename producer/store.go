@@ -185,6 +185,19 @@ type claim struct {
 	done    bool
 	waiting []claimedEvent
 	queued  []claimedEvent
+	// sleeping are the partitions whose events slept through a hold as the
+	// claim began (see sleepingSQL).
+	sleeping partitionSet
+}
+
+// partitionSet is a set of partitions; anyPartition stands for a whole
+// topic's.
+type partitionSet map[topicPartition]bool
+
+// has reports whether the set holds partition p of topic or the whole
+// topic.
+func (s partitionSet) has(topic string, p int32) bool {
+	return s[topicPartition{topic, p}] || s[topicPartition{topic, anyPartition}]
 }
 
 // claim begins a transaction on conn, locks what it can of shares, and reads
@@ -195,6 +208,7 @@ func (s *store) claim(ctx context.Context, conn *pgx.Conn, now pgtype.Timestampt
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	batch.Queue(s.lockShares, fmt.Sprint(txTimeout.Milliseconds()), shares)
+	batch.Queue(s.sleeping)
 	batch.Queue(s.claimWaiting, now, limit)
 	batch.Queue(s.claimQueue, now, limit)
 	err := func() error {
@@ -204,6 +218,20 @@ func (s *store) claim(ctx context.Context, conn *pgx.Conn, now pgtype.Timestampt
 			if _, err := results.Exec(); err != nil {
 				return err
 			}
+		}
+		rows, err := results.Query()
+		if err != nil {
+			return err
+		}
+		var tp topicPartition
+		if _, err := pgx.ForEachRow(rows, []any{&tp.topic, &tp.partition}, func() error {
+			if c.sleeping == nil {
+				c.sleeping = partitionSet{}
+			}
+			c.sleeping[tp] = true
+			return nil
+		}); err != nil {
+			return err
 		}
 		for _, scan := range []struct {
 			into *[]claimedEvent
@@ -276,6 +304,10 @@ type settlement struct {
 	// heldOn is the partition whose hold the event waits through (see
 	// wakeHeldSQL); NULL for none.
 	heldOn pgtype.Int4
+	// sleepBehind, for a waiting event a hold keeps, is how long the
+	// events of its key behind it that would be due before it sleep (see
+	// sleepBehindHeldSQL); 0 for none.
+	sleepBehind time.Duration
 }
 
 // outcomeSet is the arrays of outcomeArrays for one statement.
@@ -313,7 +345,13 @@ func (s *store) queueOutcomes(batch *pgx.Batch, now pgtype.Timestamptz, outcomes
 	var pubQueue, discardQueue []pgtype.TID
 	var pubWaiting, discardWaiting []int64
 	var park, update, deadQ, deadW outcomeSet
+	var behindHeld []int64
+	var sleeps []float64
 	for _, st := range outcomes {
+		if st.sleepBehind > 0 {
+			behindHeld = append(behindHeld, st.e.seq)
+			sleeps = append(sleeps, float64(st.sleepBehind)/float64(time.Millisecond))
+		}
 		switch {
 		case st.fate == fatePublished && s.discard || st.fate == fateDiscarded:
 			if st.e.from == fromQueue {
@@ -349,6 +387,9 @@ func (s *store) queueOutcomes(batch *pgx.Batch, now pgtype.Timestamptz, outcomes
 	}
 	park.queue(batch, s.parkQueue, now)
 	update.queue(batch, s.updateWaiting, now)
+	if len(behindHeld) > 0 {
+		batch.Queue(s.sleepBehindHeld, now, behindHeld, sleeps)
+	}
 	deadQ.queue(batch, s.deadQueue, now)
 	deadW.queue(batch, s.deadWaiting, now)
 }
