@@ -5,11 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/courierkit/courier/internal/delaylink"
 )
 
 // scaleCase is one configuration of the scaling run: relays relays of
@@ -47,11 +48,12 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 	if err != nil {
 		return nil, err
 	}
-	proxy, err := newDelayProxy(svc.admin.Config().ConnConfig.Host, svc.admin.Config().ConnConfig.Port, cfg.ScaleDelay)
+	pgConfig := svc.admin.Config().ConnConfig
+	link, err := delaylink.New(net.JoinHostPort(pgConfig.Host, fmt.Sprint(pgConfig.Port)), cfg.ScaleDelay)
 	if err != nil {
 		return nil, err
 	}
-	svc.closers = append(svc.closers, proxy.Close)
+	svc.closers = append(svc.closers, link.Close)
 	most := 0
 	for _, c := range scaleCases {
 		most = max(most, c.relays)
@@ -61,7 +63,7 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 	pools := make([]*pgxpool.Pool, most)
 	for i := range pools {
 		pc := table.pool.Config().Copy()
-		pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Fallbacks = proxy.host, proxy.port, nil
+		pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Fallbacks = link.Host(), link.Port(), nil
 		pc.ConnConfig.TLSConfig = nil
 		if pools[i], err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 			return nil, err
@@ -105,102 +107,4 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 		results[i] = res
 	}
 	return results, nil
-}
-
-// delayProxy forwards TCP connections to a server, holding every chunk of
-// bytes for delay before passing it on, in each direction, without holding
-// up the chunks behind it: a link with delay's latency and no bandwidth
-// limit.
-type delayProxy struct {
-	listener net.Listener
-	target   string
-	delay    time.Duration
-	host     string
-	port     uint16
-	wg       sync.WaitGroup
-	mu       sync.Mutex
-	conns    []net.Conn
-}
-
-func newDelayProxy(host string, port uint16, delay time.Duration) (*delayProxy, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	addr := l.Addr().(*net.TCPAddr)
-	p := &delayProxy{listener: l, target: net.JoinHostPort(host, fmt.Sprint(port)), delay: delay,
-		host: addr.IP.String(), port: uint16(addr.Port)}
-	p.wg.Go(p.accept)
-	return p, nil
-}
-
-func (p *delayProxy) accept() {
-	for {
-		client, err := p.listener.Accept()
-		if err != nil {
-			return
-		}
-		server, err := net.Dial("tcp", p.target)
-		if err != nil {
-			_ = client.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, client, server)
-		p.mu.Unlock()
-		p.wg.Go(func() { p.pipe(server, client) })
-		p.wg.Go(func() { p.pipe(client, server) })
-	}
-}
-
-// chunk is bytes read at a moment, to be written delay later.
-type chunk struct {
-	at   time.Time
-	data []byte
-}
-
-// pipe copies from src to dst, each chunk delay after it was read, and
-// closes both when either side ends.
-func (p *delayProxy) pipe(dst, src net.Conn) {
-	chunks := make(chan chunk, 4096)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		defer close(chunks)
-		for {
-			buf := make([]byte, 64<<10)
-			n, err := src.Read(buf)
-			if n > 0 {
-				chunks <- chunk{at: time.Now(), data: buf[:n]}
-			}
-			if err != nil {
-				return
-			}
-		}
-	})
-	for c := range chunks {
-		time.Sleep(time.Until(c.at.Add(p.delay)))
-		if _, err := dst.Write(c.data); err != nil {
-			break
-		}
-	}
-	_ = dst.Close()
-	_ = src.Close()
-	for range chunks { // let the reader finish
-	}
-	wg.Wait()
-}
-
-// Close stops accepting, closes every connection and waits for the pipes.
-func (p *delayProxy) Close() error {
-	err := p.listener.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		_ = c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
-	if errors.Is(err, net.ErrClosed) {
-		err = nil
-	}
-	return err
 }
