@@ -677,3 +677,65 @@ func TestAWriteOnAHeldPartitionWakesItsSleepersWhicheverRelayMakesIt(t *testing.
 		t.Fatalf("relay A's next batch %+v, want the sleeper published", res)
 	}
 }
+
+// TestEventScheduledBehindAHeldKeyIsNotWokenBeforeItsTime: an event whose
+// NotBefore is a minute ahead joins a key whose first event a hold keeps.
+// When the partition heals and a write wakes its sleepers, the held event
+// goes at once, but the scheduled one still waits for its NotBefore, and
+// is published after it, in key order.
+func TestEventScheduledBehindAHeldKeyIsNotWokenBeforeItsTime(t *testing.T) {
+	t.Parallel()
+	pg, out, k, topic, fault := sickPartition(t, kerr.NotEnoughReplicas)
+	keys := keysOn(t, topic, 0, 2, 2)
+	clock := newFakeClock()
+	cfg := heldConfig(&recordedMetrics{})
+	cfg.Now = clock.Now
+	cfg.Backoff = backoff.Backoff{Base: time.Second, Max: time.Second}
+	relay := newRelay(t, pg, k, cfg)
+	ctx := context.Background()
+	run := func() producer.BatchResult {
+		t.Helper()
+		res, err := relay.RunOnce(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	first := enqueueOn(t, pg, out, topic, keys[:1], 1)
+	if res := run(); res.KafkaHeld != 1 {
+		t.Fatalf("first batch %+v, want its event held", res)
+	}
+	notBefore := clock.Now().Add(time.Minute)
+	later, err := out.Enqueue(ctx, pg.Pool, producer.Event{Topic: topic, Key: keys[0], Type: "Counted",
+		Payload: fmt.Appendf(nil, `{"key":%q,"n":1}`, keys[0]), NotBefore: notBefore})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res := run(); res.Claimed != 1 || res.Published != 0 {
+		t.Fatalf("second batch %+v, want the scheduled event claimed and moved to wait", res)
+	}
+	fault.Remove()
+	enqueueOn(t, pg, out, topic, keys[1:], 1)
+	clock.Advance(1100 * time.Millisecond)
+	for range 3 { // the probe's hold is up: it and the new event go, and wake the partition
+		run()
+	}
+	waiting := pg.Schema + ".courier_outbox_waiting"
+	var due time.Time
+	if err := pg.Pool.QueryRow(ctx, "SELECT next_attempt_at FROM "+waiting+" WHERE id = $1", later.ID).Scan(&due); err != nil {
+		t.Fatalf("the scheduled event is no longer waiting: %v", err)
+	}
+	if due.Before(notBefore) {
+		t.Fatalf("after the wake, the scheduled event is due at %v, before its NotBefore %v", due, notBefore)
+	}
+	if n := countRows(t, pg.Pool, "status = 'published' AND id::text = ANY($1)", first); n != 1 {
+		t.Fatalf("the held event is not published after the partition healed")
+	}
+	clock.Advance(time.Minute)
+	if res := run(); res.Published != 1 {
+		t.Fatalf("at its NotBefore, the batch %+v, want the scheduled event published", res)
+	}
+	if dups := checkKeyOrder(t, k.ReadAll(t, topic)); dups != 0 {
+		t.Fatalf("%d duplicates on the topic", dups)
+	}
+}

@@ -965,7 +965,7 @@ func (r *Relay) publishBatch(ctx context.Context, events []*claimedEvent, sleepi
 		if class != failUnavailable && !errors.As(errs[i], new(permanentError)) && !errors.As(errs[i], new(heldError)) {
 			answered = true
 			if tp := placeOf(e, errs[i]); class != failHeld && sleeping.has(tp.topic, tp.partition) {
-				out.wake(tp.topic, tp.partition)
+				out.wake(tp.topic, tp.partition, anyPartition)
 			}
 		}
 		switch {

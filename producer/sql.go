@@ -343,11 +343,11 @@ ORDER BY q.seq
 LIMIT $2`
 
 // sleepingSQL lists the partitions whose events sleep through a hold (see
-// wakeHeldSQL), each once: a batch wakes them when it sees one take a
-// write. It skips from one partition to the next in the index of
-// sleepers, a probe a partition, so it costs as little with a million
-// sleepers as with one, and one probe of an empty index while Kafka is
-// healthy.
+// wakeHeldSQL), each once, up to $1 of them: a batch wakes them when it
+// sees one take a write. It skips from one partition to the next in the
+// index of sleepers, a probe a partition, so it costs as little with a
+// million sleepers as with one, and one probe of an empty index while
+// Kafka is healthy.
 const sleepingSQL = `
 WITH RECURSIVE p AS (
     (SELECT topic, held_partition FROM {waiting} WHERE held_partition IS NOT NULL ORDER BY topic, held_partition LIMIT 1)
@@ -356,7 +356,7 @@ WITH RECURSIVE p AS (
         SELECT w.topic, w.held_partition FROM {waiting} w
         WHERE w.held_partition IS NOT NULL AND (w.topic, w.held_partition) > (p.topic, p.held_partition)
         ORDER BY w.topic, w.held_partition LIMIT 1) n)
-SELECT topic, held_partition FROM p`
+SELECT topic, held_partition FROM p LIMIT $1`
 
 // claimWaitingSQL reads up to $2 waiting events of the claimed shares that
 // are due and not behind an event of their key that is not (nor, with
@@ -397,23 +397,27 @@ h AS (
 // partition whose hold a batch saw end ($2 topics, $3 partitions; -1 for a
 // whole topic's hold): it published the partition's probe (an event that
 // was held on it), the broker answered for such an event's record itself
-// (a topic missing past MissingTopicGrace), or an acknowledgement ended the
-// relay's own hold of it.
+// (a topic missing past MissingTopicGrace), an acknowledgement ended the
+// relay's own hold of it, or the broker took a write on it or answered for
+// a record on it while its events slept (see sleepingSQL).
 // A held partition's other events sleep, for at most holdSleep, until
 // then (see Relay.settleHeld), so a hold costs a try of one event per
 // step, however many wait. It runs only in such a batch, and finds the
 // sleepers by their index (migration 8), one partition at a time.
 //
-// The sleepers are of every share, most of them claimed by other relays:
-// this is the one write to another claim's events. Waking is always safe
-// (at worst an event is tried once more than it needed), so it skips the
-// rows another transaction holds, which never waits, and so never
-// deadlocks, a relay's settle: the holder is settling them itself.
+// The sleepers are of every share, most of them of other relays' claims:
+// this is the one write to another claim's rows. It touches only events
+// that sleep (due later), which no claim reads, so no relay's settle ever
+// writes a row it locked but sleepBehindHeldSQL, which skips locked rows;
+// and it skips the rows another transaction holds. So it never waits, and
+// no settle waits for it. Waking is always safe: at worst an event is
+// tried once more than it needed.
 const wakeHeldSQL = `
 UPDATE {waiting} s SET next_attempt_at = {now}, held_partition = NULL
 FROM unnest($2::text[], $3::int[]) AS p(topic, partition) CROSS JOIN LATERAL (
     SELECT w.seq FROM {waiting} w
     WHERE w.held_partition IS NOT NULL AND w.topic = p.topic AND w.held_partition = p.partition
+      AND w.next_attempt_at > {now}
     FOR UPDATE OF w SKIP LOCKED) x
 WHERE s.seq = x.seq`
 
@@ -424,15 +428,18 @@ WHERE s.seq = x.seq`
 // batch that claimed it, or their sleep ran out first), and every claim
 // would walk them, in vain, until it went (see claimWaitingSQL). So no
 // event of a held key is due before the held event ahead of it, and each
-// sleeps at most once per holdSleep. The followers are of the claim's own
-// shares; it skips those another relay's wake holds (wakeHeldSQL), as
-// that wakes them anyway.
+// sleeps at most once per holdSleep. It leaves alone a follower waiting
+// for its own time (a NotBefore ahead, a retry's backoff): a wake would
+// make it due too early. The followers are of the claim's own shares; it
+// skips those another relay's wake holds (wakeHeldSQL), as that wakes
+// them anyway.
 var sleepBehindHeldSQL = `
 UPDATE {waiting} f SET next_attempt_at = {now} + x.sleep_ms * interval '1 millisecond', held_partition = x.held_partition
 FROM unnest($2::bigint[], $3::float8[]) AS u(seq, sleep_ms) JOIN {waiting} h ON h.seq = u.seq CROSS JOIN LATERAL (
     SELECT b.seq, h.held_partition, u.sleep_ms FROM {waiting} b
     WHERE ` + sameKey("b", "h") + ` AND b.seq > h.seq AND b.next_attempt_at <= h.next_attempt_at
       AND b.next_attempt_at < {now} + u.sleep_ms * interval '1 millisecond'
+      AND (b.held_partition IS NOT NULL OR b.next_attempt_at <= {now})
     FOR UPDATE OF b SKIP LOCKED) x
 WHERE f.seq = x.seq`
 
@@ -470,8 +477,10 @@ const outcomeArrays = `unnest($2::bigint[], $3::text[], $4::bool[], $5::text[], 
 // these in their key. Each waits until its NotBefore and its delay passed;
 // one whose key's latest waiting event (p) a held partition keeps waits as
 // long and is woken with it (see wakeHeldSQL), so that the claim does not
-// walk it while it cannot go. The lookup of p reads the key index alone,
-// from its end: one probe, however many events a hold keeps.
+// walk it while it cannot go; but an event whose NotBefore is ahead waits
+// for that alone, since a wake would make it due before it. The lookup of
+// p reads the key index alone, from its end: one probe, however many
+// events a hold keeps.
 var parkQueueSQL = `
 WITH m AS (
     DELETE FROM {queue} q USING ` + outcomeArrays + ` WHERE q.seq = u.seq
@@ -485,7 +494,7 @@ SELECT seq, ` + eventColumns + `, created_at, new_status, CASE WHEN attempted TH
 FROM m LEFT JOIN LATERAL (
     SELECT b.next_attempt_at, b.held_partition FROM {waiting} b
     WHERE m.partition_key IS NOT NULL AND ` + sameKey("b", "m") + `
-    ORDER BY b.seq DESC LIMIT 1) p ON p.held_partition IS NOT NULL`
+    ORDER BY b.seq DESC LIMIT 1) p ON p.held_partition IS NOT NULL AND NOT COALESCE(m.not_before > {now}, false)`
 
 // neverDue is the due time of a waiting event that waits for an operator
 // to requeue or purge it (see fallback): the last day Admin and the

@@ -191,13 +191,23 @@ type claim struct {
 }
 
 // partitionSet is a set of partitions; anyPartition stands for a whole
-// topic's.
-type partitionSet map[topicPartition]bool
+// topic's. One that had more than maxListedSleeping to list holds every
+// partition (all).
+type partitionSet struct {
+	all  bool
+	some map[topicPartition]bool
+}
+
+// maxListedSleeping is the most sleeping partitions a claim lists (see
+// sleepingSQL); beyond them, as when a broker of many partitions is down,
+// a batch wakes every partition it takes a write on, a probe of the index
+// of sleepers each.
+const maxListedSleeping = 256
 
 // has reports whether the set holds partition p of topic or the whole
 // topic.
 func (s partitionSet) has(topic string, p int32) bool {
-	return s[topicPartition{topic, p}] || s[topicPartition{topic, anyPartition}]
+	return s.all || s.some[topicPartition{topic, p}] || s.some[topicPartition{topic, anyPartition}]
 }
 
 // claim begins a transaction on conn, locks what it can of shares, and reads
@@ -208,7 +218,7 @@ func (s *store) claim(ctx context.Context, conn *pgx.Conn, now pgtype.Timestampt
 	batch := &pgx.Batch{}
 	batch.Queue("BEGIN ISOLATION LEVEL READ COMMITTED")
 	batch.Queue(s.lockShares, fmt.Sprint(txTimeout.Milliseconds()), shares)
-	batch.Queue(s.sleeping)
+	batch.Queue(s.sleeping, maxListedSleeping+1)
 	batch.Queue(s.claimWaiting, now, limit)
 	batch.Queue(s.claimQueue, now, limit)
 	err := func() error {
@@ -225,10 +235,11 @@ func (s *store) claim(ctx context.Context, conn *pgx.Conn, now pgtype.Timestampt
 		}
 		var tp topicPartition
 		if _, err := pgx.ForEachRow(rows, []any{&tp.topic, &tp.partition}, func() error {
-			if c.sleeping == nil {
-				c.sleeping = partitionSet{}
+			if c.sleeping.some == nil {
+				c.sleeping.some = map[topicPartition]bool{}
 			}
-			c.sleeping[tp] = true
+			c.sleeping.some[tp] = true
+			c.sleeping.all = len(c.sleeping.some) > maxListedSleeping
 			return nil
 		}); err != nil {
 			return err

@@ -23,6 +23,7 @@ type Link struct {
 	delay    time.Duration
 	wg       sync.WaitGroup
 	mu       sync.Mutex
+	closed   bool
 	conns    []net.Conn
 }
 
@@ -64,10 +65,15 @@ func (l *Link) accept() {
 			continue
 		}
 		l.mu.Lock()
+		if l.closed { // accepted as Close ran
+			l.mu.Unlock()
+			_, _ = client.Close(), server.Close()
+			return
+		}
 		l.conns = append(l.conns, client, server)
-		l.mu.Unlock()
 		l.wg.Go(func() { l.pipe(server, client) })
 		l.wg.Go(func() { l.pipe(client, server) })
+		l.mu.Unlock()
 	}
 }
 
@@ -112,6 +118,7 @@ func (l *Link) pipe(dst, src net.Conn) {
 func (l *Link) Close() error {
 	err := l.listener.Close()
 	l.mu.Lock()
+	l.closed = true
 	for _, c := range l.conns {
 		_ = c.Close()
 	}
