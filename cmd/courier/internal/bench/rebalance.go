@@ -91,7 +91,8 @@ type RebalanceChange struct {
 // partitions, once rebalancing eagerly (Sarama's sticky strategy) and once
 // cooperatively (its cooperative sticky strategy): a group of 2 members
 // consumes a topic a producer writes to at a steady rate, grows to 4
-// members and shrinks back to 2, each size kept for Phase. It reports,
+// members and shrinks back to 2, each size kept for Phase (4 members until
+// the new ones handle records, too). It reports,
 // per change, the longest stall of a partition that kept its owner and of
 // one that moved, and the records handled, lost and handled twice. It
 // returns an error if a record was lost.
@@ -241,6 +242,11 @@ func rebalanceRun(ctx context.Context, cfg *RebalanceConfig, strategy func() sar
 	}
 	stopD, err := member("d")
 	if err != nil {
+		return run, err
+	}
+	// The grown group lasts until its new members handle records (a
+	// cooperative rebalance takes two rounds of heartbeats), and Phase.
+	if err := wait(0, grown, "c", "d"); err != nil {
 		return run, err
 	}
 	if err := wait(cfg.Phase, grown); err != nil {
