@@ -70,6 +70,15 @@ func sickPartition(t *testing.T, code *kerr.Error) (*testkit.PG, *producer.Outbo
 	return pg, out, k, topic, fault
 }
 
+// steppedConfig is heldConfig on clock, its hold a second a step: a test
+// takes the steps by advancing the clock.
+func steppedConfig(clock *fakeClock) producer.RelayConfig {
+	cfg := heldConfig(&recordedMetrics{})
+	cfg.Now = clock.Now
+	cfg.Backoff = backoff.Backoff{Base: time.Second, Max: time.Second}
+	return cfg
+}
+
 // heldConfig is a relay whose faults reach it (no retries inside the
 // publisher) with a short backoff and two attempts: a partition held for
 // a second has been held far past MaxAttempts × Backoff.Max.
@@ -479,21 +488,11 @@ func TestHeldPartitionIsTriedOneEventAStepAndWakesWhenItTakesWrites(t *testing.T
 	const keys, perKey = 5, 8
 	sick := keysOn(t, topic, 0, 2, keys)
 	clock := newFakeClock()
-	cfg := heldConfig(&recordedMetrics{})
-	cfg.Now = clock.Now
-	cfg.Backoff = backoff.Backoff{Base: time.Second, Max: time.Second}
+	cfg := steppedConfig(clock)
 	relay := newRelay(t, pg, k, cfg)
 	ctx := context.Background()
 	ids := enqueueOn(t, pg, out, topic, sick, perKey)
-	run := func() producer.BatchResult {
-		t.Helper()
-		res, err := relay.RunOnce(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
-	if res := run(); res.Published != 0 || res.KafkaHeld != keys {
+	if res := runOnce(t, relay); res.Published != 0 || res.KafkaHeld != keys {
 		t.Fatalf("first batch %+v, want the first event of each key held, nothing published", res)
 	}
 	waiting := pg.Schema + ".courier_outbox_waiting"
@@ -511,7 +510,7 @@ func TestHeldPartitionIsTriedOneEventAStepAndWakesWhenItTakesWrites(t *testing.T
 	}
 	for step := range 5 {
 		clock.Advance(1100 * time.Millisecond)
-		if res := run(); res.Claimed != 1 || res.Published != 0 {
+		if res := runOnce(t, relay); res.Claimed != 1 || res.Published != 0 {
 			t.Fatalf("step %d claimed %d events and published %d; want the probe alone, nothing published", step, res.Claimed, res.Published)
 		}
 		if n := asleep(); n != keys*perKey-1 {
@@ -529,14 +528,14 @@ func TestHeldPartitionIsTriedOneEventAStepAndWakesWhenItTakesWrites(t *testing.T
 	fault.Remove()
 	fresh := enqueueOn(t, pg, out, topic, keysOn(t, topic, 0, 2, keys+1)[keys:], 1)
 	clock.Advance(1100 * time.Millisecond)
-	if res := run(); res.Published != 1 {
+	if res := runOnce(t, relay); res.Published != 1 {
 		t.Fatalf("after healing, the batch published %d events, want the new one", res.Published)
 	}
 	if n := asleep(); n != 0 {
 		t.Fatalf("%d events still asleep after an acknowledgement ended the hold, want none", n)
 	}
 	for range keys {
-		run()
+		runOnce(t, relay)
 	}
 	left := append(ids[:0:0], fresh...)
 	for i, id := range ids {
@@ -566,22 +565,17 @@ func TestHeldKeyLongerThanABatchIsNeverDueBeforeTheEventAheadOfIt(t *testing.T) 
 	pg, out, k, topic, fault := sickPartition(t, kerr.NotEnoughReplicas)
 	const events = 30
 	clock := newFakeClock()
-	cfg := heldConfig(&recordedMetrics{})
-	cfg.Now = clock.Now
+	cfg := steppedConfig(clock)
 	cfg.BatchSize = 4
-	cfg.Backoff = backoff.Backoff{Base: time.Second, Max: time.Second}
 	relay := newRelay(t, pg, k, cfg)
 	ctx := context.Background()
 	ids := enqueueOn(t, pg, out, topic, keysOn(t, topic, 0, 2, 1), events)
 	waiting := pg.Schema + ".courier_outbox_waiting"
 	run := func(what string) producer.BatchResult {
 		t.Helper()
-		res, err := relay.RunOnce(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
+		res := runOnce(t, relay)
 		var early int
-		err = pg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+waiting+" f WHERE EXISTS (SELECT FROM "+waiting+
+		err := pg.Pool.QueryRow(ctx, "SELECT count(*) FROM "+waiting+" f WHERE EXISTS (SELECT FROM "+waiting+
 			" h WHERE h.topic = f.topic AND h.partition_key = f.partition_key AND h.seq < f.seq AND h.next_attempt_at > f.next_attempt_at)").Scan(&early)
 		if err != nil {
 			t.Fatal(err)
@@ -638,25 +632,15 @@ func TestAWriteOnAHeldPartitionWakesItsSleepersWhicheverRelayMakesIt(t *testing.
 	pg, out, k, topic, fault := sickPartition(t, kerr.NotEnoughReplicas)
 	keys := keysOn(t, topic, 0, 2, 3)
 	clock := newFakeClock()
-	cfg := heldConfig(&recordedMetrics{})
-	cfg.Now = clock.Now
-	cfg.Backoff = backoff.Backoff{Base: time.Second, Max: time.Second}
+	cfg := steppedConfig(clock)
 	a, b := newRelay(t, pg, k, cfg), newRelay(t, pg, k, cfg)
 	ctx := context.Background()
-	run := func(r *producer.Relay) producer.BatchResult {
-		t.Helper()
-		res, err := r.RunOnce(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
 	probe := enqueueOn(t, pg, out, topic, keys[:1], 1)
-	if res := run(b); res.KafkaHeld != 1 {
+	if res := runOnce(t, b); res.KafkaHeld != 1 {
 		t.Fatalf("relay B's first batch %+v, want its event held", res)
 	}
 	sleeper := enqueueOn(t, pg, out, topic, keys[1:2], 1)
-	if res := run(b); res.KafkaHeld != 1 || res.Claimed != 1 {
+	if res := runOnce(t, b); res.KafkaHeld != 1 || res.Claimed != 1 {
 		t.Fatalf("relay B's second batch %+v, want the new event held, behind B's hold", res)
 	}
 	waiting := pg.Schema + ".courier_outbox_waiting"
@@ -665,7 +649,7 @@ func TestAWriteOnAHeldPartitionWakesItsSleepersWhicheverRelayMakesIt(t *testing.
 	}
 	fault.Remove()
 	enqueueOn(t, pg, out, topic, keys[2:], 1)
-	if res := run(a); res.Published != 1 {
+	if res := runOnce(t, a); res.Published != 1 {
 		t.Fatalf("relay A's batch %+v, want the new event published", res)
 	}
 	var due bool
@@ -673,7 +657,7 @@ func TestAWriteOnAHeldPartitionWakesItsSleepersWhicheverRelayMakesIt(t *testing.
 		sleeper[0], clock.Now()).Scan(&due); err != nil || !due {
 		t.Fatalf("after relay A wrote to the partition, relay B's sleeper is due: %v (%v), want true", due, err)
 	}
-	if res := run(a); res.Published != 1 {
+	if res := runOnce(t, a); res.Published != 1 {
 		t.Fatalf("relay A's next batch %+v, want the sleeper published", res)
 	}
 }
@@ -688,21 +672,11 @@ func TestEventScheduledBehindAHeldKeyIsNotWokenBeforeItsTime(t *testing.T) {
 	pg, out, k, topic, fault := sickPartition(t, kerr.NotEnoughReplicas)
 	keys := keysOn(t, topic, 0, 2, 2)
 	clock := newFakeClock()
-	cfg := heldConfig(&recordedMetrics{})
-	cfg.Now = clock.Now
-	cfg.Backoff = backoff.Backoff{Base: time.Second, Max: time.Second}
+	cfg := steppedConfig(clock)
 	relay := newRelay(t, pg, k, cfg)
 	ctx := context.Background()
-	run := func() producer.BatchResult {
-		t.Helper()
-		res, err := relay.RunOnce(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return res
-	}
 	first := enqueueOn(t, pg, out, topic, keys[:1], 1)
-	if res := run(); res.KafkaHeld != 1 {
+	if res := runOnce(t, relay); res.KafkaHeld != 1 {
 		t.Fatalf("first batch %+v, want its event held", res)
 	}
 	notBefore := clock.Now().Add(time.Minute)
@@ -711,14 +685,14 @@ func TestEventScheduledBehindAHeldKeyIsNotWokenBeforeItsTime(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res := run(); res.Claimed != 1 || res.Published != 0 {
+	if res := runOnce(t, relay); res.Claimed != 1 || res.Published != 0 {
 		t.Fatalf("second batch %+v, want the scheduled event claimed and moved to wait", res)
 	}
 	fault.Remove()
 	enqueueOn(t, pg, out, topic, keys[1:], 1)
 	clock.Advance(1100 * time.Millisecond)
 	for range 3 { // the probe's hold is up: it and the new event go, and wake the partition
-		run()
+		runOnce(t, relay)
 	}
 	waiting := pg.Schema + ".courier_outbox_waiting"
 	var due time.Time
@@ -732,7 +706,7 @@ func TestEventScheduledBehindAHeldKeyIsNotWokenBeforeItsTime(t *testing.T) {
 		t.Fatalf("the held event is not published after the partition healed")
 	}
 	clock.Advance(time.Minute)
-	if res := run(); res.Published != 1 {
+	if res := runOnce(t, relay); res.Published != 1 {
 		t.Fatalf("at its NotBefore, the batch %+v, want the scheduled event published", res)
 	}
 	if dups := checkKeyOrder(t, k.ReadAll(t, topic)); dups != 0 {
