@@ -239,6 +239,7 @@ func TestBrowserReplayOfAChangedSetShowsANewDryRun(t *testing.T) {
 	}
 	deadLetterOf(t, r, f.dlqTopic, f.topic, "k-3", "psp timeout", time.Now())
 	b.click("#replay")
+	b.waitText("#changed", "the replay found 3", false) // the page the refused replay leads to
 	job := eval[string](b, `document.getElementById("job").dataset.progress`)
 	if got := b.text("#changed"); !strings.Contains(got, "it showed 2 record(s), the replay found 3") {
 		t.Errorf("the page after the refused replay says %q, want why it was refused", got)
