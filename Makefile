@@ -49,9 +49,9 @@ vet:
 	$(GO) vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 
-## bench: run the relay, enqueue and consumer benchmarks beside their baselines, then a drain beside 10 million published events (about 30 minutes), and write the report to BENCHMARKS.md
+## bench: run the relay, enqueue and consumer benchmarks beside their baselines, then a drain beside 10 million published events (about 45 minutes), and write the report to BENCHMARKS.md, keeping the headline figures of the runs before
 bench: services
-	$(GO) run -buildvcs=true ./cmd/courier bench --rounds 5 --database-url "$(COURIER_TEST_DATABASE_URL)" > BENCHMARKS.md.tmp \
+	$(GO) run -buildvcs=true ./cmd/courier bench --rounds 5 --previous BENCHMARKS.md --database-url "$(COURIER_TEST_DATABASE_URL)" > BENCHMARKS.md.tmp \
 		&& $(GO) run -buildvcs=true ./cmd/courier bench relay --events 50000 --history 10000000 --only relay/defaults \
 			--scale-delay -1ms --latency-duration -1s --rounds 3 --output markdown --database-url "$(COURIER_TEST_DATABASE_URL)" > BENCHMARKS-history.tmp \
 		&& sed 's/^#/##/; s/^## courier benchmarks/## Relay drain beside a long history/' BENCHMARKS-history.tmp >> BENCHMARKS.md.tmp \

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"os/exec"
 	"regexp"
 	"strconv"
@@ -52,12 +53,14 @@ PostgreSQL comes from --database-url; the run creates and drops its own
 schemas there. A full run takes several minutes; --quick takes about one.
 Progress goes to stderr, the report to stdout.`,
 		Example: `  courier bench --quick
-  courier bench --rounds 5 > BENCHMARKS.md
+  courier bench --rounds 5 --previous BENCHMARKS.md > BENCHMARKS.md.new && mv BENCHMARKS.md.new BENCHMARKS.md
   courier bench --output json --database-url postgres://app@db:5432/bench --brokers kafka-1:9092`,
 		Args: cobra.NoArgs,
 	}
 	f := newBenchFlags(cmd, true, true, "markdown")
 	f.enqueue = true
+	cmd.Flags().StringVar(&f.previous, "previous", "",
+		"a report this run replaces, e.g. BENCHMARKS.md: the new report lists its headline figures and those it listed below this run's")
 	cmd.AddCommand(newBenchRelayCmd(), newBenchConsumeCmd(), newBenchEnqueueCmd(), newBenchSoakCmd(), newBenchRebalanceCmd())
 	return cmd
 }
@@ -140,6 +143,7 @@ type benchFlags struct {
 	redisURL       string
 	redisBenchmark string
 	quick          bool
+	previous       string // the report this run replaces (courier bench alone)
 	rounds         int
 	counts         []countFlag
 	relayCfg       bench.RelayConfig
@@ -200,6 +204,13 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 	}
 	ctx := cmd.Context()
 	report := bench.Report{Date: time.Now(), Command: commandLine(cmd), Machine: bench.ThisMachine()}
+	if f.previous != "" {
+		previous, err := os.ReadFile(f.previous)
+		if err != nil {
+			return usageError{fmt.Errorf("--previous: %w", err)}
+		}
+		report.Earlier = bench.HeadlinesOf(string(previous))
+	}
 	brokers := splitList(f.brokers)
 	var fetching func(topic string) <-chan struct{}
 	report.Services.Kafka = strings.Join(brokers, ",")

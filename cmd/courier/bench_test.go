@@ -3,7 +3,9 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"testing"
@@ -90,6 +92,14 @@ func TestBenchConsumeRefusesBadCounts(t *testing.T) {
 func TestBenchReport(t *testing.T) {
 	t.Parallel()
 	pg := testkit.Postgres(t) // skips (or fails under CI) with a hint when PostgreSQL is down
+	// The report this run replaces: one of an older layout, whose tables
+	// hold one relay figure.
+	previous := filepath.Join(t.TempDir(), "BENCHMARKS.md")
+	if err := os.WriteFile(previous, []byte("# courier benchmarks\n\n- **Date:** 2026-11-25 20:42 UTC\n- **Commit:** 9d281b841f7c\n\n"+
+		"## Relay throughput\n\n| configuration | events/s | baseline | baseline events/s | ratio | target |\n| --- | ---: | --- | ---: | ---: | --- |\n"+
+		"| `relay/defaults/events=200,000` | 72,820 | `plain-skip-locked-loop/keep/workers=2/events=200,000` | 71,524 | 1.02× | |\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
 	out, errOut := benchReport(t, []string{
 		fmt.Sprintf("- **Cores:** %d (runtime.NumCPU), GOMAXPROCS %d\n", runtime.NumCPU(), runtime.GOMAXPROCS(0)),
 		"- **Go:** " + runtime.Version() + "\n",
@@ -98,9 +108,14 @@ func TestBenchReport(t *testing.T) {
 		"- **Kafka:** in-process kfake broker",
 		"- **Command:** `courier bench --database-url ",
 	}, "bench", "--quick", "--events", "300", "--scale-events", "300", "--latency-duration", "200ms",
-		"--messages", "2000", "--slow-messages", "120", "--database-url", pg.URL, "--redis-url", testkit.RedisURL())
+		"--messages", "2000", "--slow-messages", "120", "--database-url", pg.URL, "--redis-url", testkit.RedisURL(), "--previous", previous)
 	if !strings.Contains(out, " --quick ") {
 		t.Errorf("the command line lacks --quick")
+	}
+	if headlines := markdownTables(out)["Headline figures"]; len(headlines) != 2 ||
+		!strings.Contains(out, "- **Date:** "+headlines[0][0]+" ") || !strings.HasSuffix(headlines[0][2], "×)") ||
+		strings.Join(headlines[1], "|") != "2026-11-25|9d281b8|72,820/s (1.02×)|–|–|–|–|–|–" {
+		t.Errorf("the headline figures should be this run's, then the previous report's: %q\n%s", headlines, out)
 	}
 	tables := markdownTables(out)
 	want := map[string][]string{
@@ -198,6 +213,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{"bench", "relay", "--database-url", ""},
 		{"bench", "--output", "yaml"},
 		{"bench", "consume", "--output", "yaml"},
+		{"bench", "--previous", filepath.Join(t.TempDir(), "missing.md")},
 	} {
 		code, _, errOut := courier(t, args...)
 		flag := args[len(args)-2]

@@ -44,8 +44,10 @@ const (
 	deadline    = 2 * time.Minute // to join the group, then again to consume the backlog
 
 	// Raw names the baseline configuration.
-	Raw      = "raw-sarama-group"
-	slowBase = "runner/handler=5ms/workers=1"
+	Raw = "raw-sarama-group"
+	// NoFailures names the runner whose handler fails no message.
+	NoFailures = "runner/no-failures"
+	slowBase   = "runner/handler=5ms/workers=1"
 	// RetryTiers names the configuration where 1% of the messages fail
 	// twice and pass through two retry tiers; its rate is the main topic's.
 	RetryTiers = "runner/1%-through-retry-tiers"
@@ -284,7 +286,7 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 	}
 	cases := []*benchCase{
 		{name: Raw, n: cfg.Messages, consume: rawGroup},
-		{name: "runner/no-failures", n: cfg.Messages,
+		{name: NoFailures, n: cfg.Messages,
 			consume: runner(consumer.Config{}, handleAll)},
 		{name: "runner/1%-permanent", n: cfg.Messages,
 			consume: runner(consumer.Config{}, func(_ context.Context, m *consumer.Message, fail bool) error {

@@ -28,6 +28,10 @@ type Report struct {
 	Soak      *SoakReport      `json:"soak,omitempty"`
 	Enqueue   *EnqueueReport   `json:"enqueue,omitempty"`
 	Rebalance *RebalanceReport `json:"rebalance,omitempty"`
+	// Earlier are the headline figures of the runs before this one,
+	// newest first (HeadlinesOf the report this one replaces); the
+	// Markdown of a run of every harness lists them below its own.
+	Earlier []Headline `json:"earlier,omitempty"`
 }
 
 // Machine describes the machine and the build that measured.
@@ -197,14 +201,32 @@ func (r Report) header() [][2]string {
 	if r.Services.Kafka != "" {
 		lines = append(lines, [2]string{"Kafka", r.Services.Kafka})
 	}
+	if profile := r.profile(); profile != "" {
+		lines = append(lines, [2]string{"Profile", profile})
+	}
 	return lines
+}
+
+// profile says how far the services were from the benchmark: on this
+// machine (loopback), and for the relay's scaling run PostgreSQL behind a
+// proxy delaying every packet (the network profile); "" for a report
+// without the relay's figures.
+func (r Report) profile() string {
+	if r.Relay == nil {
+		return ""
+	}
+	p := "loopback (PostgreSQL, Redis and Kafka on this machine)"
+	if len(r.Relay.Scale) > 0 {
+		p += fmt.Sprintf("; the relay scaling run reaches PostgreSQL through a proxy holding every packet %v each way (network)", r.Relay.ScaleDelay)
+	}
+	return p
 }
 
 // WriteMarkdown writes the report as a Markdown document: the header, then
 // a table per measurement in which every figure stands beside its
 // baseline, measured in the same run, and the ratio of the two.
 func (r Report) WriteMarkdown(w io.Writer) error {
-	var b strings.Builder
+	var b, body strings.Builder
 	b.WriteString("# courier benchmarks\n\n")
 	for _, line := range r.header() {
 		value := line[1]
@@ -231,20 +253,25 @@ noisier than on a quiet machine, and the ratios hold better than the absolute fi
 `, load, plural(r.Machine.NumCPU, "core"))
 	}
 	if r.Relay != nil {
-		r.Relay.writeMarkdown(&b)
+		r.Relay.writeMarkdown(&body)
 	}
 	if r.Consume != nil {
-		r.Consume.writeMarkdown(&b)
+		r.Consume.writeMarkdown(&body)
 	}
 	if r.Soak != nil {
-		r.Soak.writeMarkdown(&b)
+		r.Soak.writeMarkdown(&body)
 	}
 	if r.Enqueue != nil {
-		r.Enqueue.writeMarkdown(&b)
+		r.Enqueue.writeMarkdown(&body)
 	}
 	if r.Rebalance != nil {
-		r.Rebalance.writeMarkdown(&b)
+		r.Rebalance.writeMarkdown(&body)
 	}
+	if r.Relay != nil && r.Consume != nil && r.Enqueue != nil {
+		this, _ := HeadlineOf(b.String() + body.String())
+		writeHeadlines(&b, this, r.Earlier)
+	}
+	b.WriteString(body.String())
 	_, err := io.WriteString(w, b.String())
 	return err
 }
