@@ -7,7 +7,7 @@ export PATH := $(PATH):/usr/local/go/bin
 COURIER_TEST_DATABASE_URL ?= postgres://postgres@127.0.0.1:5432/test
 export COURIER_TEST_DATABASE_URL
 
-.PHONY: help test services deps migrate vet fuzz bench soak demo install
+.PHONY: help test services deps migrate vet fuzz bench soak demo install docs
 
 ## help: list the targets
 help:
@@ -25,6 +25,11 @@ fuzz:
 ## demo: run the whole pipeline once on an embedded Kafka broker and count every event (seconds)
 demo: services
 	$(GO) run ./cmd/courier demo --database-url "$(COURIER_TEST_DATABASE_URL)"
+
+## docs: write what the docs generate from the code: the CLI reference (docs/cli-reference.md) and ARCHITECTURE.md's import arrows; `make test` fails when they are stale
+docs:
+	$(GO) test -count=1 -run '^TestCLIReferenceIsTheHelp$$' ./cmd/courier/ -update
+	$(GO) test -count=1 -run '^TestArchitectureImportArrows$$' ./docs/ -update
 
 ## install: build the courier CLI into $(go env GOBIN), or $(go env GOPATH)/bin (courier has no release yet, so `go install …@latest` cannot fetch it)
 install:

@@ -80,7 +80,7 @@ type Config struct {
 	// (MaxSaramaChannelBuffer). Its Consumer.Group.Rebalance strategies
 	// may be eager (Sarama's default, range) or cooperative
 	// (sarama.NewBalanceStrategyCooperativeSticky, with Version 2.4 or
-	// later): see the README's "Rebalancing". Defaults to
+	// later): see "Rebalancing" in docs/consumer.md. Defaults to
 	// NewSaramaConfig().
 	Sarama *sarama.Config
 	// Client replaces the client built from Brokers and Sarama, e.g. to
@@ -240,8 +240,8 @@ type Config struct {
 	// "github.com/courierkit/courier/consumer": a "process <topic>" span
 	// per attempt, which the handler's context carries, and a "send
 	// <topic>" span per write to a retry topic or the dead-letter topic,
-	// whose trace context the record written carries. See the README's
-	// "Tracing". Defaults to nil: no spans (the global provider is not
+	// whose trace context the record written carries. See "Tracing" in
+	// docs/observability.md. Defaults to nil: no spans (the global provider is not
 	// used), and a message's traceparent still continues its trace in the
 	// handler's context.
 	TracerProvider trace.TracerProvider

@@ -147,7 +147,7 @@ func TestCoordinatorWaitsDoNotStallFetching(t *testing.T) {
 // and every offset committed. It logs, per change of the group, the
 // longest stall (gap between handled records) of a partition that kept its
 // owner and of one that moved, and the duplicates (run it with -v to read
-// them; the README's figures come from it).
+// them; the performance guide's figures come from it).
 func TestScaleRunLosesNothing(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -4,7 +4,7 @@ package integration_test
 // Kafka clients nobody here wrote, read what the relay publishes, and
 // produce records the consumer retries and dead-letters and dlq.Replay
 // puts back, byte for byte; jq reads the dead letters kcat prints. The
-// README's "Wire format" section documents each of these contracts.
+// wire-format guide (docs/wire-format.md) documents each of these contracts.
 
 import (
 	"bytes"
@@ -174,7 +174,7 @@ func kcatProduce(t *testing.T, path string, k *testkit.Kafka, topic string, w wi
 
 // TestKcatAndKgoReadTheRelaysEvents: what the relay publishes, in binary
 // and structured mode, reads the same in kcat and in kgo, and is what the
-// README's wire format promises: the key, the value byte for byte, and
+// wire-format guide's promises: the key, the value byte for byte, and
 // every ce_ header in its order.
 func TestKcatAndKgoReadTheRelaysEvents(t *testing.T) {
 	t.Parallel()
@@ -237,7 +237,7 @@ func TestKcatAndKgoReadTheRelaysEvents(t *testing.T) {
 	want[1].Value = blob.Payload                             // and no key: Key "" is none
 
 	// Structured mode: the value is the CloudEvent, which kcat must print
-	// as kgo read it and whose attributes are the README's.
+	// as kgo read it and whose attributes are the wire-format guide's.
 	const structured = "application/cloudevents+json; charset=UTF-8"
 	for i, r := range records[2:] {
 		var doc map[string]any
@@ -280,7 +280,7 @@ func TestKcatAndKgoReadTheRelaysEvents(t *testing.T) {
 	}
 }
 
-// envelopeFields are the fields of a dead-letter envelope the README
+// envelopeFields are the fields of a dead-letter envelope the wire-format guide
 // documents, in their order; a record's envelope has those of its bytes.
 var envelopeFields = []string{"envelope_version", "original_topic", "original_partition", "original_offset", "original_timestamp",
 	"original_key", "original_key_base64", "original_headers", "original_headers_base64", "original_header_list",
@@ -368,7 +368,7 @@ func TestRecordsOfKcatAndKgoAreRetriedDeadLetteredAndReplayedByteForByte(t *test
 	mu.Unlock()
 
 	// The dead letters, as kcat prints them: dlq decodes each to the bytes
-	// produced at its offset, and jq reads the fields the README names.
+	// produced at its offset, and jq reads the fields the wire-format guide names.
 	printed := runTool(t, kc, "", "-C", "-b", strings.Join(s.k.Brokers, ","), "-t", s.deadLetter, "-e", "-q", "-f", `%s\n`)
 	lines := strings.Split(strings.TrimSuffix(printed, "\n"), "\n")
 	if len(lines) != len(produced) {
@@ -431,7 +431,7 @@ func TestRecordsOfKcatAndKgoAreRetriedDeadLetteredAndReplayedByteForByte(t *test
 // jqLine is what the jq program of
 // TestRecordsOfKcatAndKgoAreRetriedDeadLetteredAndReplayedByteForByte
 // prints of the dead letter of p, produced at offset: its fields as the
-// README documents them, joined by "|" (null prints as "null").
+// wire-format guide documents them, joined by "|" (null prints as "null").
 func jqLine(s *stack, offset int64, p wire) string {
 	text := func(b []byte) (text, b64 string) {
 		switch {

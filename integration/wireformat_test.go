@@ -3,7 +3,7 @@ package integration_test
 // The wire format, proven with clients nobody here wrote: kcat reads what
 // the relay publishes, what the consumer leaves in a retry tier and in the
 // dead-letter topic, and produces a record the consumer handles; redis-cli
-// reads the dedupe marks. The README documents each of these formats.
+// reads the dedupe marks. docs/wire-format.md documents each of these formats.
 
 import (
 	"context"
@@ -143,7 +143,7 @@ func TestKcatAndRedisCliReadRetryState(t *testing.T) {
 	if !ok {
 		t.Fatalf("the handled message's key holds %q, want claim:<token>", handled)
 	}
-	// The layout the README documents: the owner's done set is
+	// The layout docs/wire-format.md documents: the owner's done set is
 	// Prefix + ":" + Scope + ":done:" + token.
 	doneSet := r.Prefix + ":" + s.group + ":done:" + token
 	if member := cli("SISMEMBER", doneSet, "id-2"); member != "1" {
@@ -160,7 +160,7 @@ func TestKcatAndRedisCliReadRetryState(t *testing.T) {
 }
 
 // TestConsumerHandlesARecordKcatProduced: a record another client produced,
-// with the CloudEvents headers the README documents, reaches the handler
+// with the CloudEvents headers docs/wire-format.md documents, reaches the handler
 // with its key, value, headers, id and correlation id.
 func TestConsumerHandlesARecordKcatProduced(t *testing.T) {
 	t.Parallel()

@@ -41,7 +41,7 @@ func TestClassesFollowKafka(t *testing.T) {
 }
 
 // produceErrors are the codes a produce request's answer can carry, in
-// the order the README lists them.
+// the order the relay guide lists them.
 var produceErrors = []*kerr.Error{
 	kerr.NotLeaderForPartition, kerr.LeaderNotAvailable, kerr.NotEnoughReplicas, kerr.NotEnoughReplicasAfterAppend,
 	kerr.RequestTimedOut, kerr.NetworkException, kerr.KafkaStorageError, kerr.UnknownLeaderEpoch, kerr.FencedLeaderEpoch,
@@ -51,7 +51,7 @@ var produceErrors = []*kerr.Error{
 	kerr.InvalidTimestamp, kerr.UnsupportedForMessageFormat,
 }
 
-// produceErrorRow is the README's row of a produce error code: its name,
+// produceErrorRow is the relay guide's row of a produce error code: its name,
 // whether Kafka retries it, and what the relay does.
 func produceErrorRow(k *kerr.Error) string {
 	err := sarama.KError(k.Code)
@@ -77,11 +77,12 @@ func produceErrorRow(k *kerr.Error) string {
 	return fmt.Sprintf("| `%s` (%d) | %s | %s |", k.Message, k.Code, retriable, does)
 }
 
-// TestReadmeStatesTheProduceErrors: the README's table of produce error
-// codes is what classify does with each.
-func TestReadmeStatesTheProduceErrors(t *testing.T) {
+// TestRelayGuideStatesTheProduceErrors: the relay guide's
+// (docs/relay.md) table of produce error codes is what classify does with
+// each.
+func TestRelayGuideStatesTheProduceErrors(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/relay.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -96,6 +97,6 @@ func TestReadmeStatesTheProduceErrors(t *testing.T) {
 		unindented.WriteString(strings.TrimLeft(line, " "))
 	}
 	if !strings.Contains(unindented.String(), table) {
-		t.Errorf("the README does not hold the table of produce errors the relay's classify makes; make it this table:\n%s", table)
+		t.Errorf("docs/relay.md does not hold the table of produce errors the relay's classify makes; make it this table:\n%s", table)
 	}
 }

@@ -24,13 +24,13 @@ import (
 	"github.com/courierkit/courier/producer"
 )
 
-// limitCase is one limit of an event that the README's Validation section
+// limitCase is one limit of an event that the outbox guide's Validation section
 // states: set gives a field of limitBase's event the value n (a length in
 // bytes, a count, or nanoseconds from a bound); at is n at the limit, and
 // past one past it, which Enqueue refuses with err naming field and says.
 type limitCase struct {
 	name     string
-	doc      string // the row of the README's table of limits that states it
+	doc      string // the row of the outbox guide's table of limits that states it
 	set      func(e *producer.Event, n int)
 	at, past int
 	err      error
@@ -46,7 +46,7 @@ type limitCase struct {
 // Enqueue counted.
 var limitSource = filler("source-", producer.MaxSourceBytes)
 
-// The README's rows for RelayConfig.Source and the record, and the first
+// The outbox guide's rows for RelayConfig.Source and the record, and the first
 // and last instants NotBefore takes.
 var (
 	sourceDoc = fmt.Sprintf("| `RelayConfig.Source` | %d bytes (`MaxSourceBytes`) | `NewRelay` refuses it with `ErrInvalidConfig` |", producer.MaxSourceBytes)
@@ -118,7 +118,7 @@ func limitCases(topic, topicPrefix string) []limitCase {
 }
 
 // TestLimitsHoldThroughTheRelay: every limit of an event that the
-// README's Validation section states holds through a relay to the broker.
+// outbox guide's Validation section states holds through a relay to the broker.
 // An event at the limit is enqueued, published by a relay that traces (so
 // each record carries a traceparent) with a ce_source of MaxSourceBytes,
 // and read back from Kafka byte for byte: key, value and every header.
@@ -253,13 +253,14 @@ func recordDiff(m *sarama.ConsumerMessage, e producer.Event, id uuid.UUID) strin
 	return strings.Join(diffs, "; ")
 }
 
-// TestReadmeStatesTheLimits: the README's table of limits is the one the
-// code proves in TestLimitsHoldThroughTheRelay, figure for figure.
-func TestReadmeStatesTheLimits(t *testing.T) {
+// TestOutboxGuideStatesTheLimits: the table of limits in the outbox
+// guide (docs/outbox.md) is the one the code proves in
+// TestLimitsHoldThroughTheRelay, figure for figure.
+func TestOutboxGuideStatesTheLimits(t *testing.T) {
 	t.Parallel()
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/outbox.md")
 	if err != nil {
-		t.Fatalf("read the README: %v", err)
+		t.Fatalf("read the outbox guide: %v", err)
 	}
 	rows := []string{"| field | limit | one past it |", "| --- | --- | --- |"}
 	for _, lc := range limitCases("t", "t.") {
@@ -269,7 +270,7 @@ func TestReadmeStatesTheLimits(t *testing.T) {
 	}
 	table := strings.Join(append(rows, sourceDoc), "\n") + "\n"
 	if !strings.Contains(string(readme), table) {
-		t.Errorf("the README's Validation section does not hold the limits the code proves (TestLimitsHoldThroughTheRelay); make it this table:\n%s", table)
+		t.Errorf("docs/outbox.md's Validation section does not hold the limits the code proves (TestLimitsHoldThroughTheRelay); make it this table:\n%s", table)
 	}
 }
 
@@ -284,7 +285,7 @@ func filler(prefix string, n int) string {
 }
 
 // thousands writes n with commas between its groups of three digits, as
-// the README writes sizes.
+// the outbox guide writes sizes.
 func thousands(n int) string {
 	s := fmt.Sprint(n)
 	for i := len(s) - 3; i > 0; i -= 3 {

@@ -2,7 +2,7 @@ package producer_test
 
 // Fault tests for the relay: relay processes killed with SIGKILL in the
 // middle of their batches, and a relay whose PostgreSQL backends are
-// terminated under it. They check the README's guarantees of at-least-once
+// terminated under it. They check the guarantees (docs/guarantees.md) of at-least-once
 // delivery (nothing lost, nothing stuck, duplicates keep their ce_id) and of
 // per-key order on what actually arrives on Kafka.
 

@@ -130,7 +130,7 @@ func (f *relayFlags) webhookDrain() time.Duration {
 }
 
 // stopBudget is how long the relay may take to exit after SIGINT or
-// SIGTERM, which the README tells users to give it
+// SIGTERM, which the relay guide (docs/relay.md) tells users to give it
 // (terminationGracePeriodSeconds): --shutdown-timeout for the batch in
 // flight, then the webhook's drain. The last spans get what is left.
 func (f *relayFlags) stopBudget() time.Duration { return f.shutdownTimeout + f.webhookDrain() }

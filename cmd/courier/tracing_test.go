@@ -402,7 +402,7 @@ func hangingCollector(t *testing.T) (srv *httptest.Server, requests func() int64
 // TestRelayStopsWithinTheShutdownTimeoutWhenTheCollectorHangs: with a
 // collector that never answers, SIGTERM stops the relay within
 // --shutdown-timeout (1s, plus a second of slack for the process), as the
-// README tells users to set terminationGracePeriodSeconds, whether the
+// relay guide (docs/relay.md) tells users to set terminationGracePeriodSeconds, whether the
 // spans are in an export already or still queued; it exits 0 and says how
 // many spans it dropped.
 func TestRelayStopsWithinTheShutdownTimeoutWhenTheCollectorHangs(t *testing.T) {
@@ -474,7 +474,7 @@ func TestTracingExportGivesUpOnACollectorThatNeverAnswers(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "the first export at the collector", func() bool { return requests() == 1 })
 	r.o.enqueue(t, event(r.topic, "order-2", "OrderCreated"))
 	topicRecords(t, r.k, r.topic, 2)
-	// The README's 10s, and as long again of slack.
+	// The relay guide's 10s, and as long again of slack.
 	testkit.WaitFor(t, 20*time.Second, "the next export, once the first gave up", func() bool { return requests() == 2 })
 	if failed := waitLog(t, &p.stderr, "cannot export spans; they are dropped (logged at most once a minute)"); !strings.Contains(failed["error"].(string), "deadline exceeded") {
 		t.Errorf("the failed export is logged with %q, want the deadline it ran out of", failed["error"])

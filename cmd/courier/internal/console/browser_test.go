@@ -19,7 +19,7 @@ import (
 const chromiumPath = "/usr/bin/chromium"
 
 // envScreenshots names a directory where the browser tests save a
-// screenshot of every page they check (for the README), besides the ones
+// screenshot of every page they check (for the console guide, docs/console.md), besides the ones
 // saved when a test fails.
 const envScreenshots = "COURIER_CONSOLE_SCREENSHOTS"
 
