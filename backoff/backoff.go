@@ -3,6 +3,11 @@
 // and the consumer a failed message's handler attempts
 // (consumer.Config.Backoff). A zero field means the default of the half
 // that uses it; NoJitter turns the jitter off.
+//
+// The guides tell how to use it: [The relay] and [The consumer].
+//
+// [The relay]: https://github.com/courierkit/courier/blob/main/docs/relay.md
+// [The consumer]: https://github.com/courierkit/courier/blob/main/docs/consumer.md
 package backoff
 
 import (

@@ -132,4 +132,9 @@
 // correlation_id. Config.Hooks receive counts (with the tenant, for a
 // TenantMessageHook), durations, in-flight messages, breaker states and
 // lag; package prom has the Prometheus implementation.
+//
+// The guides tell how to use it: [The consumer] and [Retry topics and dedupe].
+//
+// [The consumer]: https://github.com/courierkit/courier/blob/main/docs/consumer.md
+// [Retry topics and dedupe]: https://github.com/courierkit/courier/blob/main/docs/retry-topics-and-dedupe.md
 package consumer

@@ -96,4 +96,8 @@
 // done set, as `redis-cli MEMORY USAGE` reports them) or
 // table size (inbox: one row per id until Cleanup). A message that comes
 // again after its window is processed again.
+//
+// The guide tells how to use it: [Retry topics and dedupe].
+//
+// [Retry topics and dedupe]: https://github.com/courierkit/courier/blob/main/docs/retry-topics-and-dedupe.md
 package dedupe

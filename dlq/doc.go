@@ -98,4 +98,9 @@
 // MaxHeaderValueBytes, so a record that fails again and again never grows
 // past the broker's message size limit. The original key, value and headers
 // are never cut.
+//
+// The guides tell how to use it: [Dead letters] and [Wire format].
+//
+// [Dead letters]: https://github.com/courierkit/courier/blob/main/docs/dead-letters.md
+// [Wire format]: https://github.com/courierkit/courier/blob/main/docs/wire-format.md
 package dlq

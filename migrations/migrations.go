@@ -15,6 +15,10 @@
 // version in <table>_migrations, and serializes concurrent runs with a
 // PostgreSQL advisory lock, so any number of processes may migrate at
 // start-up.
+//
+// The guide tells how to use it: [The outbox tables, migrations and upgrades].
+//
+// [The outbox tables, migrations and upgrades]: https://github.com/courierkit/courier/blob/main/docs/outbox-tables.md
 package migrations
 
 import (

@@ -3,6 +3,12 @@
 // business rows; committing the transaction makes them visible to the relay,
 // rolling it back removes them. An event is therefore published if and only
 // if the transaction that enqueued it commits.
+//
+// The guides tell how to use it: [The outbox], [The relay] and [Inspect and repair the outbox].
+//
+// [The outbox]: https://github.com/courierkit/courier/blob/main/docs/outbox.md
+// [The relay]: https://github.com/courierkit/courier/blob/main/docs/relay.md
+// [Inspect and repair the outbox]: https://github.com/courierkit/courier/blob/main/docs/outbox-operations.md
 package producer
 
 import (

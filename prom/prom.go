@@ -96,6 +96,10 @@
 // their series stay apart. Two RelayMetrics with the same Table (or both
 // without one) on one registry collide, and the second NewRelayMetrics
 // returns an error.
+//
+// The guide tells how to use it: [Observability].
+//
+// [Observability]: https://github.com/courierkit/courier/blob/main/docs/observability.md
 package prom
 
 import (

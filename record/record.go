@@ -11,6 +11,10 @@
 // sarama.SyncProducer (configured as usual, with TLS, SASL and tuning in
 // its sarama.Config), and Message converts a Record to the Sarama message
 // that writes it.
+//
+// The guide tells how to use it: [Wire format].
+//
+// [Wire format]: https://github.com/courierkit/courier/blob/main/docs/wire-format.md
 package record
 
 import (

@@ -55,4 +55,8 @@
 // a failing message stops for all its messages until that one is handled
 // or dead-lettered, every keyed message costs a Redis round trip (one per
 // batch), and order holds only while Redis keeps the parked keys.
+//
+// The guide tells how to use it: [Retry topics and dedupe].
+//
+// [Retry topics and dedupe]: https://github.com/courierkit/courier/blob/main/docs/retry-topics-and-dedupe.md
 package retrytopics

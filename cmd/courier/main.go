@@ -25,6 +25,11 @@
 // --kafka-timeout (default 10s); against PostgreSQL within the URL's
 // connect_timeout (default 10s); the message names Kafka or PostgreSQL and
 // the address.
+//
+// The guides tell how to use it: [The CLI] and [CLI reference].
+//
+// [The CLI]: https://github.com/courierkit/courier/blob/main/docs/cli.md
+// [CLI reference]: https://github.com/courierkit/courier/blob/main/docs/cli-reference.md
 package main
 
 import (
