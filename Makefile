@@ -26,10 +26,10 @@ fuzz:
 demo: services
 	$(GO) run ./cmd/courier demo --database-url "$(COURIER_TEST_DATABASE_URL)"
 
-## docs: write what the docs generate from the code: the CLI reference (docs/cli-reference.md) and ARCHITECTURE.md's import arrows; `make test` fails when they are stale
+## docs: write what the docs generate from the code: the CLI reference (docs/cli-reference.md), ARCHITECTURE.md's import arrows and the envelope's fields in docs/wire-format.md; `make test` fails when they are stale
 docs:
 	$(GO) test -count=1 -run '^TestCLIReferenceIsTheHelp$$' ./cmd/courier/ -update
-	$(GO) test -count=1 -run '^TestArchitectureImportArrows$$' ./docs/ -update
+	$(GO) test -count=1 -run '^(TestArchitectureImportArrows|TestWireFormatListsTheEnvelopeFields)$$' ./docs/ -update
 
 ## install: build the courier CLI into $(go env GOBIN), or $(go env GOPATH)/bin (courier has no release yet, so `go install …@latest` cannot fetch it)
 install:

@@ -154,7 +154,8 @@ type Failure struct {
 type Envelope struct {
 	// Version is envelope_version. Always EnvelopeVersion (1).
 	Version int
-	// OriginalTopic is original_topic. Required.
+	// OriginalTopic is original_topic: the topic the record was read from,
+	// or the outbox event's topic. Required.
 	OriginalTopic string
 	// OriginalPartition is original_partition; -1 (NoPartition) when the
 	// record never reached Kafka (an outbox event dead-lettered by the
@@ -163,51 +164,56 @@ type Envelope struct {
 	// OriginalOffset is original_offset; -1 (NoOffset) when the record never
 	// reached Kafka. Partition and offset are -1 together or not at all.
 	OriginalOffset int64
-	// OriginalTimestamp is original_timestamp, the record's timestamp; null
+	// OriginalTimestamp is original_timestamp: the record's timestamp; null
 	// in JSON when zero.
 	OriginalTimestamp time.Time
-	// OriginalKey is original_key: the key when it is valid UTF-8, else nil.
-	// Nil in both OriginalKey and OriginalKeyBase64 means the record had no
-	// key.
+	// OriginalKey is original_key: the key when it is valid UTF-8, else nil
+	// (null). Null in both original_key and original_key_base64 means the
+	// record had no key.
 	OriginalKey *string
-	// OriginalKeyBase64 is original_key_base64, the key in standard base64
-	// when it is not valid UTF-8; left out of the JSON when nil.
+	// OriginalKeyBase64 is original_key_base64: the key in standard base64
+	// when it is not valid UTF-8; left out of the JSON otherwise.
 	OriginalKeyBase64 *string
 	// OriginalHeaders is original_headers: each header whose name and value
 	// are UTF-8, by name, the last one winning (a null value shows as "").
-	// A view for people and tools; replay uses OriginalHeaderList.
+	// A view for people and tools; replay uses original_header_list.
 	OriginalHeaders map[string]string
 	// OriginalHeadersBase64 is original_headers_base64: like
-	// OriginalHeaders, for the headers whose last value is not UTF-8, in
-	// standard base64. A name is in at most one of the two maps.
+	// original_headers, for the headers whose last value is not UTF-8, in
+	// standard base64. A name is in at most one of the two.
 	OriginalHeadersBase64 map[string]string
 	// OriginalHeaderList is original_header_list: every original header, in
-	// order, duplicates included. Replay restores headers from it.
+	// order, duplicates included, each {key, value} or, for bytes that are
+	// not UTF-8, key_base64 / value_base64. Replay restores headers from it.
 	OriginalHeaderList []HeaderEntry
 	// OriginalMessage is original_message: the value when it is JSON that
-	// encodes back to the same bytes (compact, UTF-8, not null), else nil.
+	// encodes back to the same bytes (compact, UTF-8, not null), else nil
+	// (null).
 	OriginalMessage json.RawMessage
 	// OriginalMessageBase64 is original_message_base64: the value in
-	// standard base64 when it is not such JSON. Nil in both fields means a
-	// nil value (tombstone); "" here means an empty value.
+	// standard base64 when it is not such JSON. Null in both means a nil
+	// value (a tombstone); "" here means an empty value.
 	OriginalMessageBase64 *string
-	// Error is error, the last error's text, at most MaxErrorBytes.
+	// Error is error: the last error's text, at most MaxErrorBytes (4 KiB).
 	Error string
-	// ErrorKind is error_kind. Required.
+	// ErrorKind is error_kind: retries_exhausted (the attempts ran out) or
+	// permanent (the error was marked so). Required.
 	ErrorKind ErrorKind
-	// Attempts is retry_count (in raw mode the dlq_retry_count header,
-	// HeaderRetryCount), how many attempts failed.
+	// Attempts is retry_count: how many attempts failed (in raw mode the
+	// dlq_retry_count header, HeaderRetryCount).
 	Attempts int
-	// FailedAt is failed_at, when the record was given up on. Required.
+	// FailedAt is failed_at: when the record was given up on. Required.
 	FailedAt time.Time
-	// FirstFailedAt is first_failed_at, when the record first failed; null
+	// FirstFailedAt is first_failed_at: when the record first failed; null
 	// in JSON when zero.
 	FirstFailedAt time.Time
-	// CorrelationID is correlation_id. Optional.
+	// CorrelationID is correlation_id: ties the record to a business flow,
+	// e.g. the original's ce_correlationid header. Optional.
 	CorrelationID string
-	// ConsumerGroup is consumer_group; empty for the relay.
+	// ConsumerGroup is consumer_group: the group that gave up on the
+	// record; empty for the relay.
 	ConsumerGroup string
-	// ReplayCount is replay_count, how many times the record was replayed
+	// ReplayCount is replay_count: how many times the record was replayed
 	// before this failure.
 	ReplayCount int
 }
