@@ -152,7 +152,7 @@ type Failure struct {
 // in UTC with milliseconds. Build one with New, and get the original record
 // back with Original, which restores its bytes exactly.
 type Envelope struct {
-	// Version is envelope_version. Always EnvelopeVersion (1).
+	// Version is envelope_version: always 1 (EnvelopeVersion).
 	Version int
 	// OriginalTopic is original_topic: the topic the record was read from,
 	// or the outbox event's topic. Required.

@@ -383,3 +383,27 @@ func TestReadmeIsAFrontPage(t *testing.T) {
 		}
 	}
 }
+
+// TestHeadingsDoNotSkipALevel: in every Markdown file a heading is at
+// most one level below the one before it (a page's first is its # title),
+// so each page's outline reads as one.
+func TestHeadingsDoNotSkipALevel(t *testing.T) {
+	for _, file := range markdownFiles(t) {
+		doc, err := os.ReadFile(filepath.Join(root, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		level := 0
+		for _, line := range prose(string(doc)) {
+			m := heading.FindStringSubmatch(line.text)
+			if m == nil {
+				continue
+			}
+			if n := len(m[1]); n > level+1 {
+				t.Errorf("%s:%d: %q is a level-%d heading under a level-%d one", file, line.n, line.text, n, level)
+			} else {
+				level = n
+			}
+		}
+	}
+}

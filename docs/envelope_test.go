@@ -73,7 +73,7 @@ func TestWireFormatListsTheEnvelopeFields(t *testing.T) {
 			header = "`" + name + "`"
 		}
 		meaning := m[3]
-		if meaning != "" {
+		if first, _, _ := strings.Cut(meaning, " "); meaning != "" && !strings.Contains(first, "_") {
 			meaning = strings.ToUpper(meaning[:1]) + meaning[1:]
 		}
 		b.WriteString("| `" + m[2] + "` | " + jsonType(field.Type) + " | " + header + " | " + strings.ReplaceAll(meaning, "|", `\|`) + " |\n")
