@@ -136,8 +136,8 @@ func (r *LatencyRun) start(ctx context.Context, rc *producer.RelayConfig) error 
 	}
 	warm := make([]uuid.UUID, warmUpEvents)
 	for i := range warm {
-		warm[i] = uuid.Must(uuid.NewV7())
-		if _, err := r.send(ctx, i, warm[i]); err != nil {
+		var err error
+		if _, warm[i], err = r.send(ctx, i); err != nil {
 			return err
 		}
 	}
@@ -177,20 +177,22 @@ func (r *LatencyRun) startRelay(ctx context.Context, rc producer.RelayConfig) er
 	return nil
 }
 
-// send enqueues (or, for DirectProduce, produces) the i-th event with id,
-// and returns when its way to the consumer started: when the enqueue
-// committed, or when the send began.
-func (r *LatencyRun) send(ctx context.Context, i int, id uuid.UUID) (time.Time, error) {
+// send enqueues (or, for DirectProduce, produces) the i-th event, and
+// returns when its way to the consumer started (when the enqueue
+// committed, or when the send began) and its id. The enqueue leaves the id
+// to Enqueue, as a service does: an id of the caller's own costs a row in
+// the keys table, which would measure that option's price, not the relay.
+func (r *LatencyRun) send(ctx context.Context, i int) (time.Time, uuid.UUID, error) {
 	ev := orderEvent(r.table.topic, i, fmt.Sprintf("order-%d", rand.IntN(keys)))
-	ev.ID = id
 	if r.direct == nil {
-		_, err := r.table.out.Enqueue(ctx, r.enqueue, ev)
-		return time.Now(), err
+		res, err := r.table.out.Enqueue(ctx, r.enqueue, ev)
+		return time.Now(), res.ID, err
 	}
+	id := uuid.Must(uuid.NewV7())
 	start := time.Now()
 	_, _, err := r.direct.SendMessage(&sarama.ProducerMessage{Topic: ev.Topic, Key: sarama.StringEncoder(ev.Key),
 		Value: sarama.ByteEncoder(ev.Payload), Headers: cloudEventHeaders(id, ev.Type, "application/json", start)})
-	return start, err
+	return start, id, err
 }
 
 // Phase sends rate·LatencyDuration events, paced on a 1ms ticker (several
@@ -199,9 +201,6 @@ func (r *LatencyRun) send(ctx context.Context, i int, id uuid.UUID) (time.Time, 
 func (r *LatencyRun) Phase(ctx context.Context) error {
 	n := max(1, int(float64(r.rate)*r.cfg.LatencyDuration.Seconds()))
 	ids := make([]uuid.UUID, n)
-	for i := range ids {
-		ids[i] = uuid.Must(uuid.NewV7())
-	}
 	sent := make([]time.Time, n)
 	workers := enqueuersFor(r.rate)
 	errs := make([]error, workers)
@@ -211,7 +210,7 @@ func (r *LatencyRun) Phase(ctx context.Context) error {
 		wg.Go(func() {
 			for i := range jobs {
 				var err error
-				if sent[i], err = r.send(ctx, i, ids[i]); err != nil && errs[w] == nil {
+				if sent[i], ids[i], err = r.send(ctx, i); err != nil && errs[w] == nil {
 					errs[w] = err
 				}
 			}

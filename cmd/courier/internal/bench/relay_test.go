@@ -74,3 +74,36 @@ func TestRelayTracedRunsBesideItsBaseline(t *testing.T) {
 		t.Errorf("relay/traced: %+v, want a ratio to relay/defaults", traced)
 	}
 }
+
+// TestLatencyRunLetsEnqueueAssignTheIDs: the latency run enqueues as a
+// service does, leaving each event's id to Enqueue, so it measures the
+// relay and not the price of ids of one's own (a row each in the keys
+// table, which an earlier harness paid for every event): after the
+// warm-up and a phase, every event arrived and the keys table is empty.
+func TestLatencyRunLetsEnqueueAssignTheIDs(t *testing.T) {
+	t.Parallel()
+	ctx, pg, brokers := services(t)
+	run, err := NewLatencyRun(ctx, RelayConfig{DatabaseURL: pg.URL, Brokers: brokers, LatencyDuration: 200 * time.Millisecond,
+		Name: testkit.UniqueName(t, 30)}, RelayDefaults, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := run.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
+	if err := run.Phase(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if res := run.Result(); res.Events == 0 || res.Unarrived > 0 {
+		t.Fatalf("the phase measured %d events, %d of them never arrived", res.Events, res.Unarrived)
+	}
+	var keys int
+	if err := run.table.pool.QueryRow(ctx, "SELECT count(*) FROM "+run.table.schema+".courier_outbox_keys").Scan(&keys); err != nil {
+		t.Fatal(err)
+	}
+	if keys != 0 {
+		t.Errorf("the keys table holds %d rows: the run enqueued ids of its own", keys)
+	}
+}
