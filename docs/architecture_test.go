@@ -3,7 +3,6 @@ package docs
 import (
 	"flag"
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
@@ -82,23 +81,7 @@ func TestArchitectureImportArrows(t *testing.T) {
 	}
 	b.WriteString("```\n" + arrowsEnd)
 
-	path := filepath.Join(root, "ARCHITECTURE.md")
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start, end := strings.Index(string(doc), arrowsStart), strings.Index(string(doc), arrowsEnd)
-	if start < 0 || end < start {
-		t.Fatalf("ARCHITECTURE.md has no block between %q and %q", arrowsStart, arrowsEnd)
-	}
-	current := string(doc)[start : end+len(arrowsEnd)]
-	if *update {
-		if err := os.WriteFile(path, []byte(strings.Replace(string(doc), current, b.String(), 1)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	} else if current != b.String() {
-		t.Errorf("ARCHITECTURE.md's import arrows are not the module's imports; run `make docs`. They are:\n%s", b.String())
-	}
+	checkGenerated(t, "ARCHITECTURE.md", arrowsStart, arrowsEnd, b.String())
 
 	for _, rule := range []struct {
 		from, to string

@@ -37,9 +37,9 @@ func markdownFiles(t *testing.T) []string {
 	return files
 }
 
-// prose returns doc's lines outside fenced code blocks, inline code spans
-// blanked, each with its line number.
-func prose(doc string) []numbered {
+// outsideFences returns doc's lines outside fenced code blocks, each
+// with its line number.
+func outsideFences(doc string) []numbered {
 	var out []numbered
 	fence := ""
 	for i, line := range strings.Split(doc, "\n") {
@@ -54,9 +54,19 @@ func prose(doc string) []numbered {
 			fence = trimmed[:3]
 			continue
 		}
-		out = append(out, numbered{i + 1, inlineCode.ReplaceAllString(line, "``")})
+		out = append(out, numbered{i + 1, line})
 	}
 	return out
+}
+
+// prose returns doc's lines outside fenced code blocks, inline code spans
+// blanked, each with its line number.
+func prose(doc string) []numbered {
+	lines := outsideFences(doc)
+	for i := range lines {
+		lines[i].text = inlineCode.ReplaceAllString(lines[i].text, "``")
+	}
+	return lines
 }
 
 type numbered struct {
@@ -78,19 +88,8 @@ var (
 func anchors(doc string) map[string]bool {
 	out := map[string]bool{}
 	seen := map[string]int{}
-	fence := ""
-	for line := range strings.SplitSeq(doc, "\n") {
-		trimmed := strings.TrimLeft(line, " ")
-		if fence != "" {
-			if strings.HasPrefix(trimmed, fence) {
-				fence = ""
-			}
-			continue
-		}
-		if strings.HasPrefix(trimmed, "```") || strings.HasPrefix(trimmed, "~~~") {
-			fence = trimmed[:3]
-			continue
-		}
+	for _, l := range outsideFences(doc) {
+		line := l.text
 		for _, m := range htmlAnchor.FindAllStringSubmatch(line, -1) {
 			out[m[1]] = true
 		}
@@ -122,6 +121,30 @@ func slug(text string) string {
 		}
 	}
 	return b.String()
+}
+
+// checkGenerated compares the block of the Markdown file path (relative
+// to root) between the lines start and end with want, which holds them
+// too; with -update it writes want there instead.
+func checkGenerated(t *testing.T, path, start, end, want string) {
+	t.Helper()
+	full := filepath.Join(root, path)
+	doc, err := os.ReadFile(full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, j := strings.Index(string(doc), start), strings.Index(string(doc), end)
+	if i < 0 || j < i {
+		t.Fatalf("%s has no block between %q and %q", path, start, end)
+	}
+	current := string(doc)[i : j+len(end)]
+	if *update {
+		if err := os.WriteFile(full, []byte(strings.Replace(string(doc), current, want, 1)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	} else if current != want {
+		t.Errorf("%s's generated block is stale; run `make docs`. It is:\n%s", path, want)
+	}
 }
 
 // TestEveryLinkResolves: every relative link and image of every Markdown

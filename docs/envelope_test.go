@@ -4,7 +4,6 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -80,25 +79,7 @@ func TestWireFormatListsTheEnvelopeFields(t *testing.T) {
 	}
 	b.WriteString("\n" + envelopeEnd)
 
-	path := filepath.Join(root, "docs", "wire-format.md")
-	doc, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	start, end := strings.Index(string(doc), envelopeStart), strings.Index(string(doc), envelopeEnd)
-	if start < 0 || end < start {
-		t.Fatalf("docs/wire-format.md has no block between %q and %q", envelopeStart, envelopeEnd)
-	}
-	current := string(doc)[start : end+len(envelopeEnd)]
-	if *update {
-		if err := os.WriteFile(path, []byte(strings.Replace(string(doc), current, b.String(), 1)), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	if current != b.String() {
-		t.Errorf("docs/wire-format.md's envelope table is not dlq.Envelope's fields; run `make docs`. It is:\n%s", b.String())
-	}
+	checkGenerated(t, "docs/wire-format.md", envelopeStart, envelopeEnd, b.String())
 }
 
 // jsonType is how a field of dlq.Envelope reads in the envelope's JSON.
