@@ -2,9 +2,9 @@ package kafkaauth_test
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"io"
-	"encoding/json"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -163,7 +163,9 @@ func TestClientCredentialsRefuseABadConfiguration(t *testing.T) {
 	}{
 		{"no URL", func(c *kafkaauth.ClientCredentials) { c.TokenURL = "" }, "token URL is empty"},
 		{"plain http", func(c *kafkaauth.ClientCredentials) { c.TokenURL = "http://idp.example.com/token" }, "plain http: use https"},
-		{"credentials in the URL", func(c *kafkaauth.ClientCredentials) { c.TokenURL = "https://relay:" + secret + "@idp.example.com/token" }, "holds a user or password"},
+		{"credentials in the URL", func(c *kafkaauth.ClientCredentials) {
+			c.TokenURL = "https://relay:" + secret + "@idp.example.com/token"
+		}, "holds a user or password"},
 		{"not a URL", func(c *kafkaauth.ClientCredentials) { c.TokenURL = "idp.example.com/token" }, "not an http(s) URL"},
 		{"no client id", func(c *kafkaauth.ClientCredentials) { c.ClientID = "" }, "client id is empty"},
 		{"no secret", func(c *kafkaauth.ClientCredentials) { c.ClientSecret = "" }, `client "relay" has no secret`},
