@@ -229,6 +229,17 @@ type Config struct {
 	// Defaults to 15s.
 	ProgressInterval time.Duration
 
+	// ReadinessGrace is how long the consumer may be out of its group (a
+	// rebalance, Kafka unreachable, its coordinator moving) and still be
+	// ready: Readiness answers 503 once it has been out for longer, until
+	// it is back in. At most 24h (MaxTimeout). Defaults to twice the Sarama
+	// config's Consumer.Group.Rebalance.Timeout (2m with Sarama's default
+	// of 1m; Config.Client's config when set): a rebalance lasts up to that
+	// timeout while the broker waits for the members to rejoin, and one
+	// that waited out a member that died while joining can be followed by
+	// another when it comes back.
+	ReadinessGrace time.Duration
+
 	// Logger receives the consumer's logs. Defaults to slog.Default().
 	Logger *slog.Logger
 	// Hooks receive measurements: each implements one or more of the
@@ -325,7 +336,8 @@ func requireSarama(cfg *sarama.Config) {
 }
 
 // WithDefaults returns c with every zero field set to its default (the
-// Default* constants), and Sarama set to a copy of itself (or of
+// Default* constants; for ReadinessGrace, twice the rebalance timeout of
+// the Sarama config), and Sarama set to a copy of itself (or of
 // NewSaramaConfig()) with the fields the consumer relies on. New calls it;
 // it changes nothing it need not, so calling it first does no harm.
 func (c Config) WithDefaults() Config {
@@ -353,10 +365,23 @@ func (c Config) WithDefaults() Config {
 		ownStrategies(&sc)
 		c.Sarama = &sc
 	}
+	if c.ReadinessGrace == 0 {
+		c.ReadinessGrace = c.defaultReadinessGrace()
+	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
 	return c
+}
+
+// readinessGraceRebalances is how many rebalance timeouts the consumer may
+// be out of its group by default and still be ready (see ReadinessGrace).
+const readinessGraceRebalances = 2
+
+// defaultReadinessGrace is ReadinessGrace's default: twice the rebalance
+// timeout of the Sarama config the consumer runs with.
+func (c *Config) defaultReadinessGrace() time.Duration {
+	return readinessGraceRebalances * c.saramaConfig().Consumer.Group.Rebalance.Timeout
 }
 
 // bounded lists the numeric fields of c with their defaults and bounds.
@@ -416,6 +441,10 @@ func (c *Config) validate() error {
 	}
 	if err := checkBounds(ints...); err != nil {
 		return err
+	}
+	if c.ReadinessGrace < 0 || c.ReadinessGrace > MaxTimeout {
+		return fmt.Errorf("%w: ReadinessGrace is %v; use a positive duration up to %v, how long the consumer may be out of its group and still be ready, "+
+			"or 0 for the default of twice Sarama's Consumer.Group.Rebalance.Timeout (%v)", ErrInvalidConfig, c.ReadinessGrace, MaxTimeout, c.defaultReadinessGrace())
 	}
 	if err := c.Backoff.WithDefaults(backoff.Backoff{}).Validate(); err != nil {
 		return fmt.Errorf("%w: Backoff.%w", ErrInvalidConfig, err)

@@ -73,6 +73,8 @@ func TestConfigValidation(t *testing.T) {
 		{"negative breaker wait", func(c *consumer.Config) { c.BreakerWait = -time.Second }, "BreakerWait"},
 		{"negative progress interval", func(c *consumer.Config) { c.ProgressInterval = -time.Second }, "ProgressInterval"},
 		{"progress interval over an hour", func(c *consumer.Config) { c.ProgressInterval = consumer.MaxBackoff + time.Second }, "ProgressInterval"},
+		{"negative readiness grace", func(c *consumer.Config) { c.ReadinessGrace = -time.Second }, "ReadinessGrace is -1s; use a positive duration"},
+		{"readiness grace over a day", func(c *consumer.Config) { c.ReadinessGrace = consumer.MaxTimeout + time.Second }, "ReadinessGrace"},
 		{"negative base", func(c *consumer.Config) { c.Backoff.Base = -time.Second }, "Backoff.Base"},
 		{"factor below 1", func(c *consumer.Config) { c.Backoff.Factor = 0.5 }, "Backoff.Factor"},
 		{"jitter above 1", func(c *consumer.Config) { c.Backoff.Jitter = 1.5 }, "Backoff.Jitter"},
@@ -154,6 +156,19 @@ func TestWithDefaults(t *testing.T) {
 		if pair[0] != pair[1] {
 			t.Errorf("WithDefaults().%s = %v, want %v", name, pair[0], pair[1])
 		}
+	}
+	if want := 2 * got.Sarama.Consumer.Group.Rebalance.Timeout; got.ReadinessGrace != want || want != 2*time.Minute {
+		t.Errorf("WithDefaults().ReadinessGrace = %v, want twice Sarama's rebalance timeout, %v (2m with Sarama's default)", got.ReadinessGrace, want)
+	}
+	slow := minimalConfig()
+	slow.Sarama = consumer.NewSaramaConfig()
+	slow.Sarama.Consumer.Group.Rebalance.Timeout = 5 * time.Minute
+	if g := slow.WithDefaults().ReadinessGrace; g != 10*time.Minute {
+		t.Errorf("WithDefaults().ReadinessGrace with a rebalance timeout of 5m = %v, want 10m", g)
+	}
+	slow.ReadinessGrace = 30 * time.Second
+	if g := slow.WithDefaults().ReadinessGrace; g != 30*time.Second {
+		t.Errorf("WithDefaults() changed a ReadinessGrace set to 30s to %v", g)
 	}
 	if again := got.WithDefaults(); again.Backoff != got.Backoff || again.TakeBatch != got.TakeBatch || again.Sarama == nil {
 		t.Errorf("WithDefaults twice: %+v, want %+v", again.Backoff, got.Backoff)

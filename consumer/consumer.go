@@ -28,6 +28,7 @@ type Consumer struct {
 	metrics     *hooks       // Config.Hooks
 	dedupeHooks *dedupeHooks // Dedupe.Hooks
 	running     atomic.Bool
+	health      health // what Liveness and Readiness read
 
 	// topics are what the group subscribes to: Config.Topics and their
 	// retry topics.
@@ -94,12 +95,15 @@ func (c *Consumer) Topologies() []retrytopics.Topology {
 // the group and returns nil. It returns an error only when it cannot start
 // (a Sarama configuration Kafka clients refuse, or a cluster that refuses
 // idempotent writes: see Config.WithoutIdempotentWrites) or when already
-// running.
+// running. Liveness answers 200 while it runs, and Readiness while it is in
+// its group or briefly out of it.
 func (c *Consumer) Run(ctx context.Context) error {
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrRunning
 	}
 	defer c.running.Store(false)
+	c.health.start(ctx)
+	defer c.health.stop()
 	k, err := c.open(ctx)
 	if k == nil {
 		return err // nil when ctx ended
@@ -362,13 +366,25 @@ type groupHandler struct {
 	highWater highWaterReader
 }
 
-func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error   { return nil }
-func (h *groupHandler) Cleanup(sarama.ConsumerGroupSession) error { return nil }
+// Setup and Cleanup tell the probes that the consumer joined its group and
+// left it. Under cooperative rebalancing a session lasts across
+// rebalances, so the consumer stays in its group while partitions move.
+func (h *groupHandler) Setup(sarama.ConsumerGroupSession) error {
+	h.c.health.setup()
+	return nil
+}
+
+func (h *groupHandler) Cleanup(sarama.ConsumerGroupSession) error {
+	h.c.health.cleanup()
+	return nil
+}
 
 // ConsumeClaim handles the messages of one partition until the session
 // ends or, under cooperative rebalancing, the partition is revoked. It marks an offset only once every message before it is handled
 // or dead-lettered.
 func (h *groupHandler) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.ConsumerGroupClaim) error {
+	h.c.health.claimed(1)
+	defer h.c.health.claimed(-1)
 	p := newPartition(h, sess, claim)
 	p.stopProgress = p.watchProgress(h.highWater)
 	defer p.close()

@@ -131,7 +131,10 @@
 // Logs go to Config.Logger with topic, partition, offset, ce_id and
 // correlation_id. Config.Hooks receive counts (with the tenant, for a
 // TenantMessageHook), durations, in-flight messages, breaker states and
-// lag; package prom has the Prometheus implementation.
+// lag; package prom has the Prometheus implementation. Consumer.Liveness
+// and Consumer.Readiness are http.Handlers for Kubernetes' probes: live
+// while Run runs, ready while the consumer is in its group or out of it for
+// less than Config.ReadinessGrace.
 //
 // The guides tell how to use it: [The consumer] and [Retry topics and dedupe].
 //

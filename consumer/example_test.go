@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -300,4 +303,63 @@ func ExampleNewSaramaConfig_cooperative() {
 		log.Fatal(err)
 	}
 	_ = c // c.Run(ctx)
+}
+
+// Serve the consumer's probes beside the service's own routes, for a
+// Kubernetes livenessProbe on GET /livez and a readinessProbe on GET
+// /readyz: not ready before Run, ready once it is in its group, not live
+// once Run has returned. The example runs on an in-process broker.
+func ExampleConsumer_Readiness() {
+	broker := payoutsBroker()
+	defer broker.Close()
+	c, err := consumer.New(consumer.Config{
+		Brokers: broker.ListenAddrs(),
+		Group:   "payout-worker",
+		Topics:  []string{"payouts"},
+		Handler: consumer.HandlerFunc(func(context.Context, *consumer.Message) error { return nil }),
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/livez", c.Liveness())
+	mux.Handle("/readyz", c.Readiness())
+	srv := httptest.NewServer(mux) // in a service: (&http.Server{Addr: ":8081", Handler: mux}).ListenAndServe()
+	defer srv.Close()
+	get := func(path string) string {
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return fmt.Sprint(resp.StatusCode, " ", strings.TrimSpace(string(body)))
+	}
+	fmt.Println(get("/readyz"))
+
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for answer := get("/readyz"); ; answer = get("/readyz") {
+		if strings.HasPrefix(answer, "200") {
+			fmt.Println(answer)
+			break
+		}
+		<-tick.C
+	}
+	stop()
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(get("/livez"))
+	// Output:
+	// 503 {"status":"not_ready","reason":"Run has not started","group":"payout-worker","in_group":false,"partitions":0}
+	// 200 {"status":"ready","reason":"in the group, consuming 1 partition","group":"payout-worker","in_group":true,"partitions":1}
+	// 503 {"status":"not_live","reason":"Run has returned"}
 }

@@ -28,6 +28,20 @@ func TestConfigWithDefaults(t *testing.T) {
 	if r := (producer.RelayConfig{}).WithDefaults(); r.Retention != producer.DefaultRetention || r.Workers != producer.DefaultWorkers {
 		t.Errorf("RelayConfig{}.WithDefaults(): Retention %v, Workers %d; want the defaults", r.Retention, r.Workers)
 	}
+	for _, c := range []struct {
+		in   producer.RelayConfig
+		want time.Duration
+	}{
+		{producer.RelayConfig{}, 62 * time.Second}, // twice PollInterval (1s) plus PublishTimeout (30s)
+		{producer.RelayConfig{PollInterval: time.Minute, PublishTimeout: time.Minute}, 4 * time.Minute},
+		{producer.RelayConfig{PollInterval: producer.MaxInterval, PublishTimeout: producer.MaxTimeout}, producer.MaxTimeout},
+		{producer.RelayConfig{ReadinessGrace: 5 * time.Second}, 5 * time.Second},
+	} {
+		if got := c.in.WithDefaults().ReadinessGrace; got != c.want {
+			t.Errorf("RelayConfig{PollInterval: %v, PublishTimeout: %v, ReadinessGrace: %v}.WithDefaults().ReadinessGrace = %v, want %v",
+				c.in.PollInterval, c.in.PublishTimeout, c.in.ReadinessGrace, got, c.want)
+		}
+	}
 	if c := (producer.Config{Schema: "shop"}).WithDefaults(); c.Schema != "shop" || c.Table != "courier_outbox" || c.MaxPayloadBytes != producer.DefaultMaxPayloadBytes {
 		t.Errorf("Config{Schema: shop}.WithDefaults() = %+v", c)
 	}

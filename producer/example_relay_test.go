@@ -3,8 +3,12 @@ package producer_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -86,4 +90,74 @@ func ExampleRelay() {
 	// Output:
 	// key=order-42 value={"order_id":"order-42"}
 	// ce_id is the event id: true
+}
+
+// Serve the relay's probes beside the service's routes: GET /livez for a
+// Kubernetes livenessProbe (200 while Run runs), GET /readyz for an alert
+// or a rollout (200 while every worker publishes, or finds nothing to
+// publish). This example uses an in-process broker.
+func ExampleRelay_Readiness() {
+	ctx := context.Background()
+	pool := exampleDB(ctx, "courier_example_probes")
+	defer pool.Close()
+	migrator, err := migrations.New(migrations.Config{Schema: "courier_example_probes"})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if _, err := migrator.Up(ctx, pool); err != nil {
+		log.Fatal(err)
+	}
+	broker, err := kfake.NewCluster(kfake.SeedTopics(1, "orders"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer broker.Close()
+	relay, err := producer.NewRelay(pool, producer.RelayConfig{
+		Schema:  "courier_example_probes",
+		Brokers: broker.ListenAddrs(),
+		Logger:  slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/livez", relay.Liveness())
+	mux.Handle("/readyz", relay.Readiness())
+	srv := httptest.NewServer(mux) // in a service, the server of its own routes
+	defer srv.Close()
+	get := func(path string) string {
+		resp, err := srv.Client().Get(srv.URL + path)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return fmt.Sprint(resp.StatusCode, " ", strings.TrimSpace(string(body)))
+	}
+	fmt.Println(get("/livez"))
+
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- relay.Run(runCtx) }()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for answer := get("/readyz"); ; answer = get("/readyz") {
+		if strings.HasPrefix(answer, "200") {
+			fmt.Println(answer)
+			break
+		}
+		<-tick.C
+	}
+	stop()
+	if err := <-done; err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(get("/livez"))
+	// Output:
+	// 503 {"status":"not_live","reason":"Run has not started"}
+	// 200 {"status":"ready","reason":"every worker made progress within the bound of 1m2s","breaker":"closed","held_partitions":0}
+	// 503 {"status":"not_live","reason":"Run has returned"}
 }

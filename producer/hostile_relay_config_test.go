@@ -78,6 +78,9 @@ func TestHostileRelayConfig(t *testing.T) {
 		{"stats interval 1ns", producer.RelayConfig{Brokers: brokers, StatsInterval: time.Nanosecond}, "StatsInterval", "use 1ms to 24h0m0s"},
 		{"retention 1<<62", producer.RelayConfig{Brokers: brokers, Retention: 1 << 62}, "Retention", "a negative duration to keep published events forever"},
 		{"dead-letter suffix NUL", producer.RelayConfig{Brokers: brokers, DeadLetterSuffix: ".dlq\x00"}, "DeadLetterSuffix", ""},
+		{"readiness grace negative", producer.RelayConfig{Brokers: brokers, ReadinessGrace: -time.Second}, "ReadinessGrace is -1s", "use more than PollInterval"},
+		{"readiness grace not above the poll interval", producer.RelayConfig{Brokers: brokers, PollInterval: time.Minute, ReadinessGrace: time.Minute}, "ReadinessGrace is 1m0s", "use more than PollInterval (1m0s"},
+		{"readiness grace 48h", producer.RelayConfig{Brokers: brokers, ReadinessGrace: 48 * time.Hour}, "ReadinessGrace", "at most 24h0m0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			relay, err := producer.NewRelay(pg.Pool, tc.cfg)
@@ -107,7 +110,8 @@ func TestRelayConfigBounds(t *testing.T) {
 		Backoff:        backoff.Backoff{Base: producer.MinInterval, Max: producer.MinInterval, Factor: 1, Jitter: 0},
 		Breaker:        producer.BreakerConfig{ConsecutiveFailures: 1, HalfOpenProbes: 1, OpenFor: time.Nanosecond},
 		PublishTimeout: producer.MinPublishTimeout, ShutdownTimeout: time.Nanosecond, Retention: time.Nanosecond,
-		Hooks: []producer.Hook{&recordedMetrics{}},
+		ReadinessGrace: 2 * producer.MinInterval,
+		Hooks:          []producer.Hook{&recordedMetrics{}},
 	}
 	highest := producer.RelayConfig{
 		BatchSize: producer.MaxBatchSize, Workers: producer.MaxWorkers, MaxAttempts: producer.MaxMaxAttempts,
@@ -117,7 +121,8 @@ func TestRelayConfigBounds(t *testing.T) {
 		Backoff:        backoff.Backoff{Base: producer.MaxInterval, Max: producer.MaxInterval, Factor: 100, Jitter: 1},
 		Breaker:        producer.BreakerConfig{ConsecutiveFailures: producer.MaxBreakerCount, HalfOpenProbes: producer.MaxBreakerCount, OpenFor: producer.MaxTimeout},
 		PublishTimeout: producer.MaxTimeout, ShutdownTimeout: producer.MaxTimeout, Retention: producer.MaxRetention,
-		Hooks: []producer.Hook{&recordedMetrics{}},
+		ReadinessGrace: producer.MaxTimeout,
+		Hooks:          []producer.Hook{&recordedMetrics{}},
 	}
 	forever := producer.RelayConfig{Retention: -1}
 	brokers := producer.RelayConfig{Brokers: []string{"kafka-1:1", "[::1]:65535", "127.0.0.1:9092"}}

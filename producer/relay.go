@@ -245,6 +245,14 @@ type RelayConfig struct {
 	// ShutdownTimeout is how long Run lets the batch in flight finish after
 	// its context ends. At most MaxTimeout (24h). Defaults to 10s.
 	ShutdownTimeout time.Duration
+	// ReadinessGrace is how long each worker of Run may go without a batch
+	// that made progress (see Relay.Readiness) and the relay still be
+	// ready. It must exceed PollInterval, the wait of an idle worker
+	// between two batches. At most MaxTimeout (24h). Defaults to twice
+	// the sum of PollInterval and PublishTimeout, at most 24h (62s with
+	// their defaults): an idle worker runs a batch every PollInterval, and
+	// a busy one takes up to PublishTimeout to publish it.
+	ReadinessGrace time.Duration
 
 	// Retention is how long published events stay in the history (the
 	// table <table>_published) before the relay drops them; negative keeps
@@ -368,6 +376,8 @@ type Relay struct {
 	stuck    sync.Map
 	anyStuck atomic.Bool
 
+	health relayHealth // what Liveness and Readiness read
+
 	mu       sync.Mutex
 	openedAt time.Time       // when the breaker last opened
 	wake     []chan struct{} // one per worker
@@ -485,6 +495,7 @@ func (b BreakerConfig) validate() error {
 
 // WithDefaults returns c with every zero field that has a default set to
 // it: Schema "public", Table "courier_outbox", the Default* constants,
+// twice the sum of PollInterval and PublishTimeout for ReadinessGrace,
 // slog.Default() for Logger, time.Now for Now. Sarama and Publisher stay as
 // they are (NewRelay builds the producer), and a negative Retention stays
 // negative (forever).
@@ -497,6 +508,9 @@ func (c RelayConfig) WithDefaults() RelayConfig {
 		f.setDefault()
 	}
 	c.Breaker = c.Breaker.WithDefaults()
+	if c.ReadinessGrace == 0 {
+		c.ReadinessGrace = min(2*(c.PollInterval+c.PublishTimeout), MaxTimeout)
+	}
 	c.Backoff = c.Backoff.WithDefaults(backoff.Backoff{Factor: DefaultBackoffFactor})
 	if c.Retention == 0 {
 		c.Retention = DefaultRetention
@@ -567,6 +581,10 @@ func (c RelayConfig) validate() error {
 	}
 	if err := c.Backoff.Validate(); err != nil {
 		return fmt.Errorf("Backoff.%w", err)
+	}
+	if c.ReadinessGrace <= c.PollInterval || c.ReadinessGrace > MaxTimeout {
+		return fmt.Errorf("ReadinessGrace is %v; use more than PollInterval (%v: an idle worker shows its progress once a PollInterval) and at most %v, "+
+			"or 0 for the default of twice the sum of PollInterval and PublishTimeout", c.ReadinessGrace, c.PollInterval, MaxTimeout)
 	}
 	if c.MissingTopicGrace > MaxTimeout {
 		return fmt.Errorf("MissingTopicGrace is %v; use at most %v, a negative duration to never count a missing topic's failures, or 0 for the default of %v",

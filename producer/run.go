@@ -16,7 +16,11 @@ import (
 // outages by retrying, keeps the history's day partitions made ahead, and
 // drops published events older than Retention, and vacuums its queue when
 // autovacuum has not. Errors it recovers from are logged, not returned.
+// Liveness answers 200 while it runs, and Readiness while its workers make
+// progress.
 func (r *Relay) Run(ctx context.Context) error {
+	r.health.start(ctx, r.cfg.Workers)
+	defer r.health.stop()
 	if err := r.ready(ctx); err != nil {
 		r.closePublisher()
 		return err
@@ -55,6 +59,7 @@ func (r *Relay) loop(ctx context.Context, index int) {
 	errDelay := time.Duration(0)
 	for ctx.Err() == nil {
 		res, err := r.runBatch(ctx, r.presence.shares(index))
+		r.health.batch(index, res, err)
 		var wait time.Duration
 		switch {
 		case err != nil:
