@@ -63,7 +63,7 @@ func (f *relayFlags) register(cmd *cobra.Command) {
 	fs.DurationVar(&f.cleanupInterval, "cleanup-interval", producer.DefaultCleanupInterval, "how often the relay makes the history's day partitions ahead and drops those past --retention")
 	fs.DurationVar(&f.shutdownTimeout, "shutdown-timeout", producer.DefaultShutdownTimeout, "how long the batch in flight may take to finish after SIGINT or SIGTERM; with --webhook-url the queued notifications then get as long again (at most 1m), "+
 		"so give the process (Kubernetes' terminationGracePeriodSeconds) more than this plus that drain; with tracing the last spans get what is left of it (at most 5s) and are dropped past it")
-	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics and /healthz on this address, e.g. :9090 (empty: off)")
+	fs.StringVar(&f.metricsAddr, "metrics-addr", "", "serve Prometheus /metrics, /healthz and the probes /livez and /readyz on this address, e.g. :9090 (empty: off)")
 	fs.StringSliceVar(&f.metricsTenants, "metrics-tenants", nil, fmt.Sprintf("tenants (ce_tenantid) that get their own value of a tenant label on the published, failed and dead-lettered counters, comma-separated; "+
 		"every other tenant counts as %q (at most %d; empty: no tenant label)", prom.TenantOther, prom.MaxTenants))
 	fs.StringVar(&f.logFormat, "log-format", "text", "log format on stderr: text or json")
@@ -212,7 +212,12 @@ bounded queue, so a slow or failing endpoint never holds the relay back.
 Logs go to stderr (--log-format, --log-level). With --metrics-addr it serves
 Prometheus metrics on /metrics (courier_outbox_*, plus Go and process
 metrics) and /healthz, which answers 200 while the relay runs and 503 once it
-is stopping.
+is stopping, with the breaker's state and the held partitions. It also serves
+Kubernetes probes: /livez answers 200 while the relay's loop runs (an outage
+never fails it); /readyz answers 200 while each worker has published, or
+found nothing to publish, within twice the sum of --poll-interval and the 30s
+publish timeout (62s by default), and 503 once the relay is stuck
+(PostgreSQL down, or events waiting while Kafka is down) or stopping.
 
 Every flag also comes from an environment variable: COURIER_ and the flag's
 name in capitals with _ for -, e.g. COURIER_BATCH_SIZE=500.`,
@@ -324,7 +329,7 @@ func runRelay(cmd *cobra.Command, db *dbFlags, kafka *kafkaFlags, out outputFlag
 				return http.StatusServiceUnavailable, map[string]string{"status": "stopping"}
 			}
 			return http.StatusOK, newHealthJSON(relay)
-		})
+		}, relay.Liveness(), relay.Readiness())
 		if err != nil {
 			return err
 		}
@@ -376,7 +381,8 @@ func databaseName(cfg *pgx.ConnConfig) string {
 	return fmt.Sprintf("%s@%s:%d/%s", cfg.User, cfg.Host, cfg.Port, cfg.Database)
 }
 
-// metricsServer serves /metrics and /healthz until stopped.
+// metricsServer serves /metrics, /healthz, /livez and /readyz until
+// stopped.
 type metricsServer struct {
 	srv    *http.Server
 	served chan struct{} // closed when Serve returned
@@ -419,8 +425,10 @@ func newHealthJSON(relay *producer.Relay) healthJSON {
 }
 
 // serveMetrics listens on addr and serves the registry's metrics on
-// /metrics and health's status and JSON body on /healthz.
-func serveMetrics(addr string, registry *prometheus.Registry, log *slog.Logger, health func() (int, any)) (*metricsServer, error) {
+// /metrics, health's status and JSON body on /healthz, and the relay's
+// probes live and ready on /livez and /readyz (which answer GET and HEAD,
+// and 405 to other methods).
+func serveMetrics(addr string, registry *prometheus.Registry, log *slog.Logger, health func() (int, any), live, ready http.Handler) (*metricsServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr %s: %w (is the port taken? choose another, or leave --metrics-addr empty to serve no metrics)", addr, err)
@@ -433,6 +441,8 @@ func serveMetrics(addr string, registry *prometheus.Registry, log *slog.Logger, 
 		w.WriteHeader(status)
 		_ = json.NewEncoder(w).Encode(body)
 	})
+	mux.Handle("/livez", live)
+	mux.Handle("/readyz", ready)
 	m := &metricsServer{
 		srv:    &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second},
 		served: make(chan struct{}),
@@ -443,7 +453,7 @@ func serveMetrics(addr string, registry *prometheus.Registry, log *slog.Logger, 
 			log.Error("serving metrics failed", "addr", ln.Addr().String(), "error", err)
 		}
 	}()
-	log.Info("serving metrics", "addr", ln.Addr().String(), "paths", "/metrics /healthz")
+	log.Info("serving metrics", "addr", ln.Addr().String(), "paths", "/metrics /healthz /livez /readyz")
 	return m, nil
 }
 

@@ -32,7 +32,8 @@ import (
 // produce request of its batch in the broker, sends SIGTERM while it is
 // held, and then lets it through: the relay must record the batch, exit 0,
 // and have published every event of it exactly once, as recorded. /healthz
-// and /metrics answer while it runs.
+// and /metrics answer while it runs; while it stops, /livez answers 200
+// (its loop still runs) and /readyz and /healthz 503.
 func TestRelaySIGTERMFinishesTheBatchInFlight(t *testing.T) {
 	t.Parallel()
 	const events, keys = 20, 4
@@ -79,6 +80,12 @@ func TestRelaySIGTERMFinishesTheBatchInFlight(t *testing.T) {
 	}
 	if code, body := httpGet(t, base+"/healthz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "stopping") {
 		t.Errorf("GET /healthz while stopping: %d %s, want 503", code, body)
+	}
+	if code, body := httpGet(t, base+"/livez"); code != http.StatusOK {
+		t.Errorf("GET /livez while the batch in flight finishes: %d %s, want 200 (the relay's loop still runs)", code, body)
+	}
+	if code, body := httpGet(t, base+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "stopping") {
+		t.Errorf("GET /readyz while stopping: %d %s, want 503", code, body)
 	}
 	release()
 

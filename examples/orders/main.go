@@ -3,7 +3,8 @@
 // one PostgreSQL transaction, and a relay running in the same process
 // publishes the event to Kafka. The event is published if and only if the
 // order commits: an order that fails (a duplicate order id answers 409)
-// takes its event with it.
+// takes its event with it. GET /relay/livez and /relay/readyz are the
+// relay's health probes.
 //
 // Run it against `make services` and `courier dev`:
 //
@@ -164,6 +165,13 @@ func run(ctx context.Context, cfg config) error {
 		` (id, customer_id, amount_cents, currency) VALUES ($1, $2, $3, $4)`, topic: cfg.Topic, log: log}
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /orders", s.createOrder)
+	// The relay's probes. /relay/livez fits a liveness probe: it fails
+	// only once the relay's Run has returned. /relay/readyz fails while the
+	// relay is stuck (PostgreSQL down, or events waiting with Kafka down):
+	// alert on it, but keep it out of the service's readiness probe, which
+	// would stop the orders the outbox keeps taking while Kafka is down.
+	mux.Handle("/relay/livez", relay.Liveness())
+	mux.Handle("/relay/readyz", relay.Readiness())
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	// The relay and the server run until ctx ends or one of them fails.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"slices"
@@ -23,8 +24,9 @@ import (
 // schema and Kafka topic, places orders over HTTP and checks that each
 // order row is there and its OrderCreated event reached Kafka with the
 // CloudEvents headers and the JSON payload; that an order with a taken id
-// answers 409 and publishes nothing; and that stopping the service ends
-// run with nil and leaves no goroutine behind.
+// answers 409 and publishes nothing; that the relay's probes answer 200
+// once it has published; and that stopping the service ends run with nil
+// and leaves no goroutine behind.
 func TestOrdersAndTheirEventsCommitTogether(t *testing.T) {
 	pg := testkit.Postgres(t)
 	k := testkit.NewKafka(t)
@@ -149,6 +151,33 @@ func TestOrdersAndTheirEventsCommitTogether(t *testing.T) {
 		}
 		return published == int64(len(placed))
 	})
+	// The relay's probes: live, and ready once it has published.
+	for path, want := range map[string]string{"/relay/livez": `"status":"live"`, "/relay/readyz": `"status":"ready"`} {
+		var code int
+		var body []byte
+		testkit.WaitFor(t, 30*time.Second, "GET "+path+" to answer 200", func() bool {
+			resp, err := client.Get(base + path)
+			if err != nil {
+				t.Fatalf("GET %s: %v", path, err)
+			}
+			defer resp.Body.Close()
+			code = resp.StatusCode
+			body, _ = io.ReadAll(resp.Body)
+			return code == http.StatusOK
+		})
+		if !strings.Contains(string(body), want) {
+			t.Errorf("GET %s: %d %s, want %s", path, code, body, want)
+		}
+		resp, err := client.Post(base+path, "application/json", nil)
+		if err != nil {
+			t.Fatalf("POST %s: %v", path, err)
+		}
+		_ = resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed {
+			t.Errorf("POST %s: %d, want 405", path, resp.StatusCode)
+		}
+	}
+
 	records := k.ReadAll(t, cfg.Topic)
 	if len(records) != len(placed) {
 		t.Fatalf("%d records on %s, want %d (one per order, none for the rolled-back one)", len(records), cfg.Topic, len(placed))

@@ -17,6 +17,9 @@
 //   - Redis remembers the ce_id of every event paid (dedupe), so an event
 //     delivered twice is paid once; the PSP's idempotency key (the ce_id)
 //     is the second guard.
+//   - GET /livez and /readyz on --health-addr (:8081) are the consumer's
+//     probes for Kubernetes: live while it runs, ready while it is in its
+//     consumer group (a PSP outage fails neither).
 //
 // Run it against `courier dev` and `make services`:
 //
@@ -33,6 +36,8 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strings"
@@ -70,6 +75,9 @@ type config struct {
 	BreakerFailures int           // consecutive PSP failures that open the breaker
 	BreakerOpenFor  time.Duration // how long the open breaker waits before a probe
 
+	HealthAddr     string       // where GET /livez and /readyz are served; "" for nowhere
+	HealthListener net.Listener // nil: listen on HealthAddr; tests pass their own
+
 	Logger *slog.Logger    // nil: slog.Default()
 	Hooks  []consumer.Hook // none: no measurements; e.g. prom.NewConsumerMetrics
 }
@@ -90,6 +98,8 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	fs.DurationVar(&cfg.PSPFailFor, "psp-fail-for", 0, "make the in-process PSP fail (503) this long first, e.g. 10s")
 	delays := fs.String("retry-delays", "5s,30s", "delays of the retry topics, comma-separated")
 	fs.DurationVar(&cfg.BreakerOpenFor, "breaker-open-for", 5*time.Second, "how long the open breaker waits before it probes the PSP")
+	fs.StringVar(&cfg.HealthAddr, "health-addr", envOr(getenv, "COURIER_HEALTH_ADDR", ":8081"),
+		`address of the health probes GET /livez and /readyz; "" serves none (env COURIER_HEALTH_ADDR)`)
 	if err := fs.Parse(args); err != nil {
 		var usage strings.Builder
 		fs.SetOutput(&usage)
@@ -214,8 +224,46 @@ func run(ctx context.Context, cfg config) error {
 	if err != nil {
 		return err
 	}
+	stopProbes, err := serveProbes(cfg, c, log)
+	if err != nil {
+		return err
+	}
+	defer stopProbes()
 	log.Info("paying orders", "topic", cfg.Topic, "group", cfg.Group, "brokers", cfg.Brokers)
 	return c.Run(ctx)
+}
+
+// serveProbes serves the consumer's health probes for Kubernetes on
+// cfg.HealthListener, or else on cfg.HealthAddr (nowhere when it is
+// empty), until stop is called: GET /livez answers 200 while c.Run runs,
+// GET /readyz while the consumer is in its group (or out of it, for a
+// rebalance or a reconnect, for less than consumer.Config.ReadinessGrace).
+func serveProbes(cfg config, c *consumer.Consumer, log *slog.Logger) (stop func(), err error) {
+	ln := cfg.HealthListener
+	if ln == nil {
+		if cfg.HealthAddr == "" {
+			return func() {}, nil
+		}
+		if ln, err = net.Listen("tcp", cfg.HealthAddr); err != nil {
+			return nil, fmt.Errorf("listen on %s: %w (pick another address with --health-addr, or --health-addr '' for no probes)", cfg.HealthAddr, err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/livez", c.Liveness())
+	mux.Handle("/readyz", c.Readiness())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("serving the health probes failed", "addr", ln.Addr().String(), "error", err)
+		}
+	}()
+	log.Info("serving health probes", "addr", ln.Addr().String(), "paths", "/livez /readyz")
+	return func() {
+		_ = srv.Close() // a probe answers at once: nothing worth draining
+		<-served
+	}, nil
 }
 
 // payOrder returns the handler: it pays an OrderCreated event through the

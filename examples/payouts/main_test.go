@@ -3,7 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -22,7 +26,8 @@ import (
 // when the orders arrive and comes back once the breaker has opened: every
 // valid order is paid exactly once (one of them is delivered twice), the
 // poison ones land in the dead-letter topic, and no valid order is
-// dead-lettered.
+// dead-lettered. Its probes answer 200 once it consumes, the PSP's outage
+// included.
 func TestPayoutsSurviveAnOutage(t *testing.T) {
 	k := testkit.NewKafka(t)
 	rdb := testkit.NewRedis(t)
@@ -50,6 +55,10 @@ func TestPayoutsSurviveAnOutage(t *testing.T) {
 	cfg.BreakerOpenFor = 100 * time.Millisecond
 	cfg.Logger = testkit.Logger(t, "circuit breaker changed", "psp: 503")
 	cfg.Hooks = []consumer.Hook{metrics}
+	if cfg.HealthListener, err = net.Listen("tcp", "127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	probes := "http://" + cfg.HealthListener.Addr().String()
 	if k.Cluster == nil { // a real cluster: remove the topics the worker creates
 		t.Cleanup(func() { deleteTopics(t, k, topic+".retry.1s", topic+".retry.2s", topic+".dlq") })
 	}
@@ -100,6 +109,7 @@ func TestPayoutsSurviveAnOutage(t *testing.T) {
 	if got := stub.Paid(); got != 0 {
 		t.Fatalf("Paid() = %d while the PSP was down", got)
 	}
+	checkProbes(t, probes, "while the PSP is down") // in its group: the PSP's outage is not the consumer's
 	stub.SetMode(psp.ModeOK)
 	testkit.WaitFor(t, 30*time.Second, "every valid order paid and every poison order dead-lettered", func() bool {
 		return stub.Paid() == len(valid) && metrics.count(consumer.OutcomeDeadLettered) == len(poison)
@@ -107,6 +117,8 @@ func TestPayoutsSurviveAnOutage(t *testing.T) {
 	testkit.WaitFor(t, 30*time.Second, "the duplicate of order-1 skipped", func() bool {
 		return metrics.count(consumer.OutcomeDeduplicated) == 1
 	})
+
+	checkProbes(t, probes, "once the orders are paid")
 
 	for _, id := range valid {
 		if _, ok := stub.PaidPayout("evt-" + id); !ok {
@@ -159,8 +171,32 @@ func TestPayoutsSurviveAnOutage(t *testing.T) {
 	)
 }
 
+// checkProbes fails the test unless GET /livez and /readyz at base answer
+// 200 with a JSON body saying live and ready.
+func checkProbes(t *testing.T, base, when string) {
+	t.Helper()
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}}
+	for path, want := range map[string]string{"/livez": `"status":"live"`, "/readyz": `"status":"ready"`} {
+		resp, err := client.Get(base + path)
+		if err != nil {
+			t.Fatalf("GET %s %s: %v", path, when, err)
+		}
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusOK || !strings.Contains(string(body), want) || resp.Header.Get("Content-Type") != "application/json" {
+			t.Errorf("GET %s %s: %d %s, want 200 with %s", path, when, resp.StatusCode, body, want)
+		}
+	}
+}
+
 func TestParseConfig(t *testing.T) {
-	env := map[string]string{"COURIER_BROKERS": "k1:9092,k2:9092"}
+	if cfg, err := parseConfig(nil, func(string) string { return "" }); err != nil || cfg.HealthAddr != ":8081" {
+		t.Errorf("parseConfig(no flags) = %+v, %v; want the probes on :8081", cfg, err)
+	}
+	env := map[string]string{"COURIER_BROKERS": "k1:9092,k2:9092", "COURIER_HEALTH_ADDR": "127.0.0.1:9191"}
 	cfg, err := parseConfig([]string{"--retry-delays", "1s,1m", "--psp-fail-for", "10s"}, func(k string) string { return env[k] })
 	if err != nil {
 		t.Fatal(err)
@@ -168,7 +204,7 @@ func TestParseConfig(t *testing.T) {
 	if !slices.Equal(cfg.Brokers, []string{"k1:9092", "k2:9092"}) || cfg.RedisURL != "redis://127.0.0.1:6379/0" ||
 		cfg.Topic != "orders" || cfg.Group != "payouts" || cfg.DedupeScope != "payouts" ||
 		!slices.Equal(cfg.RetryDelays, []time.Duration{time.Second, time.Minute}) || cfg.PSPFailFor != 10*time.Second ||
-		cfg.MaxAttempts <= cfg.BreakerFailures {
+		cfg.MaxAttempts <= cfg.BreakerFailures || cfg.HealthAddr != "127.0.0.1:9191" {
 		t.Errorf("parseConfig = %+v", cfg)
 	}
 	for _, args := range [][]string{
