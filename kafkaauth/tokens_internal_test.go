@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/courierkit/courier/internal/testkit"
 )
 
 // clock is a test's time, moved by hand.
@@ -79,13 +81,7 @@ func token(t *testing.T, tokens *Tokens) string {
 // waitFetches waits until s has fetched n times.
 func waitFetches(t *testing.T, s *source, n int32) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for s.fetches.Load() < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%d fetches, want %d", s.fetches.Load(), n)
-		}
-		time.Sleep(time.Millisecond) // polling a counter the background fetch moves
-	}
+	testkit.WaitFor(t, 10*time.Second, fmt.Sprintf("%d fetches", n), func() bool { return s.fetches.Load() >= n })
 }
 
 func TestTokensAreKeptAndRefreshedBeforeTheyExpire(t *testing.T) {
@@ -104,12 +100,7 @@ func TestTokensAreKeptAndRefreshedBeforeTheyExpire(t *testing.T) {
 		t.Fatalf("at 81%%: %q; want tok-1 while tok-2 is fetched", got)
 	}
 	waitFetches(t, s, 2)
-	deadline := time.Now().Add(10 * time.Second)
-	for token(t, tokens) != "tok-2" {
-		if time.Now().After(deadline) {
-			t.Fatal("tok-2 is never handed out")
-		}
-	}
+	testkit.WaitFor(t, 10*time.Second, "tok-2 handed out", func() bool { return token(t, tokens) == "tok-2" })
 	if n := s.fetches.Load(); n != 2 {
 		t.Errorf("%d fetches; want 2", n)
 	}

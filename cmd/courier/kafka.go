@@ -17,8 +17,9 @@ import (
 	"github.com/IBM/sarama"
 
 	"github.com/courierkit/courier/internal/kafkaaddr"
+	"github.com/courierkit/courier/internal/textcut"
+	"github.com/courierkit/courier/kafkaauth"
 	"github.com/spf13/cobra"
-	"github.com/xdg-go/scram"
 )
 
 // kafkaFlags are the Kafka connection options shared by every command that
@@ -51,18 +52,43 @@ type tlsFlags struct {
 type saslFlags struct {
 	mechanism string
 	user      string
-	// password is only what --sasl-password was given; config falls back
-	// to COURIER_SASL_PASSWORD, so the value never shows as a default in
-	// --help.
+	// password and oauth.clientSecret are only what their flags were
+	// given; apply falls back to their COURIER_* variables, so a value
+	// never shows as a default in --help.
 	password string
+	oauth    oauthFlags
+	aws      awsFlags
 }
 
-// envSASLPassword is the environment variable operators pass the SASL
-// password in.
-const envSASLPassword = "COURIER_SASL_PASSWORD"
+// oauthFlags are the options of --sasl-mechanism OAUTHBEARER.
+type oauthFlags struct {
+	tokenURL     string
+	clientID     string
+	clientSecret string
+	scope        string
+	extensions   []string
+}
+
+// awsFlags are the options of --sasl-mechanism AWS_MSK_IAM.
+type awsFlags struct {
+	region  string
+	profile string
+	roleARN string
+}
+
+// The environment variables operators pass secrets in.
+const (
+	envSASLPassword     = "COURIER_SASL_PASSWORD"
+	envOAuthSecret      = "COURIER_SASL_OAUTH_CLIENT_SECRET"
+	envOAuthStaticToken = "COURIER_SASL_OAUTH_TOKEN"
+)
+
+// mechanismMSKIAM is --sasl-mechanism's name for Amazon MSK's IAM access
+// control, which is OAUTHBEARER with a token AWS's signer makes.
+const mechanismMSKIAM = "AWS_MSK_IAM"
 
 // saslMechanisms are the SASL mechanisms --sasl-mechanism accepts.
-var saslMechanisms = []sarama.SASLMechanism{sarama.SASLTypePlaintext, sarama.SASLTypeSCRAMSHA256, sarama.SASLTypeSCRAMSHA512}
+var saslMechanisms = []string{sarama.SASLTypePlaintext, sarama.SASLTypeSCRAMSHA256, sarama.SASLTypeSCRAMSHA512, sarama.SASLTypeOAuth, mechanismMSKIAM}
 
 // register adds the connection flags to cmd and its subcommands.
 func (k *kafkaFlags) register(cmd *cobra.Command) {
@@ -87,10 +113,25 @@ func (k *kafkaFlags) register(cmd *cobra.Command) {
 		"do not verify the brokers' certificates: for tests only, anyone on the path can read and change the traffic (env COURIER_TLS_INSECURE_SKIP_VERIFY)")
 
 	f.StringVar(&k.sasl.mechanism, "sasl-mechanism", envOr("COURIER_SASL_MECHANISM", ""),
-		"SASL mechanism: PLAIN (sends the password as is: use it with --tls), SCRAM-SHA-256 or SCRAM-SHA-512; empty: no SASL (env COURIER_SASL_MECHANISM)")
-	f.StringVar(&k.sasl.user, "sasl-user", envOr("COURIER_SASL_USER", ""), "SASL user name (env COURIER_SASL_USER)")
+		"SASL mechanism: PLAIN (sends the password as is: use it with --tls), SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER (--sasl-oauth-*), or AWS_MSK_IAM (Amazon MSK's IAM access control, --aws-*); empty: no SASL (env COURIER_SASL_MECHANISM)")
+	f.StringVar(&k.sasl.user, "sasl-user", envOr("COURIER_SASL_USER", ""), "SASL user name, for PLAIN and SCRAM (env COURIER_SASL_USER)")
 	f.StringVar(&k.sasl.password, "sasl-password", "",
-		"SASL password (env "+envSASLPassword+"; prefer the variable: a flag shows in the process list)")
+		"SASL password, for PLAIN and SCRAM (env "+envSASLPassword+"; prefer the variable: a flag shows in the process list)")
+	f.StringVar(&k.sasl.oauth.tokenURL, "sasl-oauth-token-url", envOr("COURIER_SASL_OAUTH_TOKEN_URL", ""),
+		"OAUTHBEARER: the identity provider's token endpoint, asked for tokens with the client-credentials grant and again before each expires; without it, the token in "+envOAuthStaticToken+" (env COURIER_SASL_OAUTH_TOKEN_URL)")
+	f.StringVar(&k.sasl.oauth.clientID, "sasl-oauth-client-id", envOr("COURIER_SASL_OAUTH_CLIENT_ID", ""), "OAUTHBEARER: the OAuth client id (env COURIER_SASL_OAUTH_CLIENT_ID)")
+	f.StringVar(&k.sasl.oauth.clientSecret, "sasl-oauth-client-secret", "",
+		"OAUTHBEARER: the OAuth client secret (env "+envOAuthSecret+"; prefer the variable: a flag shows in the process list)")
+	f.StringVar(&k.sasl.oauth.scope, "sasl-oauth-scope", envOr("COURIER_SASL_OAUTH_SCOPE", ""),
+		"OAUTHBEARER: the scopes to ask for, space-separated; empty: the endpoint's default (env COURIER_SASL_OAUTH_SCOPE)")
+	f.StringArrayVar(&k.sasl.oauth.extensions, "sasl-oauth-extension", splitList(os.Getenv("COURIER_SASL_OAUTH_EXTENSIONS")),
+		"OAUTHBEARER: a SASL extension key=value sent with each token, e.g. logicalCluster=lkc-abc12 (repeat for more; env COURIER_SASL_OAUTH_EXTENSIONS, comma-separated)")
+	f.StringVar(&k.sasl.aws.region, "aws-region", envOr("COURIER_AWS_REGION", os.Getenv("AWS_REGION")),
+		"AWS_MSK_IAM: the cluster's AWS region, e.g. eu-west-1 (env COURIER_AWS_REGION, else AWS_REGION)")
+	f.StringVar(&k.sasl.aws.profile, "aws-profile", envOr("COURIER_AWS_PROFILE", ""),
+		"AWS_MSK_IAM: the shared config profile to take credentials from; empty: the standard chain (environment, AWS_PROFILE, web identity as on EKS, ECS or EC2 role) (env COURIER_AWS_PROFILE)")
+	f.StringVar(&k.sasl.aws.roleARN, "aws-role-arn", envOr("COURIER_AWS_ROLE_ARN", ""),
+		"AWS_MSK_IAM: a role to assume with the chain's credentials, whose credentials sign the tokens (env COURIER_AWS_ROLE_ARN)")
 }
 
 // envBool reads a boolean environment variable for a flag default; a value
@@ -200,7 +241,7 @@ func (k *kafkaFlags) config() ([]string, *sarama.Config, error) {
 	if tlsConfig != nil {
 		cfg.Net.TLS.Enable, cfg.Net.TLS.Config = true, tlsConfig
 	}
-	if err := k.sasl.apply(cfg); err != nil {
+	if err := k.sasl.apply(cfg, tlsConfig != nil, k.timeout); err != nil {
 		return nil, nil, usageError{err}
 	}
 	if err := cfg.Validate(); err != nil {
@@ -249,77 +290,152 @@ func (t *tlsFlags) config() (*tls.Config, error) {
 	return c, nil
 }
 
-// apply validates the SASL options and sets them on cfg. Its errors name
-// the password's variable, never its value.
-func (s *saslFlags) apply(cfg *sarama.Config) error {
-	password := s.password
-	if password == "" {
-		password = os.Getenv(envSASLPassword)
-	}
-	if s.mechanism == "" {
-		switch {
-		case s.user != "":
-			return fmt.Errorf("--sasl-user is set but --sasl-mechanism is not: use %s", mechanismList())
-		case s.password != "":
-			return errors.New("--sasl-password is set but --sasl-mechanism and --sasl-user are not: set both, or drop the password")
-		}
-		return nil
-	}
-	mechanism := sarama.SASLMechanism(strings.ToUpper(s.mechanism))
-	switch mechanism {
-	case sarama.SASLTypeSCRAMSHA256:
-		cfg.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: scram.SHA256} }
-	case sarama.SASLTypeSCRAMSHA512:
-		cfg.Net.SASL.SCRAMClientGeneratorFunc = func() sarama.SCRAMClient { return &scramClient{hash: scram.SHA512} }
-	case sarama.SASLTypePlaintext:
-	default:
-		return fmt.Errorf("--sasl-mechanism %q: use %s", s.mechanism, mechanismList())
-	}
-	if s.user == "" {
-		return fmt.Errorf("--sasl-mechanism %s needs --sasl-user (or COURIER_SASL_USER)", mechanism)
-	}
-	if password == "" {
-		return fmt.Errorf("--sasl-user %s has no password: set %s (or --sasl-password)", s.user, envSASLPassword)
-	}
-	cfg.Net.SASL.Enable = true
-	cfg.Net.SASL.Mechanism = mechanism
-	cfg.Net.SASL.Version = sarama.SASLHandshakeV1
-	cfg.Net.SASL.User = s.user
-	cfg.Net.SASL.Password = password
-	return nil
-}
-
-// mechanismList names the accepted SASL mechanisms for error messages.
-func mechanismList() string {
-	names := make([]string, len(saslMechanisms))
-	for i, m := range saslMechanisms {
-		names[i] = string(m)
-	}
-	return strings.Join(names, ", ")
-}
-
-// scramClient is the client side of a SASL/SCRAM conversation, which Sarama
-// runs through its SCRAMClient interface.
-type scramClient struct {
-	hash scram.HashGeneratorFcn
-	conv *scram.ClientConversation
-}
-
-// Begin starts a conversation for the user.
-func (s *scramClient) Begin(user, password, authzID string) error {
-	client, err := s.hash.NewClient(user, password, authzID)
+// apply validates the SASL options and sets them on cfg; tls says
+// whether the connection is encrypted. Its errors name the secrets'
+// variables, never their values.
+func (s *saslFlags) apply(cfg *sarama.Config, tls bool, timeout time.Duration) error {
+	mechanism, err := s.build(tls, timeout)
 	if err != nil {
-		return fmt.Errorf("SCRAM: %w", err)
+		return err
 	}
-	s.conv = client.NewConversation()
+	return kafkaauth.Connection{SASL: mechanism}.Apply(cfg)
+}
+
+// build returns the mechanism the options name, checking that no option
+// of another mechanism is set.
+func (s *saslFlags) build(tls bool, timeout time.Duration) (kafkaauth.Mechanism, error) {
+	password := firstSet(s.password, os.Getenv(envSASLPassword))
+	name := strings.ToUpper(s.mechanism)
+	if err := s.stray(name); err != nil {
+		return kafkaauth.Mechanism{}, err
+	}
+	switch name {
+	case "":
+		return kafkaauth.Mechanism{}, nil
+	case sarama.SASLTypePlaintext, sarama.SASLTypeSCRAMSHA256, sarama.SASLTypeSCRAMSHA512:
+		if s.user == "" {
+			return kafkaauth.Mechanism{}, fmt.Errorf("--sasl-mechanism %s needs --sasl-user (or COURIER_SASL_USER)", name)
+		}
+		if password == "" {
+			return kafkaauth.Mechanism{}, fmt.Errorf("--sasl-user %s has no password: set %s (or --sasl-password)", s.user, envSASLPassword)
+		}
+		switch name {
+		case sarama.SASLTypeSCRAMSHA256:
+			return kafkaauth.SCRAMSHA256(s.user, password), nil
+		case sarama.SASLTypeSCRAMSHA512:
+			return kafkaauth.SCRAMSHA512(s.user, password), nil
+		}
+		return kafkaauth.Plain(s.user, password), nil
+	case sarama.SASLTypeOAuth:
+		tokens, err := s.oauth.tokens(timeout)
+		if err != nil {
+			return kafkaauth.Mechanism{}, err
+		}
+		return kafkaauth.OAuthBearer(tokens), nil
+	case mechanismMSKIAM:
+		if !tls {
+			return kafkaauth.Mechanism{}, errors.New("--sasl-mechanism AWS_MSK_IAM needs --tls: MSK's IAM listeners (port 9098) take TLS only")
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		tokens, err := kafkaauth.MSKIAM{Region: s.aws.region, Profile: s.aws.profile, RoleARN: s.aws.roleARN, Timeout: timeout}.Tokens(ctx)
+		if err != nil {
+			return kafkaauth.Mechanism{}, fmt.Errorf("--sasl-mechanism AWS_MSK_IAM: %w%s", err, when(s.aws.region == "", " (--aws-region, or COURIER_AWS_REGION)"))
+		}
+		return kafkaauth.OAuthBearer(tokens), nil
+	}
+	return kafkaauth.Mechanism{}, fmt.Errorf("--sasl-mechanism %s: use %s", strconv.QuoteToASCII(textcut.Cut(s.mechanism, 40, "…")), strings.Join(saslMechanisms, ", "))
+}
+
+// stray refuses an option that the mechanism named does not read, which
+// is a mistake the operator wants to hear of.
+func (s *saslFlags) stray(name string) error {
+	userPass := s.user != "" || s.password != ""
+	oauth := s.oauth.tokenURL != "" || s.oauth.clientID != "" || s.oauth.clientSecret != "" || s.oauth.scope != "" || len(s.oauth.extensions) > 0
+	aws := s.aws.profile != "" || s.aws.roleARN != ""
+	switch {
+	case name == "" && s.user != "":
+		return fmt.Errorf("--sasl-user is set but --sasl-mechanism is not: use %s", strings.Join(saslMechanisms, ", "))
+	case name == "" && s.password != "":
+		return errors.New("--sasl-password is set but --sasl-mechanism and --sasl-user are not: set both, or drop the password")
+	case name == "" && (oauth || aws):
+		return fmt.Errorf("SASL options are set but --sasl-mechanism is not: use %s", strings.Join(saslMechanisms, ", "))
+	case userPass && (name == sarama.SASLTypeOAuth || name == mechanismMSKIAM):
+		return fmt.Errorf("--sasl-user and --sasl-password are for PLAIN and SCRAM, not %s: drop them", name)
+	case oauth && name != sarama.SASLTypeOAuth:
+		return fmt.Errorf("the --sasl-oauth-* options are for --sasl-mechanism OAUTHBEARER, not %s: drop them", firstSet(name, "none"))
+	case aws && name != mechanismMSKIAM:
+		return fmt.Errorf("--aws-profile and --aws-role-arn are for --sasl-mechanism AWS_MSK_IAM, not %s: drop them", name)
+	}
 	return nil
 }
 
-// Step answers the broker's challenge.
-func (s *scramClient) Step(challenge string) (string, error) { return s.conv.Step(challenge) }
+// tokens returns the OAUTHBEARER tokens: from the token endpoint, or the
+// static token of COURIER_SASL_OAUTH_TOKEN.
+func (o *oauthFlags) tokens(timeout time.Duration) (*kafkaauth.Tokens, error) {
+	extensions := map[string]string{}
+	for _, kv := range o.extensions {
+		key, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("--sasl-oauth-extension %s: use key=value, e.g. logicalCluster=lkc-abc12", strconv.QuoteToASCII(textcut.Cut(kv, 60, "…")))
+		}
+		if _, dup := extensions[key]; dup {
+			return nil, fmt.Errorf("--sasl-oauth-extension %s is given twice", strconv.QuoteToASCII(textcut.Cut(key, 60, "…")))
+		}
+		extensions[key] = value
+	}
+	if err := kafkaauth.CheckExtensions(extensions); err != nil {
+		return nil, fmt.Errorf("--sasl-oauth-extension: %w", err)
+	}
+	static := os.Getenv(envOAuthStaticToken)
+	if o.tokenURL == "" {
+		if static == "" {
+			return nil, fmt.Errorf("--sasl-mechanism OAUTHBEARER needs --sasl-oauth-token-url (with --sasl-oauth-client-id and %s), or a token in %s", envOAuthSecret, envOAuthStaticToken)
+		}
+		if o.clientID != "" || o.clientSecret != "" || o.scope != "" {
+			return nil, fmt.Errorf("%s is set, and --sasl-oauth-client-id, --sasl-oauth-client-secret and --sasl-oauth-scope are for --sasl-oauth-token-url: drop them, or the static token", envOAuthStaticToken)
+		}
+		tokens, err := kafkaauth.StaticToken(static, extensions)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", envOAuthStaticToken, err)
+		}
+		return tokens, nil
+	}
+	if static != "" {
+		return nil, fmt.Errorf("both --sasl-oauth-token-url and %s are set: keep one", envOAuthStaticToken)
+	}
+	secret := firstSet(o.clientSecret, os.Getenv(envOAuthSecret))
+	if o.clientID == "" {
+		return nil, errors.New("--sasl-oauth-token-url needs --sasl-oauth-client-id (or COURIER_SASL_OAUTH_CLIENT_ID)")
+	}
+	if secret == "" {
+		return nil, fmt.Errorf("--sasl-oauth-client-id %s has no secret: set %s (or --sasl-oauth-client-secret)", strconv.QuoteToASCII(textcut.Cut(o.clientID, 60, "…")), envOAuthSecret)
+	}
+	tokens, err := kafkaauth.ClientCredentials{TokenURL: o.tokenURL, ClientID: o.clientID, ClientSecret: secret,
+		Scopes: strings.Fields(o.scope), Extensions: extensions, Timeout: timeout}.Tokens()
+	if err != nil {
+		return nil, fmt.Errorf("--sasl-oauth-*: %w", err)
+	}
+	return tokens, nil
+}
 
-// Done reports whether the conversation is over.
-func (s *scramClient) Done() bool { return s.conv.Done() }
+// firstSet returns the first value that is not empty.
+func firstSet(values ...string) string {
+	for _, v := range values {
+		if v != "" {
+			return v
+		}
+	}
+	return ""
+}
+
+// when returns s if cond holds.
+func when(cond bool, s string) string {
+	if cond {
+		return s
+	}
+	return ""
+}
 
 // unreachable explains a failure to reach the brokers, naming a TLS or SASL
 // failure as such and what to check.
@@ -339,7 +455,17 @@ func (k *kafkaFlags) hint(err error) string {
 		netError    net.Error
 	)
 	mechanism := strings.ToUpper(k.sasl.mechanism)
+	var tokenError *kafkaauth.TokenError
 	switch {
+	case errors.As(err, &tokenError) && mechanism == mechanismMSKIAM:
+		return "no token to sign in with: check --aws-region, --aws-profile and --aws-role-arn, and the AWS credentials of this process"
+	case errors.As(err, &tokenError):
+		return "no token to sign in with: check --sasl-oauth-token-url, --sasl-oauth-client-id, " + envOAuthSecret + " and --sasl-oauth-scope against the identity provider's client"
+	case errors.Is(err, sarama.ErrSASLAuthenticationFailed) && mechanism == sarama.SASLTypeOAuth:
+		return "the broker refused the token: check that the cluster trusts this identity provider (its sasl.oauthbearer settings or the platform's identity pool), " +
+			"that --sasl-oauth-scope asks for what it requires, and the --sasl-oauth-extension values (Confluent Cloud: logicalCluster and identityPoolId)"
+	case errors.Is(err, sarama.ErrSASLAuthenticationFailed) && mechanism == mechanismMSKIAM:
+		return "the broker refused the signed token: check that --aws-region is the cluster's region and that the IAM policy of these credentials allows kafka-cluster:Connect on the cluster"
 	case errors.Is(err, sarama.ErrSASLAuthenticationFailed):
 		return fmt.Sprintf("SASL authentication failed for user %q with %s: check --sasl-user, %s and --sasl-mechanism against the broker's users",
 			k.sasl.user, mechanism, envSASLPassword)
@@ -360,17 +486,37 @@ func (k *kafkaFlags) hint(err error) string {
 	case errors.Is(err, syscall.ECONNREFUSED):
 		return "nothing listens there: is the broker running, and are --brokers right? `courier dev` runs a local one"
 	case k.sasl.mechanism != "" && closedConnection(err):
-		return fmt.Sprintf("the broker closed the connection: with SASL on, most often because the SASL authentication of user %q with %s failed "+
-			"(some brokers close instead of answering SASL_AUTHENTICATION_FAILED): check --sasl-user, %s and --sasl-mechanism against the broker's users; %s",
-			k.sasl.user, mechanism, envSASLPassword, k.tlsMismatch())
+		return fmt.Sprintf("the broker closed the connection: with SASL on, most often because the SASL authentication with %s failed "+
+			"(some brokers close instead of answering SASL_AUTHENTICATION_FAILED): %s; %s", k.signIn(), k.signInCheck(), k.tlsMismatch())
 	case closedConnection(err) || errors.As(err, &netError) && netError.Timeout():
 		hint := "the broker closed the connection or did not answer in time: are --brokers right and reachable from here? " + k.tlsMismatch()
 		if k.sasl.mechanism == "" {
-			hint += "; if it takes SASL, set --sasl-mechanism, --sasl-user and " + envSASLPassword
+			hint += "; if it takes SASL, set --sasl-mechanism and its options"
 		}
 		return hint
 	}
-	return "is the broker running, and are --brokers, the TLS (--tls, --tls-ca) and SASL (--sasl-mechanism, --sasl-user, " + envSASLPassword + ") options right for its listener?"
+	return "is the broker running, and are --brokers, the TLS (--tls, --tls-ca) and SASL (--sasl-mechanism and its options) options right for its listener?"
+}
+
+// signIn names the SASL sign-in for messages.
+func (k *kafkaFlags) signIn() string {
+	mechanism := strings.ToUpper(k.sasl.mechanism)
+	if mechanism == sarama.SASLTypeOAuth || mechanism == mechanismMSKIAM {
+		return mechanism
+	}
+	return fmt.Sprintf("%s as user %q", mechanism, k.sasl.user)
+}
+
+// signInCheck says which options to check when a broker refuses the SASL
+// sign-in.
+func (k *kafkaFlags) signInCheck() string {
+	switch strings.ToUpper(k.sasl.mechanism) {
+	case sarama.SASLTypeOAuth:
+		return "check that the cluster trusts the tokens of --sasl-oauth-token-url, and --sasl-oauth-scope and --sasl-oauth-extension"
+	case mechanismMSKIAM:
+		return "check --aws-region and that the IAM policy of these credentials allows kafka-cluster:Connect, on MSK's IAM port (9098)"
+	}
+	return "check --sasl-user, " + envSASLPassword + " and --sasl-mechanism against the broker's users"
 }
 
 // tlsMismatch says how to fix TLS on one side only, which brokers answer by

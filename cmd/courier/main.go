@@ -17,7 +17,10 @@
 // *_base64 fields of JSON). No password given in a connection string
 // (URL userinfo, password= or sslpassword= with or without spaces and
 // quotes, a query parameter), in COURIER_DATABASE_URL, PGPASSWORD or
-// --sasl-password / COURIER_SASL_PASSWORD is ever printed, nor the password,
+// --sasl-password / COURIER_SASL_PASSWORD is ever printed, nor the OAuth
+// client secret (COURIER_SASL_OAUTH_CLIENT_SECRET), a token
+// (COURIER_SASL_OAUTH_TOKEN, or one an identity provider or AWS's signer
+// made) or AWS_SECRET_ACCESS_KEY, nor the password,
 // path or query of --webhook-url nor a --webhook-header value, nor the
 // password (or lone user) of --otlp-endpoint or an OTEL_EXPORTER_OTLP_*
 // endpoint nor an OTEL_EXPORTER_OTLP_*HEADERS value. Against Kafka
@@ -113,7 +116,8 @@ func isCobraUsageError(err error) bool {
 
 // secretEnv are the environment variables that may hold a secret courier
 // is given.
-var secretEnv = []string{"COURIER_DATABASE_URL", "DATABASE_URL", "PGPASSWORD", "PGSSLPASSWORD", envSASLPassword, "COURIER_WEBHOOK_URL"}
+var secretEnv = []string{"COURIER_DATABASE_URL", "DATABASE_URL", "PGPASSWORD", "PGSSLPASSWORD", envSASLPassword, envOAuthSecret, envOAuthStaticToken,
+	"AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "COURIER_WEBHOOK_URL"}
 
 // secretsOf returns the secrets cmd was given, in its flags or the
 // environment: those of every connection string (redact.Secrets), the
@@ -141,9 +145,9 @@ func secretsOf(cmd *cobra.Command) []string {
 		rawURL, _ := cmd.Flags().GetString("webhook-url")
 		out = append(out, webhookSecrets(rawURL, headers...)...)
 	}
-	for _, name := range []string{"database-url", "redis-url", "sasl-password", "webhook-url"} {
+	for _, name := range []string{"database-url", "redis-url", "sasl-password", "sasl-oauth-client-secret", "webhook-url"} {
 		if f := cmd.Flags().Lookup(name); f != nil && f.Value.String() != "" {
-			if name == "sasl-password" {
+			if name == "sasl-password" || name == "sasl-oauth-client-secret" {
 				out = append(out, f.Value.String())
 			}
 			out = append(out, redact.Secrets(f.Value.String())...)

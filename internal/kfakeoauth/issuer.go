@@ -30,6 +30,7 @@ type Issuer struct {
 	now      func() time.Time
 	answer   http.HandlerFunc // replaces the endpoint's answer (down, slow, garbage)
 	issued   int
+	requests int
 	scopes   []string // the scope asked for, per request
 }
 
@@ -73,8 +74,17 @@ func (i *Issuer) Scopes() []string {
 	return append([]string(nil), i.scopes...)
 }
 
+// Requests is the number of requests the endpoint answered, or is
+// answering.
+func (i *Issuer) Requests() int {
+	i.mu.Lock()
+	defer i.mu.Unlock()
+	return i.requests
+}
+
 func (i *Issuer) serve(w http.ResponseWriter, r *http.Request) {
 	i.mu.Lock()
+	i.requests++
 	answer, now, lifetime := i.answer, i.now(), i.lifetime
 	i.mu.Unlock()
 	if answer != nil {
