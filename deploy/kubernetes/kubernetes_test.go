@@ -236,7 +236,7 @@ func TestChecksCatchBrokenManifests(t *testing.T) {
 		{"a duration that is not one", "relay", relayEnvironmentProblems, func(b *bundle) { setEnv(relay(b), "COURIER_SHUTDOWN_TIMEOUT", "10") }, "want a duration"},
 		{"a mechanism courier lacks", "relay", relayEnvironmentProblems, func(b *bundle) { setEnv(relay(b), "COURIER_SASL_MECHANISM", "SCRAM-SHA-1") }, "--sasl-mechanism SCRAM-SHA-1 is none of"},
 		{"a flag payouts lacks", "consumer", consumerEnvironmentProblems, func(b *bundle) { payouts(b).Args = append(payouts(b).Args, "--groups=payouts") }, "no flag --groups"},
-		{"a variable payouts does not read", "consumer", consumerEnvironmentProblems, func(b *bundle) { setEnv(payouts(b), "COURIER_SASL_PASSWORD", "x") }, "reads no variable COURIER_SASL_PASSWORD"},
+		{"a variable payouts does not read", "consumer", consumerEnvironmentProblems, func(b *bundle) { setEnv(payouts(b), "COURIER_DATABASE_URL", "x") }, "reads no variable COURIER_DATABASE_URL"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			good := m.bundle(t, c.dir)

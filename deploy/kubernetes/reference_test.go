@@ -89,7 +89,7 @@ var (
 	aside        = regexp.MustCompile(`\([^)]*\)`)
 	shutdownRow  = regexp.MustCompile("(?m)^\\| `ShutdownTimeout` \\| ([^|]+) \\|")
 	payoutsFlag  = regexp.MustCompile(`fs\.\w+\((?:[^,()]+, )?"([a-z0-9-]+)"`)
-	payoutsEnv   = regexp.MustCompile(`envOr\(getenv, "([A-Z0-9_]+)"`)
+	payoutsEnv   = regexp.MustCompile(`(?:envOr\(getenv, |getenv\()"([A-Z0-9_]+)"`)
 	kedaTag      = regexp.MustCompile("`keda:\"([^\"]+)\"`")
 	createSecret = regexp.MustCompile(`kubectl create secret generic (\S+)(.*)`)
 	secretKey    = regexp.MustCompile(`--from-(?:literal|file)=([^=\s]+)=`)

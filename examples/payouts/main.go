@@ -30,6 +30,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -51,6 +53,7 @@ import (
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dedupe"
 	"github.com/courierkit/courier/examples/payouts/psp"
+	"github.com/courierkit/courier/kafkaauth"
 	"github.com/courierkit/courier/producer"
 	"github.com/courierkit/courier/retrytopics"
 )
@@ -58,17 +61,18 @@ import (
 // config is the worker's configuration; parseConfig fills it from flags
 // and the environment.
 type config struct {
-	Brokers     []string        // Kafka bootstrap addresses
-	Topic       string          // the topic of OrderCreated events
-	Partitions  int32           // partitions of Topic when the worker creates it
-	Group       string          // the consumer group
-	RedisURL    string          // the dedupe store
-	DedupeScope string          // dedupe.RedisConfig.Scope
-	RedisPrefix string          // dedupe.RedisConfig.Prefix; "" is dedupe.DefaultPrefix
-	PSPURL      string          // "" starts an in-process stub PSP (psp.Start)
-	PSPFailFor  time.Duration   // the in-process PSP fails (503) this long first
-	PSPTimeout  time.Duration   // each PSP call's timeout
-	RetryDelays []time.Duration // the retry topics' delays
+	Brokers     []string             // Kafka bootstrap addresses
+	Kafka       kafkaauth.Connection // TLS and SASL, from the variables courier's CLI reads (signIn)
+	Topic       string               // the topic of OrderCreated events
+	Partitions  int32                // partitions of Topic when the worker creates it
+	Group       string               // the consumer group
+	RedisURL    string               // the dedupe store
+	DedupeScope string               // dedupe.RedisConfig.Scope
+	RedisPrefix string               // dedupe.RedisConfig.Prefix; "" is dedupe.DefaultPrefix
+	PSPURL      string               // "" starts an in-process stub PSP (psp.Start)
+	PSPFailFor  time.Duration        // the in-process PSP fails (503) this long first
+	PSPTimeout  time.Duration        // each PSP call's timeout
+	RetryDelays []time.Duration      // the retry topics' delays
 
 	MaxAttempts     int           // in-process attempts per topic; above BreakerFailures
 	Backoff         time.Duration // the wait after a first failed attempt, doubling
@@ -117,7 +121,72 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 	if cfg.PSPURL != "" && cfg.PSPFailFor > 0 {
 		return cfg, errors.New("--psp-fail-for makes the in-process PSP fail; drop --psp-url to use it")
 	}
-	return cfg, nil
+	var err error
+	cfg.Kafka, err = signIn(getenv)
+	return cfg, err
+}
+
+// signIn reads how to reach and sign in to Kafka from the variables
+// courier's CLI reads, so that the worker and `courier relay` can share one
+// Secret: COURIER_TLS (true) or COURIER_TLS_CA (a PEM file) for TLS;
+// COURIER_SASL_MECHANISM with COURIER_SASL_USER and COURIER_SASL_PASSWORD
+// (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), COURIER_SASL_OAUTH_TOKEN_URL,
+// _CLIENT_ID, _CLIENT_SECRET, _SCOPE and _EXTENSIONS (OAUTHBEARER; or a
+// fixed token in COURIER_SASL_OAUTH_TOKEN), or COURIER_AWS_REGION
+// (AWS_MSK_IAM, with the standard AWS credential chain).
+func signIn(getenv func(string) string) (kafkaauth.Connection, error) {
+	var conn kafkaauth.Connection
+	if ca := getenv("COURIER_TLS_CA"); ca != "" || strings.EqualFold(getenv("COURIER_TLS"), "true") {
+		conn.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+		if ca != "" {
+			pem, err := os.ReadFile(ca)
+			if err != nil {
+				return conn, fmt.Errorf("COURIER_TLS_CA: %w", err)
+			}
+			conn.TLS.RootCAs = x509.NewCertPool()
+			if !conn.TLS.RootCAs.AppendCertsFromPEM(pem) {
+				return conn, fmt.Errorf("COURIER_TLS_CA %s holds no PEM certificate", ca)
+			}
+		}
+	}
+	user, password := getenv("COURIER_SASL_USER"), getenv("COURIER_SASL_PASSWORD")
+	switch mechanism := strings.ToUpper(getenv("COURIER_SASL_MECHANISM")); mechanism {
+	case "":
+	case "PLAIN":
+		conn.SASL = kafkaauth.Plain(user, password)
+	case "SCRAM-SHA-256":
+		conn.SASL = kafkaauth.SCRAMSHA256(user, password)
+	case "SCRAM-SHA-512":
+		conn.SASL = kafkaauth.SCRAMSHA512(user, password)
+	case "OAUTHBEARER":
+		extensions := map[string]string{}
+		for kv := range strings.SplitSeq(getenv("COURIER_SASL_OAUTH_EXTENSIONS"), ",") {
+			if key, value, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
+				extensions[key] = value
+			}
+		}
+		var tokens *kafkaauth.Tokens
+		var err error
+		if tokenURL := getenv("COURIER_SASL_OAUTH_TOKEN_URL"); tokenURL != "" {
+			tokens, err = kafkaauth.ClientCredentials{TokenURL: tokenURL, ClientID: getenv("COURIER_SASL_OAUTH_CLIENT_ID"),
+				ClientSecret: getenv("COURIER_SASL_OAUTH_CLIENT_SECRET"), Scopes: strings.Fields(getenv("COURIER_SASL_OAUTH_SCOPE")), Extensions: extensions}.Tokens()
+		} else {
+			tokens, err = kafkaauth.StaticToken(getenv("COURIER_SASL_OAUTH_TOKEN"), extensions)
+		}
+		if err != nil {
+			return conn, fmt.Errorf("COURIER_SASL_MECHANISM OAUTHBEARER: %w", err)
+		}
+		conn.SASL = kafkaauth.OAuthBearer(tokens)
+	case "AWS_MSK_IAM":
+		tokens, err := kafkaauth.MSKIAM{Region: envOr(getenv, "COURIER_AWS_REGION", getenv("AWS_REGION"))}.Tokens(context.Background())
+		if err != nil {
+			return conn, fmt.Errorf("COURIER_SASL_MECHANISM AWS_MSK_IAM: %w", err)
+		}
+		conn.SASL = kafkaauth.OAuthBearer(tokens)
+	default:
+		return conn, fmt.Errorf("COURIER_SASL_MECHANISM %q: use PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER or AWS_MSK_IAM", mechanism)
+	}
+	return conn, nil
 }
 
 func envOr(getenv func(string) string, name, def string) string {
@@ -205,12 +274,17 @@ func run(ctx context.Context, cfg config) error {
 		return err
 	}
 
-	if err := createTopic(cfg.Brokers, cfg.Topic, cfg.Partitions); err != nil {
+	sc, err := cfg.Kafka.Config(consumer.NewSaramaConfig())
+	if err != nil {
+		return err
+	}
+	if err := createTopic(cfg.Brokers, sc, cfg.Topic, cfg.Partitions); err != nil {
 		return err
 	}
 
 	c, err := consumer.New(consumer.Config{
 		Brokers:     cfg.Brokers,
+		Sarama:      sc,
 		Group:       cfg.Group,
 		Topics:      []string{cfg.Topic},
 		Handler:     payOrder(client, breaker, log),
@@ -293,8 +367,8 @@ func payOrder(client *psp.Client, breaker *consumer.Breaker, log *slog.Logger) c
 
 // createTopic creates topic unless it exists: the consumer creates the
 // retry and dead-letter topics, but not the main one.
-func createTopic(brokers []string, topic string, partitions int32) error {
-	admin, err := sarama.NewClusterAdmin(brokers, sarama.NewConfig())
+func createTopic(brokers []string, sc *sarama.Config, topic string, partitions int32) error {
+	admin, err := sarama.NewClusterAdmin(brokers, sc)
 	if err != nil {
 		return fmt.Errorf("kafka at %s: %w (is it running? try `courier dev`)", strings.Join(brokers, ","), err)
 	}
