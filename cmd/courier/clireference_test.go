@@ -123,10 +123,19 @@ A flag given on the command line wins over its variable; a variable wins over th
 		c.InheritedFlags().VisitAll(visit)
 	}
 	for _, c := range commands {
-		// Variables without a flag are named in a command's text.
-		for _, env := range envInText.FindAllString(c.Long, -1) {
-			if k := (envFlag{env, "(none)", ""}); !flagged[env] && !slices.Contains(users[k], strings.TrimPrefix(c.CommandPath(), "courier ")) {
-				users[k] = append(users[k], strings.TrimPrefix(c.CommandPath(), "courier "))
+		// Variables without a flag are named in a command's text, or in
+		// the usage of a flag they stand in for.
+		texts := []string{c.Long}
+		if c.Runnable() {
+			collect := func(f *pflag.Flag) { texts = append(texts, f.Usage) }
+			c.LocalFlags().VisitAll(collect)
+			c.InheritedFlags().VisitAll(collect)
+		}
+		for _, text := range texts {
+			for _, env := range envInText.FindAllString(text, -1) {
+				if k := (envFlag{env, "(none)", ""}); !flagged[env] && !slices.Contains(users[k], strings.TrimPrefix(c.CommandPath(), "courier ")) {
+					users[k] = append(users[k], strings.TrimPrefix(c.CommandPath(), "courier "))
+				}
 			}
 		}
 	}
