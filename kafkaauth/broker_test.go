@@ -3,7 +3,13 @@ package kafkaauth_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -102,11 +108,9 @@ func TestTheBrokerRefusesABadOrExpiredToken(t *testing.T) {
 }
 
 func TestMSKIAMSignsInWithAPresignedConnectRequest(t *testing.T) {
+	noAWSFiles(t)
 	t.Setenv("AWS_ACCESS_KEY_ID", "AKIACOURIERTEST0001")
 	t.Setenv("AWS_SECRET_ACCESS_KEY", "courier-test-secret-access-key")
-	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
-	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
-	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
 	good := kfakeoauth.MSK{Region: "eu-west-1", AccessKeyID: "AKIACOURIERTEST0001", SecretAccessKey: "courier-test-secret-access-key"}
 	tokens, err := kafkaauth.MSKIAM{Region: "eu-west-1"}.Tokens(context.Background())
 	if err != nil {
@@ -228,4 +232,112 @@ func distinct(tokens []string) int {
 		seen[t] = true
 	}
 	return len(seen)
+}
+
+// fakeSTS answers AssumeRoleWithWebIdentity and AssumeRole with the
+// temporary credentials of role, and records each request's form.
+func fakeSTS(t *testing.T, role kfakeoauth.MSK) (endpoint string, forms func() []url.Values) {
+	t.Helper()
+	var mu sync.Mutex
+	var seen []url.Values
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		mu.Lock()
+		seen = append(seen, r.PostForm)
+		mu.Unlock()
+		action := r.PostForm.Get("Action")
+		w.Header().Set("Content-Type", "text/xml")
+		fmt.Fprintf(w, `<%[1]sResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><%[1]sResult>
+<AssumedRoleUser><Arn>arn:aws:sts::123456789012:assumed-role/courier-relay/courier</Arn><AssumedRoleId>AROATEST:courier</AssumedRoleId></AssumedRoleUser>
+<Credentials><AccessKeyId>%[2]s</AccessKeyId><SecretAccessKey>%[3]s</SecretAccessKey><SessionToken>%[4]s</SessionToken><Expiration>%[5]s</Expiration></Credentials>
+</%[1]sResult><ResponseMetadata><RequestId>req-1</RequestId></ResponseMetadata></%[1]sResponse>`,
+			action, role.AccessKeyID, role.SecretAccessKey, role.SessionToken, time.Now().Add(time.Hour).UTC().Format(time.RFC3339))
+	}))
+	t.Cleanup(srv.Close)
+	return srv.URL, func() []url.Values {
+		mu.Lock()
+		defer mu.Unlock()
+		return append([]url.Values(nil), seen...)
+	}
+}
+
+// noAWSFiles keeps the AWS chain off this machine's own configuration.
+func noAWSFiles(t *testing.T) {
+	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	for _, name := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ROLE_ARN", "AWS_WEB_IDENTITY_TOKEN_FILE"} {
+		t.Setenv(name, "")
+	}
+}
+
+// TestMSKIAMSignsWithTheWebIdentityOfEKS: a pod of a service account
+// annotated with a role (EKS IRSA) has AWS_ROLE_ARN and
+// AWS_WEB_IDENTITY_TOKEN_FILE; the chain trades the file's token at STS
+// for the role's credentials, and the broker takes tokens signed with
+// those.
+func TestMSKIAMSignsWithTheWebIdentityOfEKS(t *testing.T) {
+	noAWSFiles(t)
+	role := kfakeoauth.MSK{Region: "eu-west-1", AccessKeyID: "ASIAIRSATEST0001", SecretAccessKey: "irsa-role-secret", SessionToken: "irsa-session-token"}
+	sts, forms := fakeSTS(t, role)
+	tokenFile := t.TempDir() + "/token"
+	if err := os.WriteFile(tokenFile, []byte("eyJ.projected-service-account-token.sig"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("AWS_ROLE_ARN", "arn:aws:iam::123456789012:role/courier-relay")
+	t.Setenv("AWS_WEB_IDENTITY_TOKEN_FILE", tokenFile)
+	t.Setenv("AWS_ENDPOINT_URL_STS", sts)
+	tokens, err := kafkaauth.MSKIAM{Region: "eu-west-1"}.Tokens(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker, brokers := checkingBroker(t, role, 0)
+	if err := signIn(t, brokers, tokens); err != nil {
+		t.Fatalf("sign in: %v (STS saw %v)", err, forms())
+	}
+	if c := broker.Counts(); c.Accepted == 0 || len(c.Refusals) > 0 {
+		t.Fatalf("the broker accepted %d tokens and refused %q", c.Accepted, c.Refusals)
+	}
+	f := forms()
+	if len(f) == 0 || f[0].Get("Action") != "AssumeRoleWithWebIdentity" || f[0].Get("WebIdentityToken") != "eyJ.projected-service-account-token.sig" ||
+		f[0].Get("RoleArn") != "arn:aws:iam::123456789012:role/courier-relay" {
+		t.Errorf("STS was asked %v; want AssumeRoleWithWebIdentity with the file's token and the role", f)
+	}
+}
+
+// TestMSKIAMAssumesTheRoleItIsGiven: with RoleARN the chain's credentials
+// assume the role first, and the tokens are signed with the role's.
+func TestMSKIAMAssumesTheRoleItIsGiven(t *testing.T) {
+	noAWSFiles(t)
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIABASETEST0001")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "base-secret")
+	role := kfakeoauth.MSK{Region: "eu-west-1", AccessKeyID: "ASIAROLETEST0001", SecretAccessKey: "role-secret", SessionToken: "role-session-token"}
+	sts, forms := fakeSTS(t, role)
+	t.Setenv("AWS_ENDPOINT_URL_STS", sts)
+	tokens, err := kafkaauth.MSKIAM{Region: "eu-west-1", RoleARN: "arn:aws:iam::123456789012:role/courier-relay"}.Tokens(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	broker, brokers := checkingBroker(t, role, 0)
+	if err := signIn(t, brokers, tokens); err != nil {
+		t.Fatalf("sign in: %v", err)
+	}
+	if c := broker.Counts(); c.Accepted == 0 || len(c.Refusals) > 0 {
+		t.Fatalf("the broker accepted %d tokens and refused %q", c.Accepted, c.Refusals)
+	}
+	if f := forms(); len(f) == 0 || f[0].Get("Action") != "AssumeRole" || f[0].Get("RoleSessionName") != "courier" {
+		t.Errorf("STS was asked %v; want AssumeRole with the session name courier", f)
+	}
+}
+
+func TestMSKIAMWithoutCredentialsSaysWhereTheyComeFrom(t *testing.T) {
+	noAWSFiles(t)
+	tokens, err := kafkaauth.MSKIAM{Region: "eu-west-1", Timeout: 5 * time.Second}.Tokens(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = tokens.Token()
+	if err == nil || !strings.Contains(err.Error(), "AWS MSK IAM in eu-west-1") || !strings.Contains(err.Error(), "eks.amazonaws.com/role-arn") {
+		t.Fatalf("no credentials anywhere: %v; want the source and where credentials come from", err)
+	}
 }

@@ -22,6 +22,9 @@ type MSK struct {
 	Region          string
 	AccessKeyID     string
 	SecretAccessKey string
+	// SessionToken is the temporary credentials' token (an assumed
+	// role's), which the request then carries signed.
+	SessionToken string
 	// Now is the broker's clock; nil is time.Now.
 	Now func() time.Time
 }
@@ -74,9 +77,12 @@ func (m MSK) Verify(token string, _ map[string]string) error {
 		return fmt.Errorf("the token is signed in the future, at %s", signed.Format(time.RFC3339))
 	}
 	// Sign the same request again with the key and compare.
+	if q.Get("X-Amz-Security-Token") != m.SessionToken {
+		return errors.New("the token carries another session token than the credentials the broker knows")
+	}
 	unsigned := url.Values{"Action": {q.Get("Action")}, "X-Amz-Expires": {q.Get("X-Amz-Expires")}}
 	req, _ := http.NewRequest(http.MethodGet, (&url.URL{Scheme: "https", Host: host, Path: "/", RawQuery: unsigned.Encode()}).String(), nil)
-	want, _, err := v4.NewSigner().PresignHTTP(context.Background(), aws.Credentials{AccessKeyID: m.AccessKeyID, SecretAccessKey: m.SecretAccessKey},
+	want, _, err := v4.NewSigner().PresignHTTP(context.Background(), aws.Credentials{AccessKeyID: m.AccessKeyID, SecretAccessKey: m.SecretAccessKey, SessionToken: m.SessionToken},
 		req, emptyHash, "kafka-cluster", m.Region, signed)
 	if err != nil {
 		return fmt.Errorf("signing: %v", err)
