@@ -108,8 +108,11 @@ func (m Mechanism) String() string {
 	return "SASL " + string(m.name)
 }
 
-// apply sets the mechanism on cfg, or checks that cfg has none of its own
-// when m is the zero Mechanism.
+// GoString is String, so that %#v prints no password either.
+func (m Mechanism) GoString() string { return m.String() }
+
+// apply sets the mechanism on cfg; the zero Mechanism leaves cfg's SASL
+// as it is.
 func (m Mechanism) apply(cfg *sarama.Config) error {
 	if m.name == "" {
 		return nil

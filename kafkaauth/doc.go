@@ -14,10 +14,11 @@
 // from an OpenID Connect token endpoint with the client-credentials grant,
 // MSKIAM signs them for Amazon MSK with the standard AWS credential chain,
 // and StaticToken hands out one token (for tests). A Tokens keeps its token
-// and fetches the next one in the background once most of its lifetime has
-// passed, so a broker connection never waits for the identity provider
-// while the token it holds is good; Sarama reauthenticates a connection
-// (KIP-368) when the broker gives its session a lifetime.
+// and fetches the next one in the background past 80% of its lifetime, so
+// a broker connection does not wait for the identity provider while its
+// token is good (see Tokens for the last tenth of its life); Sarama
+// reauthenticates a connection (KIP-368) when the broker gives its session
+// a lifetime.
 //
 // Errors name the endpoint or the region and say what to check; no error,
 // String or log ever holds a secret or a token.

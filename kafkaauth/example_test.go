@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
-	"os"
 
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/kafkaauth"
@@ -18,7 +17,7 @@ func ExampleClientCredentials() {
 	tokens, err := kafkaauth.ClientCredentials{
 		TokenURL:     "https://idp.example.com/oauth2/token",
 		ClientID:     "billing-consumer",
-		ClientSecret: os.Getenv("COURIER_SASL_OAUTH_CLIENT_SECRET"),
+		ClientSecret: "from-your-secret-store", // os.Getenv("COURIER_SASL_OAUTH_CLIENT_SECRET"), say
 		Scopes:       []string{"kafka"},
 		Extensions:   map[string]string{"logicalCluster": "lkc-abc12", "identityPoolId": "pool-Xy12"},
 	}.Tokens()
@@ -34,8 +33,10 @@ func ExampleClientCredentials() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(cfg.Net.SASL.Mechanism, cfg.Net.TLS.Enable)
-	// Then: consumer.New(consumer.Config{Sarama: cfg, …})
+	// Then: consumer.New(consumer.Config{Sarama: cfg, …}); nothing is
+	// fetched until the consumer connects.
+	fmt.Println(cfg.Net.SASL.Mechanism, cfg.Net.TLS.Enable, kafkaauth.OAuthBearer(tokens))
+	// Output: OAUTHBEARER true SASL OAUTHBEARER with the OAuth token endpoint https://idp.example.com/oauth2/token
 }
 
 // The relay on Amazon MSK with IAM access control, its credentials from
@@ -54,8 +55,10 @@ func ExampleMSKIAM() {
 		fmt.Println(err)
 		return
 	}
-	fmt.Println(kafkaauth.OAuthBearer(tokens), cfg.Producer.Idempotent)
-	// Then: producer.NewRelay(producer.RelayConfig{Sarama: cfg, …})
+	// Then: producer.NewRelay(pool, producer.RelayConfig{Sarama: cfg, …});
+	// the credentials are looked for when the relay connects.
+	fmt.Println(kafkaauth.OAuthBearer(tokens), cfg.Net.TLS.Enable)
+	// Output: SASL OAUTHBEARER with AWS MSK IAM in eu-west-1 true
 }
 
 // SCRAM with the password from the environment.

@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-msk-iam-sasl-signer-go/signer"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/credentials/stscreds"
 	"github.com/aws/aws-sdk-go-v2/service/sts"
 
@@ -45,8 +46,8 @@ type MSKIAM struct {
 }
 
 // awsRegion is the shape of an AWS region name: eu-west-1,
-// us-gov-west-1, cn-north-1, us-isob-east-1.
-var awsRegion = regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]{1,2}$`)
+// us-gov-west-1, cn-north-1, us-isob-east-1, eusc-de-east-1.
+var awsRegion = regexp.MustCompile(`^[a-z]{2,4}(-[a-z]+)+-[0-9]{1,2}$`)
 
 // Tokens loads the AWS configuration (ctx bounds that) and returns the
 // tokens; the credentials are fetched when a broker connection asks for a
@@ -61,7 +62,8 @@ func (m MSKIAM) Tokens(ctx context.Context) (*Tokens, error) {
 	source := "AWS MSK IAM in " + m.Region
 	creds := m.Credentials
 	if creds == nil {
-		opts := []func(*config.LoadOptions) error{config.WithRegion(m.Region)}
+		opts := []func(*config.LoadOptions) error{config.WithRegion(m.Region),
+			config.WithCredentialsCacheOptions(func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = credentialsWindow })}
 		if m.Profile != "" {
 			opts = append(opts, config.WithSharedConfigProfile(m.Profile))
 		}
@@ -78,7 +80,7 @@ func (m MSKIAM) Tokens(ctx context.Context) (*Tokens, error) {
 			}
 			creds = aws.NewCredentialsCache(stscreds.NewAssumeRoleProvider(sts.NewFromConfig(cfg), m.RoleARN, func(o *stscreds.AssumeRoleOptions) {
 				o.RoleSessionName = session
-			}))
+			}), func(o *aws.CredentialsCacheOptions) { o.ExpiryWindow = credentialsWindow })
 		}
 	}
 	if creds == nil {
@@ -86,16 +88,32 @@ func (m MSKIAM) Tokens(ctx context.Context) (*Tokens, error) {
 	}
 	region := m.Region
 	return NewTokens(source, func(ctx context.Context) (Token, error) {
-		token, expiresMs, err := signer.GenerateAuthTokenFromCredentialsProvider(ctx, region, creds)
-		if err != nil {
-			if ctx.Err() != nil {
-				return Token{}, ctx.Err()
+		// A presigned token is good until it expires or its credentials
+		// do, whichever comes first (an assumed role's session, say).
+		c, err := creds.Retrieve(ctx)
+		if err == nil {
+			var token string
+			var expiresMs int64
+			token, expiresMs, err = signer.GenerateAuthTokenFromCredentialsProvider(ctx, region, credentials.StaticCredentialsProvider{Value: c})
+			if err == nil {
+				expiry := time.UnixMilli(expiresMs)
+				if c.CanExpire && c.Expires.Before(expiry) {
+					expiry = c.Expires
+				}
+				return Token{Value: token, Expiry: expiry}, nil
 			}
-			return Token{}, &TokenError{Source: source, Reason: textcut.Line(err.Error(), 300, isControl) + " (" + credentialsFix + ")"}
 		}
-		return Token{Value: token, Expiry: time.UnixMilli(expiresMs)}, nil
+		if ctx.Err() != nil {
+			return Token{}, ctx.Err()
+		}
+		return Token{}, &TokenError{Source: source, Reason: textcut.Line(err.Error(), 300, isControl) + " (" + credentialsFix + ")", Err: err}
 	}, nil, m.Timeout)
 }
+
+// credentialsWindow is how long before temporary credentials expire (a
+// role's session, EKS's web identity) the chain fetches new ones, so that
+// a token signed with them lives long enough to be used.
+const credentialsWindow = 5 * time.Minute
 
 // credentialsFix says where the AWS chain looks for credentials.
 const credentialsFix = "give this process AWS credentials: AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, a profile (AWS_PROFILE), " +

@@ -3,15 +3,19 @@ package kafkaauth
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
+	"maps"
 	"mime"
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -40,17 +44,43 @@ type ClientCredentials struct {
 	// default.
 	Scopes []string
 	// Params are more form parameters some endpoints want (Auth0's
-	// audience, say).
+	// audience, Entra ID v1's resource); they may not set grant_type,
+	// scope, client_id or client_secret.
 	Params url.Values
 	// Extensions go with every token in the SASL message (Confluent Cloud:
 	// logicalCluster and identityPoolId).
 	Extensions map[string]string
 	// Timeout bounds one token request; 0 is DefaultTokenTimeout.
 	Timeout time.Duration
+	// RootCAs, when set, are the CAs the endpoint's certificate is
+	// checked against instead of the system's (a Keycloak behind a
+	// private CA, say).
+	RootCAs *x509.CertPool
 	// HTTPClient sends the requests; nil is a client of its own (TLS 1.2
-	// or later, the system's CAs, the environment's proxy).
+	// or later, RootCAs or the system's CAs, the environment's proxy, no
+	// redirects). A client of yours should not follow redirects either: Go
+	// sends the form, with the secret when it goes there, to wherever a
+	// 307 or 308 points.
 	HTTPClient *http.Client
 }
+
+// String describes the credentials without their secret.
+func (c ClientCredentials) String() string {
+	return fmt.Sprintf("OAuth client %q at %s", c.ClientID, shownURL(c.TokenURL))
+}
+
+// GoString is String, so that %#v prints no secret either.
+func (c ClientCredentials) GoString() string { return c.String() }
+
+// LogValue is String, for log/slog.
+func (c ClientCredentials) LogValue() slog.Value { return slog.StringValue(c.String()) }
+
+// reservedParams are the form parameters ClientCredentials sets itself.
+var reservedParams = []string{"grant_type", "scope", "client_id", "client_secret", "client_assertion", "client_assertion_type"}
+
+// minLifetime is the shortest expires_in taken: a shorter one would make
+// every broker connection ask the endpoint again.
+const minLifetime = time.Second
 
 // maxTokenResponse bounds the body of a token endpoint's answer that is
 // read.
@@ -75,6 +105,12 @@ func (c ClientCredentials) Tokens() (*Tokens, error) {
 	case c.ClientSecret == "":
 		return nil, fmt.Errorf("kafkaauth: the OAuth client %q has no secret", c.ClientID)
 	}
+	for key := range c.Params {
+		if slices.Contains(reservedParams, key) {
+			return nil, fmt.Errorf("kafkaauth: OAuth parameter %s is set by ClientCredentials itself: use its fields (ClientID, ClientSecret, Scopes)", key)
+		}
+	}
+	c.Params = maps.Clone(c.Params)
 	for _, s := range c.Scopes {
 		if s == "" || strings.IndexFunc(s, func(r rune) bool { return r < 0x21 || r > 0x7e || r == '"' || r == '\\' }) >= 0 {
 			return nil, fmt.Errorf("kafkaauth: OAuth scope %s: a scope is printable ASCII without spaces, quotes or backslashes (RFC 6749 section 3.3)", strconv.QuoteToASCII(s))
@@ -82,9 +118,14 @@ func (c ClientCredentials) Tokens() (*Tokens, error) {
 	}
 	f := &clientCredentialsFetch{c: c, endpoint: endpoint, client: c.HTTPClient}
 	if f.client == nil {
-		transport := http.DefaultTransport.(*http.Transport).Clone()
-		transport.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12}
-		f.client = &http.Client{Transport: transport}
+		transport, ok := http.DefaultTransport.(*http.Transport)
+		if ok {
+			transport = transport.Clone()
+		} else { // a service wrapped the default transport
+			transport = &http.Transport{Proxy: http.ProxyFromEnvironment, ForceAttemptHTTP2: true, IdleConnTimeout: 90 * time.Second, TLSHandshakeTimeout: 10 * time.Second}
+		}
+		transport.TLSClientConfig = &tls.Config{MinVersion: tls.VersionTLS12, RootCAs: c.RootCAs}
+		f.client = &http.Client{Transport: transport, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	}
 	basic := "Basic " + base64.StdEncoding.EncodeToString([]byte(url.QueryEscape(c.ClientID)+":"+url.QueryEscape(c.ClientSecret)))
 	f.secrets = append(redact.HeaderSecrets(basic), redact.HeaderSecrets(c.ClientSecret)...)
@@ -106,7 +147,7 @@ func checkTokenURL(raw string) (string, error) {
 	if u.User != nil {
 		return "", errors.New("kafkaauth: the OAuth token URL holds a user or password: give the client id and secret as such, not in the URL")
 	}
-	shown := (&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String()
+	shown := shownURL(raw)
 	if u.Scheme == "http" {
 		ip := net.ParseIP(u.Hostname())
 		if u.Hostname() != "localhost" && (ip == nil || !ip.IsLoopback()) {
@@ -114,6 +155,16 @@ func checkTokenURL(raw string) (string, error) {
 		}
 	}
 	return shown, nil
+}
+
+// shownURL is a token URL as messages show it: without user, query or
+// fragment.
+func shownURL(raw string) string {
+	u, err := url.Parse(raw)
+	if err != nil {
+		return strconv.QuoteToASCII(textcut.Cut(raw, 100, "…"))
+	}
+	return textcut.Line((&url.URL{Scheme: u.Scheme, Host: u.Host, Path: u.Path}).String(), 200, isControl)
 }
 
 // clientCredentialsFetch is one ClientCredentials' fetch.
@@ -139,11 +190,16 @@ type tokenAnswer struct {
 func (f *clientCredentialsFetch) fetch(ctx context.Context) (Token, error) {
 	inForm := f.inForm.Load()
 	tok, status, answer, err := f.ask(ctx, inForm)
-	if err != nil && !inForm && (status == http.StatusUnauthorized || status == http.StatusBadRequest) && answer.Error == "invalid_client" {
-		if tok, _, _, err2 := f.ask(ctx, true); err2 == nil {
-			f.inForm.Store(true)
-			return tok, nil
-		}
+	if err == nil || inForm || status != http.StatusUnauthorized && status != http.StatusBadRequest || answer.Error != "invalid_client" {
+		return tok, err
+	}
+	// The endpoint refused the secret in the header: try it in the form
+	// (client_secret_post). Unless that is refused as well, the form is
+	// what the endpoint takes, and its answer is the one to report.
+	tok, _, formAnswer, formErr := f.ask(ctx, true)
+	if formErr == nil || formAnswer.Error != "invalid_client" {
+		f.inForm.Store(true)
+		return tok, formErr
 	}
 	return tok, err
 }
@@ -195,6 +251,10 @@ func (f *clientCredentialsFetch) ask(ctx context.Context, inForm bool) (Token, i
 	}
 	var answer tokenAnswer
 	jsonErr := json.Unmarshal(body, &answer)
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return Token{}, resp.StatusCode, answer, f.failStatus(resp.StatusCode, "HTTP %d, a redirect to %s: courier follows none (the form holds the secret); use the URL it points to as the token URL",
+			resp.StatusCode, shownURL(resp.Header.Get("Location")))
+	}
 	if resp.StatusCode != http.StatusOK {
 		return Token{}, resp.StatusCode, answer, f.refused(resp.StatusCode, answer, jsonErr == nil)
 	}
@@ -220,8 +280,8 @@ func (f *clientCredentialsFetch) ask(ctx context.Context, inForm bool) (Token, i
 func lifetime(a tokenAnswer) (time.Duration, error) {
 	if raw := strings.Trim(string(a.ExpiresIn), `"`); raw != "" && raw != "null" {
 		seconds, err := strconv.ParseFloat(raw, 64)
-		if err != nil || seconds <= 0 || seconds > 366*24*3600 {
-			return 0, fmt.Errorf("expires_in %s is not a number of seconds between 0 and a year", strconv.QuoteToASCII(textcut.Cut(raw, 40, "…")))
+		if err != nil || !(seconds >= minLifetime.Seconds() && seconds <= 366*24*3600) {
+			return 0, fmt.Errorf("expires_in %s is not a number of seconds from 1 to a year", strconv.QuoteToASCII(textcut.Cut(raw, 40, "…")))
 		}
 		return time.Duration(seconds * float64(time.Second)), nil
 	}
@@ -281,12 +341,17 @@ func (f *clientCredentialsFetch) refused(status int, a tokenAnswer, isJSON bool)
 	default:
 		fix = "check the token URL, the client id and secret, the scope and the extensions"
 	}
-	return f.fail("%s (%s)", what, fix)
+	return f.failStatus(status, "%s (%s)", what, fix)
 }
 
 // fail is a TokenError of this endpoint.
 func (f *clientCredentialsFetch) fail(format string, args ...any) error {
-	return &TokenError{Source: "the OAuth token endpoint " + f.endpoint, Reason: fmt.Sprintf(format, args...)}
+	return f.failStatus(0, format, args...)
+}
+
+// failStatus is a TokenError of this endpoint's answer with status.
+func (f *clientCredentialsFetch) failStatus(status int, format string, args ...any) error {
+	return &TokenError{Source: "the OAuth token endpoint " + f.endpoint, Reason: fmt.Sprintf(format, args...), Status: status}
 }
 
 // clean masks the secret in text from outside and puts it on one line.

@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -126,6 +127,11 @@ func TestTokenEndpointFailuresNameTheEndpointAndTheFix(t *testing.T) {
 		{name: "a token with a control character", answer: jsonAnswer(200, map[string]any{"access_token": "ab\x01auth=Bearer evil"}), want: []string{`holds '\x01' at byte 2`}},
 		{name: "not a bearer token", answer: jsonAnswer(200, map[string]any{"access_token": "abc", "token_type": "mac"}), want: []string{`type "mac", not Bearer`}},
 		{name: "a bad lifetime", answer: jsonAnswer(200, map[string]any{"access_token": "abc", "expires_in": "soon"}), want: []string{`expires_in "soon"`}},
+		{name: "a lifetime that is no number", answer: jsonAnswer(200, map[string]any{"access_token": "abc", "expires_in": "NaN"}), want: []string{`expires_in "NaN" is not a number of seconds from 1`}},
+		{name: "a lifetime too short to use", answer: jsonAnswer(200, map[string]any{"access_token": "abc", "expires_in": 0.001}), want: []string{`expires_in "0.001"`}},
+		{name: "a redirect", answer: func(w http.ResponseWriter, r *http.Request) {
+			http.Redirect(w, r, "http://evil.example.com/steal?x=1", http.StatusTemporaryRedirect)
+		}, want: []string{"HTTP 307, a redirect to http://evil.example.com/steal: courier follows none"}},
 		{name: "a huge answer", answer: func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(huge)) }, want: []string{"more than 1048576 bytes"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -154,6 +160,51 @@ func TestTokenEndpointFailuresNameTheEndpointAndTheFix(t *testing.T) {
 	}
 }
 
+func TestTheSecretInTheFormIsTheAnswerWhenTheHeaderIsRefused(t *testing.T) {
+	cc := endpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		_ = r.ParseForm()
+		if _, _, basic := r.BasicAuth(); basic {
+			jsonAnswer(401, map[string]string{"error": "invalid_client"})(w, r)
+			return
+		}
+		jsonAnswer(400, map[string]string{"error": "invalid_scope"})(w, r)
+	})
+	_, err := fetch(t, cc)
+	if err == nil || !strings.Contains(err.Error(), "check the scope") {
+		t.Fatalf("%v; want the form's answer: the scope is wrong, not the secret", err)
+	}
+	var te *kafkaauth.TokenError
+	if !errorsAs(err, &te) || te.Status != 400 {
+		t.Errorf("%#v; want Status 400", te)
+	}
+}
+
+func TestASecretThatNeedsEscapingIsSentAsRFC6749Says(t *testing.T) {
+	const awkward = "a:b+c%/ é"
+	var header string
+	cc := endpoint(t, func(w http.ResponseWriter, r *http.Request) {
+		header = r.Header.Get("Authorization")
+		jsonAnswer(200, map[string]any{"access_token": "t", "expires_in": 60})(w, r)
+	})
+	cc.ClientID, cc.ClientSecret = "relay:1", awkward
+	if _, err := fetch(t, cc); err != nil {
+		t.Fatal(err)
+	}
+	want := "Basic " + base64.StdEncoding.EncodeToString([]byte(url.QueryEscape("relay:1")+":"+url.QueryEscape(awkward)))
+	if header != want {
+		t.Errorf("Authorization %q; want %q (each part form-encoded, RFC 6749 2.3.1)", header, want)
+	}
+}
+
+func TestCredentialsPrintNoSecret(t *testing.T) {
+	cc := kafkaauth.ClientCredentials{TokenURL: "https://idp.example.com/token?tenant=x", ClientID: "relay", ClientSecret: secret}
+	for _, printed := range []string{fmt.Sprint(cc), fmt.Sprintf("%+v", cc), fmt.Sprintf("%#v", cc), fmt.Sprintf("%#v", kafkaauth.Plain("u", secret)), fmt.Sprintf("%v", kafkaauth.SCRAMSHA512("u", secret))} {
+		if strings.Contains(printed, secret) || strings.Contains(printed, "tenant=x") {
+			t.Errorf("printed: %s", printed)
+		}
+	}
+}
+
 func TestClientCredentialsRefuseABadConfiguration(t *testing.T) {
 	good := kafkaauth.ClientCredentials{TokenURL: "https://idp.example.com/oauth2/token", ClientID: "relay", ClientSecret: secret}
 	for _, tc := range []struct {
@@ -171,6 +222,7 @@ func TestClientCredentialsRefuseABadConfiguration(t *testing.T) {
 		{"no secret", func(c *kafkaauth.ClientCredentials) { c.ClientSecret = "" }, `client "relay" has no secret`},
 		{"a scope with a space", func(c *kafkaauth.ClientCredentials) { c.Scopes = []string{"a b"} }, `scope "a b"`},
 		{"a reserved extension", func(c *kafkaauth.ClientCredentials) { c.Extensions = map[string]string{"auth": "x"} }, "reserved"},
+		{"a parameter it sets itself", func(c *kafkaauth.ClientCredentials) { c.Params = url.Values{"client_secret": {"x"}} }, "client_secret is set by ClientCredentials itself"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cc := good

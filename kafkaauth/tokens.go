@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/IBM/sarama"
 
+	"github.com/courierkit/courier/backoff"
 	"github.com/courierkit/courier/internal/textcut"
 )
 
@@ -31,24 +33,31 @@ const DefaultTokenTimeout = 10 * time.Second
 const MaxTokenBytes = 16 << 10
 
 // refreshShare is the share of a token's lifetime after which a Tokens
-// fetches the next one in the background, lastShare the share after which
-// it waits for that fetch before it hands the token out, and
-// failureBackoff how long after a failed fetch it waits before it fetches
-// again.
+// fetches the next one in the background, and lastShare the share after
+// which it waits for that fetch before it hands the token out. A token is
+// taken for expired maxSkew (at most a tenth of its life) before it
+// expires, for brokers whose clocks run ahead.
 const (
-	refreshShare   = 0.8
-	lastShare      = 0.9
-	failureBackoff = time.Second
+	refreshShare = 0.8
+	lastShare    = 0.9
+	maxSkew      = 30 * time.Second
 )
 
+// failureBackoff is the wait after consecutive failed fetches before the
+// next one: 1s, 2s, 4s, … up to 30s, each spread over ±20%, so that many
+// clients do not ask a failing identity provider together.
+var failureBackoff = backoff.Backoff{Base: time.Second, Factor: 2, Max: 30 * time.Second, Jitter: 0.2}
+
 // Tokens hands Sarama the OAUTHBEARER token of a source (an identity
-// provider, AWS's signer, a fixed value) and keeps it: once refreshShare of
-// its lifetime has passed, the next call starts a fetch of the next one in
-// the background and goes on handing out the current one until it expires.
-// Only with no token left that has not expired does a call wait, for one
-// fetch that every caller shares, bounded by the source's timeout. A failed
-// fetch is handed to the callers that needed a token for a second before
-// the next fetch; its error names the source and says what to check.
+// provider, AWS's signer, a fixed value) and keeps it. Once refreshShare
+// of its lifetime has passed it fetches the next one in the background (on
+// a timer, as long as the tokens are used, and on the next call), and goes
+// on handing out the current one; past lastShare a call waits for that
+// fetch, and still gets the current token if the fetch fails. A call with
+// no usable token waits for one fetch that every waiting caller shares,
+// bounded by the source's timeout. After a failed fetch, callers that need
+// a token get its error until the backoff (failureBackoff) has passed; the
+// error names the source and says what to check.
 //
 // It is a sarama.AccessTokenProvider: pass it to OAuthBearer.
 type Tokens struct {
@@ -57,15 +66,19 @@ type Tokens struct {
 	extensions map[string]string
 	timeout    time.Duration
 	now        func() time.Time
+	random     func() float64
 
 	fetching sync.Mutex // held by the one fetch under way
 
 	mu         sync.Mutex // guards what follows
 	token      Token
 	got        time.Time // when token was fetched
+	ended      uint64    // fetches that ended, well or not
 	refreshing bool
+	used       bool // Token was called since the timer last fired
 	failure    error
-	failedAt   time.Time
+	failures   int       // consecutive failed fetches
+	retryAt    time.Time // no fetch before this, after a failure
 }
 
 // NewTokens returns the Tokens of a source of your own: fetch returns a
@@ -87,7 +100,7 @@ func NewTokens(source string, fetch func(ctx context.Context) (Token, error), ex
 	if err := CheckExtensions(extensions); err != nil {
 		return nil, err
 	}
-	return &Tokens{source: source, fetch: fetch, extensions: maps.Clone(extensions), timeout: timeout, now: time.Now}, nil
+	return &Tokens{source: source, fetch: fetch, extensions: maps.Clone(extensions), timeout: timeout, now: time.Now, random: rand.Float64}, nil
 }
 
 // StaticToken hands out the one token given, which never expires as far
@@ -106,7 +119,7 @@ func StaticToken(token string, extensions map[string]string) (*Tokens, error) {
 func (t *Tokens) String() string { return t.source }
 
 // Token returns the current token with the extensions, fetching one first
-// if none is left that has not expired. It implements
+// if none is left that can be used. It implements
 // sarama.AccessTokenProvider.
 func (t *Tokens) Token() (*sarama.AccessToken, error) {
 	tok, err := t.current()
@@ -116,27 +129,24 @@ func (t *Tokens) Token() (*sarama.AccessToken, error) {
 	return &sarama.AccessToken{Token: tok.Value, Extensions: maps.Clone(t.extensions)}, nil
 }
 
-// current returns a token that has not expired, starting a background
-// refresh past refreshShare of its lifetime. Past lastShare, when the
-// broker's clock running ahead could take it for expired, it waits for the
-// fetch instead, and hands out the token it has if that fetch fails.
+// current returns a usable token (see Tokens).
 func (t *Tokens) current() (Token, error) {
 	now := t.now()
 	t.mu.Lock()
-	tok := t.token
-	valid := tok.Value != "" && now.Before(tok.Expiry)
-	if valid && now.Before(t.shareOfLife(lastShare)) {
-		if !t.refreshing && !now.Before(t.shareOfLife(refreshShare)) && !t.backingOff(now) {
-			t.refreshing = true
-			go t.refresh()
+	t.used = true
+	tok, ended := t.token, t.ended
+	usable := t.usable(now)
+	if usable && now.Before(t.shareOfLife(lastShare)) {
+		if !now.Before(t.shareOfLife(refreshShare)) {
+			t.startRefresh(now)
 		}
 		t.mu.Unlock()
 		return tok, nil
 	}
-	if t.backingOff(now) {
+	if t.failure != nil && now.Before(t.retryAt) {
 		err := t.failure
 		t.mu.Unlock()
-		if valid {
+		if usable {
 			return tok, nil
 		}
 		return Token{}, err
@@ -146,17 +156,36 @@ func (t *Tokens) current() (Token, error) {
 	t.fetching.Lock()
 	defer t.fetching.Unlock()
 	t.mu.Lock()
-	if t.token != tok { // a fetch ended while this call waited
-		tok = t.token
+	if t.ended != ended { // a fetch ended while this call waited: its outcome is this call's
+		tok, err, ok := t.token, t.failure, t.usable(t.now())
 		t.mu.Unlock()
-		return tok, nil
+		if ok {
+			return tok, nil
+		}
+		return Token{}, err
 	}
 	t.mu.Unlock()
 	fresh, err := t.fetchOne()
-	if err != nil && valid && t.now().Before(tok.Expiry) {
-		return tok, nil
+	if err != nil {
+		t.mu.Lock()
+		ok := t.usable(t.now())
+		t.mu.Unlock()
+		if ok {
+			return tok, nil
+		}
 	}
 	return fresh, err
+}
+
+// usable reports whether the current token may still be handed out: it
+// has not expired, with maxSkew (at most a tenth of its life) to spare;
+// t.mu is held.
+func (t *Tokens) usable(now time.Time) bool {
+	if t.token.Value == "" {
+		return false
+	}
+	skew := min(maxSkew, t.token.Expiry.Sub(t.got)/10)
+	return now.Before(t.token.Expiry.Add(-skew))
 }
 
 // shareOfLife is when share of the current token's lifetime has passed;
@@ -166,10 +195,14 @@ func (t *Tokens) shareOfLife(share float64) time.Time {
 	return t.got.Add(time.Duration(float64(life) * share))
 }
 
-// backingOff reports whether a fetch failed less than failureBackoff ago;
-// t.mu is held.
-func (t *Tokens) backingOff(now time.Time) bool {
-	return t.failure != nil && now.Sub(t.failedAt) < failureBackoff
+// startRefresh starts a background fetch unless one is under way or a
+// failure's backoff has not passed; t.mu is held.
+func (t *Tokens) startRefresh(now time.Time) {
+	if t.refreshing || t.failure != nil && now.Before(t.retryAt) {
+		return
+	}
+	t.refreshing = true
+	go t.refresh()
 }
 
 // refresh fetches the next token in the background; the current one
@@ -183,30 +216,68 @@ func (t *Tokens) refresh() {
 	t.mu.Unlock()
 }
 
+// timerFired refreshes the token at refreshShare of its life if it was
+// used since the timer last fired: a Tokens nobody uses any more stops
+// fetching.
+func (t *Tokens) timerFired() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.used {
+		t.used = false
+		t.startRefresh(t.now())
+	}
+}
+
 // fetchOne fetches a token and keeps it, or keeps the failure; t.fetching
-// is held.
+// is held. A fetch that ignores its context, or panics, fails as a
+// TokenError at the timeout.
 func (t *Tokens) fetchOne() (Token, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), t.timeout)
 	defer cancel()
 	started := t.now()
-	tok, err := t.fetch(ctx)
+	type result struct {
+		tok Token
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		defer func() {
+			if p := recover(); p != nil {
+				done <- result{err: &TokenError{Source: t.source, Reason: textcut.Line(fmt.Sprintf("the token source panicked: %v", p), 300, isControl)}}
+			}
+		}()
+		tok, err := t.fetch(ctx)
+		done <- result{tok, err}
+	}()
+	var r result
+	select {
+	case r = <-done:
+	case <-ctx.Done():
+		r.err = ctx.Err()
+	}
+	tok, err := r.tok, r.err
 	switch {
 	case err != nil && ctx.Err() != nil:
-		err = &TokenError{Source: t.source, Reason: fmt.Sprintf("no token within %v: is it reachable from here, and up?", t.timeout)}
+		err = &TokenError{Source: t.source, Reason: fmt.Sprintf("no token within %v: is it reachable from here, and up?", t.timeout), Err: ctx.Err()}
 	case err == nil:
 		err = t.check(tok, started)
 	}
+	now := t.now()
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	t.ended++
 	if err != nil {
-		var te *TokenError
-		if !errors.As(err, &te) {
-			err = &TokenError{Source: t.source, Reason: textcut.Line(err.Error(), 300, isControl)}
+		if _, ok := errors.AsType[*TokenError](err); !ok {
+			err = &TokenError{Source: t.source, Reason: textcut.Line(err.Error(), 300, isControl), Err: err}
 		}
-		t.failure, t.failedAt = err, t.now()
+		t.failures++
+		t.failure, t.retryAt = err, now.Add(failureBackoff.Delay(t.failures, t.random))
 		return Token{}, err
 	}
-	t.token, t.got, t.failure = tok, started, nil
+	t.token, t.got, t.failure, t.failures = tok, started, nil, 0
+	if life := tok.Expiry.Sub(started); life < 100*365*24*time.Hour {
+		time.AfterFunc(time.Duration(float64(life)*refreshShare), t.timerFired)
+	}
 	return tok, nil
 }
 
@@ -225,13 +296,20 @@ func (t *Tokens) check(tok Token, fetched time.Time) error {
 
 // TokenError is a failure to get a token from a source: Source names it
 // (its URL without query, or the AWS region), Reason says what went wrong
-// and what to check. Neither holds a secret or a token.
+// and what to check, Status is the HTTP status a token endpoint answered
+// (0 for none), and Err the error underneath, if any. None holds a secret
+// or a token.
 type TokenError struct {
 	Source string
 	Reason string
+	Status int
+	Err    error
 }
 
 func (e *TokenError) Error() string { return "kafkaauth: " + e.Source + ": " + e.Reason }
+
+// Unwrap returns the error underneath (a context's deadline, say).
+func (e *TokenError) Unwrap() error { return e.Err }
 
 // checkTokenValue refuses a token that is empty, too long, or holds
 // anything but the characters of RFC 6750's b64token, which a SASL

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+
 	"github.com/courierkit/courier/internal/testkit"
 )
 
@@ -39,9 +41,11 @@ type source struct {
 	fetches atomic.Int32
 	fail    atomic.Bool
 	gate    chan struct{} // when set, each fetch waits for it
+	entered atomic.Int32  // fetches begun
 }
 
 func (s *source) fetch(ctx context.Context) (Token, error) {
+	s.entered.Add(1)
 	if s.gate != nil {
 		select {
 		case <-s.gate:
@@ -63,6 +67,7 @@ func newTestTokens(t *testing.T, s *source) *Tokens {
 		t.Fatal(err)
 	}
 	tokens.now = s.clock.Now
+	tokens.random = func() float64 { return 0.5 } // no jitter: 1s, 2s, 4s, …
 	return tokens
 }
 
@@ -106,56 +111,105 @@ func TestTokensAreKeptAndRefreshedBeforeTheyExpire(t *testing.T) {
 	}
 }
 
-func TestAFailedRefreshKeepsTheTokenUntilItExpires(t *testing.T) {
+func TestAFailedRefreshKeepsTheTokenWhileItIsUsable(t *testing.T) {
 	c := &clock{now: time.Unix(1_800_000_000, 0)}
-	s := &source{clock: c, life: 100 * time.Second}
+	s := &source{clock: c, life: 1000 * time.Second}
 	tokens := newTestTokens(t, s)
 	token(t, tokens)
 	s.fail.Store(true)
-	c.Add(85 * time.Second)
+	c.Add(850 * time.Second)
 	if got := token(t, tokens); got != "tok-1" {
 		t.Fatalf("at 85%%: %q", got)
 	}
 	waitFetches(t, s, 2)
-	c.Add(10 * time.Second) // 95%: a fetch in the foreground fails; tok-1 is still good
-	if got := token(t, tokens); got != "tok-1" {
-		t.Fatalf("at 95%% with the source down: %q; want tok-1 until it expires", got)
+	c.Add(100 * time.Second) // 95%: a fetch in the foreground fails; tok-1 is still usable
+	if got := token(t, tokens); got != "tok-1" || s.fetches.Load() != 3 {
+		t.Fatalf("at 95%% with the source down: %q after %d fetches; want tok-1 after a third fetch", got, s.fetches.Load())
 	}
-	c.Add(6 * time.Second) // expired
+	c.Add(30 * time.Second) // 98%: within maxSkew of its expiry, tok-1 is no longer handed out
 	_, err := tokens.Token()
 	var te *TokenError
 	if !errors.As(err, &te) || te.Source != "the test source" || !strings.Contains(err.Error(), "the identity provider is down") {
-		t.Fatalf("expired with the source down: %v; want a TokenError naming the source", err)
+		t.Fatalf("at 98%% with the source down: %v; want a TokenError naming the source", err)
 	}
 	before := s.fetches.Load()
 	if _, err2 := tokens.Token(); err2 == nil || s.fetches.Load() != before {
-		t.Fatalf("within a second of a failure: %v after %d more fetches; want the same failure, no fetch", err2, s.fetches.Load()-before)
+		t.Fatalf("within the backoff of a failure: %v after %d more fetches; want the same failure, no fetch", err2, s.fetches.Load()-before)
 	}
 	s.fail.Store(false)
-	c.Add(failureBackoff)
+	c.Add(time.Minute) // past the longest backoff
 	if got := token(t, tokens); !strings.HasPrefix(got, "tok-") {
 		t.Fatalf("the source is back: %q", got)
 	}
 }
 
-func TestCallersWithoutATokenShareOneFetch(t *testing.T) {
+func TestFailuresBackOffExponentially(t *testing.T) {
 	c := &clock{now: time.Unix(1_800_000_000, 0)}
-	s := &source{clock: c, life: time.Hour, gate: make(chan struct{})}
+	s := &source{clock: c, life: time.Hour}
+	s.fail.Store(true)
 	tokens := newTestTokens(t, s)
-	var wg sync.WaitGroup
-	got := make([]string, 8)
-	for i := range got {
-		wg.Go(func() { got[i] = token(t, tokens) })
-	}
-	close(s.gate)
-	wg.Wait()
-	for i, g := range got {
-		if g != "tok-1" {
-			t.Errorf("caller %d got %q", i, g)
+	for i, wait := range []time.Duration{time.Second, 2 * time.Second, 4 * time.Second, 8 * time.Second} {
+		if _, err := tokens.Token(); err == nil {
+			t.Fatal("a token from a failing source")
 		}
+		if n := s.fetches.Load(); n != int32(i+1) {
+			t.Fatalf("failure %d: %d fetches", i+1, n)
+		}
+		c.Add(wait - time.Millisecond)
+		if _, err := tokens.Token(); err == nil || s.fetches.Load() != int32(i+1) {
+			t.Fatalf("within %v of failure %d: a fetch", wait, i+1)
+		}
+		c.Add(time.Millisecond)
 	}
-	if n := s.fetches.Load(); n != 1 {
-		t.Errorf("%d fetches for 8 callers; want 1", n)
+}
+
+func TestCallersWithoutATokenShareOneFetch(t *testing.T) {
+	for _, failing := range []bool{false, true} {
+		t.Run(fmt.Sprintf("failing=%v", failing), func(t *testing.T) {
+			c := &clock{now: time.Unix(1_800_000_000, 0)}
+			s := &source{clock: c, life: time.Hour, gate: make(chan struct{})}
+			s.fail.Store(failing)
+			tokens := newTestTokens(t, s)
+			var wg, started sync.WaitGroup
+			got := make([]error, 8)
+			for i := range got {
+				started.Add(1)
+				wg.Go(func() {
+					started.Done()
+					_, got[i] = tokens.Token()
+				})
+			}
+			started.Wait()
+			testkit.WaitFor(t, 10*time.Second, "the first fetch", func() bool { return s.entered.Load() == 1 })
+			close(s.gate)
+			wg.Wait()
+			for i, err := range got {
+				if (err != nil) != failing {
+					t.Errorf("caller %d: %v", i, err)
+				}
+			}
+			if n := s.fetches.Load(); n != 1 {
+				t.Errorf("%d fetches for 8 callers; want 1", n)
+			}
+		})
+	}
+}
+
+func TestAPanickingOrStuckSourceFailsAsATokenError(t *testing.T) {
+	for name, fetch := range map[string]func(context.Context) (Token, error){
+		"panics":          func(context.Context) (Token, error) { panic("boom\x1b[2J") },
+		"ignores its ctx": func(context.Context) (Token, error) { select {} },
+	} {
+		t.Run(name, func(t *testing.T) {
+			tokens, err := NewTokens("src", fetch, nil, 50*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = tokens.Token()
+			if _, ok := errors.AsType[*TokenError](err); !ok || strings.ContainsRune(err.Error(), 0x1b) {
+				t.Fatalf("%q; want a TokenError without control characters", err)
+			}
+		})
 	}
 }
 
@@ -219,5 +273,38 @@ func TestExtensionsABrokerCannotParseAreRefused(t *testing.T) {
 	}
 	if err := CheckExtensions(map[string]string{"logicalCluster": "lkc-abc12", "identityPoolId": "pool-Ab1"}); err != nil {
 		t.Errorf("Confluent Cloud's extensions: %v", err)
+	}
+}
+
+// expiringCredentials are temporary AWS credentials that expire at
+// expires.
+type expiringCredentials struct{ expires time.Time }
+
+func (e expiringCredentials) Retrieve(context.Context) (aws.Credentials, error) {
+	return aws.Credentials{AccessKeyID: "ASIATEST", SecretAccessKey: "s", SessionToken: "t", CanExpire: true, Expires: e.expires}, nil
+}
+
+func TestMSKTokensExpireWithTheirCredentials(t *testing.T) {
+	for name, in := range map[string]time.Duration{"credentials for 3 more minutes": 3 * time.Minute, "credentials for an hour": time.Hour} {
+		t.Run(name, func(t *testing.T) {
+			expires := time.Now().Add(in).Truncate(time.Second)
+			tokens, err := MSKIAM{Region: "eu-west-1", Credentials: expiringCredentials{expires}}.Tokens(context.Background())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tokens.Token(); err != nil {
+				t.Fatal(err)
+			}
+			tokens.mu.Lock()
+			got := tokens.token.Expiry
+			tokens.mu.Unlock()
+			want := expires
+			if limit := time.Now().Add(15 * time.Minute); limit.Before(want) {
+				want = limit
+			}
+			if got.After(want.Add(time.Second)) || got.Before(want.Add(-2*time.Second)) {
+				t.Errorf("the token expires at %s; want %s, when the first of it and its credentials does", got, want)
+			}
+		})
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -67,6 +68,8 @@ type oauthFlags struct {
 	clientSecret string
 	scope        string
 	extensions   []string
+	params       []string
+	caFile       string
 }
 
 // awsFlags are the options of --sasl-mechanism AWS_MSK_IAM.
@@ -126,6 +129,10 @@ func (k *kafkaFlags) register(cmd *cobra.Command) {
 		"OAUTHBEARER: the scopes to ask for, space-separated; empty: the endpoint's default (env COURIER_SASL_OAUTH_SCOPE)")
 	f.StringArrayVar(&k.sasl.oauth.extensions, "sasl-oauth-extension", splitList(os.Getenv("COURIER_SASL_OAUTH_EXTENSIONS")),
 		"OAUTHBEARER: a SASL extension key=value sent with each token, e.g. logicalCluster=lkc-abc12 (repeat for more; env COURIER_SASL_OAUTH_EXTENSIONS, comma-separated)")
+	f.StringArrayVar(&k.sasl.oauth.params, "sasl-oauth-param", splitList(os.Getenv("COURIER_SASL_OAUTH_PARAMS")),
+		"OAUTHBEARER: another form parameter key=value of the token request, e.g. audience=kafka (Auth0) or resource=… (repeat for more; env COURIER_SASL_OAUTH_PARAMS, comma-separated)")
+	f.StringVar(&k.sasl.oauth.caFile, "sasl-oauth-ca", envOr("COURIER_SASL_OAUTH_CA", ""),
+		"OAUTHBEARER: PEM file of the CAs that signed the token endpoint's certificate, when the system does not trust it (env COURIER_SASL_OAUTH_CA)")
 	f.StringVar(&k.sasl.aws.region, "aws-region", envOr("COURIER_AWS_REGION", os.Getenv("AWS_REGION")),
 		"AWS_MSK_IAM: the cluster's AWS region, e.g. eu-west-1 (env COURIER_AWS_REGION, else AWS_REGION)")
 	f.StringVar(&k.sasl.aws.profile, "aws-profile", envOr("COURIER_AWS_PROFILE", ""),
@@ -266,13 +273,9 @@ func (t *tlsFlags) config() (*tls.Config, error) {
 		return nil, errors.New("--tls-insecure-skip-verify ignores --tls-ca: drop one of them (keep --tls-ca to verify the brokers)")
 	}
 	if t.caFile != "" {
-		pem, err := os.ReadFile(t.caFile)
-		if err != nil {
-			return nil, fmt.Errorf("--tls-ca: %w (name a readable PEM file of CA certificates)", err)
-		}
-		c.RootCAs = x509.NewCertPool()
-		if !c.RootCAs.AppendCertsFromPEM(pem) {
-			return nil, fmt.Errorf("--tls-ca %s: no PEM certificate in it (want -----BEGIN CERTIFICATE----- blocks)", t.caFile)
+		var err error
+		if c.RootCAs, err = readCAs("--tls-ca", t.caFile); err != nil {
+			return nil, err
 		}
 	}
 	switch {
@@ -288,6 +291,19 @@ func (t *tlsFlags) config() (*tls.Config, error) {
 		c.Certificates = []tls.Certificate{cert}
 	}
 	return c, nil
+}
+
+// readCAs reads the PEM file of CA certificates that flag names.
+func readCAs(flag, file string) (*x509.CertPool, error) {
+	pem, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w (name a readable PEM file of CA certificates)", flag, err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("%s %s: no PEM certificate in it (want -----BEGIN CERTIFICATE----- blocks)", flag, file)
+	}
+	return pool, nil
 }
 
 // apply validates the SASL options and sets them on cfg; tls says
@@ -351,7 +367,8 @@ func (s *saslFlags) build(tls bool, timeout time.Duration) (kafkaauth.Mechanism,
 // is a mistake the operator wants to hear of.
 func (s *saslFlags) stray(name string) error {
 	userPass := s.user != "" || s.password != ""
-	oauth := s.oauth.tokenURL != "" || s.oauth.clientID != "" || s.oauth.clientSecret != "" || s.oauth.scope != "" || len(s.oauth.extensions) > 0
+	oauth := s.oauth.tokenURL != "" || s.oauth.clientID != "" || s.oauth.clientSecret != "" || s.oauth.scope != "" || len(s.oauth.extensions) > 0 ||
+		len(s.oauth.params) > 0 || s.oauth.caFile != ""
 	aws := s.aws.profile != "" || s.aws.roleARN != ""
 	switch {
 	case name == "" && s.user != "":
@@ -373,16 +390,13 @@ func (s *saslFlags) stray(name string) error {
 // tokens returns the OAUTHBEARER tokens: from the token endpoint, or the
 // static token of COURIER_SASL_OAUTH_TOKEN.
 func (o *oauthFlags) tokens(timeout time.Duration) (*kafkaauth.Tokens, error) {
-	extensions := map[string]string{}
-	for _, kv := range o.extensions {
-		key, value, ok := strings.Cut(kv, "=")
-		if !ok {
-			return nil, fmt.Errorf("--sasl-oauth-extension %s: use key=value, e.g. logicalCluster=lkc-abc12", strconv.QuoteToASCII(textcut.Cut(kv, 60, "…")))
-		}
-		if _, dup := extensions[key]; dup {
-			return nil, fmt.Errorf("--sasl-oauth-extension %s is given twice", strconv.QuoteToASCII(textcut.Cut(key, 60, "…")))
-		}
-		extensions[key] = value
+	extensions, err := keyValues("--sasl-oauth-extension", o.extensions, "logicalCluster=lkc-abc12")
+	if err != nil {
+		return nil, err
+	}
+	params, err := keyValues("--sasl-oauth-param", o.params, "audience=kafka")
+	if err != nil {
+		return nil, err
 	}
 	if err := kafkaauth.CheckExtensions(extensions); err != nil {
 		return nil, fmt.Errorf("--sasl-oauth-extension: %w", err)
@@ -392,8 +406,8 @@ func (o *oauthFlags) tokens(timeout time.Duration) (*kafkaauth.Tokens, error) {
 		if static == "" {
 			return nil, fmt.Errorf("--sasl-mechanism OAUTHBEARER needs --sasl-oauth-token-url (with --sasl-oauth-client-id and %s), or a token in %s", envOAuthSecret, envOAuthStaticToken)
 		}
-		if o.clientID != "" || o.clientSecret != "" || o.scope != "" {
-			return nil, fmt.Errorf("%s is set, and --sasl-oauth-client-id, --sasl-oauth-client-secret and --sasl-oauth-scope are for --sasl-oauth-token-url: drop them, or the static token", envOAuthStaticToken)
+		if o.clientID != "" || o.clientSecret != "" || o.scope != "" || len(params) > 0 || o.caFile != "" {
+			return nil, fmt.Errorf("%s is set, and --sasl-oauth-client-id, --sasl-oauth-client-secret, --sasl-oauth-scope, --sasl-oauth-param and --sasl-oauth-ca are for --sasl-oauth-token-url: drop them, or the static token", envOAuthStaticToken)
 		}
 		tokens, err := kafkaauth.StaticToken(static, extensions)
 		if err != nil {
@@ -411,12 +425,40 @@ func (o *oauthFlags) tokens(timeout time.Duration) (*kafkaauth.Tokens, error) {
 	if secret == "" {
 		return nil, fmt.Errorf("--sasl-oauth-client-id %s has no secret: set %s (or --sasl-oauth-client-secret)", strconv.QuoteToASCII(textcut.Cut(o.clientID, 60, "…")), envOAuthSecret)
 	}
-	tokens, err := kafkaauth.ClientCredentials{TokenURL: o.tokenURL, ClientID: o.clientID, ClientSecret: secret,
-		Scopes: strings.Fields(o.scope), Extensions: extensions, Timeout: timeout}.Tokens()
+	cc := kafkaauth.ClientCredentials{TokenURL: o.tokenURL, ClientID: o.clientID, ClientSecret: secret,
+		Scopes: strings.Fields(o.scope), Extensions: extensions, Timeout: timeout}
+	if len(params) > 0 {
+		cc.Params = url.Values{}
+		for k, v := range params {
+			cc.Params.Set(k, v)
+		}
+	}
+	if o.caFile != "" {
+		if cc.RootCAs, err = readCAs("--sasl-oauth-ca", o.caFile); err != nil {
+			return nil, err
+		}
+	}
+	tokens, err := cc.Tokens()
 	if err != nil {
 		return nil, fmt.Errorf("--sasl-oauth-*: %w", err)
 	}
 	return tokens, nil
+}
+
+// keyValues parses the key=value arguments of flag.
+func keyValues(flag string, args []string, example string) (map[string]string, error) {
+	out := map[string]string{}
+	for _, kv := range args {
+		key, value, ok := strings.Cut(kv, "=")
+		if !ok {
+			return nil, fmt.Errorf("%s %s: use key=value, e.g. %s", flag, strconv.QuoteToASCII(textcut.Cut(kv, 60, "…")), example)
+		}
+		if _, dup := out[key]; dup {
+			return nil, fmt.Errorf("%s %s is given twice", flag, strconv.QuoteToASCII(textcut.Cut(key, 60, "…")))
+		}
+		out[key] = value
+	}
+	return out, nil
 }
 
 // firstSet returns the first value that is not empty.

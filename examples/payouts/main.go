@@ -42,6 +42,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -133,10 +134,21 @@ func parseConfig(args []string, getenv func(string) string) (config, error) {
 // (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512), COURIER_SASL_OAUTH_TOKEN_URL,
 // _CLIENT_ID, _CLIENT_SECRET, _SCOPE and _EXTENSIONS (OAUTHBEARER; or a
 // fixed token in COURIER_SASL_OAUTH_TOKEN), or COURIER_AWS_REGION
-// (AWS_MSK_IAM, with the standard AWS credential chain).
+// with COURIER_AWS_PROFILE and COURIER_AWS_ROLE_ARN (AWS_MSK_IAM, with
+// the standard AWS credential chain). A variable of the CLI's it does not
+// read is refused rather than ignored.
 func signIn(getenv func(string) string) (kafkaauth.Connection, error) {
 	var conn kafkaauth.Connection
-	if ca := getenv("COURIER_TLS_CA"); ca != "" || strings.EqualFold(getenv("COURIER_TLS"), "true") {
+	tlsOn, err := strconv.ParseBool(envOr(getenv, "COURIER_TLS", "false"))
+	if err != nil {
+		return conn, fmt.Errorf("COURIER_TLS=%q: use true or false", getenv("COURIER_TLS"))
+	}
+	for _, unread := range []string{"COURIER_TLS_CERT", "COURIER_TLS_KEY", "COURIER_TLS_SERVER_NAME", "COURIER_TLS_INSECURE_SKIP_VERIFY", "COURIER_SASL_OAUTH_PARAMS", "COURIER_SASL_OAUTH_CA"} {
+		if getenv(unread) != "" {
+			return conn, fmt.Errorf("%s is set, and this example does not read it: use courier's CLI, or add it to signIn", unread)
+		}
+	}
+	if ca := getenv("COURIER_TLS_CA"); ca != "" || tlsOn {
 		conn.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
 		if ca != "" {
 			pem, err := os.ReadFile(ca)
@@ -161,12 +173,16 @@ func signIn(getenv func(string) string) (kafkaauth.Connection, error) {
 	case "OAUTHBEARER":
 		extensions := map[string]string{}
 		for kv := range strings.SplitSeq(getenv("COURIER_SASL_OAUTH_EXTENSIONS"), ",") {
-			if key, value, ok := strings.Cut(strings.TrimSpace(kv), "="); ok {
-				extensions[key] = value
+			if kv = strings.TrimSpace(kv); kv == "" {
+				continue
 			}
+			key, value, ok := strings.Cut(kv, "=")
+			if !ok {
+				return conn, fmt.Errorf("COURIER_SASL_OAUTH_EXTENSIONS %q: use key=value pairs, comma-separated", kv)
+			}
+			extensions[key] = value
 		}
 		var tokens *kafkaauth.Tokens
-		var err error
 		if tokenURL := getenv("COURIER_SASL_OAUTH_TOKEN_URL"); tokenURL != "" {
 			tokens, err = kafkaauth.ClientCredentials{TokenURL: tokenURL, ClientID: getenv("COURIER_SASL_OAUTH_CLIENT_ID"),
 				ClientSecret: getenv("COURIER_SASL_OAUTH_CLIENT_SECRET"), Scopes: strings.Fields(getenv("COURIER_SASL_OAUTH_SCOPE")), Extensions: extensions}.Tokens()
@@ -178,7 +194,11 @@ func signIn(getenv func(string) string) (kafkaauth.Connection, error) {
 		}
 		conn.SASL = kafkaauth.OAuthBearer(tokens)
 	case "AWS_MSK_IAM":
-		tokens, err := kafkaauth.MSKIAM{Region: envOr(getenv, "COURIER_AWS_REGION", getenv("AWS_REGION"))}.Tokens(context.Background())
+		if conn.TLS == nil {
+			return conn, errors.New("COURIER_SASL_MECHANISM AWS_MSK_IAM needs COURIER_TLS=true: MSK's IAM listeners take TLS only")
+		}
+		tokens, err := kafkaauth.MSKIAM{Region: envOr(getenv, "COURIER_AWS_REGION", getenv("AWS_REGION")),
+			Profile: getenv("COURIER_AWS_PROFILE"), RoleARN: getenv("COURIER_AWS_ROLE_ARN")}.Tokens(context.Background())
 		if err != nil {
 			return conn, fmt.Errorf("COURIER_SASL_MECHANISM AWS_MSK_IAM: %w", err)
 		}

@@ -20,6 +20,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -45,6 +46,7 @@ type Broker struct {
 	accepted    int      // tokens verified
 	refusals    []string // why each refused token was refused
 	tokens      []string
+	extensions  []map[string]string
 }
 
 // New returns a broker that verifies tokens with verifier. Pass Options
@@ -131,6 +133,7 @@ func (b *Broker) Install(cluster *kfake.Cluster) {
 		}
 		b.accepted++
 		b.tokens = append(b.tokens, token)
+		b.extensions = append(b.extensions, extensions)
 		r.SASLAuthBytes = []byte("\x00" + b.admin + "\x00" + b.password)
 		return nil, nil, false
 	})
@@ -187,8 +190,10 @@ type Counts struct {
 	Accepted int
 	// Refusals holds why each refused token was refused.
 	Refusals []string
-	// Tokens holds each accepted token, in order.
-	Tokens []string
+	// Tokens holds each accepted token, in order, and Extensions the
+	// extensions that came with it.
+	Tokens     []string
+	Extensions []map[string]string
 }
 
 // Counts returns what the broker has seen so far.
@@ -196,5 +201,39 @@ func (b *Broker) Counts() Counts {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return Counts{Connections: b.connections, Handshakes: b.handshakes, Accepted: b.accepted,
-		Refusals: append([]string(nil), b.refusals...), Tokens: append([]string(nil), b.tokens...)}
+		Refusals: append([]string(nil), b.refusals...), Tokens: append([]string(nil), b.tokens...), Extensions: append([]map[string]string(nil), b.extensions...)}
+}
+
+// SignedIn fails the test unless the broker accepted a token and refused
+// none.
+func (b *Broker) SignedIn(t testing.TB) Counts {
+	t.Helper()
+	c := b.Counts()
+	if c.Accepted == 0 || len(c.Refusals) > 0 {
+		t.Fatalf("the broker accepted %d tokens and refused %q", c.Accepted, c.Refusals)
+	}
+	return c
+}
+
+// Refused fails the test unless the broker accepted no token and refused
+// one for a reason that says want.
+func (b *Broker) Refused(t testing.TB, want string) {
+	t.Helper()
+	c := b.Counts()
+	if c.Accepted != 0 || len(c.Refusals) == 0 || !strings.Contains(c.Refusals[0], want) {
+		t.Fatalf("the broker accepted %d and refused %q; want a refusal for %q", c.Accepted, c.Refusals, want)
+	}
+}
+
+// IsolateAWS keeps the AWS credential chain of a test off this machine's
+// own: no config or credentials files, no instance metadata, none of the
+// AWS_* variables that name credentials, a profile or a role.
+func IsolateAWS(t testing.TB) {
+	t.Setenv("AWS_CONFIG_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_SHARED_CREDENTIALS_FILE", t.TempDir()+"/none")
+	t.Setenv("AWS_EC2_METADATA_DISABLED", "true")
+	for _, name := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_ROLE_ARN",
+		"AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_FULL_URI", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI", "AWS_ENDPOINT_URL_STS"} {
+		t.Setenv(name, "")
+	}
 }

@@ -6,10 +6,14 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/json"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,7 +24,10 @@ import (
 // issues HS256 JWTs for one client, and the Verifier of its tokens.
 type Issuer struct {
 	// URL is the token endpoint.
-	URL      string
+	URL string
+	// CAFile, for an issuer of NewTLSIssuer, is a PEM file of the CA that
+	// signed its certificate.
+	CAFile   string
 	clientID string
 	secret   string
 	key      []byte
@@ -31,18 +38,36 @@ type Issuer struct {
 	answer   http.HandlerFunc // replaces the endpoint's answer (down, slow, garbage)
 	issued   int
 	requests int
-	scopes   []string // the scope asked for, per request
+	forms    []url.Values // each token request's form
 }
 
 // NewIssuer starts a token endpoint for the client that issues tokens
 // valid for lifetime; it stops when the test ends.
 func NewIssuer(t testing.TB, clientID, secret string, lifetime time.Duration) *Issuer {
+	return newIssuer(t, clientID, secret, lifetime, httptest.NewServer)
+}
+
+// NewTLSIssuer is NewIssuer over https, with a certificate of a CA of its
+// own (CAFile) that no system trusts.
+func NewTLSIssuer(t testing.TB, clientID, secret string, lifetime time.Duration) *Issuer {
+	i := newIssuer(t, clientID, secret, lifetime, httptest.NewTLSServer)
+	return i
+}
+
+func newIssuer(t testing.TB, clientID, secret string, lifetime time.Duration, start func(http.Handler) *httptest.Server) *Issuer {
 	key := make([]byte, 32)
 	_, _ = rand.Read(key)
 	i := &Issuer{clientID: clientID, secret: secret, key: key, lifetime: lifetime, now: time.Now}
-	srv := httptest.NewServer(http.HandlerFunc(i.serve))
+	srv := start(http.HandlerFunc(i.serve))
 	t.Cleanup(srv.Close)
 	i.URL = srv.URL + "/oauth2/token"
+	if srv.TLS != nil {
+		i.CAFile = filepath.Join(t.TempDir(), "issuer-ca.pem")
+		cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw})
+		if err := os.WriteFile(i.CAFile, cert, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return i
 }
 
@@ -69,9 +94,18 @@ func (i *Issuer) Issued() int {
 
 // Scopes returns the scope parameter of each token request.
 func (i *Issuer) Scopes() []string {
+	var out []string
+	for _, f := range i.Forms() {
+		out = append(out, f.Get("scope"))
+	}
+	return out
+}
+
+// Forms returns the form of each token request that got a token.
+func (i *Issuer) Forms() []url.Values {
 	i.mu.Lock()
 	defer i.mu.Unlock()
-	return append([]string(nil), i.scopes...)
+	return append([]url.Values(nil), i.forms...)
 }
 
 // Requests is the number of requests the endpoint answered, or is
@@ -113,7 +147,7 @@ func (i *Issuer) serve(w http.ResponseWriter, r *http.Request) {
 	token := i.sign(claims)
 	i.mu.Lock()
 	i.issued++
-	i.scopes = append(i.scopes, r.PostForm.Get("scope"))
+	i.forms = append(i.forms, r.PostForm)
 	i.mu.Unlock()
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"access_token": token, "token_type": "Bearer", "expires_in": int(time.Unix(exp, 0).Sub(now).Seconds())})
