@@ -211,3 +211,51 @@ func TestRelayHoldsEventsWhileTheTokenEndpointIsDown(t *testing.T) {
 		t.Errorf("%d dead letters", dl)
 	}
 }
+
+// TestRelayHoldsEventsWhenTheTokenEndpointFailsMidRun: the relay runs
+// with tokens of 2s and sessions of 500ms; the endpoint then fails, so the
+// reauthentication of its open connections fails on the way of a produce.
+// The events wait with no attempt spent, and go out once it is back.
+func TestRelayHoldsEventsWhenTheTokenEndpointFailsMidRun(t *testing.T) {
+	s := newOAuthStack(t, 2*time.Second, 500*time.Millisecond)
+	pg, out := outbox(t)
+	rc := producer.NewSaramaConfig()
+	s.signed(t, rc)
+	relay := s.relay(t, pg, producer.RelayConfig{Sarama: rc, PollInterval: 20 * time.Millisecond, MaxAttempts: 2, Breaker: producer.BreakerConfig{OpenFor: time.Second}})
+	start(t, relay.Run)
+	admin, err := producer.NewAdmin(pg.Pool, producer.AdminConfig{Schema: pg.Schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pending := func() int64 {
+		st, err := admin.Stats(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Counts[producer.StatusPending]
+	}
+	enqueue(t, pg, out, s.topic, "before", 10)
+	testkit.WaitFor(t, 30*time.Second, "the first events published", func() bool { return pending() == 0 })
+
+	issued := s.issuer.Issued()
+	s.issuer.Answer(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusServiceUnavailable) })
+	expired := time.Now().Add(2500 * time.Millisecond) // every token issued so far has expired by then
+	testkit.WaitFor(t, 30*time.Second, "the relay's tokens to expire", func() bool { return time.Now().After(expired) })
+	enqueue(t, pg, out, s.topic, "during", 10)
+	asked := s.issuer.Requests()
+	testkit.WaitFor(t, 30*time.Second, "the relay to ask for a token for the new events", func() bool { return s.issuer.Requests() > asked+2 })
+	records, err := admin.List(context.Background(), producer.Filter{Statuses: []string{producer.StatusPending, producer.StatusFailed, producer.StatusDeadLettered}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range records {
+		if r.Attempts != 0 || r.Status != producer.StatusPending {
+			t.Errorf("event %s: %s after %d attempts while no token could be had (%v)", r.ID, r.Status, r.Attempts, r.LastError)
+		}
+	}
+	s.issuer.Answer(nil)
+	testkit.WaitFor(t, 60*time.Second, "every event published once the endpoint is back", func() bool { return pending() == 0 })
+	if s.issuer.Issued() <= issued {
+		t.Errorf("no token issued after the endpoint came back")
+	}
+}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/twmb/franz-go/pkg/kerr"
+
+	"github.com/courierkit/courier/kafkaauth"
 )
 
 // TestClassesFollowKafka: every error code Kafka classes as retriable is
@@ -36,6 +38,18 @@ func TestClassesFollowKafka(t *testing.T) {
 		}
 		if unknown := classify(fmt.Errorf("wrapped: %w", fateUnknownError{err})); unknown != failHeld {
 			t.Errorf("%s after a try of unknown fate: %v, want held", k.Message, unknown)
+		}
+	}
+}
+
+// TestNoTokenIsTheClustersCondition: a broker connection that cannot
+// (re)authenticate for want of a token fails every event on it the same
+// way; no attempt is counted.
+func TestNoTokenIsTheClustersCondition(t *testing.T) {
+	err := &kafkaauth.TokenError{Source: "the OAuth token endpoint https://idp.example.com/token", Reason: "HTTP 503"}
+	for _, e := range []error{err, fmt.Errorf("produce to orders/3: %w", err), placedError{topicPartition{"orders", 3}, err}} {
+		if got := classify(e); got != failUnavailable {
+			t.Errorf("%v: %v, want unavailable", e, got)
 		}
 	}
 }

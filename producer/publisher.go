@@ -9,6 +9,8 @@ import (
 
 	"github.com/IBM/sarama"
 	"github.com/eapache/go-resiliency/breaker"
+
+	"github.com/courierkit/courier/kafkaauth"
 )
 
 // DefaultMaxMessageBytes is Kafka's default message.max.bytes.
@@ -121,6 +123,9 @@ func classifyCause(err error) failureClass {
 	}
 	if errors.As(err, new(sessionError)) {
 		return failUnavailable // no producer id: nothing to do with the event
+	}
+	if errors.As(err, new(*kafkaauth.TokenError)) {
+		return failUnavailable // no token to sign in to the brokers with (re)authenticating
 	}
 	var kerr sarama.KError
 	if errors.As(err, &kerr) {
