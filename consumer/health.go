@@ -9,12 +9,12 @@ package consumer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/courierkit/courier/internal/probe"
 )
 
 // Liveness returns an http.Handler that answers whether Run is running,
@@ -29,7 +29,7 @@ import (
 // Content-Type application/json and Cache-Control no-store; any other
 // method gets 405. See "Health probes" in docs/consumer.md.
 func (c *Consumer) Liveness() http.Handler {
-	return probe(c.health.liveness)
+	return probe.Func(c.health.liveness)
 }
 
 // Readiness returns an http.Handler that answers whether the consumer is
@@ -55,7 +55,7 @@ func (c *Consumer) Liveness() http.Handler {
 // (the partitions it consumes now), with Content-Type application/json
 // and Cache-Control no-store; any other method gets 405.
 func (c *Consumer) Readiness() http.Handler {
-	return probe(func() (bool, any) { return c.health.readiness(c.cfg.Group, c.cfg.ReadinessGrace) })
+	return probe.Func(func() (bool, any) { return c.health.readiness(c.cfg.Group, c.cfg.ReadinessGrace) })
 }
 
 // health is where a Consumer stands for its probes, guarded by mu.
@@ -122,12 +122,6 @@ func (h *health) claimed(delta int) {
 	h.claims += delta
 }
 
-// plainAnswer is the body of a Liveness answer, and of a refused method.
-type plainAnswer struct {
-	Status string `json:"status"` // "live", "not_live" or "method_not_allowed"
-	Reason string `json:"reason"`
-}
-
 // readinessAnswer is the body of a Readiness answer.
 type readinessAnswer struct {
 	Status     string `json:"status"` // "ready" or "not_ready"
@@ -140,14 +134,7 @@ type readinessAnswer struct {
 func (h *health) liveness() (bool, any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	switch h.run {
-	case running:
-		return true, plainAnswer{"live", "Run is running"}
-	case returned:
-		return false, plainAnswer{"not_live", "Run has returned"}
-	default:
-		return false, plainAnswer{"not_live", "Run has not started"}
-	}
+	return probe.Liveness(h.run == running, h.run == returned)
 }
 
 // readiness is the Readiness answer of the consumer of group, ready while
@@ -169,11 +156,11 @@ func (h *health) readiness(group string, grace time.Duration) (bool, any) {
 	case h.inGroup:
 		a.Status, a.Reason = "ready", fmt.Sprintf("in the group, consuming %d %s", h.claims, plural(h.claims, "partition"))
 	case !h.joined:
-		a.Reason = fmt.Sprintf("joining the group for %v; ready once it is in", round(time.Since(h.started)))
+		a.Reason = fmt.Sprintf("joining the group for %v; ready once it is in", probe.Round(time.Since(h.started)))
 	case out < grace:
-		a.Status, a.Reason = "ready", fmt.Sprintf("out of the group for %v (a rebalance or a reconnect), within the bound of %v", round(out), grace)
+		a.Status, a.Reason = "ready", fmt.Sprintf("out of the group for %v (a rebalance or a reconnect), within the bound of %v", probe.Round(out), grace)
 	default:
-		a.Reason = fmt.Sprintf("out of the group for %v (a rebalance or a reconnect), past the bound of %v", round(out), grace)
+		a.Reason = fmt.Sprintf("out of the group for %v (a rebalance or a reconnect), past the bound of %v", probe.Round(out), grace)
 	}
 	return a.Status == "ready", a
 }
@@ -184,45 +171,4 @@ func plural(n int, word string) string {
 		return word
 	}
 	return word + "s"
-}
-
-// round rounds d for a reason: to the millisecond, to 100ms past 10s.
-func round(d time.Duration) time.Duration {
-	if d > 10*time.Second {
-		return d.Round(100 * time.Millisecond)
-	}
-	return d.Round(time.Millisecond)
-}
-
-// probe is an http.Handler that answers GET and HEAD with its verdict: 200
-// when it reports ok, 503 otherwise, with its body as JSON. Any other
-// method gets 405.
-type probe func() (ok bool, body any)
-
-func (p probe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	status, body := http.StatusMethodNotAllowed, any(plainAnswer{"method_not_allowed", "a probe answers GET and HEAD only"})
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		var ok bool
-		ok, body = p()
-		status = http.StatusServiceUnavailable
-		if ok {
-			status = http.StatusOK
-		}
-	} else {
-		w.Header().Set("Allow", "GET, HEAD")
-	}
-	b, err := json.Marshal(body)
-	if err != nil { // the answers are plain structs of strings, ints and bools
-		b, status = []byte(`{"status":"error"}`), http.StatusInternalServerError
-	}
-	b = append(b, '\n')
-	hd := w.Header()
-	hd.Set("Content-Type", "application/json")
-	hd.Set("Cache-Control", "no-store")
-	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(b)
-	}
 }

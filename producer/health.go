@@ -9,12 +9,12 @@ package producer
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"net/http"
-	"strconv"
 	"sync"
 	"time"
+
+	"github.com/courierkit/courier/internal/probe"
 )
 
 // Liveness returns an http.Handler that answers whether Run is running,
@@ -29,7 +29,7 @@ import (
 // Content-Type application/json and Cache-Control no-store; any other
 // method gets 405. See "Health probes" in docs/relay.md.
 func (r *Relay) Liveness() http.Handler {
-	return probe(r.health.liveness)
+	return probe.Func(r.health.liveness)
 }
 
 // Readiness returns an http.Handler that answers whether the relay is
@@ -58,7 +58,7 @@ func (r *Relay) Liveness() http.Handler {
 // Breaker) and held_partitions (how many Held lists), with Content-Type
 // application/json and Cache-Control no-store; any other method gets 405.
 func (r *Relay) Readiness() http.Handler {
-	return probe(func() (bool, any) {
+	return probe.Func(func() (bool, any) {
 		return r.health.readiness(r.cfg.ReadinessGrace, r.Breaker(), len(r.Held()))
 	})
 }
@@ -123,12 +123,6 @@ func (h *relayHealth) batch(index int, res BatchResult, err error) {
 	}
 }
 
-// plainAnswer is the body of a Liveness answer, and of a refused method.
-type plainAnswer struct {
-	Status string `json:"status"` // "live", "not_live" or "method_not_allowed"
-	Reason string `json:"reason"`
-}
-
 // readinessAnswer is the body of a Readiness answer.
 type readinessAnswer struct {
 	Status         string `json:"status"` // "ready" or "not_ready"
@@ -140,14 +134,7 @@ type readinessAnswer struct {
 func (h *relayHealth) liveness() (bool, any) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	switch {
-	case h.runs > 0:
-		return true, plainAnswer{"live", "Run is running"}
-	case h.ran:
-		return false, plainAnswer{"not_live", "Run has returned"}
-	default:
-		return false, plainAnswer{"not_live", "Run has not started"}
-	}
+	return probe.Liveness(h.runs > 0, h.ran)
 }
 
 // readiness is the Readiness answer of a relay whose breaker is in state
@@ -182,55 +169,14 @@ func (h *relayHealth) progressReason(grace time.Duration) string {
 	var oldest time.Time
 	for _, p := range h.progress {
 		if p.IsZero() {
-			return fmt.Sprintf("a worker has made no progress since Run started %v ago", round(time.Since(h.started)))
+			return fmt.Sprintf("a worker has made no progress since Run started %v ago", probe.Round(time.Since(h.started)))
 		}
 		if oldest.IsZero() || p.Before(oldest) {
 			oldest = p
 		}
 	}
 	if since := time.Since(oldest); since >= grace {
-		return fmt.Sprintf("a worker has made no progress for %v, past the bound of %v", round(since), grace)
+		return fmt.Sprintf("a worker has made no progress for %v, past the bound of %v", probe.Round(since), grace)
 	}
 	return ""
-}
-
-// round rounds d for a reason: to the millisecond, to 100ms past 10s.
-func round(d time.Duration) time.Duration {
-	if d > 10*time.Second {
-		return d.Round(100 * time.Millisecond)
-	}
-	return d.Round(time.Millisecond)
-}
-
-// probe is an http.Handler that answers GET and HEAD with its verdict: 200
-// when it reports ok, 503 otherwise, with its body as JSON. Any other
-// method gets 405. (The consumer's probes answer alike.)
-type probe func() (ok bool, body any)
-
-func (p probe) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	status, body := http.StatusMethodNotAllowed, any(plainAnswer{"method_not_allowed", "a probe answers GET and HEAD only"})
-	if r.Method == http.MethodGet || r.Method == http.MethodHead {
-		var ok bool
-		ok, body = p()
-		status = http.StatusServiceUnavailable
-		if ok {
-			status = http.StatusOK
-		}
-	} else {
-		w.Header().Set("Allow", "GET, HEAD")
-	}
-	b, err := json.Marshal(body)
-	if err != nil { // the answers are plain structs of strings, ints and bools
-		b, status = []byte(`{"status":"error"}`), http.StatusInternalServerError
-	}
-	b = append(b, '\n')
-	hd := w.Header()
-	hd.Set("Content-Type", "application/json")
-	hd.Set("Cache-Control", "no-store")
-	hd.Set("X-Content-Type-Options", "nosniff")
-	hd.Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	if r.Method != http.MethodHead {
-		_, _ = w.Write(b)
-	}
 }
