@@ -148,6 +148,7 @@ type benchFlags struct {
 	counts         []countFlag
 	relayCfg       bench.RelayConfig
 	consumeCfg     bench.ConsumeConfig
+	network        networkFlags
 }
 
 // countFlag is a flag holding a count of 1 or more, and what --quick sets
@@ -169,6 +170,7 @@ func newBenchFlags(cmd *cobra.Command, relay, consume bool, defaultFormat string
 	fs.BoolVar(&f.quick, "quick", false, fmt.Sprintf("small sizes for the counts not given (--events %d, --scale-events %d, --latency-rates %v, --latency-duration %v, --messages %d, --slow-messages %d): shows the tables, not figures",
 		quickEvents, quickEvents, quickLatencyRates, quickLatencyDuration, quickMessages, quickSlowMessages))
 	f.count(fs, &f.rounds, "rounds", bench.DefaultRounds, 1, "backlogs each configuration drains or consumes, and latency phases, taking turns (5 for figures)")
+	f.network.register(fs)
 	if relay {
 		fs.StringVar(&f.databaseURL, "database-url", envOr("COURIER_DATABASE_URL", defaultDatabaseURL),
 			"PostgreSQL the relay benchmark makes its schemas in (env COURIER_DATABASE_URL)")
@@ -215,13 +217,35 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 	var fetching func(topic string) <-chan struct{}
 	report.Services.Kafka = strings.Join(brokers, ",")
 	if len(brokers) == 0 {
-		cluster, err := kfake.NewCluster(kfake.NumBrokers(1))
+		cluster, err := kfake.NewCluster(f.network.kafkaOptions()...)
 		if err != nil {
 			return fmt.Errorf("start the in-process broker: %w", err)
 		}
 		defer cluster.Close()
+		f.network.delayProduce(cluster)
 		brokers, fetching = cluster.ListenAddrs(), bench.KfakeFetching(cluster)
 		report.Services.Kafka = "in-process kfake broker (github.com/twmb/franz-go/pkg/kfake " + bench.KfakeVersion() + ")"
+	}
+	databaseURL, redisURL := f.databaseURL, f.redisURL
+	if f.network.on {
+		var links []func() error
+		defer func() {
+			for _, closeLink := range links {
+				_ = closeLink()
+			}
+		}()
+		var err error
+		if databaseURL != "" {
+			if databaseURL, err = through(databaseURL, f.network.profile.PostgreSQL, 5432, &links); err != nil {
+				return usageError{err}
+			}
+		}
+		if redisURL != "" {
+			if redisURL, err = through(redisURL, f.network.profile.Redis, 6379, &links); err != nil {
+				return usageError{err}
+			}
+		}
+		report.Network = f.network.profile
 	}
 	// Warnings go to stderr; the dead letters and retry moves of the 1%
 	// runs are expected and only formatted, as a service would.
@@ -230,7 +254,7 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 
 	if f.relay {
 		cfg := f.relayCfg
-		cfg.Rounds, cfg.DatabaseURL, cfg.Brokers, cfg.Logger, cfg.Progress = f.rounds, f.databaseURL, brokers, logger, cmd.ErrOrStderr()
+		cfg.Rounds, cfg.DatabaseURL, cfg.Brokers, cfg.Logger, cfg.Progress = f.rounds, databaseURL, brokers, logger, cmd.ErrOrStderr()
 		relay, err := bench.Relay(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("bench relay against PostgreSQL at %s and Kafka at %s: %w", redact.ConnString(f.databaseURL), strings.Join(brokers, ","), err)
@@ -238,7 +262,7 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 		report.Relay, report.Services.PostgreSQL = &relay, relay.PostgreSQL
 	}
 	if f.enqueue {
-		cfg := bench.EnqueueConfig{DatabaseURL: f.databaseURL, Rounds: f.rounds, Progress: cmd.ErrOrStderr()}
+		cfg := bench.EnqueueConfig{DatabaseURL: databaseURL, Rounds: f.rounds, Progress: cmd.ErrOrStderr()}
 		if f.quick {
 			cfg.Clients, cfg.Duration, cfg.Rounds = []int{quickEnqueueClients}, quickEnqueueDuration, quickEnqueueRounds
 		}
@@ -251,8 +275,8 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 	if f.consume {
 		cfg := f.consumeCfg
 		cfg.Rounds, cfg.Brokers, cfg.Fetching, cfg.Logger, cfg.Progress = f.rounds, brokers, fetching, logger, cmd.ErrOrStderr()
-		if f.redisURL != "" {
-			client, version, err := connectRedis(cmd, f.redisURL)
+		if redisURL != "" {
+			client, version, err := connectRedis(cmd, redisURL)
 			if err != nil {
 				return err
 			}
@@ -319,7 +343,7 @@ func (f *benchFlags) validate(fs *pflag.FlagSet) error {
 	if f.relay && f.databaseURL == "" {
 		return usageError{fmt.Errorf("--database-url is empty: name the PostgreSQL to make the relay's tables in, e.g. %s", defaultDatabaseURL)}
 	}
-	return nil
+	return f.network.validate(f.brokers)
 }
 
 // write prints the report. Markdown is the whole report; text and json of
@@ -338,6 +362,11 @@ func (f *benchFlags) write(w io.Writer, report bench.Report) error {
 		return report.WriteMarkdown(w)
 	case "json":
 		return writeJSON(w, v)
+	}
+	if report.Network.On() && (f.relay != f.consume) { // a harness's text alone: say what it ran under
+		if _, err := fmt.Fprintf(w, "Profile: %s\n\n", report.Network); err != nil {
+			return err
+		}
 	}
 	return text(w)
 }

@@ -202,6 +202,38 @@ func markdownTables(doc string) map[string][][]string {
 // TestBenchRefusesBadFlags: a count below 1, a latency phase of no length,
 // an unknown format and no database are usage errors naming the flag,
 // found before anything runs.
+// TestBenchNetworkProfileDelaysEveryService: under --network the relay
+// drains through delay lines to PostgreSQL and to each of 3 brokers, and
+// a Produce is answered the profile's delay later: the baseline that
+// sends each event straight to Kafka takes at least the Produce delay and
+// a round trip to a broker, and the report's header says so.
+func TestBenchNetworkProfileDelaysEveryService(t *testing.T) {
+	t.Parallel()
+	pg := testkit.Postgres(t)
+	code, out, errOut := courier(t, "bench", "relay", "--network", "--network-produce", "30ms", "--network-kafka", "2ms", "--only", bench.RelayDefaults,
+		"--events", "300", "--scale-delay", "-1ms", "--latency-rates", "50", "--latency-duration", "400ms", "--database-url", pg.URL, "--output", "json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	var report bench.RelayReport
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, res := range report.Latency {
+		if res.Name == bench.DirectProduce && res.P50 < 34 {
+			t.Errorf("direct produce p50 %.1f ms under a 30 ms Produce delay and 2 ms each way to the broker; want 34 ms or more", res.P50)
+		}
+	}
+	if len(report.Throughput) == 0 || report.Throughput[len(report.Throughput)-1].Rate <= 0 {
+		t.Errorf("no drain through the delay lines: %+v", report.Throughput)
+	}
+	code, md, errOut := courier(t, "bench", "relay", "--network", "--quick", "--only", bench.RelayDefaults, "--scale-delay", "-1ms", "--latency-duration", "-1s",
+		"--database-url", pg.URL)
+	if code != 0 || !strings.Contains(md, "Profile: network: every connection through a delay line, PostgreSQL 500µs each way, Redis 250µs each way, Kafka 500µs each way to each of 3 brokers, and each Produce answered 5ms later") {
+		t.Errorf("exit %d, %s; want the network profile in the header:\n%s", code, errOut, md)
+	}
+}
+
 func TestBenchRefusesBadFlags(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{
@@ -214,6 +246,8 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{"bench", "--output", "yaml"},
 		{"bench", "consume", "--output", "yaml"},
 		{"bench", "--previous", filepath.Join(t.TempDir(), "missing.md")},
+		{"bench", "relay", "--network", "--network-produce", "-1ms"},
+		{"bench", "relay", "--network", "--brokers", "127.0.0.1:9092"},
 	} {
 		code, _, errOut := courier(t, args...)
 		flag := args[len(args)-2]

@@ -129,3 +129,35 @@ func (l *Link) Close() error {
 	}
 	return err
 }
+
+// Listener is a net.Listener whose connections come through a Link: its
+// Addr is the Link's, so a server that advertises the address it listens
+// on (a Kafka broker in its metadata) is reached, by every client, with
+// the link's delay each way.
+type Listener struct {
+	inner net.Listener
+	link  *Link
+}
+
+// Listen listens on a free loopback port behind a Link of delay each way.
+func Listen(delay time.Duration) (*Listener, error) {
+	inner, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	link, err := New(inner.Addr().String(), delay)
+	if err != nil {
+		_ = inner.Close()
+		return nil, err
+	}
+	return &Listener{inner: inner, link: link}, nil
+}
+
+// Accept waits for the next connection through the link.
+func (l *Listener) Accept() (net.Conn, error) { return l.inner.Accept() }
+
+// Addr is the link's address, where clients connect.
+func (l *Listener) Addr() net.Addr { return l.link.listener.Addr() }
+
+// Close closes the link and the listener behind it.
+func (l *Listener) Close() error { return errors.Join(l.link.Close(), l.inner.Close()) }

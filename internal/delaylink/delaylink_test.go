@@ -95,3 +95,44 @@ func TestNegativeDelayIsRefused(t *testing.T) {
 		t.Fatal("New accepted a negative delay")
 	}
 }
+
+// TestAListenerIsReachedThroughItsLink: a server on Listen advertises the
+// link's address, and a round trip to it takes the delay both ways.
+func TestAListenerIsReachedThroughItsLink(t *testing.T) {
+	const delay = 20 * time.Millisecond
+	l, err := delaylink.Listen(delay)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		line, _ := bufio.NewReader(c).ReadBytes('\n')
+		_, _ = c.Write(line)
+	}()
+	c, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	start := time.Now()
+	if _, err := c.Write([]byte("ping\n")); err != nil {
+		t.Fatal(err)
+	}
+	got, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || got != "ping\n" {
+		t.Fatalf("%q, %v", got, err)
+	}
+	if rtt := time.Since(start); rtt < 2*delay {
+		t.Errorf("a round trip through the listener's link took %v; want at least %v", rtt, 2*delay)
+	}
+	<-served
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+}

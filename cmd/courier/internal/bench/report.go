@@ -21,6 +21,9 @@ type Report struct {
 	Command  string   `json:"command"`
 	Machine  Machine  `json:"machine"`
 	Services Services `json:"services"`
+	// Network is the network profile every harness ran under; zero:
+	// loopback.
+	Network Network `json:"network"`
 	// Relay, Consume, Soak, Enqueue and Rebalance are nil when their
 	// harness did not run.
 	Relay     *RelayReport     `json:"relay,omitempty"`
@@ -207,16 +210,16 @@ func (r Report) header() [][2]string {
 	return lines
 }
 
-// profile says how far the services were from the benchmark: on this
-// machine (loopback), and for the relay's scaling run PostgreSQL behind a
-// proxy delaying every packet (the network profile); "" for a report
-// without the relay's figures.
+// profile says how far the services were from the benchmark: the
+// run's Network, and for the relay's scaling run PostgreSQL behind a
+// proxy delaying every packet; "" for a loopback report without the
+// relay's figures.
 func (r Report) profile() string {
-	if r.Relay == nil {
+	if r.Relay == nil && !r.Network.On() {
 		return ""
 	}
-	p := "loopback (PostgreSQL, Redis and Kafka on this machine)"
-	if len(r.Relay.Scale) > 0 {
+	p := r.Network.String()
+	if r.Relay != nil && len(r.Relay.Scale) > 0 {
 		p += fmt.Sprintf("; the relay scaling run reaches PostgreSQL through a proxy holding every packet %v each way (network)", r.Relay.ScaleDelay)
 	}
 	return p
