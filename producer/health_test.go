@@ -2,11 +2,8 @@ package producer_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -31,13 +28,7 @@ type probeAnswer struct {
 // ask sends a GET to a probe and returns its status and decoded body.
 func ask(t *testing.T, probe http.Handler) (int, probeAnswer) {
 	t.Helper()
-	w := httptest.NewRecorder()
-	probe.ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/probe", nil))
-	var a probeAnswer
-	if err := json.Unmarshal(w.Body.Bytes(), &a); err != nil {
-		t.Fatalf("probe answered %d with a body that is not JSON (%v): %q", w.Code, err, w.Body.String())
-	}
-	return w.Code, a
+	return testkit.AskProbe[probeAnswer](t, probe)
 }
 
 // wantAnswer fails the test unless the probe answers code with a reason
@@ -185,68 +176,8 @@ func TestRelayProbesAnswerGetAndHeadWithJSON(t *testing.T) {
 	t.Parallel()
 	pg, _ := setup(t)
 	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: &fakePublisher{}})
-	mux := http.NewServeMux()
-	mux.Handle("/livez", relay.Liveness())
-	mux.Handle("/readyz", relay.Readiness())
-	srv := httptest.NewServer(mux)
-	defer srv.Close()
-
-	do := func(method, path string) (*http.Response, string) {
-		t.Helper()
-		req, err := http.NewRequest(method, srv.URL+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := srv.Client().Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return resp, string(body)
-	}
-	for _, tc := range []struct {
-		path string
-		want map[string]any
-	}{
-		{"/livez", map[string]any{"status": "not_live", "reason": "Run has not started"}},
-		{"/readyz", map[string]any{"status": "not_ready", "reason": "Run has not started", "breaker": "closed", "held_partitions": 0.0}},
-	} {
-		resp, body := do(http.MethodGet, tc.path)
-		if resp.StatusCode != http.StatusServiceUnavailable {
-			t.Errorf("GET %s of a relay not running: %d, want 503", tc.path, resp.StatusCode)
-		}
-		if ct, cc := resp.Header.Get("Content-Type"), resp.Header.Get("Cache-Control"); ct != "application/json" || cc != "no-store" {
-			t.Errorf("GET %s: Content-Type %q, Cache-Control %q; want application/json and no-store", tc.path, ct, cc)
-		}
-		var got map[string]any
-		if err := json.Unmarshal([]byte(body), &got); err != nil {
-			t.Fatalf("GET %s: body %q is not JSON: %v", tc.path, body, err)
-		}
-		if len(got) != len(tc.want) {
-			t.Errorf("GET %s: fields %v, want exactly %v", tc.path, got, tc.want)
-		}
-		for k, v := range tc.want {
-			if got[k] != v {
-				t.Errorf("GET %s: %s is %v, want %v (body %s)", tc.path, k, got[k], v, body)
-			}
-		}
-
-		resp, body = do(http.MethodHead, tc.path)
-		if resp.StatusCode != http.StatusServiceUnavailable || body != "" || resp.Header.Get("Content-Type") != "application/json" ||
-			resp.Header.Get("Cache-Control") != "no-store" {
-			t.Errorf("HEAD %s: %d %q %v, want 503 with the headers and no body", tc.path, resp.StatusCode, body, resp.Header)
-		}
-
-		for _, method := range []string{http.MethodPost, http.MethodPut, http.MethodDelete} {
-			resp, body = do(method, tc.path)
-			if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, HEAD" ||
-				!strings.Contains(body, `"status":"method_not_allowed"`) {
-				t.Errorf("%s %s: %d, Allow %q, body %q; want 405 allowing GET, HEAD", method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), body)
-			}
-		}
-	}
+	testkit.CheckProbes(t, http.StatusServiceUnavailable, map[string]http.Handler{"/livez": relay.Liveness(), "/readyz": relay.Readiness()}, map[string]map[string]any{
+		"/livez":  {"status": "not_live", "reason": "Run has not started"},
+		"/readyz": {"status": "not_ready", "reason": "Run has not started", "breaker": "closed", "held_partitions": 0.0},
+	})
 }

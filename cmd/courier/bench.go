@@ -236,12 +236,12 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 		}()
 		var err error
 		if databaseURL != "" {
-			if databaseURL, err = through(databaseURL, f.network.profile.PostgreSQL, 5432, &links); err != nil {
+			if databaseURL, err = through(databaseURL, f.network.profile.PostgreSQL, &links); err != nil {
 				return usageError{err}
 			}
 		}
 		if redisURL != "" {
-			if redisURL, err = through(redisURL, f.network.profile.Redis, 6379, &links); err != nil {
+			if redisURL, err = through(redisURL, f.network.profile.Redis, &links); err != nil {
 				return usageError{err}
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/redis/go-redis/v9"
 	"github.com/spf13/pflag"
 	"github.com/twmb/franz-go/pkg/kfake"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -80,11 +81,11 @@ func (n *networkFlags) delayProduce(cluster *kfake.Cluster) {
 // through returns a connection string (a URL or key=value pairs) to the
 // same server through a delay line of delay each way, which closers ends;
 // under a profile without delay for it, the string itself.
-func through(conn string, delay time.Duration, defaultPort int, closers *[]func() error) (string, error) {
+func through(conn string, delay time.Duration, closers *[]func() error) (string, error) {
 	if delay <= 0 {
 		return conn, nil
 	}
-	host, port, err := hostPort(conn, defaultPort)
+	host, port, err := hostPort(conn)
 	if err != nil {
 		return "", err
 	}
@@ -102,19 +103,18 @@ func through(conn string, delay time.Duration, defaultPort int, closers *[]func(
 
 // hostPort is the server a connection string names: a PostgreSQL one
 // (pgx's reading of it), or a redis:// URL.
-func hostPort(conn string, defaultPort int) (string, int, error) {
+func hostPort(conn string) (string, int, error) {
 	if strings.HasPrefix(conn, "redis://") || strings.HasPrefix(conn, "rediss://") {
-		u, err := url.Parse(conn)
+		opts, err := redis.ParseURL(conn)
 		if err != nil {
 			return "", 0, fmt.Errorf("--redis-url: %w", err)
 		}
-		port := defaultPort
-		if p := u.Port(); p != "" {
-			if port, err = strconv.Atoi(p); err != nil {
-				return "", 0, fmt.Errorf("--redis-url port %q", p)
-			}
+		host, port, err := net.SplitHostPort(opts.Addr)
+		if err != nil {
+			return "", 0, fmt.Errorf("--redis-url: %w", err)
 		}
-		return u.Hostname(), port, nil
+		n, err := strconv.Atoi(port)
+		return host, n, err
 	}
 	cfg, err := pgx.ParseConfig(conn)
 	if err != nil {

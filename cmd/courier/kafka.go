@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -320,7 +321,7 @@ func (s *saslFlags) apply(cfg *sarama.Config, tls bool, timeout time.Duration) e
 // build returns the mechanism the options name, checking that no option
 // of another mechanism is set.
 func (s *saslFlags) build(tls bool, timeout time.Duration) (kafkaauth.Mechanism, error) {
-	password := firstSet(s.password, os.Getenv(envSASLPassword))
+	password := cmp.Or(s.password, os.Getenv(envSASLPassword))
 	name := strings.ToUpper(s.mechanism)
 	if err := s.stray(name); err != nil {
 		return kafkaauth.Mechanism{}, err
@@ -356,7 +357,10 @@ func (s *saslFlags) build(tls bool, timeout time.Duration) (kafkaauth.Mechanism,
 		defer cancel()
 		tokens, err := kafkaauth.MSKIAM{Region: s.aws.region, Profile: s.aws.profile, RoleARN: s.aws.roleARN, Timeout: timeout}.Tokens(ctx)
 		if err != nil {
-			return kafkaauth.Mechanism{}, fmt.Errorf("--sasl-mechanism AWS_MSK_IAM: %w%s", err, when(s.aws.region == "", " (--aws-region, or COURIER_AWS_REGION)"))
+			if s.aws.region == "" {
+				return kafkaauth.Mechanism{}, fmt.Errorf("--sasl-mechanism AWS_MSK_IAM: %w (--aws-region, or COURIER_AWS_REGION)", err)
+			}
+			return kafkaauth.Mechanism{}, fmt.Errorf("--sasl-mechanism AWS_MSK_IAM: %w", err)
 		}
 		return kafkaauth.OAuthBearer(tokens), nil
 	}
@@ -380,7 +384,7 @@ func (s *saslFlags) stray(name string) error {
 	case userPass && (name == sarama.SASLTypeOAuth || name == mechanismMSKIAM):
 		return fmt.Errorf("--sasl-user and --sasl-password are for PLAIN and SCRAM, not %s: drop them", name)
 	case oauth && name != sarama.SASLTypeOAuth:
-		return fmt.Errorf("the --sasl-oauth-* options are for --sasl-mechanism OAUTHBEARER, not %s: drop them", firstSet(name, "none"))
+		return fmt.Errorf("the --sasl-oauth-* options are for --sasl-mechanism OAUTHBEARER, not %s: drop them", cmp.Or(name, "none"))
 	case aws && name != mechanismMSKIAM:
 		return fmt.Errorf("--aws-profile and --aws-role-arn are for --sasl-mechanism AWS_MSK_IAM, not %s: drop them", name)
 	}
@@ -418,7 +422,7 @@ func (o *oauthFlags) tokens(timeout time.Duration) (*kafkaauth.Tokens, error) {
 	if static != "" {
 		return nil, fmt.Errorf("both --sasl-oauth-token-url and %s are set: keep one", envOAuthStaticToken)
 	}
-	secret := firstSet(o.clientSecret, os.Getenv(envOAuthSecret))
+	secret := cmp.Or(o.clientSecret, os.Getenv(envOAuthSecret))
 	if o.clientID == "" {
 		return nil, errors.New("--sasl-oauth-token-url needs --sasl-oauth-client-id (or COURIER_SASL_OAUTH_CLIENT_ID)")
 	}
@@ -459,24 +463,6 @@ func keyValues(flag string, args []string, example string) (map[string]string, e
 		out[key] = value
 	}
 	return out, nil
-}
-
-// firstSet returns the first value that is not empty.
-func firstSet(values ...string) string {
-	for _, v := range values {
-		if v != "" {
-			return v
-		}
-	}
-	return ""
-}
-
-// when returns s if cond holds.
-func when(cond bool, s string) string {
-	if cond {
-		return s
-	}
-	return ""
 }
 
 // unreachable explains a failure to reach the brokers, naming a TLS or SASL

@@ -50,8 +50,7 @@ func NewIssuer(t testing.TB, clientID, secret string, lifetime time.Duration) *I
 // NewTLSIssuer is NewIssuer over https, with a certificate of a CA of its
 // own (CAFile) that no system trusts.
 func NewTLSIssuer(t testing.TB, clientID, secret string, lifetime time.Duration) *Issuer {
-	i := newIssuer(t, clientID, secret, lifetime, httptest.NewTLSServer)
-	return i
+	return newIssuer(t, clientID, secret, lifetime, httptest.NewTLSServer)
 }
 
 func newIssuer(t testing.TB, clientID, secret string, lifetime time.Duration, start func(http.Handler) *httptest.Server) *Issuer {
