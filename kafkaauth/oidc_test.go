@@ -98,9 +98,9 @@ func TestAnEndpointThatRefusesBasicAuthGetsTheSecretInTheForm(t *testing.T) {
 }
 
 func TestTokenEndpointFailuresNameTheEndpointAndTheFix(t *testing.T) {
-	down := httptest.NewServer(http.NotFoundHandler())
-	downURL := down.URL + "/token"
-	down.Close()
+	// Port 1 is never a test's: a closed httptest server's port can be
+	// taken at once by a parallel subtest's server, which then answers.
+	downURL := "http://127.0.0.1:1/token"
 	huge := strings.Repeat("x", 2<<20)
 	for _, tc := range []struct {
 		name   string

@@ -25,9 +25,8 @@ func TestHealthShowsGroupLagAndRelayBreakers(t *testing.T) {
 			`"until":"2026-12-01T10:00:30Z","error":"orders/3: NOT_ENOUGH_REPLICAS\u001b[2J"}]}`))
 	}))
 	defer relay.Close()
-	gone := httptest.NewServer(http.NotFoundHandler())
-	gone.Close()
-	r := newRig(t, func(c *console.Config) { c.Relays = []string{relay.URL + "/healthz", gone.URL + "/healthz"} })
+	const gone = "http://127.0.0.1:1" // a port no test takes, unlike a closed server's
+	r := newRig(t, func(c *console.Config) { c.Relays = []string{relay.URL + "/healthz", gone + "/healthz"} })
 	topic := r.kafka.Topic(t, 1)
 	p := r.kafka.Producer(t)
 	for range 5 {
