@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -333,6 +334,58 @@ func TestPublisherIsSafeForConcurrentCalls(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestPublisherCallsAtOnceDoNotShareAConnection: a broker handles one
+// request of a connection at a time, and a produce with acks=all holds its
+// connection until the replicas have it; so while the broker holds one
+// call's produce, a second call's must reach it on a connection of its own
+// rather than queue behind the first. The broker holds the first until the
+// second arrives, or 10s: sharing a connection, the second never would.
+func TestPublisherCallsAtOnceDoNotShareAConnection(t *testing.T) {
+	t.Parallel()
+	k := testkit.NewKafka(t, testkit.InProcess())
+	topic := k.Topic(t, 1)
+	pub := newPublisher(t, k, nil)
+	var produces atomic.Int32
+	second := make(chan struct{})
+	var overlapped atomic.Bool
+	k.Cluster.ControlKey(int16(kmsg.Produce), func(kmsg.Request) (kmsg.Response, error, bool) {
+		k.Cluster.KeepControl()
+		switch produces.Add(1) {
+		case 1:
+			k.Cluster.SleepControl(func() {
+				select {
+				case <-second:
+					overlapped.Store(true)
+				case <-time.After(10 * time.Second):
+				}
+			})
+		case 2:
+			close(second)
+		}
+		return nil, nil, false
+	})
+	var wg sync.WaitGroup
+	publish := func(call int) {
+		wg.Go(func() {
+			for i, err := range pub.Publish(context.Background(), keyedRecords(topic, 5, 2, 20)) {
+				if err != nil {
+					t.Errorf("call %d, record %d: %v", call, i, err)
+				}
+			}
+		})
+	}
+	publish(1)
+	testkit.WaitFor(t, 10*time.Second, "the first call's produce at the broker", func() bool { return produces.Load() == 1 })
+	publish(2)
+	wg.Wait()
+	if !overlapped.Load() {
+		t.Errorf("the second call's produce did not reach the broker while it held the first's: the calls share a connection")
+	}
+	if got := len(k.ReadAll(t, topic)); got != 20 {
+		t.Errorf("%d records arrived, want the 20 of both calls", got)
+	}
 }
 
 // TestPublisherStopsWhenClosed: a write waiting to retry gives up when the

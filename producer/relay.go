@@ -33,7 +33,12 @@ import (
 const (
 	DefaultSource    = "courier"
 	DefaultBatchSize = 1000
-	DefaultWorkers   = 2
+	// DefaultWorkers is 4 because a worker spends most of a batch waiting
+	// when PostgreSQL and Kafka are a hop away: a millisecond a statement,
+	// and 5 ms or more for a produce with acks=all. Four workers keep the
+	// waits overlapped (BENCHMARKS.md, the network profile); on loopback,
+	// where the CPU is the limit, two drain about as fast.
+	DefaultWorkers = 4
 	// MaxWorkers bounds RelayConfig.Workers: the keys of a table are
 	// split into this many shares.
 	MaxWorkers           = shareCount
@@ -162,8 +167,9 @@ type RelayConfig struct {
 	// own part of the keys: the keys are divided among the workers of every
 	// relay running against the table (see PollOnly), and the events of one
 	// key go through one worker at a time, so workers never wait on each
-	// other. Each holds a connection of the pool while it publishes. At
-	// most 64. Defaults to 2.
+	// other. Each holds a connection of the pool while it publishes, and
+	// has connections of its own to the brokers. At most 64. Defaults to 4
+	// (DefaultWorkers).
 	Workers int
 	// ProbeInterval is the longest an idle relay goes between two looks for
 	// new events. A look is one small query (the queue's sequence, the
