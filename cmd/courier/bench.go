@@ -78,7 +78,8 @@ from a schema of its own, --rounds times, taking turns; each figure is the
 median. With --history N the relay also drains the first backlog beside a
 history of N published events. Then the scaling run: a backlog drained with 1,
 2 and 4 relays through a proxy adding --scale-delay to every packet each way
-(a negative delay skips it). Then enqueue-to-arrival latency at each of
+(a negative delay skips it; under --network the profile's delay lines take
+the proxy's place). Then enqueue-to-arrival latency at each of
 --latency-rates events/s, one event per transaction, the relay's defaults
 beside sending the same events straight to Kafka, --rounds phases of
 --latency-duration each.
@@ -177,7 +178,7 @@ func newBenchFlags(cmd *cobra.Command, relay, consume bool, defaultFormat string
 		fs.IntSliceVar(&f.relayCfg.Backlogs, "events", bench.DefaultBacklogs, "backlogs each relay drain empties, comma-separated")
 		fs.IntVar(&f.relayCfg.History, "history", 0, "published events in the history of a further drain of the first backlog (0: none)")
 		f.count(fs, &f.relayCfg.ScaleEvents, "scale-events", bench.DefaultScaleEvents, quickEvents, "backlog of the scaling run")
-		fs.DurationVar(&f.relayCfg.ScaleDelay, "scale-delay", bench.DefaultScaleDelay, "delay the scaling run's proxy adds each way to PostgreSQL (negative: no scaling run)")
+		fs.DurationVar(&f.relayCfg.ScaleDelay, "scale-delay", bench.DefaultScaleDelay, "delay the scaling run's proxy adds each way to PostgreSQL (negative: no scaling run; under --network the profile's delays apply instead)")
 		fs.IntSliceVar(&f.relayCfg.LatencyRates, "latency-rates", bench.DefaultLatencyRates, "events/s of the latency phases, one per transaction, comma-separated")
 		fs.DurationVar(&f.relayCfg.LatencyDuration, "latency-duration", bench.DefaultLatencyDuration, "how long each latency phase enqueues (negative: no latency phases)")
 	}
@@ -255,6 +256,7 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 	if f.relay {
 		cfg := f.relayCfg
 		cfg.Rounds, cfg.DatabaseURL, cfg.Brokers, cfg.Logger, cfg.Progress = f.rounds, databaseURL, brokers, logger, cmd.ErrOrStderr()
+		cfg.Network = f.network.on
 		relay, err := bench.Relay(ctx, cfg)
 		if err != nil {
 			return fmt.Errorf("bench relay against PostgreSQL at %s and Kafka at %s: %w", redact.ConnString(f.databaseURL), strings.Join(brokers, ","), err)
@@ -342,6 +344,9 @@ func (f *benchFlags) validate(fs *pflag.FlagSet) error {
 	}
 	if f.relay && f.databaseURL == "" {
 		return usageError{fmt.Errorf("--database-url is empty: name the PostgreSQL to make the relay's tables in, e.g. %s", defaultDatabaseURL)}
+	}
+	if f.relay && f.network.on && fs.Changed("scale-delay") && f.relayCfg.ScaleDelay > 0 {
+		return usageError{fmt.Errorf("--scale-delay %v: under --network the scaling run goes through the profile's delay lines, not a proxy of its own; set --network-postgres instead, or a negative --scale-delay for no scaling run", f.relayCfg.ScaleDelay)}
 	}
 	return f.network.validate(f.brokers)
 }

@@ -28,8 +28,8 @@ func TestBenchConsume(t *testing.T) {
 	if err := json.Unmarshal([]byte(out), &report); err != nil {
 		t.Fatalf("output is not a report: %v\n%s", err, out)
 	}
-	want := []string{bench.Raw, "runner/no-failures", "runner/1%-permanent", bench.RetryTiers, bench.DedupeMemory, bench.DedupeRedis,
-		"runner/handler=5ms/workers=1", "runner/handler=5ms/workers=16"}
+	want := []string{bench.Raw, "runner/no-failures", bench.RawDeadLetters, "runner/1%-permanent", bench.RetryTiers, bench.RawRetries, bench.RetryTier,
+		bench.DedupeMemory, bench.RawSetNX, bench.DedupeRedis, "runner/handler=5ms/workers=1", "runner/handler=5ms/workers=16"}
 	if len(report.Results) != len(want) || report.Messages != 2000 || report.Rounds != 1 {
 		t.Fatalf("report %+v, want the %d configurations over 2000 messages, 1 round", report, len(want))
 	}
@@ -39,6 +39,9 @@ func TestBenchConsume(t *testing.T) {
 		}
 		if strings.Contains(r.Name, "5ms") && r.Ceiling <= 0 {
 			t.Errorf("%s has no ceiling", r.Name)
+		}
+		if wantBase := map[string]string{"runner/1%-permanent": bench.RawDeadLetters, bench.RetryTier: bench.RawRetries}[r.Name]; wantBase != "" && r.Baseline != wantBase {
+			t.Errorf("%s is beside %s, want the raw group doing the same work, %s", r.Name, r.Baseline, wantBase)
 		}
 		// On Linux each configuration has a CPU figure, unless the report
 		// says why not (a 5 ms run can be over before the machine's clock
@@ -120,13 +123,13 @@ func TestBenchReport(t *testing.T) {
 	tables := markdownTables(out)
 	want := map[string][]string{
 		"Relay throughput": {bench.PlainLoop + "/events=300", "plain-skip-locked-loop/delete/workers=1/events=300", bench.PlainLoopKeep + "/events=300",
-			bench.RelayDefaults + "/events=300", bench.RelayDiscard + "/events=300", "relay/workers=1/events=300", "relay/workers=4/events=300",
+			bench.RelayDefaults + "/events=300", bench.RelayDiscard + "/events=300", "relay/workers=1/events=300", "relay/workers=2/events=300",
 			"relay/relays=2/events=300", bench.RelayTraced + "/events=300"},
 		"Relay scaling": {"relay/defaults/relays=1/workers=1", "relay/defaults/relays=2/workers=1", "relay/defaults/relays=4/workers=1",
 			"relay/defaults/relays=1/workers=2", "relay/defaults/relays=1/workers=4"},
 		"Relay latency": bench.LatencyConfigurations(),
-		"Consumer": {bench.Raw, "runner/no-failures", "runner/1%-permanent", bench.RetryTiers, bench.DedupeMemory, bench.DedupeRedis,
-			"runner/handler=5ms/workers=1", "runner/handler=5ms/workers=16"},
+		"Consumer": {bench.Raw, "runner/no-failures", bench.RawDeadLetters, "runner/1%-permanent", bench.RetryTiers, bench.RawRetries, bench.RetryTier,
+			bench.DedupeMemory, bench.RawSetNX, bench.DedupeRedis, "runner/handler=5ms/workers=1", "runner/handler=5ms/workers=16"},
 	}
 	baselineColumn := map[string]int{"Relay throughput": 2, "Relay scaling": 2, "Relay latency": 6, "Consumer": 2}
 	ratioColumn := map[string]int{"Relay throughput": 4, "Relay scaling": 4, "Relay latency": 7, "Consumer": 4}
@@ -227,10 +230,16 @@ func TestBenchNetworkProfileDelaysEveryService(t *testing.T) {
 	if len(report.Throughput) == 0 || report.Throughput[len(report.Throughput)-1].Rate <= 0 {
 		t.Errorf("no drain through the delay lines: %+v", report.Throughput)
 	}
-	code, md, errOut := courier(t, "bench", "relay", "--network", "--quick", "--only", bench.RelayDefaults, "--scale-delay", "-1ms", "--latency-duration", "-1s",
-		"--database-url", pg.URL)
-	if code != 0 || !strings.Contains(md, "Profile: network: every connection through a delay line, PostgreSQL 500µs each way, Redis 250µs each way, Kafka 500µs each way to each of 3 brokers, and each Produce answered 5ms later") {
+	// The scaling run goes through the profile's delay lines, not a proxy
+	// of its own on top of them.
+	code, md, errOut := courier(t, "bench", "relay", "--network", "--quick", "--only", bench.RelayDefaults, "--latency-duration", "-1s",
+		"--database-url", pg.URL, "--output", "markdown")
+	if code != 0 || !strings.Contains(md, "Profile:** network: every connection through a delay line, PostgreSQL 500µs each way, Redis 250µs each way, Kafka 500µs each way to each of 3 brokers, and each Produce answered 5ms later") {
 		t.Errorf("exit %d, %s; want the network profile in the header:\n%s", code, errOut, md)
+	}
+	if !strings.Contains(md, "against a PostgreSQL reached through the network profile's delay lines") || strings.Contains(md, "proxy") ||
+		len(markdownTables(md)["Relay scaling"]) != 5 {
+		t.Errorf("want the scaling run's 5 configurations through the profile's delay lines, and no proxy of its own:\n%s", md)
 	}
 }
 
@@ -248,6 +257,7 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{"bench", "--previous", filepath.Join(t.TempDir(), "missing.md")},
 		{"bench", "relay", "--network", "--network-produce", "-1ms"},
 		{"bench", "relay", "--network", "--brokers", "127.0.0.1:9092"},
+		{"bench", "relay", "--network", "--scale-delay", "1ms"},
 	} {
 		code, _, errOut := courier(t, args...)
 		flag := args[len(args)-2]

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -39,6 +40,7 @@ const (
 
 const (
 	failEvery   = 100 // 1%: messages i with i%failEvery == failEvery-1 fail for good
+	retryEvery  = 20  // 5%: messages i with i%retryEvery == retryEvery-1 go through a retry tier once
 	seedChunk   = 5_000
 	slowHandler = 5 * time.Millisecond
 	deadline    = 2 * time.Minute // to join the group, then again to consume the backlog
@@ -56,6 +58,20 @@ const (
 	// DedupeMemory names the configuration with dedupe on an in-process
 	// store: the consumer's own cost of deduplication, without Redis.
 	DedupeMemory = "runner/dedupe-in-process-store"
+	// RetryTier names the configuration where 5% of the messages fail once
+	// and pass through one retry tier; its rate is the main topic's.
+	RetryTier = "runner/5%-through-a-retry-tier"
+
+	// What a team writes without courier, each the baseline of the runner
+	// configuration that does the same work: a raw Sarama group that,
+	// before it marks a message, sends the 1% meant to fail to the
+	// dead-letter topic with a SyncProducer (RawDeadLetters), sends the
+	// 5% meant to retry to a retry topic the same way (RawRetries), or
+	// claims every message's id in Redis with SET NX EX, one round trip a
+	// message (RawSetNX).
+	RawDeadLetters = "raw-sarama-group/1%-sync-dead-letter"
+	RawRetries     = "raw-sarama-group/5%-sync-retry"
+	RawSetNX       = "raw-sarama-group/set-nx-per-message"
 )
 
 // retryTiers are the retry tiers of the RetryTiers configuration: short,
@@ -214,16 +230,27 @@ func (r ConsumeReport) rows() []rateRow {
 //     message (the baseline);
 //   - runner/no-failures: consumer.Consumer, default config, handler
 //     returning nil;
+//   - raw-sarama-group/1%-sync-dead-letter: the raw group sending the 1%
+//     meant to fail to the dead-letter topic with a SyncProducer before it
+//     marks them, as a handler that writes its own dead letters does;
 //   - runner/1%-permanent: the same, failing 1% of the messages with
 //     consumer.Permanent, so they go to the dead-letter topic (whose
-//     records are checked afterwards);
+//     records are checked afterwards), beside the raw group that writes
+//     them synchronously;
 //   - runner/1%-through-retry-tiers: the same 1% fail twice and pass
 //     through two retry tiers (50ms and 100ms) before they are handled;
 //     its rate is the main topic's, from the first fetch until every
 //     message of the main topic is handled or in its first tier, while
 //     the tiers are consumed beside it;
+//   - raw-sarama-group/5%-sync-retry and runner/5%-through-a-retry-tier:
+//     5% of the messages sent once to a retry topic, synchronously by the
+//     raw group, through one retry tier (50ms) by the runner, whose rate
+//     is the main topic's as above;
 //   - runner/dedupe-in-process-store: no failures, each message claimed
 //     and marked in a map: what deduplication costs the consumer itself;
+//   - raw-sarama-group/set-nx-per-message (with ConsumeConfig.Redis): the
+//     raw group claiming each message's id with SET NX EX, one round trip
+//     a message, as a team writes dedupe by hand;
 //   - runner/dedupe-redis (with ConsumeConfig.Redis): no failures, each
 //     message claimed and marked in Redis (dedupe.NewRedis);
 //   - runner/handler=5ms/workers=1 and =16: 4,000 messages with a handler
@@ -274,7 +301,7 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
-	slow := func(ctx context.Context, _ *consumer.Message, _ bool) error {
+	slow := func(ctx context.Context, _ *consumer.Message, _ *backlog) error {
 		t := time.NewTimer(slowHandler)
 		defer t.Stop()
 		select {
@@ -285,12 +312,13 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 		}
 	}
 	cases := []*benchCase{
-		{name: Raw, n: cfg.Messages, consume: rawGroup},
+		{name: Raw, n: cfg.Messages, consume: rawGroup(nil)},
 		{name: NoFailures, n: cfg.Messages,
 			consume: runner(consumer.Config{}, handleAll)},
-		{name: "runner/1%-permanent", n: cfg.Messages,
-			consume: runner(consumer.Config{}, func(_ context.Context, m *consumer.Message, fail bool) error {
-				if fail {
+		{name: RawDeadLetters, n: cfg.Messages, consume: rawGroup(syncSend(func(bl *backlog) (map[string]bool, string) { return bl.fail, bl.dlq }))},
+		{name: "runner/1%-permanent", n: cfg.Messages, baseline: RawDeadLetters,
+			consume: runner(consumer.Config{}, func(_ context.Context, m *consumer.Message, bl *backlog) error {
+				if bl.fail[m.ID] {
 					return consumer.Permanent(fmt.Errorf("bench: message %s fails for good", m.ID))
 				}
 				return nil
@@ -300,15 +328,25 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 		// One attempt per tier: a failing message leaves its partition at
 		// once (in-process retries would hold the partition up).
 		consumer.Config{MaxAttempts: 1, RetryTopics: retrytopics.Config{Delays: retryTiers.Delays, CreateTopics: true}},
-		func(_ context.Context, m *consumer.Message, fail bool) error {
-			if fail && m.RetryRound < 2 {
+		func(_ context.Context, m *consumer.Message, bl *backlog) error {
+			if bl.fail[m.ID] && m.RetryRound < 2 {
 				return fmt.Errorf("bench: message %s fails in round %d", m.ID, m.RetryRound)
+			}
+			return nil
+		})})
+	cases = append(cases, &benchCase{name: RawRetries, n: cfg.Messages, consume: rawGroup(syncSend(func(bl *backlog) (map[string]bool, string) { return bl.retry, bl.retryTopic }))})
+	cases = append(cases, &benchCase{name: RetryTier, n: cfg.Messages, baseline: RawRetries, consume: runner(
+		consumer.Config{MaxAttempts: 1, RetryTopics: retrytopics.Config{Delays: retryTiers.Delays[:1], CreateTopics: true}},
+		func(_ context.Context, m *consumer.Message, bl *backlog) error {
+			if bl.retry[m.ID] && m.RetryRound == 0 {
+				return fmt.Errorf("bench: message %s fails in round 0", m.ID)
 			}
 			return nil
 		})})
 	cases = append(cases, &benchCase{name: DedupeMemory, n: cfg.Messages, consume: memoryDedupeRunner})
 	loads := &redisLoads{}
 	if cfg.Redis != nil {
+		cases = append(cases, &benchCase{name: RawSetNX, n: cfg.Messages, consume: rawGroup(setNX(cfg.Redis))})
 		cases = append(cases, &benchCase{name: DedupeRedis, n: cfg.Messages, consume: dedupeRunner(cfg.Redis, loads)})
 	}
 	for _, workers := range []int{1, 16} {
@@ -318,7 +356,8 @@ func NewConsumeRun(cfg ConsumeConfig) (*ConsumeRun, error) {
 	if len(cfg.Only) > 0 {
 		kept := cases[:1] // the baseline
 		for _, c := range cases[1:] {
-			if slices.Contains(cfg.Only, c.name) || c.name == slowBase && slices.Contains(cfg.Only, "runner/handler=5ms/workers=16") {
+			if slices.Contains(cfg.Only, c.name) || c.name == slowBase && slices.Contains(cfg.Only, "runner/handler=5ms/workers=16") ||
+				slices.ContainsFunc(cases, func(o *benchCase) bool { return o.baseline == c.name && slices.Contains(cfg.Only, o.name) }) {
 				kept = append(kept, c)
 			}
 		}
@@ -364,7 +403,7 @@ func (r *ConsumeRun) Report() ConsumeReport {
 		rates[c.name] = MedianRate(c.n, c.spent)
 	}
 	for _, c := range r.cases {
-		res := Result{Name: c.name, Rate: rates[c.name], Baseline: Raw}
+		res := Result{Name: c.name, Rate: rates[c.name], Baseline: cmp.Or(c.baseline, Raw)}
 		if c.workers > 0 && c.last != nil {
 			res.Baseline = slowBase
 			res.Ceiling = c.last.ceiling(c.workers, slowHandler)
@@ -406,13 +445,14 @@ func (c *ConsumeConfig) setDefaults() error {
 
 // benchCase is one way of consuming a backlog.
 type benchCase struct {
-	name    string
-	n       int // messages in its backlog
-	workers int // Config.Workers of a 5 ms handler case, else 0
-	consume consumeFunc
-	spent   []time.Duration // consuming, each round
-	cpu     cpuUses         // CPU use while consuming, each round
-	last    *backlog        // the last backlog, for the ceiling
+	name     string
+	baseline string // the configuration its ratio compares with; Raw when empty
+	n        int    // messages in its backlog
+	workers  int    // Config.Workers of a 5 ms handler case, else 0
+	consume  consumeFunc
+	spent    []time.Duration // consuming, each round
+	cpu      cpuUses         // CPU use while consuming, each round
+	last     *backlog        // the last backlog, for the ceiling
 }
 
 // consumeFunc consumes bl until s has counted every message, then stops
@@ -456,8 +496,12 @@ type backlog struct {
 	dlq     string
 	group   string
 	n       int
-	fail    map[string]bool  // ce_id of the messages meant to fail
+	fail    map[string]bool  // ce_id of the messages meant to fail (1%)
+	retry   map[string]bool  // ce_id of the messages meant to retry once (5%)
 	keys    []map[string]int // messages by key, by partition
+	// retryTopic is where a raw group's retries go (RawRetries): the
+	// first retry tier's topic, which drop deletes.
+	retryTopic string
 }
 
 // ceiling is the most msgs/s a handler taking d can reach on the backlog
@@ -488,12 +532,17 @@ func seed(cfg *ConsumeConfig, name string, n int) (*backlog, error) {
 	bl := &backlog{
 		brokers: cfg.Brokers, admin: admin, sarama: saramaCfg,
 		topic: "courier.bench." + name, group: "courier.bench." + name,
-		n: n, fail: map[string]bool{}, keys: make([]map[string]int, partitions),
+		n: n, fail: map[string]bool{}, retry: map[string]bool{}, keys: make([]map[string]int, partitions),
 	}
 	for i := range bl.keys {
 		bl.keys[i] = map[string]int{}
 	}
 	bl.dlq = dlq.Topic(bl.topic, consumer.DefaultDeadLetterSuffix)
+	topo, err := retrytopics.New(bl.topic, retryTiers, consumer.DefaultDeadLetterSuffix)
+	if err != nil {
+		return nil, err
+	}
+	bl.retryTopic = topo.Topics()[0]
 	for topic, parts := range map[string]int32{bl.topic: partitions, bl.dlq: 1} {
 		if err := admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: parts, ReplicationFactor: 1}, false); err != nil {
 			bl.drop()
@@ -522,6 +571,9 @@ func (bl *backlog) write(n int) error {
 		id := uuid.Must(uuid.NewV7()).String()
 		if i%failEvery == failEvery-1 {
 			bl.fail[id] = true
+		}
+		if i%retryEvery == retryEvery-1 {
+			bl.retry[id] = true
 		}
 		payload := orderPayload(key, i)
 		msgs = append(msgs, &sarama.ProducerMessage{
@@ -612,40 +664,65 @@ func (cfg *ConsumeConfig) fetching(topic string) <-chan struct{} {
 	return cfg.Fetching(topic)
 }
 
-// rawGroup is the baseline: a Sarama consumer group, configured as the
-// runner's default, whose ConsumeClaim only marks each message.
-func rawGroup(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error) {
-	fetching := cfg.fetching(bl.topic)
-	group, err := sarama.NewConsumerGroup(bl.brokers, bl.group, consumer.NewSaramaConfig())
-	if err != nil {
-		return 0, err
-	}
-	drained := make(chan struct{})
-	go func() {
-		defer close(drained)
-		for err := range group.Errors() {
-			cfg.Logger.Warn("raw consumer group error", "error", err)
-		}
-	}()
-	runCtx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		for runCtx.Err() == nil {
-			if err := group.Consume(runCtx, []string{bl.topic}, marker{s}); err != nil && runCtx.Err() == nil {
-				cfg.Logger.Warn("raw consumer group session failed", "error", err)
+// rawStep is what a raw group does with a message before it marks it; it
+// returns what to close when the group is done.
+type rawStep func(ctx context.Context, cfg *ConsumeConfig, bl *backlog) (func(*sarama.ConsumerMessage) error, func() error, error)
+
+// rawGroup consumes with a Sarama consumer group, configured as the
+// runner's default, whose ConsumeClaim runs step (nil: none, the Raw
+// baseline) on each message, then marks it.
+func rawGroup(step rawStep) consumeFunc {
+	return func(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error) {
+		handle, closeStep := func(*sarama.ConsumerMessage) error { return nil }, func() error { return nil }
+		if step != nil {
+			var err error
+			if handle, closeStep, err = step(ctx, cfg, bl); err != nil {
+				return 0, err
 			}
 		}
-	})
-	took, err := s.measure(ctx, fetching)
-	cancel()
-	wg.Wait()
-	err = errors.Join(err, group.Close())
-	<-drained
-	return took, err
+		fetching := cfg.fetching(bl.topic)
+		group, err := sarama.NewConsumerGroup(bl.brokers, bl.group, consumer.NewSaramaConfig())
+		if err != nil {
+			return 0, errors.Join(err, closeStep())
+		}
+		drained := make(chan struct{})
+		go func() {
+			defer close(drained)
+			for err := range group.Errors() {
+				cfg.Logger.Warn("raw consumer group error", "error", err)
+			}
+		}()
+		runCtx, cancel := context.WithCancel(ctx)
+		var wg sync.WaitGroup
+		failed := make(chan error, 1)
+		wg.Go(func() {
+			for runCtx.Err() == nil {
+				if err := group.Consume(runCtx, []string{bl.topic}, marker{s, handle, failed}); err != nil && runCtx.Err() == nil {
+					cfg.Logger.Warn("raw consumer group session failed", "error", err)
+				}
+			}
+		})
+		took, err := s.measure(runCtx, fetching)
+		select {
+		case ferr := <-failed:
+			err = ferr
+		default:
+		}
+		cancel()
+		wg.Wait()
+		err = errors.Join(err, group.Close(), closeStep())
+		<-drained
+		return took, err
+	}
 }
 
-// marker is the raw group's handler.
-type marker struct{ s *settled }
+// marker is the raw group's handler: it runs handle on each message and
+// marks it; the first failure of handle goes to failed, and ends the claim.
+type marker struct {
+	s      *settled
+	handle func(*sarama.ConsumerMessage) error
+	failed chan<- error
+}
 
 func (marker) Setup(sarama.ConsumerGroupSession) error   { return nil }
 func (marker) Cleanup(sarama.ConsumerGroupSession) error { return nil }
@@ -659,23 +736,106 @@ func (h marker) ConsumeClaim(sess sarama.ConsumerGroupSession, claim sarama.Cons
 			if !ok {
 				return nil
 			}
+			if err := h.handle(msg); err != nil {
+				select {
+				case h.failed <- err:
+				default:
+				}
+				return err
+			}
 			sess.MarkMessage(msg, "")
 			h.s.add()
 		}
 	}
 }
 
+// ceID is a message's ce_id header, "" without one.
+func ceID(msg *sarama.ConsumerMessage) string {
+	for _, h := range msg.Headers {
+		if string(h.Key) == producer.HeaderID {
+			return string(h.Value)
+		}
+	}
+	return ""
+}
+
+// syncSend is the step of a raw group that sends each message of the set
+// of ce_ids that meant returns to its topic with a SyncProducer, one
+// message at a time, as a handler that writes its dead letters or retries
+// itself does: key, value and headers as they came. Done, the topic must
+// hold every message of the set, once.
+func syncSend(meant func(bl *backlog) (ids map[string]bool, topic string)) rawStep {
+	return func(_ context.Context, cfg *ConsumeConfig, bl *backlog) (func(*sarama.ConsumerMessage) error, func() error, error) {
+		ids, topic := meant(bl)
+		if topic == bl.retryTopic {
+			if err := bl.admin.CreateTopic(topic, &sarama.TopicDetail{NumPartitions: 1, ReplicationFactor: 1}, false); err != nil {
+				return nil, nil, fmt.Errorf("create topic %s: %w", topic, err)
+			}
+		}
+		client, err := sarama.NewClient(bl.brokers, cfg.Sarama())
+		if err != nil {
+			return nil, nil, err
+		}
+		sp, err := sarama.NewSyncProducerFromClient(client)
+		if err != nil {
+			return nil, nil, errors.Join(err, client.Close())
+		}
+		send := func(msg *sarama.ConsumerMessage) error {
+			if !ids[ceID(msg)] {
+				return nil
+			}
+			headers := make([]sarama.RecordHeader, len(msg.Headers))
+			for i, h := range msg.Headers {
+				headers[i] = *h
+			}
+			_, _, err := sp.SendMessage(&sarama.ProducerMessage{Topic: topic, Key: sarama.ByteEncoder(msg.Key),
+				Value: sarama.ByteEncoder(msg.Value), Headers: headers})
+			return err
+		}
+		check := func() error {
+			err := sp.Close()
+			hwm, herr := client.GetOffset(topic, 0, sarama.OffsetNewest)
+			if err = errors.Join(err, herr); herr == nil && hwm != int64(len(ids)) {
+				err = errors.Join(err, fmt.Errorf("%s holds %d records, want the %d sent", topic, hwm, len(ids)))
+			}
+			return errors.Join(err, client.Close())
+		}
+		return send, check, nil
+	}
+}
+
+// setNX is the step of a raw group that claims each message's ce_id in
+// Redis, SET NX EX for the dedupe window, one round trip a message, under
+// a prefix of the backlog's that it deletes afterwards. A message whose id
+// is taken fails the run: every id of a backlog is new.
+func setNX(client redis.UniversalClient) rawStep {
+	return func(ctx context.Context, _ *ConsumeConfig, bl *backlog) (func(*sarama.ConsumerMessage) error, func() error, error) {
+		prefix := "courier:bench:" + bl.group + ":setnx:"
+		return func(msg *sarama.ConsumerMessage) error {
+				id := ceID(msg)
+				fresh, err := client.SetNX(ctx, prefix+id, "1", dedupeWindow).Result()
+				if err == nil && !fresh {
+					err = fmt.Errorf("bench: message %s was seen before", id)
+				}
+				return err
+			}, func() error {
+				_, err := rediskeys.Delete(context.WithoutCancel(ctx), client, prefix)
+				return err
+			}, nil
+	}
+}
+
 // runner consumes with a runner configured as rc plus the backlog's
-// brokers, group and topic. handle is told whether the message is one of
-// those meant to fail. Messages are counted as settled through a MessageHook
+// brokers, group and topic. handle is given the backlog, whose fail and
+// retry sets say which messages are meant to fail. Messages are counted as settled through a MessageHook
 // (handled or dead-lettered). Afterwards the dead-letter topic must hold
 // exactly the messages meant to fail when handle failed them, else none.
-func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Message, fail bool) error) consumeFunc {
+func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Message, bl *backlog) error) consumeFunc {
 	return func(ctx context.Context, cfg *ConsumeConfig, bl *backlog, s *settled) (time.Duration, error) {
 		var failed atomic.Int64
 		rc.Brokers, rc.Group, rc.Topics = bl.brokers, bl.group, []string{bl.topic}
 		rc.Handler = consumer.HandlerFunc(func(ctx context.Context, m *consumer.Message) error {
-			err := handle(ctx, m, bl.fail[m.ID])
+			err := handle(ctx, m, bl)
 			if err != nil {
 				failed.Add(1)
 			}
@@ -711,7 +871,7 @@ func runner(rc consumer.Config, handle func(ctx context.Context, m *consumer.Mes
 }
 
 // handleAll is the handler of the runs without failures.
-func handleAll(context.Context, *consumer.Message, bool) error { return nil }
+func handleAll(context.Context, *consumer.Message, *backlog) error { return nil }
 
 // memoryDedupeRunner consumes with dedupe on, in a store of the backlog's
 // own, so that no round starts with the ids of the rounds before.

@@ -58,10 +58,14 @@ func BenchmarkConsume(b *testing.B) {
 	}
 	b.ReportMetric(0, "ns/op") // the sum of every consumption and seeding: meaningless
 	report := run.Report()
+	units := map[string]string{ // each beside its baseline
+		"runner/no-failures": "no-failures-x-raw", "runner/1%-permanent": "1%-permanent-x-sync-dead-letter",
+		bench.RetryTiers: "1%-through-retry-tiers-x-raw", bench.RetryTier: "5%-through-a-retry-tier-x-sync-retry",
+		bench.DedupeRedis: "dedupe-redis-x-raw",
+	}
 	for _, r := range report.Results {
-		switch r.Name {
-		case "runner/no-failures", "runner/1%-permanent", bench.RetryTiers, bench.DedupeRedis:
-			b.ReportMetric(r.Ratio, r.Name[len("runner/"):]+"-x-raw")
+		if unit, ok := units[r.Name]; ok {
+			b.ReportMetric(r.Ratio, unit)
 		}
 	}
 	if err := report.WriteText(os.Stdout); err != nil {

@@ -155,6 +155,17 @@ func (w *cpuWindow) machineBusyShare() float64 {
 	return 1 - use.MachineIdle
 }
 
+// machineMicrosPer is the machine's busy CPU time over the window (every
+// core, every process: PostgreSQL, the broker, the relays) per event, in
+// µs; 0 when unknown. Unlike a rate, it carries to a machine of more cores.
+func (w *cpuWindow) machineMicrosPer(events int) float64 {
+	use, err := w.use(events)
+	if err != nil {
+		return 0
+	}
+	return use.MachineBusy * w.after.at.Sub(w.before.at).Seconds() * 1e6 / float64(events)
+}
+
 // cpuUses gathers a configuration's CPUUse per round, and the first reason
 // a round had none.
 type cpuUses struct {

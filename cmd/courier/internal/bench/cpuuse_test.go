@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"errors"
+	"math"
 	"strings"
 	"testing"
 	"time"
@@ -71,6 +72,10 @@ func TestCPUUsed(t *testing.T) {
 	if got := (&cpuWindow{before: before, after: after, err: errors.New("no /proc/stat")}).machineBusyShare(); got != 0 {
 		t.Errorf("machineBusyShare of a window not read = %v, want 0", got)
 	}
+	// 1.5 cores busy for 2s is 3s of CPU: 30µs for each of 100,000 events.
+	if got := (&cpuWindow{before: before, after: after}).machineMicrosPer(100_000); math.Abs(got-30) > 1e-9 {
+		t.Errorf("machineMicrosPer = %v, want 30", got)
+	}
 	backwards := after
 	backwards.process = time.Second
 	stalled := after
@@ -115,6 +120,28 @@ func TestCPUUsesTakeTheMedians(t *testing.T) {
 	}
 	if !strings.Contains(u.err.Error(), "no cpu line") {
 		t.Errorf("the first round's reason is lost: %v", u.err)
+	}
+}
+
+// TestCPUOfDrainsTakesTheMediansOfThoseMeasured: a drain's busy share and
+// CPU time per event are the medians of its windows that were read; a
+// window that was not leaves them, and none at all leaves no figure.
+func TestCPUOfDrainsTakesTheMediansOfThoseMeasured(t *testing.T) {
+	at := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+	window := func(busyTicks uint64) cpuWindow { // of 400 ticks over 1s on 2 CPUs
+		return cpuWindow{before: cpuSample{at: at, machine: machineCPU{total: 1000, idle: 800, cpus: 2}},
+			after: cpuSample{at: at.Add(time.Second), machine: machineCPU{total: 1400, idle: 800 + 400 - busyTicks, cpus: 2}}}
+	}
+	unread := window(400)
+	unread.err = errors.New("no /proc/stat")
+	busy, micros := cpuOf([]cpuWindow{window(100), unread, window(300), window(200)}, 1000)
+	// The median window is 200 of 400 ticks: half of 2 cores for 1s, 1s of
+	// CPU over 1,000 events.
+	if math.Abs(busy-0.5) > 1e-9 || math.Abs(micros-1000) > 1e-9 {
+		t.Errorf("cpuOf = %v busy, %v µs/event; want 0.5 and 1000", busy, micros)
+	}
+	if busy, micros := cpuOf([]cpuWindow{unread}, 1000); busy != 0 || micros != 0 {
+		t.Errorf("cpuOf of no measured window = %v, %v; want no figure", busy, micros)
 	}
 }
 

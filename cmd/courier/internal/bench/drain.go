@@ -180,9 +180,12 @@ type drainCase struct {
 	target   float64
 	backlogs []int // the backlogs it drains; all of the config's when nil
 	table    *outboxTable
-	drain    func(ctx context.Context, n int) (time.Duration, error) // seeds a backlog of n, drains it, checks it is drained, returns how long the drain took
-	spent    map[int][]time.Duration                                 // draining, each round, by backlog
-	claims   map[int]*atomic.Int64                                   // claims made, for the relay, by backlog
+	// drain seeds a backlog of n, drains it with cpu open over the
+	// draining, checks it is drained, and returns how long the drain took.
+	drain  func(ctx context.Context, n int, cpu *cpuWindow) (time.Duration, error)
+	spent  map[int][]time.Duration // draining, each round, by backlog
+	cpu    map[int][]cpuWindow     // the CPU counters around each round's drain, by backlog
+	claims map[int]*atomic.Int64   // claims made, for the relay, by backlog
 }
 
 // NewThroughputRun validates cfg, applies its defaults, and makes every
@@ -197,14 +200,14 @@ func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, err
 		if err != nil {
 			return errors.Join(fmt.Errorf("%s: %w", c.name, err), svc.close())
 		}
-		c.spent, c.claims = map[int][]time.Duration{}, map[int]*atomic.Int64{}
+		c.spent, c.cpu, c.claims = map[int][]time.Duration{}, map[int][]cpuWindow{}, map[int]*atomic.Int64{}
 		run.drains = append(run.drains, c)
 		return nil
 	}
 	for _, p := range []struct {
 		workers int
 		keep    bool
-	}{{2, false}, {1, false}, {2, true}} {
+	}{{producer.DefaultWorkers, false}, {1, false}, {producer.DefaultWorkers, true}} {
 		if err := add(plainDrain(ctx, svc, p.workers, p.keep)); err != nil {
 			return nil, err
 		}
@@ -214,7 +217,7 @@ func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, err
 		{name: RelayDefaults, relays: 1, rc: defaults, baseline: PlainLoopKeep, target: 1.2},
 		{name: RelayDiscard, relays: 1, rc: relayConfig{workers: producer.DefaultWorkers, discard: true}, baseline: PlainLoop, target: 1.2},
 		{name: "relay/workers=1", relays: 1, rc: relayConfig{workers: 1}, baseline: PlainLoopKeep},
-		{name: "relay/workers=4", relays: 1, rc: relayConfig{workers: 4}, baseline: PlainLoopKeep},
+		{name: "relay/workers=2", relays: 1, rc: relayConfig{workers: 2}, baseline: PlainLoopKeep},
 		{name: "relay/relays=2", relays: 2, rc: defaults, baseline: PlainLoopKeep},
 		{name: RelayTraced, relays: 1, rc: defaults, baseline: RelayDefaults},
 	}
@@ -264,11 +267,12 @@ func (r *ThroughputRun) Round(ctx context.Context) error {
 			if c.backlogs != nil && !slices.Contains(c.backlogs, n) {
 				continue
 			}
-			took, err := c.drain(ctx, n)
+			var cpu cpuWindow
+			took, err := c.drain(ctx, n, &cpu)
 			if err != nil {
 				return fmt.Errorf("%s, %d events: %w", c.name, n, err)
 			}
-			c.spent[n] = append(c.spent[n], took)
+			c.spent[n], c.cpu[n] = append(c.spent[n], took), append(c.cpu[n], cpu)
 		}
 	}
 	r.rounds++
@@ -301,6 +305,7 @@ func (r *ThroughputRun) Report() RelayReport {
 			if claims := c.claims[n]; claims != nil && r.rounds > 0 {
 				res.ClaimsPerDrain = float64(claims.Load()) / float64(r.rounds)
 			}
+			res.CPUBusy, res.CPUMicrosPerEvent = cpuOf(c.cpu[n], n)
 			report.Throughput = append(report.Throughput, res)
 		}
 	}
@@ -309,6 +314,21 @@ func (r *ThroughputRun) Report() RelayReport {
 
 // Close closes the producers and pools and drops the schemas and topics.
 func (r *ThroughputRun) Close() error { return r.svc.close() }
+
+// cpuOf is the median share of the machine's CPU busy over windows, and
+// of its CPU time per event of n drained in each.
+func cpuOf(windows []cpuWindow, n int) (busy, microsPerEvent float64) {
+	var shares, micros []float64
+	for _, w := range windows {
+		if share := w.machineBusyShare(); share > 0 {
+			shares, micros = append(shares, share), append(micros, w.machineMicrosPer(n))
+		}
+	}
+	if len(shares) == 0 {
+		return 0, 0
+	}
+	return median(shares), median(micros)
+}
 
 // leanTable is what a team would write for a hand-made outbox: a primary
 // key and the event, no order kept, no retry state; with keepColumns, it
@@ -401,10 +421,11 @@ func plainDrain(ctx context.Context, svc *relayServices, workers int, keep bool)
 		}
 		return err
 	}
-	c.drain = func(ctx context.Context, n int) (time.Duration, error) {
+	c.drain = func(ctx context.Context, n int, cpu *cpuWindow) (time.Duration, error) {
 		if err := seed(ctx, n); err != nil {
 			return 0, err
 		}
+		cpu.start()
 		start := time.Now()
 		var wg sync.WaitGroup
 		published := make([]int, workers)
@@ -414,6 +435,7 @@ func plainDrain(ctx context.Context, svc *relayServices, workers int, keep bool)
 		}
 		wg.Wait()
 		elapsed := time.Since(start)
+		cpu.stop()
 		if err := errors.Join(errs...); err != nil {
 			return 0, err
 		}
@@ -518,11 +540,15 @@ func relayDrain(ctx context.Context, svc *relayServices, name string, relays int
 	if err != nil {
 		return c, err
 	}
-	c.drain = func(ctx context.Context, n int) (time.Duration, error) {
+	c.drain = func(ctx context.Context, n int, cpu *cpuWindow) (time.Duration, error) {
 		if c.claims[n] == nil {
 			c.claims[n] = &atomic.Int64{}
 		}
-		return drainWith(ctx, []*pgxpool.Pool{table.pool}, table, pubs, rc, n, svc.cfg.Logger, c.claims[n])
+		rc := rc
+		rc.started = cpu.start
+		took, err := drainWith(ctx, []*pgxpool.Pool{table.pool}, table, pubs, rc, n, svc.cfg.Logger, c.claims[n])
+		cpu.stop()
+		return took, err
 	}
 	return c, nil
 }

@@ -34,15 +34,16 @@ var (
 const (
 	// PlainLoop names the baseline of the relay's throughput without a
 	// history: what a team writes by hand over a lean table (a primary key
-	// and the event, no order kept, no retry state): two workers repeating
-	// SELECT … ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED, a Sarama
-	// SyncProducer's SendMessages and DELETE of the rows sent.
-	PlainLoop = "plain-skip-locked-loop/delete/workers=2"
+	// and the event, no order kept, no retry state): as many workers as the
+	// relay's default (producer.DefaultWorkers), each repeating SELECT …
+	// ORDER BY id LIMIT 1000 FOR UPDATE SKIP LOCKED, a Sarama SyncProducer's
+	// SendMessages and DELETE of the rows sent.
+	PlainLoop = "plain-skip-locked-loop/delete/workers=4"
 	// PlainLoopKeep names the baseline of the relay with its history: the
 	// same loop over a lean table that keeps what it sent, as a team that
 	// wants the events afterwards writes it: UPDATE … SET published_at,
 	// and a partial index over the rows not yet published for its SELECT.
-	PlainLoopKeep = "plain-skip-locked-loop/keep/workers=2"
+	PlainLoopKeep = "plain-skip-locked-loop/keep/workers=4"
 	// RelayDiscard names the relay that keeps no history
 	// (RelayConfig.DiscardPublished), beside PlainLoop.
 	RelayDiscard = "relay/discard-published"
@@ -114,6 +115,11 @@ type RelayConfig struct {
 	// between the relays and PostgreSQL, each way, as a database on
 	// another host would. Negative: no scaling run. Defaults to 1ms.
 	ScaleDelay time.Duration
+	// Network says that DatabaseURL and Brokers already reach their
+	// services through delay lines (courier bench --network): the scaling
+	// run then adds no proxy of its own, and ScaleDelay only says whether
+	// it runs.
+	Network bool
 	// Logger receives the relays' logs. Defaults to a logger that formats
 	// warnings and discards them, as a service would pay for them.
 	Logger *slog.Logger
@@ -181,7 +187,9 @@ type RelayReport struct {
 	// Throughput has a result per drain configuration and backlog.
 	Throughput []ThroughputResult `json:"throughput"`
 	// Scale has a result per scaling configuration, the one relay first;
-	// ScaleEvents and ScaleDelay are its backlog and the proxy's delay.
+	// ScaleEvents and ScaleDelay are its backlog and the proxy's delay
+	// (zero under the network profile, which delays every connection
+	// instead).
 	Scale       []ThroughputResult `json:"scale,omitempty"`
 	ScaleEvents int                `json:"scale_events,omitempty"`
 	ScaleDelay  time.Duration      `json:"scale_delay_ns,omitempty"`
@@ -205,9 +213,13 @@ type ThroughputResult struct {
 	// 0 for the plain loop.
 	ClaimsPerDrain float64 `json:"claims_per_drain,omitempty"`
 	// CPUBusy is the fraction of the machine's CPU time (every core,
-	// every process) busy while it drained, on average; 0 where it was not
-	// measured.
+	// every process) busy while it drained, the median of the drains; 0
+	// where it was not measured.
 	CPUBusy float64 `json:"cpu_busy,omitempty"`
+	// CPUMicrosPerEvent is the machine's CPU time (every core, every
+	// process) per event drained, in µs, the median of the drains; 0
+	// where it was not measured.
+	CPUMicrosPerEvent float64 `json:"cpu_us_per_event,omitempty"`
 }
 
 // LatencyResult is one latency configuration's figures, over every phase.
@@ -241,6 +253,14 @@ type LatencyResult struct {
 }
 
 // WriteText writes the report as the tables the benchmarks print.
+// scaleLink says how the scaling run reached PostgreSQL.
+func (r RelayReport) scaleLink() string {
+	if r.ScaleDelay == 0 {
+		return "through the network profile's delay lines"
+	}
+	return fmt.Sprintf("through a proxy that holds every packet %v each way", r.ScaleDelay)
+}
+
 func (r RelayReport) WriteText(w io.Writer) error {
 	var b strings.Builder
 	if len(r.Throughput) > 0 {
@@ -248,7 +268,7 @@ func (r RelayReport) WriteText(w io.Writer) error {
 		writeRateLines(&b, throughputRows(r.Throughput))
 	}
 	if len(r.Scale) > 0 {
-		fmt.Fprintf(&b, "events/s draining %d events through a proxy adding %v each way to PostgreSQL:\n", r.ScaleEvents, r.ScaleDelay)
+		fmt.Fprintf(&b, "events/s draining %d events %s:\n", r.ScaleEvents, r.scaleLink())
 		writeRateLines(&b, throughputRows(r.Scale))
 	}
 	if len(r.Latency) > 0 {
@@ -287,8 +307,12 @@ func throughputRows(results []ThroughputResult) []rateRow {
 			rows[i].note = strings.TrimSpace(rows[i].note + fmt.Sprintf(" %.1f claims per drain", res.ClaimsPerDrain))
 		}
 		if res.CPUBusy > 0 {
-			rows[i].note += fmt.Sprintf(" CPU %.0f%% busy", 100*res.CPUBusy)
-			rows[i].cell = strings.TrimSpace(rows[i].cell + fmt.Sprintf(" (CPU %.0f %% busy)", 100*res.CPUBusy))
+			cpu := fmt.Sprintf("CPU %.0f%% busy", 100*res.CPUBusy)
+			if res.CPUMicrosPerEvent > 0 {
+				cpu += fmt.Sprintf(", %.1f µs/event", res.CPUMicrosPerEvent)
+			}
+			rows[i].note = strings.TrimSpace(rows[i].note + " " + cpu)
+			rows[i].cell = strings.TrimSpace(rows[i].cell + " (" + strings.Replace(cpu, "%", " %", 1) + ")")
 		}
 	}
 	return rows
@@ -330,7 +354,10 @@ func Relay(ctx context.Context, cfg RelayConfig) (RelayReport, error) {
 		if report.Scale, err = scale(ctx, cfg); err != nil {
 			return RelayReport{}, err
 		}
-		report.ScaleEvents, report.ScaleDelay = cfg.ScaleEvents, cfg.ScaleDelay
+		report.ScaleEvents = cfg.ScaleEvents
+		if !cfg.Network {
+			report.ScaleDelay = cfg.ScaleDelay
+		}
 	}
 	for _, rate := range cfg.LatencyRates {
 		if cfg.LatencyDuration < 0 {
@@ -511,7 +538,7 @@ beside the loop that deletes. Each configuration has its own schema holding the 
 
 Draining %s events with 1, 2 and 4 relays of one worker each (each relay its own connection
 pool and Kafka producer, as separate processes have), and with one relay of 2 and 4 workers,
-against a PostgreSQL reached through a proxy that holds every packet %v each way, as a database
+against a PostgreSQL reached %s, as a database
 on another host would. A configuration of N workers in all should drain at least 0.8·N times as
 fast as one relay. %s each, medians; beside the target, how busy the machine's cores were
 during the drains (all processes: PostgreSQL, the broker, the relays), which bounds what more
@@ -519,7 +546,7 @@ relays can add.
 
 | configuration | events/s | baseline | baseline events/s | ratio | target |
 | --- | ---: | --- | ---: | ---: | --- |
-`, thousands(float64(r.ScaleEvents)), r.ScaleDelay, plural(r.Rounds, "drain"))
+`, thousands(float64(r.ScaleEvents)), r.scaleLink(), plural(r.Rounds, "drain"))
 		writeRateTable(b, throughputRows(r.Scale))
 	}
 	if len(r.Latency) > 0 {

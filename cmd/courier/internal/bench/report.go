@@ -219,7 +219,7 @@ func (r Report) profile() string {
 		return ""
 	}
 	p := r.Network.String()
-	if r.Relay != nil && len(r.Relay.Scale) > 0 {
+	if r.Relay != nil && len(r.Relay.Scale) > 0 && r.Relay.ScaleDelay > 0 {
 		p += fmt.Sprintf("; the relay scaling run reaches PostgreSQL through a proxy holding every packet %v each way (network)", r.Relay.ScaleDelay)
 	}
 	return p

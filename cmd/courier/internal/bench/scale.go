@@ -30,7 +30,8 @@ var scaleCases = []scaleCase{{1, 1}, {2, 1}, {4, 1}, {1, 2}, {1, 4}}
 
 // scale drains a backlog of cfg.ScaleEvents through a proxy that adds
 // cfg.ScaleDelay to every packet each way between the relays and
-// PostgreSQL, as a database on another host would, with each of
+// PostgreSQL, as a database on another host would (under cfg.Network,
+// through the profile's delay lines instead), with each of
 // scaleCases, taking turns for cfg.Rounds rounds, and returns each case's
 // median rate beside the one relay's.
 func scale(ctx context.Context, cfg RelayConfig) ([]ThroughputResult, error) {
@@ -48,12 +49,16 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 	if err != nil {
 		return nil, err
 	}
-	pgConfig := svc.admin.Config().ConnConfig
-	link, err := delaylink.New(net.JoinHostPort(pgConfig.Host, fmt.Sprint(pgConfig.Port)), cfg.ScaleDelay)
-	if err != nil {
-		return nil, err
+	var link *delaylink.Link
+	shown := RelayReport{} // how the run reaches PostgreSQL, for progress
+	if !cfg.Network {
+		shown.ScaleDelay = cfg.ScaleDelay
+		pgConfig := svc.admin.Config().ConnConfig
+		if link, err = delaylink.New(net.JoinHostPort(pgConfig.Host, fmt.Sprint(pgConfig.Port)), cfg.ScaleDelay); err != nil {
+			return nil, err
+		}
+		svc.closers = append(svc.closers, link.Close)
 	}
-	svc.closers = append(svc.closers, link.Close)
 	most := 0
 	for _, c := range scaleCases {
 		most = max(most, c.relays)
@@ -63,8 +68,10 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 	pools := make([]*pgxpool.Pool, most)
 	for i := range pools {
 		pc := table.pool.Config().Copy()
-		pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Fallbacks = link.Host(), link.Port(), nil
-		pc.ConnConfig.TLSConfig = nil
+		if link != nil {
+			pc.ConnConfig.Host, pc.ConnConfig.Port, pc.ConnConfig.Fallbacks = link.Host(), link.Port(), nil
+			pc.ConnConfig.TLSConfig = nil
+		}
 		if pools[i], err = pgxpool.NewWithConfig(ctx, pc); err != nil {
 			return nil, err
 		}
@@ -75,11 +82,11 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 		return nil, err
 	}
 	spent := make([][]time.Duration, len(scaleCases))
-	busy := make([]float64, len(scaleCases))
+	windows := make([][]cpuWindow, len(scaleCases))
 	claims := make([]atomic.Int64, len(scaleCases))
 	for round := range cfg.Rounds {
-		progress(cfg.Progress, "relay scaling: round %d of %d, %d configurations draining %d events through a proxy adding %v each way",
-			round+1, cfg.Rounds, len(scaleCases), cfg.ScaleEvents, cfg.ScaleDelay)
+		progress(cfg.Progress, "relay scaling: round %d of %d, %d configurations draining %d events %s",
+			round+1, cfg.Rounds, len(scaleCases), cfg.ScaleEvents, shown.scaleLink())
 		for i := range scaleCases {
 			j := (round + i) % len(scaleCases)
 			c := scaleCases[j]
@@ -90,14 +97,15 @@ func scaleOn(ctx context.Context, svc *relayServices) ([]ThroughputResult, error
 				return nil, fmt.Errorf("%s: %w", c.name(), err)
 			}
 			cpu.stop()
-			spent[j], busy[j] = append(spent[j], took), busy[j]+cpu.machineBusyShare()/float64(cfg.Rounds)
+			spent[j], windows[j] = append(spent[j], took), append(windows[j], cpu)
 		}
 	}
 	base := MedianRate(cfg.ScaleEvents, spent[0])
 	results := make([]ThroughputResult, len(scaleCases))
 	for i, c := range scaleCases {
 		res := ThroughputResult{Name: c.name(), Events: cfg.ScaleEvents, Rate: MedianRate(cfg.ScaleEvents, spent[i]),
-			Baseline: scaleCases[0].name(), ClaimsPerDrain: float64(claims[i].Load()) / float64(cfg.Rounds), CPUBusy: busy[i]}
+			Baseline: scaleCases[0].name(), ClaimsPerDrain: float64(claims[i].Load()) / float64(cfg.Rounds)}
+		res.CPUBusy, res.CPUMicrosPerEvent = cpuOf(windows[i], cfg.ScaleEvents)
 		if n := c.relays * c.workers; n > 1 {
 			res.Target = 0.8 * float64(n)
 		}
