@@ -13,6 +13,7 @@ import (
 
 	"github.com/courierkit/courier/internal/testkit"
 	"github.com/courierkit/courier/producer"
+	"github.com/courierkit/courier/record"
 )
 
 // publishedOnly is a hook that implements PublishedHook alone.
@@ -98,5 +99,57 @@ func TestHookImplementingNoneIsRefused(t *testing.T) {
 	}
 	if _, err := producer.NewRelay(pool, producer.RelayConfig{Brokers: []string{"127.0.0.1:1"}, Hooks: []producer.Hook{&publishedOnly{}}}); err != nil {
 		t.Errorf("NewRelay with a hook of one interface: %v", err)
+	}
+}
+
+// batchStages is a BatchHook that notes what it hears.
+type batchStages struct {
+	mu      sync.Mutex
+	batches []int
+	stages  []producer.BatchStages
+}
+
+func (b *batchStages) Batch(events int, stages producer.BatchStages) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.batches, b.stages = append(b.batches, events), append(b.stages, stages)
+}
+
+// timedPublisher is a fakePublisher that notes how long each Publish call
+// took, from inside.
+type timedPublisher struct {
+	fakePublisher
+	took []time.Duration
+}
+
+func (p *timedPublisher) Publish(ctx context.Context, records []*record.Record) []error {
+	start := time.Now()
+	defer func() { p.took = append(p.took, time.Since(start)) }()
+	return p.fakePublisher.Publish(ctx, records)
+}
+
+// TestBatchHookHearsWhereABatchsTimeGoes: a BatchHook hears of each batch
+// that claimed events, with its size and the time of its claim, publish
+// and settle; the publish stage spans the whole Publish call. A claim that
+// finds nothing is no batch.
+func TestBatchHookHearsWhereABatchsTimeGoes(t *testing.T) {
+	t.Parallel()
+	pg, out := setup(t)
+	for _, key := range []string{"o-1", "o-2", "o-3"} {
+		enqueue(t, pg, out, orderCreated(key))
+	}
+	pub, log := &timedPublisher{}, &batchStages{}
+	relay := newRelay(t, pg, nil, producer.RelayConfig{Publisher: pub, Hooks: []producer.Hook{log}})
+	if res := runOnce(t, relay); res.Published != 3 {
+		t.Fatalf("RunOnce = %+v, want 3 published", res)
+	}
+	if res := runOnce(t, relay); res.Claimed != 0 {
+		t.Fatalf("the second RunOnce = %+v, want nothing left", res)
+	}
+	if !slices.Equal(log.batches, []int{3}) || len(pub.took) != 1 {
+		t.Fatalf("the BatchHook heard of batches %v (%d publishes), want one of 3", log.batches, len(pub.took))
+	}
+	if s := log.stages[0]; s.Claim <= 0 || s.Settle <= 0 || s.Publish < pub.took[0] {
+		t.Errorf("stages %+v, want a claim and a settle, and a publish of at least the %v Publish took", s, pub.took[0])
 	}
 }

@@ -28,7 +28,7 @@ func (s BreakerState) String() string {
 }
 
 // Hook is a value implementing one or more of the hook interfaces:
-// ClaimedHook, PublishedHook, PublishFailedHook, DeadLetteredHook,
+// ClaimedHook, BatchHook, PublishedHook, PublishFailedHook, DeadLetteredHook,
 // BreakerChangedHook, BacklogHook and HeldHook, or the tenant's variants of three
 // of them (TenantPublishedHook, TenantPublishFailedHook,
 // TenantDeadLetteredHook). RelayConfig.Hooks takes any number
@@ -99,6 +99,29 @@ type HeldHook interface {
 	Unheld(topic string, partition int32)
 }
 
+// BatchHook hears of each batch that claimed events, once its outcome is
+// committed, with how long each of its stages took: where a batch's time
+// goes, which on a network is mostly waiting (see BatchStages). A claim
+// that found nothing is not a batch.
+type BatchHook interface {
+	Batch(events int, stages BatchStages)
+}
+
+// BatchStages are the stages of one batch of a worker, one after the
+// other: the time from the first to the last event is their sum.
+type BatchStages struct {
+	// Claim is the claim: one round trip to PostgreSQL that begins the
+	// batch's transaction, takes the worker's shares and reads the events.
+	Claim time.Duration
+	// Publish is the write to Kafka, until the brokers answered every
+	// record (retries of the cluster's condition included); zero when the
+	// batch published nothing (every event held back).
+	Publish time.Duration
+	// Settle records the outcomes and commits: one more round trip, or
+	// one per event when PostgreSQL refused an outcome (see RunOnce).
+	Settle time.Duration
+}
+
 // BacklogHook hears, every RelayConfig.StatsInterval, of the events
 // waiting to be published (pending or failed) and the age of the oldest due
 // one. Without one, the relay does not measure the backlog.
@@ -111,6 +134,7 @@ type BacklogHook interface {
 // of RelayConfig.Hooks.
 type hooks struct {
 	claimed        []ClaimedHook
+	batch          []BatchHook
 	published      []PublishedHook
 	publishFailed  []PublishFailedHook
 	deadLettered   []DeadLetteredHook
@@ -129,12 +153,12 @@ func newHooks(hs []Hook) (hooks, error) {
 	var h hooks
 	for i, hook := range hs {
 		matched := []bool{
-			appendIf(&h.claimed, hook), appendEither(&h.tenantPublished, &h.published, hook),
+			appendIf(&h.claimed, hook), appendIf(&h.batch, hook), appendEither(&h.tenantPublished, &h.published, hook),
 			appendEither(&h.tenantPublishFailed, &h.publishFailed, hook), appendEither(&h.tenantDeadLettered, &h.deadLettered, hook),
 			appendIf(&h.breakerChanged, hook), appendIf(&h.backlog, hook), appendIf(&h.held, hook),
 		}
 		if !slices.Contains(matched, true) {
-			return hooks{}, fmt.Errorf("Hooks[%d] is a %T, which implements none of ClaimedHook, PublishedHook, PublishFailedHook, "+
+			return hooks{}, fmt.Errorf("Hooks[%d] is a %T, which implements none of ClaimedHook, BatchHook, PublishedHook, PublishFailedHook, "+
 				"DeadLetteredHook, BreakerChangedHook, BacklogHook and HeldHook (or their Tenant variants); give it one of their methods, or leave it out", i, hook)
 		}
 	}
@@ -161,6 +185,12 @@ func appendEither[T, P any](tenant *[]T, plain *[]P, hook Hook) bool {
 func (h *hooks) Claimed(events int) {
 	for _, x := range h.claimed {
 		x.Claimed(events)
+	}
+}
+
+func (h *hooks) Batch(events int, stages BatchStages) {
+	for _, x := range h.batch {
+		x.Batch(events, stages)
 	}
 }
 

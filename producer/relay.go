@@ -714,23 +714,33 @@ func (r *Relay) runOnce(ctx context.Context, shares []int32) (BatchResult, error
 		return BatchResult{}, fmt.Errorf("producer: claim from %s: %w", r.table, err)
 	}
 	defer conn.Release()
+	start := time.Now()
 	c, err := r.store.claim(ctx, conn.Conn(), r.queryNow(), r.cfg.BatchSize, shares, r.cfg.PublishTimeout+r.cfg.ShutdownTimeout)
 	if err != nil {
 		return BatchResult{}, r.store.undefinedObject(err)
 	}
+	var stages BatchStages
+	stages.Claim = time.Since(start)
 	r.holds.sweep(r.holdQuiet())
 	send, held := r.admit(c)
 	res := BatchResult{Claimed: len(send) + len(held), Held: len(held)}
 	r.metrics.Claimed(res.Claimed)
 	out := batchOutcome{settlements: held}
 	if len(send) > 0 {
+		published := time.Now()
 		sent := r.publishBatch(ctx, send, c.sleeping, &res)
 		out.settlements = append(out.settlements, sent.settlements...)
 		out.dead, out.acks, out.took = sent.dead, sent.acks, sent.took
+		stages.Publish = time.Since(published)
 	}
+	settled := time.Now()
 	isolated, err := r.store.settle(ctx, c, r.queryNow(), out.settlements, out.answered())
 	if err != nil {
 		return res, err
+	}
+	stages.Settle = time.Since(settled)
+	if res.Claimed > 0 {
+		r.metrics.Batch(res.Claimed, stages)
 	}
 	out.dead = r.isolate(ctx, isolated, out.dead)
 	// Only now, with the outcome committed, is it true.

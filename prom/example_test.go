@@ -27,6 +27,7 @@ func ExampleNewRelayMetrics() {
 
 	// What the relay reports while it works:
 	metrics.Claimed(2)
+	metrics.Batch(2, producer.BatchStages{Claim: time.Millisecond, Publish: 6 * time.Millisecond, Settle: time.Millisecond})
 	metrics.Published("orders", 40*time.Millisecond)
 	metrics.PublishFailed("orders", "retriable")
 	metrics.DeadLettered("orders")
@@ -46,6 +47,7 @@ func ExampleNewRelayMetrics() {
 	}
 	fmt.Println("published series:", n)
 	// Output:
+	// courier_outbox_batch_stage_seconds
 	// courier_outbox_breaker_state
 	// courier_outbox_claimed_events_total
 	// courier_outbox_claims_total

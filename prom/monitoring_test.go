@@ -337,6 +337,7 @@ func registered(t *testing.T) map[string][]string {
 	}
 	// A vector is gathered once it has a series: give each one.
 	relay.Claimed(1)
+	relay.Batch(1, producer.BatchStages{Claim: time.Millisecond, Publish: time.Millisecond, Settle: time.Millisecond})
 	relay.Published("orders", time.Millisecond)
 	relay.PublishFailed("orders", "permanent")
 	relay.DeadLettered("orders")

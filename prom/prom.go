@@ -28,9 +28,13 @@
 //	courier_outbox_breaker_state                gauge      0 closed, 1 half-open, 2 open
 //	courier_outbox_claims_total                 counter    claim queries
 //	courier_outbox_claimed_events_total         counter    events those queries claimed
+//	courier_outbox_batch_stage_seconds          histogram  one stage of a batch, per stage: claim, publish, settle
 //
 // The per-topic metrics carry a topic label with one series per topic (and,
 // for failures, per reason: held, refused, broker_unavailable or permanent). The
+// stages of courier_outbox_batch_stage_seconds say where a batch's time goes:
+// a claim and a settle are a round trip to PostgreSQL each, a publish the
+// brokers' answer (acks=all), so on a network their sum is mostly waiting.
 // application chooses its topics, so their number is bounded; courier never
 // puts keys, event IDs or other unbounded values in labels.
 //
@@ -128,12 +132,16 @@ const (
 	NameClaims           = "courier_outbox_claims_total"
 	NameClaimedEvents    = "courier_outbox_claimed_events_total"
 	NameHeldSince        = "courier_outbox_held_since_seconds"
+	NameBatchStage       = "courier_outbox_batch_stage_seconds"
 )
 
 // Label names.
 const (
 	LabelTopic  = "topic"
 	LabelReason = "reason"
+	// LabelStage is the stage of a batch: StageClaim, StagePublish or
+	// StageSettle.
+	LabelStage = "stage"
 	// LabelTable is the constant label Config.Table sets.
 	LabelTable = "table"
 )
@@ -350,6 +358,7 @@ type RelayMetrics struct {
 	breakerState     prometheus.Gauge
 	claims           prometheus.Counter
 	claimedEvents    prometheus.Counter
+	batchStage       *prometheus.HistogramVec
 	heldSince        *prometheus.GaugeVec
 	tenants          *tenantLabel
 }
@@ -357,6 +366,7 @@ type RelayMetrics struct {
 // RelayMetrics hears of every measurement of the relay.
 var (
 	_ producer.ClaimedHook        = (*RelayMetrics)(nil)
+	_ producer.BatchHook          = (*RelayMetrics)(nil)
 	_ producer.PublishedHook      = (*RelayMetrics)(nil)
 	_ producer.PublishFailedHook  = (*RelayMetrics)(nil)
 	_ producer.DeadLetteredHook   = (*RelayMetrics)(nil)
@@ -405,6 +415,8 @@ func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, erro
 			"Claim queries the relay ran against the outbox table, including those that found nothing."),
 		claimedEvents: f.counter(NameClaimedEvents,
 			"Outbox events the claim queries locked for publishing."),
+		batchStage: f.histogramVec(NameBatchStage,
+			"Seconds one stage of a relay's batch took, per stage: claim (a round trip to PostgreSQL that reads the events), publish (until the brokers answered every record; batches that published nothing are not observed) and settle (recording the outcomes and the commit).", LabelStage),
 		heldSince: f.gaugeVec(NameHeldSince,
 			"Unix time since which the cluster's condition (no leader, too few in-sync replicas, timeouts, refused access) holds a partition's events, per topic and partition (-1: the whole topic); no series while none is held.",
 			LabelTopic, LabelPartition),
@@ -421,6 +433,23 @@ func NewRelayMetrics(reg prometheus.Registerer, cfg Config) (*RelayMetrics, erro
 		return nil, err
 	}
 	return m, nil
+}
+
+// Stage values of LabelStage.
+const (
+	StageClaim   = "claim"
+	StagePublish = "publish"
+	StageSettle  = "settle"
+)
+
+// Batch observes the stages of a batch, in seconds: the publish only when
+// the batch published.
+func (m *RelayMetrics) Batch(_ int, s producer.BatchStages) {
+	m.batchStage.WithLabelValues(StageClaim).Observe(s.Claim.Seconds())
+	if s.Publish > 0 {
+		m.batchStage.WithLabelValues(StagePublish).Observe(s.Publish.Seconds())
+	}
+	m.batchStage.WithLabelValues(StageSettle).Observe(s.Settle.Seconds())
 }
 
 // Claimed counts one claim query and the events it locked.

@@ -238,8 +238,27 @@ func TestExposition(t *testing.T) {
 	m.Claimed(3)
 	m.Claimed(0)
 	m.Backlog(5, 1500*time.Millisecond)
+	m.Batch(3, producer.BatchStages{Claim: 50 * time.Millisecond, Publish: 500 * time.Millisecond, Settle: 2 * time.Second})
+	m.Batch(1, producer.BatchStages{Claim: 50 * time.Millisecond, Settle: 50 * time.Millisecond}) // held back: no publish
 
 	const want = `
+# HELP courier_outbox_batch_stage_seconds Seconds one stage of a relay's batch took, per stage: claim (a round trip to PostgreSQL that reads the events), publish (until the brokers answered every record; batches that published nothing are not observed) and settle (recording the outcomes and the commit).
+# TYPE courier_outbox_batch_stage_seconds histogram
+courier_outbox_batch_stage_seconds_bucket{stage="claim",le="0.1"} 2
+courier_outbox_batch_stage_seconds_bucket{stage="claim",le="1"} 2
+courier_outbox_batch_stage_seconds_bucket{stage="claim",le="+Inf"} 2
+courier_outbox_batch_stage_seconds_sum{stage="claim"} 0.1
+courier_outbox_batch_stage_seconds_count{stage="claim"} 2
+courier_outbox_batch_stage_seconds_bucket{stage="publish",le="0.1"} 0
+courier_outbox_batch_stage_seconds_bucket{stage="publish",le="1"} 1
+courier_outbox_batch_stage_seconds_bucket{stage="publish",le="+Inf"} 1
+courier_outbox_batch_stage_seconds_sum{stage="publish"} 0.5
+courier_outbox_batch_stage_seconds_count{stage="publish"} 1
+courier_outbox_batch_stage_seconds_bucket{stage="settle",le="0.1"} 1
+courier_outbox_batch_stage_seconds_bucket{stage="settle",le="1"} 1
+courier_outbox_batch_stage_seconds_bucket{stage="settle",le="+Inf"} 2
+courier_outbox_batch_stage_seconds_sum{stage="settle"} 2.05
+courier_outbox_batch_stage_seconds_count{stage="settle"} 2
 # HELP courier_outbox_breaker_state State of the relay's circuit breaker around Kafka: 0 closed, 1 half-open, 2 open.
 # TYPE courier_outbox_breaker_state gauge
 courier_outbox_breaker_state 1
@@ -417,7 +436,7 @@ func (r *failingRegisterer) Unregister(c prometheus.Collector) bool {
 
 func TestFailedRegistrationRollsBack(t *testing.T) {
 	t.Parallel()
-	for failAt := 1; failAt <= 9; failAt++ {
+	for failAt := 1; failAt <= 10; failAt++ {
 		reg := &failingRegisterer{failAt: failAt, registered: map[prometheus.Collector]bool{}}
 		_, err := prom.NewRelayMetrics(reg, prom.Config{})
 		if err == nil || !strings.Contains(err.Error(), "injected failure") {
@@ -431,8 +450,8 @@ func TestFailedRegistrationRollsBack(t *testing.T) {
 	if _, err := prom.NewRelayMetrics(reg, prom.Config{}); err != nil {
 		t.Fatal(err)
 	}
-	if len(reg.registered) != 10 {
-		t.Errorf("NewRelayMetrics registered %d collectors, want 10", len(reg.registered))
+	if len(reg.registered) != 11 {
+		t.Errorf("NewRelayMetrics registered %d collectors, want 11", len(reg.registered))
 	}
 }
 
