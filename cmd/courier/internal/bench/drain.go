@@ -186,6 +186,7 @@ type drainCase struct {
 	spent  map[int][]time.Duration // draining, each round, by backlog
 	cpu    map[int][]cpuWindow     // the CPU counters around each round's drain, by backlog
 	claims map[int]*atomic.Int64   // claims made, for the relay, by backlog
+	stages map[int]*stageSums      // the relay's batch stages, by backlog
 }
 
 // NewThroughputRun validates cfg, applies its defaults, and makes every
@@ -200,7 +201,7 @@ func NewThroughputRun(ctx context.Context, cfg RelayConfig) (*ThroughputRun, err
 		if err != nil {
 			return errors.Join(fmt.Errorf("%s: %w", c.name, err), svc.close())
 		}
-		c.spent, c.cpu, c.claims = map[int][]time.Duration{}, map[int][]cpuWindow{}, map[int]*atomic.Int64{}
+		c.spent, c.cpu, c.claims, c.stages = map[int][]time.Duration{}, map[int][]cpuWindow{}, map[int]*atomic.Int64{}, map[int]*stageSums{}
 		run.drains = append(run.drains, c)
 		return nil
 	}
@@ -306,6 +307,9 @@ func (r *ThroughputRun) Report() RelayReport {
 				res.ClaimsPerDrain = float64(claims.Load()) / float64(r.rounds)
 			}
 			res.CPUBusy, res.CPUMicrosPerEvent = cpuOf(c.cpu[n], n)
+			if sums := c.stages[n]; sums != nil {
+				res.Stages = sums.means()
+			}
 			report.Throughput = append(report.Throughput, res)
 		}
 	}
@@ -542,10 +546,10 @@ func relayDrain(ctx context.Context, svc *relayServices, name string, relays int
 	}
 	c.drain = func(ctx context.Context, n int, cpu *cpuWindow) (time.Duration, error) {
 		if c.claims[n] == nil {
-			c.claims[n] = &atomic.Int64{}
+			c.claims[n], c.stages[n] = &atomic.Int64{}, &stageSums{}
 		}
 		rc := rc
-		rc.started = cpu.start
+		rc.started, rc.stages = cpu.start, c.stages[n]
 		took, err := drainWith(ctx, []*pgxpool.Pool{table.pool}, table, pubs, rc, n, svc.cfg.Logger, c.claims[n])
 		cpu.stop()
 		return took, err
@@ -578,6 +582,15 @@ type relayConfig struct {
 	discard bool                 // DiscardPublished, else the history keeps them
 	tracer  trace.TracerProvider // TracerProvider; nil: none
 	started func()               // when set, called as the clock starts
+	stages  *stageSums           // when set, hears of every batch's stages
+}
+
+// hooks are the relays' hooks: counter, and the stages' when set.
+func (rc relayConfig) hooks(counter *drainCounter) []producer.Hook {
+	if rc.stages == nil {
+		return []producer.Hook{counter}
+	}
+	return []producer.Hook{counter, rc.stages}
 }
 
 func (rc relayConfig) atStart() {
@@ -603,7 +616,7 @@ func drainWith(ctx context.Context, pools []*pgxpool.Pool, table *outboxTable, p
 	rs := make([]*producer.Relay, len(pubs))
 	for i := range rs {
 		r, err := producer.NewRelay(pools[i%len(pools)], producer.RelayConfig{
-			Schema: table.schema, Publisher: pubs[i], Workers: workers, DiscardPublished: rc.discard, Logger: logger, Hooks: []producer.Hook{counter},
+			Schema: table.schema, Publisher: pubs[i], Workers: workers, DiscardPublished: rc.discard, Logger: logger, Hooks: rc.hooks(counter),
 			TracerProvider: rc.tracer,
 		})
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/IBM/sarama"
@@ -78,6 +79,8 @@ type LatencyRun struct {
 
 	counter   *drainCounter // the relay's claims; nil for DirectProduce
 	claims    int64         // the relay's claims during the phases
+	stages    stageSums     // the stages of the relay's batches during the phases
+	measuring atomic.Bool   // a phase runs: its batches count in stages
 	latencies []time.Duration
 	rates     []float64 // each phase's enqueue rate
 	unarrived int
@@ -159,7 +162,7 @@ func (r *LatencyRun) startRelay(ctx context.Context, rc producer.RelayConfig) er
 		return err
 	}
 	r.counter = &drainCounter{done: make(chan struct{})}
-	rc.Schema, rc.Brokers, rc.Logger, rc.Hooks = r.table.schema, r.cfg.Brokers, r.cfg.Logger, []producer.Hook{r.counter}
+	rc.Schema, rc.Brokers, rc.Logger, rc.Hooks = r.table.schema, r.cfg.Brokers, r.cfg.Logger, []producer.Hook{r.counter, phaseStages{r}}
 	relay, err := producer.NewRelay(r.table.pool, rc)
 	if err != nil {
 		return err
@@ -220,6 +223,7 @@ func (r *LatencyRun) Phase(ctx context.Context) error {
 	if r.counter != nil {
 		claimsBefore = r.counter.claims.Load()
 	}
+	r.measuring.Store(true)
 	interval := time.Second / time.Duration(r.rate)
 	ticker := time.NewTicker(time.Millisecond)
 	start := time.Now()
@@ -244,6 +248,7 @@ func (r *LatencyRun) Phase(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	r.measuring.Store(false)
 	if r.counter != nil {
 		r.claims += r.counter.claims.Load() - claimsBefore
 	}
@@ -271,6 +276,7 @@ func (r *LatencyRun) Result() LatencyResult {
 	res.P50, res.P99, res.Max = ms(percentile(sorted, 0.50)), ms(percentile(sorted, 0.99)), ms(sorted[len(sorted)-1])
 	res.EnqueueRate = slices.Min(r.rates)
 	res.ClaimsPerEvent = float64(r.claims) / float64(len(r.latencies))
+	res.Stages = r.stages.means()
 	if r.unarrived > 0 {
 		res.Notes = append(res.Notes, fmt.Sprintf("%d events had not arrived %v after the last enqueue of their phase: the relay fell behind; their latencies count as that wait, so the figures are lower bounds",
 			r.unarrived, arrivalWait))
@@ -290,6 +296,16 @@ func (r *LatencyRun) Close() error {
 		err = r.stop()
 	}
 	return errors.Join(err, r.svc.close())
+}
+
+// phaseStages is the latency run's BatchHook: it adds the batches of its
+// phases to its stages, not those of the warm-up or between phases.
+type phaseStages struct{ r *LatencyRun }
+
+func (p phaseStages) Batch(events int, st producer.BatchStages) {
+	if p.r.measuring.Load() {
+		p.r.stages.Batch(events, st)
+	}
 }
 
 // percentile is the q-quantile of sorted, by the nearest-rank method.

@@ -220,6 +220,9 @@ type ThroughputResult struct {
 	// process) per event drained, in µs, the median of the drains; 0
 	// where it was not measured.
 	CPUMicrosPerEvent float64 `json:"cpu_us_per_event,omitempty"`
+	// Stages is where the relay's batches spent their time, over every
+	// drain; nil for the plain loops.
+	Stages *BatchStages `json:"batch_stages,omitempty"`
 }
 
 // LatencyResult is one latency configuration's figures, over every phase.
@@ -248,6 +251,9 @@ type LatencyResult struct {
 	Baseline string  `json:"baseline,omitempty"`
 	P50Ratio float64 `json:"p50_ratio,omitempty"`
 	P99Ratio float64 `json:"p99_ratio,omitempty"`
+	// Stages is where the relay's batches spent their time, over every
+	// phase; nil for DirectProduce.
+	Stages *BatchStages `json:"batch_stages,omitempty"`
 	// Notes say why the figures may not be what they seem.
 	Notes []string `json:"notes,omitempty"`
 }
@@ -278,6 +284,9 @@ func (r RelayReport) WriteText(w io.Writer) error {
 				res.P50, res.P99, res.Max, res.Phases, res.EnqueueRate, res.ClaimsPerEvent)
 			if res.Baseline != "" {
 				fmt.Fprintf(&b, "  p99 %5.2fx %s", res.P99Ratio, res.Baseline)
+			}
+			if res.Stages != nil {
+				fmt.Fprintf(&b, "  %s", res.Stages)
 			}
 			b.WriteByte('\n')
 			for _, note := range res.Notes {
@@ -313,6 +322,10 @@ func throughputRows(results []ThroughputResult) []rateRow {
 			}
 			rows[i].note = strings.TrimSpace(rows[i].note + " " + cpu)
 			rows[i].cell = strings.TrimSpace(rows[i].cell + " (" + strings.Replace(cpu, "%", " %", 1) + ")")
+		}
+		if res.Stages != nil {
+			rows[i].note = strings.TrimSpace(rows[i].note + "; " + res.Stages.String())
+			rows[i].cell = strings.TrimSpace(rows[i].cell + " " + res.Stages.String())
 		}
 	}
 	return rows
@@ -560,8 +573,8 @@ NOTIFY: it probes the outbox's sequence every millisecond while events come, bac
 sent straight to Kafka by a Sarama SyncProducer at the same pace (the baseline: what the outbox
 adds to an event's way). A ratio below 1 is faster than the baseline.
 
-| configuration | rate asked | p50 ms | p99 ms | max ms | sent/s | baseline | p50 ratio | p99 ratio |
-| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: |
+| configuration | rate asked | p50 ms | p99 ms | max ms | sent/s | baseline | p50 ratio | p99 ratio | where a batch's time went |
+| --- | ---: | ---: | ---: | ---: | ---: | --- | ---: | ---: | --- |
 `, r.LatencyDuration, plural(r.Latency[0].Phases, "phase"), thousands(latencyHistory))
 		var notes []string
 		for _, res := range r.Latency {
@@ -569,8 +582,12 @@ adds to an event's way). A ratio below 1 is faster than the baseline.
 			if res.Baseline != "" {
 				base, p50, p99 = "`"+res.Baseline+"`", ratio(res.P50Ratio), ratio(res.P99Ratio)
 			}
-			fmt.Fprintf(b, "| `%s` | %s | %.1f | %.1f | %.1f | %s | %s | %s | %s |\n",
-				res.Name, thousands(float64(res.Rate)), res.P50, res.P99, res.Max, thousands(res.EnqueueRate), base, p50, p99)
+			stages := ""
+			if res.Stages != nil {
+				stages = res.Stages.String()
+			}
+			fmt.Fprintf(b, "| `%s` | %s | %.1f | %.1f | %.1f | %s | %s | %s | %s | %s |\n",
+				res.Name, thousands(float64(res.Rate)), res.P50, res.P99, res.Max, thousands(res.EnqueueRate), base, p50, p99, stages)
 			for _, note := range res.Notes {
 				notes = append(notes, fmt.Sprintf("- `%s` at %s/s: %s.", res.Name, thousands(float64(res.Rate)), note))
 			}

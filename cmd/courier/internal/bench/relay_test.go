@@ -2,7 +2,9 @@ package bench
 
 import (
 	"context"
+	"math"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +30,12 @@ func TestRelayHistoryDrainRunsWhateverOnlyNames(t *testing.T) {
 		names = append(names, res.Name)
 		if res.Rate <= 0 {
 			t.Errorf("%s: %v events/s, want its backlog drained", res.Name, res.Rate)
+		}
+		// The relay's rows say where its batches' time went, from its
+		// BatchHook: every event of the backlog in some batch.
+		if s := res.Stages; strings.HasPrefix(res.Name, "relay/") != (s != nil) ||
+			s != nil && (s.Batches < 1 || math.Abs(s.EventsPerBatch*float64(s.Batches)-300) > 0.01 || s.ClaimMs <= 0 || s.PublishMs <= 0 || s.SettleMs <= 0) {
+			t.Errorf("%s: batch stages %+v, want the relay's batches (of the 300 events) and no figure for a plain loop", res.Name, s)
 		}
 	}
 	want := []string{PlainLoop + "/events=300", "plain-skip-locked-loop/delete/workers=1/events=300", PlainLoopKeep + "/events=300",
@@ -96,8 +104,13 @@ func TestLatencyRunLetsEnqueueAssignTheIDs(t *testing.T) {
 	if err := run.Phase(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if res := run.Result(); res.Events == 0 || res.Unarrived > 0 {
+	res := run.Result()
+	if res.Events == 0 || res.Unarrived > 0 {
 		t.Fatalf("the phase measured %d events, %d of them never arrived", res.Events, res.Unarrived)
+	}
+	// The phase's batches, not the warm-up's: its events and no more.
+	if s := res.Stages; s == nil || s.EventsPerBatch*float64(s.Batches) > float64(res.Events)+0.01 || s.PublishMs <= 0 {
+		t.Errorf("batch stages %+v, want those of the phase's %d events", s, res.Events)
 	}
 	var keys int
 	if err := run.table.pool.QueryRow(ctx, "SELECT count(*) FROM "+run.table.schema+".courier_outbox_keys").Scan(&keys); err != nil {
