@@ -28,6 +28,7 @@ const (
 	quickLatencyDuration = time.Second
 	quickMessages        = 20_000
 	quickSlowMessages    = 400
+	quickDeadLetters     = 2_000
 )
 
 // quickLatencyRates are the latency rates --quick picks.
@@ -41,8 +42,9 @@ func newBenchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
 		Short: "Measure courier beside a baseline, in one run on the same services",
-		Long: `Runs the relay, enqueue and consumer benchmarks (courier bench relay, courier
-bench enqueue with its defaults, courier bench consume) and prints one report: the date, the machine (runtime.NumCPU,
+		Long: `Runs the relay, enqueue, consumer and dead-letter replay benchmarks (courier
+bench relay, courier bench enqueue with its defaults, courier bench consume,
+courier bench replay) and prints one report: the date, the machine (runtime.NumCPU,
 GOMAXPROCS, Go, the load average), the PostgreSQL, Redis and Kafka it ran
 against and the command that reproduces it, then tables in which every
 figure stands beside its baseline, measured in the same run, and the ratio
@@ -57,11 +59,11 @@ Progress goes to stderr, the report to stdout.`,
   courier bench --output json --database-url postgres://app@db:5432/bench --brokers kafka-1:9092`,
 		Args: cobra.NoArgs,
 	}
-	f := newBenchFlags(cmd, true, true, "markdown")
+	f := newBenchFlags(cmd, benchRelay|benchConsume|benchReplay, "markdown")
 	f.enqueue = true
 	cmd.Flags().StringVar(&f.previous, "previous", "",
 		"a report this run replaces, e.g. BENCHMARKS.md: the new report lists its headline figures and those it listed below this run's")
-	cmd.AddCommand(newBenchRelayCmd(), newBenchConsumeCmd(), newBenchEnqueueCmd(), newBenchSoakCmd(), newBenchRebalanceCmd())
+	cmd.AddCommand(newBenchRelayCmd(), newBenchConsumeCmd(), newBenchEnqueueCmd(), newBenchReplayCmd(), newBenchSoakCmd(), newBenchRebalanceCmd())
 	return cmd
 }
 
@@ -93,7 +95,7 @@ in-process Kafka-protocol broker (kfake).`,
   courier bench relay --database-url postgres://app@db:5432/bench --brokers kafka-1:9092`,
 		Args: cobra.NoArgs,
 	}
-	f := newBenchFlags(cmd, true, false, "text")
+	f := newBenchFlags(cmd, benchRelay, "text")
 	cmd.Flags().StringSliceVar(&f.relayCfg.Only, "only", nil, "throughput configurations to run beside the baseline, comma-separated (default all)")
 	return cmd
 }
@@ -129,14 +131,52 @@ topics named courier.bench.*, and the group join is timed too.`,
   courier bench consume --brokers kafka-1:9092 --messages 1000000`,
 		Args: cobra.NoArgs,
 	}
-	f := newBenchFlags(cmd, false, true, "text")
+	f := newBenchFlags(cmd, benchConsume, "text")
 	cmd.Flags().StringSliceVar(&f.consumeCfg.Only, "only", nil, "configurations to run beside the baseline, comma-separated (default all)")
 	return cmd
 }
 
+func newBenchReplayCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "courier dlq replay beside a raw Sarama copy loop",
+		Long: `Measures dead letters/s replaying a dead-letter topic to the original topic of
+its records with courier dlq replay (dlq.Replay with the command's defaults),
+beside the copy a team writes by hand: a Sarama consumer reading every
+partition from the oldest offset to the high-water mark, each envelope decoded
+(dlq.Read, Envelope.Original), and a Sarama AsyncProducer writing the original
+key, value and headers back to its partition, keeping no position. Each
+configuration copies --dead-letters dead letters (envelopes as the consumer
+writes them, ~200-byte JSON with CloudEvents headers, 1,000 keys, 12
+partitions) from a topic of its own to a fresh topic, which must then hold
+every record once (a copy that lost or doubled records fails the run). They
+take turns --rounds times and each figure is the median; beside it the ratio
+to the copy loop (the goal: 0.8x), and the CPU this process spent per dead
+letter.
+
+Without --brokers it starts an in-process Kafka-protocol broker (kfake); with
+--network, 3 of them behind delay lines. Against a cluster it creates and
+deletes topics named courier.bench.*.`,
+		Example: `  courier bench replay
+  courier bench replay --rounds 3 --network
+  courier bench replay --dead-letters 1000000 --brokers kafka-1:9092 --output markdown`,
+		Args: cobra.NoArgs,
+	}
+	newBenchFlags(cmd, benchReplay, "text")
+	return cmd
+}
+
+// The harnesses a bench command runs, for newBenchFlags.
+const (
+	benchRelay = 1 << iota
+	benchConsume
+	benchReplay
+)
+
 // benchFlags are the options of courier bench and its subcommands.
 type benchFlags struct {
 	relay, consume bool // which harnesses the command runs
+	replay         bool
 	enqueue        bool // the enqueue harness too, with its defaults (courier bench alone)
 	format         string
 	brokers        string
@@ -149,6 +189,7 @@ type benchFlags struct {
 	counts         []countFlag
 	relayCfg       bench.RelayConfig
 	consumeCfg     bench.ConsumeConfig
+	replayCfg      bench.ReplayConfig
 	network        networkFlags
 }
 
@@ -160,17 +201,18 @@ type countFlag struct {
 	quick int
 }
 
-// newBenchFlags registers on cmd the flags of the harnesses it runs, with
-// defaultFormat as --output's default, and makes cmd run them.
-func newBenchFlags(cmd *cobra.Command, relay, consume bool, defaultFormat string) *benchFlags {
-	f := &benchFlags{relay: relay, consume: consume}
+// newBenchFlags registers on cmd the flags of the harnesses it runs (of
+// benchRelay, benchConsume and benchReplay), with defaultFormat as
+// --output's default, and makes cmd run them.
+func newBenchFlags(cmd *cobra.Command, harnesses int, defaultFormat string) *benchFlags {
+	relay, consume := harnesses&benchRelay != 0, harnesses&benchConsume != 0
+	f := &benchFlags{relay: relay, consume: consume, replay: harnesses&benchReplay != 0}
 	fs := cmd.Flags()
 	fs.StringVarP(&f.format, "output", "o", envOr("COURIER_OUTPUT", defaultFormat), "output format: markdown, text or json (env COURIER_OUTPUT)")
 	fs.StringVar(&f.brokers, "brokers", envOr("COURIER_BROKERS", ""),
 		"Kafka bootstrap addresses, comma-separated (env COURIER_BROKERS); empty: an in-process broker")
-	fs.BoolVar(&f.quick, "quick", false, fmt.Sprintf("small sizes for the counts not given (--events %d, --scale-events %d, --latency-rates %v, --latency-duration %v, --messages %d, --slow-messages %d): shows the tables, not figures",
-		quickEvents, quickEvents, quickLatencyRates, quickLatencyDuration, quickMessages, quickSlowMessages))
-	f.count(fs, &f.rounds, "rounds", bench.DefaultRounds, 1, "backlogs each configuration drains or consumes, and latency phases, taking turns (5 for figures)")
+	fs.BoolVar(&f.quick, "quick", false, f.quickUsage())
+	f.count(fs, &f.rounds, "rounds", bench.DefaultRounds, 1, "backlogs each configuration drains, consumes or replays, and latency phases, taking turns (5 for figures)")
 	f.network.register(fs)
 	if relay {
 		fs.StringVar(&f.databaseURL, "database-url", envOr("COURIER_DATABASE_URL", defaultDatabaseURL),
@@ -190,8 +232,27 @@ func newBenchFlags(cmd *cobra.Command, relay, consume bool, defaultFormat string
 		f.count(fs, &f.consumeCfg.Messages, "messages", bench.DefaultMessages, quickMessages, "backlog of the consumer's throughput runs")
 		f.count(fs, &f.consumeCfg.SlowMessages, "slow-messages", bench.DefaultSlowMessages, quickSlowMessages, "backlog of the consumer's 5 ms handler runs")
 	}
+	if f.replay {
+		f.count(fs, &f.replayCfg.DeadLetters, "dead-letters", bench.DefaultDeadLetters, quickDeadLetters, "dead letters each replay configuration copies")
+	}
 	cmd.RunE = f.run
 	return f
+}
+
+// quickUsage is the usage of --quick: the sizes it sets, of the harnesses
+// the command runs.
+func (f *benchFlags) quickUsage() string {
+	var sizes []string
+	if f.relay {
+		sizes = append(sizes, fmt.Sprintf("--events %d, --scale-events %d, --latency-rates %v, --latency-duration %v", quickEvents, quickEvents, quickLatencyRates, quickLatencyDuration))
+	}
+	if f.consume {
+		sizes = append(sizes, fmt.Sprintf("--messages %d, --slow-messages %d", quickMessages, quickSlowMessages))
+	}
+	if f.replay {
+		sizes = append(sizes, fmt.Sprintf("--dead-letters %d", quickDeadLetters))
+	}
+	return "small sizes for the counts not given (" + strings.Join(sizes, ", ") + "): shows the tables, not figures"
 }
 
 // count registers a count flag.
@@ -292,6 +353,15 @@ func (f *benchFlags) run(cmd *cobra.Command, _ []string) error {
 		}
 		report.Consume = &consume
 	}
+	if f.replay {
+		cfg := f.replayCfg
+		cfg.Rounds, cfg.Brokers, cfg.Progress = f.rounds, brokers, cmd.ErrOrStderr()
+		replay, err := bench.Replay(ctx, cfg)
+		if err != nil {
+			return fmt.Errorf("bench replay against %s: %w", strings.Join(brokers, ","), err)
+		}
+		report.Replay = &replay
+	}
 	return f.write(cmd.OutOrStdout(), report)
 }
 
@@ -356,11 +426,14 @@ func (f *benchFlags) validate(fs *pflag.FlagSet) error {
 func (f *benchFlags) write(w io.Writer, report bench.Report) error {
 	var v any = report
 	text := report.WriteText
+	alone := !f.enqueue // a subcommand: one harness
 	switch {
-	case f.relay && !f.consume:
+	case alone && f.relay:
 		v, text = report.Relay, report.Relay.WriteText
-	case f.consume && !f.relay:
+	case alone && f.consume:
 		v, text = report.Consume, report.Consume.WriteText
+	case alone && f.replay:
+		v, text = report.Replay, report.Replay.WriteText
 	}
 	switch f.format {
 	case "markdown":
@@ -368,7 +441,7 @@ func (f *benchFlags) write(w io.Writer, report bench.Report) error {
 	case "json":
 		return writeJSON(w, v)
 	}
-	if report.Network.On() && (f.relay != f.consume) { // a harness's text alone: say what it ran under
+	if report.Network.On() && alone { // a harness's text alone: say what it ran under
 		if _, err := fmt.Fprintf(w, "Profile: %s\n\n", report.Network); err != nil {
 			return err
 		}

@@ -76,6 +76,40 @@ func TestBenchConsume(t *testing.T) {
 	}
 }
 
+// TestBenchReplay runs `courier bench replay` on a few hundred dead letters
+// on the in-process broker, as JSON: the copy loop and courier's replay,
+// each with a rate, the replay beside the loop with the goal's target.
+// Under --network its text says the profile it ran under.
+func TestBenchReplay(t *testing.T) {
+	t.Parallel()
+	code, out, errOut := courier(t, "bench", "replay", "--dead-letters", "500", "--output", "json")
+	if code != exitOK {
+		t.Fatalf("exit %d\n%s\n%s", code, out, errOut)
+	}
+	var report bench.ReplayReport
+	if err := json.Unmarshal([]byte(out), &report); err != nil {
+		t.Fatalf("output is not a replay report: %v\n%s", err, out)
+	}
+	if report.DeadLetters != 500 || len(report.Results) != 2 || report.Results[0].Name != bench.RawCopyLoop || report.Results[1].Name != bench.ReplayDefaults {
+		t.Fatalf("report %+v, want the copy loop and the replay over 500 dead letters", report)
+	}
+	for _, r := range report.Results {
+		if r.Rate <= 0 || r.Ratio <= 0 || r.Baseline != bench.RawCopyLoop {
+			t.Errorf("%+v, want a rate and a ratio to %s", r, bench.RawCopyLoop)
+		}
+	}
+	if report.Results[1].Target != 0.8 {
+		t.Errorf("the replay's target is %v, want 0.8", report.Results[1].Target)
+	}
+	if !strings.Contains(errOut, "dlq replay: round 1 of 1") {
+		t.Errorf("no progress on stderr:\n%s", errOut)
+	}
+	code, text, errOut := courier(t, "bench", "replay", "--network", "--quick", "--dead-letters", "300")
+	if code != exitOK || !strings.HasPrefix(text, "Profile: network: ") || !strings.Contains(text, bench.ReplayDefaults) {
+		t.Errorf("exit %d, %s; want the profile, then the replay's lines:\n%s", code, errOut, text)
+	}
+}
+
 // TestBenchConsumeRefusesBadCounts: a count below 1 is a usage error.
 func TestBenchConsumeRefusesBadCounts(t *testing.T) {
 	t.Parallel()
@@ -130,9 +164,10 @@ func TestBenchReport(t *testing.T) {
 		"Relay latency": bench.LatencyConfigurations(),
 		"Consumer": {bench.Raw, "runner/no-failures", bench.RawDeadLetters, "runner/1%-permanent", bench.RetryTiers, bench.RawRetries, bench.RetryTier,
 			bench.DedupeMemory, bench.RawSetNX, bench.DedupeRedis, "runner/handler=5ms/workers=1", "runner/handler=5ms/workers=16"},
+		"DLQ replay": {bench.RawCopyLoop, bench.ReplayDefaults},
 	}
-	baselineColumn := map[string]int{"Relay throughput": 2, "Relay scaling": 2, "Relay latency": 6, "Consumer": 2}
-	ratioColumn := map[string]int{"Relay throughput": 4, "Relay scaling": 4, "Relay latency": 7, "Consumer": 4}
+	baselineColumn := map[string]int{"Relay throughput": 2, "Relay scaling": 2, "Relay latency": 6, "Consumer": 2, "DLQ replay": 2}
+	ratioColumn := map[string]int{"Relay throughput": 4, "Relay scaling": 4, "Relay latency": 7, "Consumer": 4, "DLQ replay": 4}
 	for section, names := range want {
 		rows := tables[section]
 		if len(rows) != len(names) {
@@ -151,7 +186,10 @@ func TestBenchReport(t *testing.T) {
 			}
 		}
 	}
-	if !strings.Contains(errOut, "relay throughput: round 1 of 1") || !strings.Contains(errOut, "consumer: round 1 of 1") {
+	if replay := tables["DLQ replay"]; len(replay) == 2 && replay[1][5] == "" {
+		t.Errorf("the replay row has no target: %q", replay[1])
+	}
+	if !strings.Contains(errOut, "relay throughput: round 1 of 1") || !strings.Contains(errOut, "consumer: round 1 of 1") || !strings.Contains(errOut, "dlq replay: round 1 of 1") {
 		t.Errorf("no progress on stderr:\n%s", errOut)
 	}
 }
@@ -258,6 +296,9 @@ func TestBenchRefusesBadFlags(t *testing.T) {
 		{"bench", "relay", "--network", "--network-produce", "-1ms"},
 		{"bench", "relay", "--network", "--brokers", "127.0.0.1:9092"},
 		{"bench", "relay", "--network", "--scale-delay", "1ms"},
+		{"bench", "replay", "--dead-letters", "0"},
+		{"bench", "replay", "--rounds", "0"},
+		{"bench", "replay", "--output", "yaml"},
 	} {
 		code, _, errOut := courier(t, args...)
 		flag := args[len(args)-2]

@@ -24,12 +24,13 @@ type Report struct {
 	// Network is the network profile every harness ran under; zero:
 	// loopback.
 	Network Network `json:"network"`
-	// Relay, Consume, Soak, Enqueue and Rebalance are nil when their
-	// harness did not run.
+	// Relay, Consume, Soak, Enqueue, Replay and Rebalance are nil when
+	// their harness did not run.
 	Relay     *RelayReport     `json:"relay,omitempty"`
 	Consume   *ConsumeReport   `json:"consume,omitempty"`
 	Soak      *SoakReport      `json:"soak,omitempty"`
 	Enqueue   *EnqueueReport   `json:"enqueue,omitempty"`
+	Replay    *ReplayReport    `json:"replay,omitempty"`
 	Rebalance *RebalanceReport `json:"rebalance,omitempty"`
 	// Earlier are the headline figures of the runs before this one,
 	// newest first (HeadlinesOf the report this one replaces); the
@@ -169,6 +170,11 @@ func (r Report) WriteText(w io.Writer) error {
 			return err
 		}
 	}
+	if r.Replay != nil {
+		if err := r.Replay.WriteText(w); err != nil {
+			return err
+		}
+	}
 	if r.Rebalance != nil {
 		return r.Rebalance.WriteText(w)
 	}
@@ -238,7 +244,7 @@ func (r Report) WriteMarkdown(w io.Writer) error {
 		}
 		fmt.Fprintf(&b, "- **%s:** %s\n", line[0], value)
 	}
-	if r.Relay != nil || r.Consume != nil || r.Enqueue != nil {
+	if r.Relay != nil || r.Consume != nil || r.Enqueue != nil || r.Replay != nil {
 		fmt.Fprintf(&b, `
 Each figure stands beside a baseline measured in the same run, against the same services, and the
 ratio of the two is the figure to read. The services and the benchmark share the machine's %s,
@@ -266,6 +272,9 @@ noisier than on a quiet machine, and the ratios hold better than the absolute fi
 	}
 	if r.Enqueue != nil {
 		r.Enqueue.writeMarkdown(&body)
+	}
+	if r.Replay != nil {
+		r.Replay.writeMarkdown(&body)
 	}
 	if r.Rebalance != nil {
 		r.Rebalance.writeMarkdown(&body)
