@@ -30,6 +30,9 @@ func TestReplayConfigWithDefaults(t *testing.T) {
 		{"set", dlq.ReplayConfig{Group: "g", MaxReplays: -1, BatchSize: 7, Sarama: own}, "g", -1, 7, "mine"},
 	} {
 		got := c.in.WithDefaults()
+		if got.Concurrency != dlq.DefaultReplayConcurrency {
+			t.Errorf("%s: Concurrency %d; want %d", c.name, got.Concurrency, dlq.DefaultReplayConcurrency)
+		}
 		if got.Group != c.group || got.MaxReplays != c.maxReplays || got.BatchSize != c.batch {
 			t.Errorf("%s: Group %q MaxReplays %d BatchSize %d; want %q %d %d", c.name, got.Group, got.MaxReplays, got.BatchSize, c.group, c.maxReplays, c.batch)
 		}
@@ -85,6 +88,8 @@ func TestInvalidConfigIsOneError(t *testing.T) {
 		{"NaN rate", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", Rate: math.NaN()}), dlq.ErrInvalidReplayConfig, "Rate"},
 		{"negative max", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", Max: -1}), dlq.ErrInvalidReplayConfig, "Max"},
 		{"batch too big", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", BatchSize: dlq.MaxReplayBatch + 1}), dlq.ErrInvalidReplayConfig, "BatchSize"},
+		{"negative concurrency", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", Concurrency: -1}), dlq.ErrInvalidReplayConfig, "Concurrency is -1"},
+		{"concurrency too big", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", Concurrency: dlq.MaxReplayConcurrency + 1}), dlq.ErrInvalidReplayConfig, "Concurrency"},
 		{"to itself", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", To: "orders.dlq"}), dlq.ErrInvalidReplayConfig, "To"},
 		{"bad sarama", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", Sarama: badSarama}), dlq.ErrInvalidReplayConfig, "Sarama"},
 		{"Sarama below Kafka 4.0's floor", replay(dlq.ReplayConfig{Brokers: brokers, Topic: "orders.dlq", Sarama: oldSarama}), dlq.ErrInvalidReplayConfig, "Version 2.0.0 is older than 2.1.0"},

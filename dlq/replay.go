@@ -13,10 +13,12 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/IBM/sarama"
 	"go.opentelemetry.io/otel/trace"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/courierkit/courier/internal/kafkafloor"
 	"github.com/courierkit/courier/internal/textcut"
@@ -50,6 +52,12 @@ const (
 	DefaultReplayGroup = "courier-replay"
 	DefaultMaxReplays  = 3
 	DefaultReplayBatch = 100
+	// DefaultReplayConcurrency is how many partitions a replay goes
+	// through at once by default.
+	DefaultReplayConcurrency = 16
+	// MaxReplayConcurrency caps ReplayConfig.Concurrency: each partition
+	// replayed at once holds a batch in memory.
+	MaxReplayConcurrency = 256
 	// MaxReplayBatch caps ReplayConfig.BatchSize: a batch is held in
 	// memory and written at once.
 	MaxReplayBatch = 10000
@@ -89,8 +97,8 @@ type ReplayConfig struct {
 	// when the target topic has it, else by key (murmur2). A record Route
 	// returns an error for is reported as ActionSkipped with the error as
 	// its Reason and stays for a later run; the run goes on. A dry run
-	// reports the target Route names as would_move. Route is called on the
-	// run's goroutine, once per selected record; it must not return nil
+	// reports the target Route names as would_move. Route is called once
+	// per selected record, one call at a time; it must not return nil
 	// with a nil error. retrytopics.ReplayRoute is one: it sends each dead
 	// letter to the first retry tier of the consumer group that failed it,
 	// so that only that group handles it again. Route and To cannot be set
@@ -114,9 +122,19 @@ type ReplayConfig struct {
 	// committed: a run killed mid-batch writes at most this many records
 	// again when it is run again. Defaults to 100.
 	BatchSize int
+	// Concurrency is how many partitions are replayed at once, each in
+	// offset order with its own batches and position: while one partition's
+	// batch waits for its acknowledgement, the others read and write, so a
+	// replay is not one round trip per batch. 1 goes through the partitions
+	// one after the other in partition order, as a run with Max always does
+	// (so that it moves the first Max records its dry run showed). Defaults
+	// to 16.
+	Concurrency int
 	// OnRecord, if set, is called for every record refused or corrupt as
 	// it is read, and for every record moved (or that would move) once its
-	// batch is written.
+	// batch is written. OnRecord, OnProgress and Route are called one at a
+	// time, never at once, each partition's records in offset order (the
+	// partitions replayed at once interleave).
 	OnRecord func(ReplayedRecord)
 	// OnProgress, if set, is called after every batch with the counts so
 	// far.
@@ -232,7 +250,7 @@ type ReplayReport struct {
 
 // WithDefaults returns c as Replay runs it: each zero field set to its
 // default (Group DefaultReplayGroup, MaxReplays DefaultMaxReplays,
-// BatchSize DefaultReplayBatch), and Sarama set to a copy of itself (or of
+// BatchSize DefaultReplayBatch, Concurrency DefaultReplayConcurrency), and Sarama set to a copy of itself (or of
 // sarama.NewConfig()) with the producer options Replay needs. Replay calls
 // it; calling it first does no harm.
 func (c ReplayConfig) WithDefaults() ReplayConfig {
@@ -244,6 +262,9 @@ func (c ReplayConfig) WithDefaults() ReplayConfig {
 	}
 	if c.BatchSize == 0 {
 		c.BatchSize = DefaultReplayBatch
+	}
+	if c.Concurrency == 0 {
+		c.Concurrency = DefaultReplayConcurrency
 	}
 	sc := sarama.NewConfig()
 	if c.Sarama != nil {
@@ -290,6 +311,8 @@ func (c ReplayConfig) validate() error {
 		return bad("ExpectSet %q is not the Set of a dry run (%d hex digits)", textcut.Cut(c.ExpectSet, 80, "…"), 2*setBytes)
 	case c.BatchSize < 0 || c.BatchSize > MaxReplayBatch:
 		return bad("BatchSize is %d; use 1 to %d", c.BatchSize, MaxReplayBatch)
+	case c.Concurrency < 0 || c.Concurrency > MaxReplayConcurrency:
+		return bad("Concurrency is %d; use 1 to %d partitions at once", c.Concurrency, MaxReplayConcurrency)
 	case c.To == c.Topic:
 		return bad("To is the dead-letter topic itself; a replay would feed it back into itself")
 	case c.To != "" && c.Route != nil:
@@ -319,11 +342,13 @@ func (c ReplayConfig) validate() error {
 // to their original topic (or cfg.To, or where cfg.Route says), restoring each record's key, value
 // and headers byte for byte and setting its replay_count header to one
 // more than the envelope's replay_count. It goes through the records from
-// cfg.Group's position to the high-water marks at its start, partition by
-// partition in offset order, and writes them in batches: the position
-// moves only after the target topic acknowledged a batch, so a replay
-// killed mid-run loses nothing and, run again, writes at most its last
-// batch a second time (the one written but not yet committed). Records
+// cfg.Group's position to the high-water marks at its start, each
+// partition in offset order (cfg.Concurrency partitions at once), and
+// writes them in batches: a partition's position moves only after the
+// target topic acknowledged its batch, so a replay
+// killed mid-run loses nothing and, run again, writes at most the last
+// batch of each partition it was in a second time (the ones written but
+// not yet committed). Records
 // over MaxReplays are reported and stay, as do records the filters leave
 // out; the position records which ones were replayed, so a later run (with
 // other filters) finds the rest and never replays a record twice. Corrupt
@@ -357,16 +382,23 @@ func Replay(ctx context.Context, cfg ReplayConfig) (ReplayReport, error) {
 		return ReplayReport{}, fmt.Errorf("dlq: connect to Kafka: %w", err)
 	}
 	defer client.Close()
-	r := &replayer{cfg: cfg, client: client, start: time.Now(), positions: positions{client: client, group: cfg.Group, topic: cfg.Topic},
-		set: sha256.New()}
+	// The position's reads and commits get connections of their own: the
+	// producer's take one request at a time (for its idempotence), so a
+	// commit would wait there behind the other partitions' writes.
+	coordinated := *cfg.Sarama
+	coordinated.Producer.Idempotent = false
+	coordinated.Net.MaxOpenRequests = sarama.NewConfig().Net.MaxOpenRequests
+	coordinator, err := sarama.NewClient(cfg.Brokers, &coordinated)
+	if err != nil {
+		return ReplayReport{}, fmt.Errorf("dlq: connect to Kafka: %w", err)
+	}
+	defer coordinator.Close()
+	r := &replayer{cfg: cfg, client: client, start: time.Now(), positions: positions{client: coordinator, group: cfg.Group, topic: cfg.Topic}}
 	if !cfg.DryRun {
 		r.tracer = newTracer(cfg.TracerProvider)
 	}
 	r.report.DryRun = cfg.DryRun
 	err = r.run(ctx)
-	if len(r.batch) > 0 { // the run stopped before writing them
-		endSpans(r.batch, fmt.Errorf("dlq: replay stopped before writing the record: %w", err), nil)
-	}
 	if r.report.Set == "" { // a refused check's report has its dry run's
 		r.report.Set = r.setDigest()
 	}
@@ -387,32 +419,41 @@ type replayer struct {
 	// writing is when the reads that may write began (after the check
 	// of Expect): Rate spaces the writes from then.
 	writing time.Time
-	report  ReplayReport
-	// batch is the partition's records waiting to be written.
-	batch []pending
-	// partitionCounts caches the partition count of each target topic.
-	partitionCounts map[string]int32
-	// committed is, per partition, the position as this run last read or
-	// committed it: another run of the group changing it stops this one.
-	committed map[int32]string
+	// startAt is, per partition, the position as the run read it at its
+	// start; each partition's run keeps its own from then on.
+	startAt map[int32]string
 	// chosen holds, per partition in offset order, the offsets the check
 	// of Expect found would move: the only ones a checked run moves. Nil
-	// without a check.
+	// without a check; read only once the run writes.
 	chosen map[int32][]int64
-	// set hashes the places of the records moved, for ReplayReport.Set.
-	set hash.Hash
+
+	// mu guards what the partitions replayed at once share, and makes
+	// the callbacks (OnRecord, OnProgress, Route) one call at a time.
+	mu     sync.Mutex
+	report ReplayReport
+	// paced counts the records Rate let through so far.
+	paced int
+	// partitionCounts caches the partition count of each target topic.
+	partitionCounts map[string]int32
+	// sets holds, per partition that moved records, the digest of their
+	// places, for ReplayReport.Set.
+	sets map[int32][]byte
 }
 
 // setBytes is the length of a ReplayReport.Set in bytes.
 const setBytes = 16
 
-// addToSet counts p, moved or that would be, into the run's Set.
-func (r *replayer) addToSet(p pending) {
-	fmt.Fprintf(r.set, "%d/%d>%s/%d\n", p.entry.Partition, p.entry.Offset, p.msg.Topic, p.msg.Partition)
+// setDigest is the run's Set: the digest of the digests of the
+// partitions that moved records, in partition order, so that it does not
+// depend on how the partitions replayed at once interleaved. It is read
+// once the partitions' runs are over.
+func (r *replayer) setDigest() string {
+	h := sha256.New()
+	for _, partition := range slices.Sorted(maps.Keys(r.sets)) {
+		fmt.Fprintf(h, "%d %x\n", partition, r.sets[partition])
+	}
+	return hex.EncodeToString(h.Sum(nil)[:setBytes])
 }
-
-// setDigest is the run's Set so far.
-func (r *replayer) setDigest() string { return hex.EncodeToString(r.set.Sum(nil)[:setBytes]) }
 
 // validSet reports whether s can be a ReplayReport.Set.
 func validSet(s string) bool {
@@ -459,11 +500,11 @@ func (r *replayer) plan(ctx context.Context) ([]span, map[int32]*position, error
 	if err != nil {
 		return nil, nil, err
 	}
-	r.committed = make(map[int32]string, len(list))
+	r.startAt = make(map[int32]string, len(list))
 	run := newRunID()
 	for i, s := range list {
 		pos := places[s.partition]
-		r.committed[s.partition] = pos.String()
+		r.startAt[s.partition] = pos.String()
 		pos.run = run        // this run's commits say so
 		pos.skipTo(s.oldest) // retention deleted what was left behind
 		list[i].from = max(s.from, pos.next)
@@ -486,8 +527,8 @@ func (r *replayer) check(ctx context.Context, list []span, places map[int32]*pos
 			chosen[rec.Entry.Partition] = append(chosen[rec.Entry.Partition], rec.Entry.Offset)
 		}
 	}
-	dry := &replayer{cfg: cfg, client: r.client, start: r.start, positions: r.positions, committed: maps.Clone(r.committed),
-		report: ReplayReport{DryRun: true, Total: r.report.Total}, set: sha256.New()}
+	dry := &replayer{cfg: cfg, client: r.client, start: r.start, positions: r.positions, startAt: r.startAt,
+		report: ReplayReport{DryRun: true, Total: r.report.Total}}
 	copies := make(map[int32]*position, len(places))
 	for p, pos := range places {
 		c := pos.clone()
@@ -550,7 +591,9 @@ func (r *replayer) chosenAt(partition int32, offset int64) bool {
 	return found
 }
 
-// replay goes through the planned spans, partition by partition.
+// replay goes through the planned spans, cfg.Concurrency partitions at
+// once (one after the other with Max), and returns the first error of
+// one of them, which stops the others.
 func (r *replayer) replay(ctx context.Context, list []span, places map[int32]*position) error {
 	r.writing = time.Now()
 	var err error
@@ -569,83 +612,150 @@ func (r *replayer) replay(ctx context.Context, list []span, places map[int32]*po
 	}
 	defer consumer.Close()
 	read := reader{client: r.client, consumer: consumer, topic: r.cfg.Topic}
-	for _, s := range list {
-		pos := places[s.partition]
-		// Commit the position even when nothing moves: Kafka forgets the
-		// offsets of a group without members offsets.retention.minutes (7
-		// days by default) after its last commit, and a forgotten position
-		// would replay everything again.
-		if err := r.commit(ctx, s.partition, pos); err != nil {
-			return err
-		}
-		err := read.read(ctx, s, func(m *sarama.ConsumerMessage) error { return r.consider(ctx, pos, m) },
-			func(from, to int64) { pos.settleRange(from, to) }) // no records there: nothing to replay
-		if err == nil || errors.Is(err, errStop) {
-			err = r.flush(ctx, pos)
-		}
-		if err == nil {
-			err = r.commit(ctx, s.partition, pos) // the gaps and corrupt records at the end settle too
-		}
-		r.progress()
-		if err != nil {
-			return err
-		}
-		if r.report.StoppedAtMax {
-			return nil
-		}
+	g, gctx := errgroup.WithContext(ctx)
+	if r.cfg.Max > 0 { // the first Max records, in partition order, as the dry run found them
+		g.SetLimit(1)
+	} else {
+		g.SetLimit(r.cfg.Concurrency)
 	}
-	return nil
+	for _, s := range list {
+		g.Go(func() error { return r.replayPartition(gctx, read, s, places[s.partition]) })
+	}
+	return g.Wait()
 }
 
-// consider decides about one record of the partition whose position is
-// pos.
-func (r *replayer) consider(ctx context.Context, pos *position, m *sarama.ConsumerMessage) error {
-	r.report.Read++
-	if pos.has(m.Offset) {
-		r.report.AlreadyReplayed++
+// partitionRun is the replay of one partition of the dead-letter topic.
+type partitionRun struct {
+	*replayer
+	partition int32
+	pos       *position
+	// committed is the position as this run last read or committed it:
+	// another run of the group changing it stops this one.
+	committed string
+	// batch is the records waiting to be written.
+	batch []pending
+	// set hashes the places of the records moved (or that would be).
+	set   hash.Hash
+	moved int
+}
+
+// replayPartition replays the span s, whose position is pos.
+func (r *replayer) replayPartition(ctx context.Context, read reader, s span, pos *position) (err error) {
+	if r.stoppedAtMax() {
+		return nil
+	}
+	if err := ctx.Err(); err != nil { // stopped, or another partition's run failed (Wait returns its error)
+		return err
+	}
+	p := &partitionRun{replayer: r, partition: s.partition, pos: pos, committed: r.startAt[s.partition], set: sha256.New()}
+	defer func() { p.finish(err) }()
+	// Commit the position even when nothing moves: Kafka forgets the
+	// offsets of a group without members offsets.retention.minutes (7
+	// days by default) after its last commit, and a forgotten position
+	// would replay everything again.
+	if err := p.commit(ctx); err != nil {
+		return err
+	}
+	err = read.read(ctx, s, func(m *sarama.ConsumerMessage) error { return p.consider(ctx, m) },
+		func(from, to int64) { pos.settleRange(from, to) }) // no records there: nothing to replay
+	if err == nil || errors.Is(err, errStop) {
+		err = p.flush(ctx)
+	}
+	if err == nil {
+		err = p.commit(ctx) // the gaps and corrupt records at the end settle too
+	}
+	r.progress()
+	return err
+}
+
+// finish ends the spans of the records the run read but did not write
+// (it stopped for err), and keeps the digest of what it moved.
+func (p *partitionRun) finish(err error) {
+	if len(p.batch) > 0 {
+		endSpans(p.batch, fmt.Errorf("dlq: replay stopped before writing the record: %w", err), nil)
+	}
+	if p.moved > 0 {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		if p.sets == nil {
+			p.sets = map[int32][]byte{}
+		}
+		p.sets[p.partition] = p.set.Sum(nil)
+	}
+}
+
+// stoppedAtMax reports whether the run moved Max records.
+func (r *replayer) stoppedAtMax() bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.report.StoppedAtMax
+}
+
+// tally counts into the report under the lock, and reports rec (when not
+// nil) to OnRecord.
+func (r *replayer) tally(count func(*ReplayReport), rec *ReplayedRecord) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	count(&r.report)
+	if rec != nil && r.cfg.OnRecord != nil {
+		r.cfg.OnRecord(*rec)
+	}
+}
+
+// consider decides about one record of the partition.
+func (p *partitionRun) consider(ctx context.Context, m *sarama.ConsumerMessage) error {
+	if p.pos.has(m.Offset) {
+		p.tally(func(rep *ReplayReport) { rep.Read++; rep.AlreadyReplayed++ }, nil)
 		return nil
 	}
 	e := entry(m)
 	switch {
 	case e.Err != nil: // whatever the filters: no run can replay it, so it is reported once and settled
-		r.report.Corrupt++
-		r.record(ReplayedRecord{Entry: e, Action: ActionCorrupt, Reason: e.Err.Error()})
-		pos.settle(m.Offset)
+		p.tally(func(rep *ReplayReport) { rep.Read++; rep.Corrupt++ }, &ReplayedRecord{Entry: e, Action: ActionCorrupt, Reason: e.Err.Error()})
+		p.pos.settle(m.Offset)
 		return nil
-	case !r.cfg.Filter.Match(e):
-		r.report.NotSelected++
+	case !p.cfg.Filter.Match(e):
+		p.tally(func(rep *ReplayReport) { rep.Read++; rep.NotSelected++ }, nil)
 		return nil
-	case r.cfg.MaxReplays > 0 && e.Envelope.ReplayCount >= r.cfg.MaxReplays:
-		r.report.Refused++
-		r.record(ReplayedRecord{Entry: e, Action: ActionRefused,
-			Reason: fmt.Sprintf("replayed %d times already (MaxReplays %d); fix the cause, then raise MaxReplays to move it", e.Envelope.ReplayCount, r.cfg.MaxReplays)})
+	case p.cfg.MaxReplays > 0 && e.Envelope.ReplayCount >= p.cfg.MaxReplays:
+		p.tally(func(rep *ReplayReport) { rep.Read++; rep.Refused++ }, &ReplayedRecord{Entry: e, Action: ActionRefused,
+			Reason: fmt.Sprintf("replayed %d times already (MaxReplays %d); fix the cause, then raise MaxReplays to move it", e.Envelope.ReplayCount, p.cfg.MaxReplays)})
 		return nil
-	case r.cfg.Max > 0 && r.report.Moved+len(r.batch) >= r.cfg.Max:
-		r.report.StoppedAtMax = true
+	}
+	atMax := false
+	p.tally(func(rep *ReplayReport) {
+		rep.Read++
+		// With Max the partitions go one at a time: the others' batches are written.
+		if atMax = p.cfg.Max > 0 && rep.Moved+len(p.batch) >= p.cfg.Max; atMax {
+			rep.StoppedAtMax = true
+		}
+	}, nil)
+	if atMax {
 		return errStop
 	}
-	msg, skip, err := r.message(e)
+	p.mu.Lock()
+	msg, skip, err := p.message(e)
+	p.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if skip == "" && !r.chosenAt(e.Partition, e.Offset) {
+	if skip == "" && !p.chosenAt(e.Partition, e.Offset) {
 		skip = "it could not move when the replay checked its set (Expect, ExpectSet), so this run leaves it; replay again to move it"
 	}
 	if skip != "" {
-		r.report.Skipped++
-		r.record(ReplayedRecord{Entry: e, Action: ActionSkipped, To: msg.Topic, Reason: skip})
+		p.tally(func(rep *ReplayReport) { rep.Skipped++ }, &ReplayedRecord{Entry: e, Action: ActionSkipped, To: msg.Topic, Reason: skip})
 		return nil
 	}
-	if err := r.pace(ctx, pos); err != nil {
+	if err := p.pace(ctx); err != nil {
 		return err
 	}
-	p := pending{entry: e, msg: msg}
-	if r.tracer != nil {
-		p.span = r.startReplay(ctx, m, msg)
+	pend := pending{entry: e, msg: msg}
+	if p.tracer != nil {
+		pend.span = p.startReplay(ctx, m, msg)
 	}
-	r.batch = append(r.batch, p)
-	if len(r.batch) >= r.cfg.BatchSize {
-		return r.flush(ctx, pos)
+	p.batch = append(p.batch, pend)
+	if len(p.batch) >= p.cfg.BatchSize {
+		return p.flush(ctx)
 	}
 	return nil
 }
@@ -761,16 +871,19 @@ func (r *replayer) noTarget(topic string) error {
 
 // pace waits, under Rate, until the next record may be written, writing
 // the batch first so that no record waits in it.
-func (r *replayer) pace(ctx context.Context, pos *position) error {
-	if r.cfg.Rate == 0 {
+func (p *partitionRun) pace(ctx context.Context) error {
+	if p.cfg.Rate == 0 {
 		return nil
 	}
-	due := r.writing.Add(time.Duration(float64(r.report.Moved+len(r.batch)) / r.cfg.Rate * float64(time.Second)))
+	p.mu.Lock()
+	due := p.writing.Add(time.Duration(float64(p.paced) / p.cfg.Rate * float64(time.Second)))
+	p.paced++
+	p.mu.Unlock()
 	wait := time.Until(due)
 	if wait <= 0 {
 		return nil
 	}
-	if err := r.flush(ctx, pos); err != nil {
+	if err := p.flush(ctx); err != nil {
 		return err
 	}
 	timer := time.NewTimer(wait)
@@ -787,62 +900,67 @@ func (r *replayer) pace(ctx context.Context, pos *position) error {
 // the records and commits the partition's position. When some records of
 // the batch fail, the others are settled and committed, and the failed
 // ones are written again by a later run.
-func (r *replayer) flush(ctx context.Context, pos *position) error {
-	if len(r.batch) == 0 {
+func (p *partitionRun) flush(ctx context.Context) error {
+	if len(p.batch) == 0 {
 		return nil
 	}
-	batch := r.batch
-	r.batch = r.batch[:0]
-	if r.cfg.DryRun {
-		for _, p := range batch {
-			r.report.Moved++
-			r.addToSet(p)
-			r.record(ReplayedRecord{Entry: p.entry, Action: ActionWouldMove, To: p.msg.Topic, ToPartition: p.msg.Partition, ToOffset: -1})
-		}
-		r.progress()
+	batch := p.batch
+	p.batch = p.batch[:0]
+	if p.cfg.DryRun {
+		p.moveAll(batch, nil, ActionWouldMove)
 		return nil
 	}
-	partition := batch[0].entry.Partition
 	// The position after the batch must fit in the commit metadata; find
 	// out before writing, so nothing is written twice for it.
-	if n := len(settled(pos, batch, nil).metadata()); n > maxMetadataBytes {
-		return r.notWritten(batch, fmt.Errorf("dlq: partition %d: the records this run leaves behind (below the ones it replays, from offset %d on) "+
+	if n := len(settled(p.pos, batch, nil).metadata()); n > maxMetadataBytes {
+		return p.notWritten(batch, fmt.Errorf("dlq: partition %d: the records this run leaves behind (below the ones it replays, from offset %d on) "+
 			"would need %d bytes of commit metadata, over %d: the filters leave out too many records between selected ones; "+
-			"replay with fewer filters, or over a narrower --partition/--from-offset/--until-offset range", partition, pos.next, n, maxMetadataBytes))
+			"replay with fewer filters, or over a narrower --partition/--from-offset/--until-offset range", p.partition, p.pos.next, n, maxMetadataBytes))
 	}
 	// Another run of the group moving the position means both could write
 	// the same records: stop before writing.
-	if err := r.checkOwn(ctx, partition); err != nil {
-		return r.notWritten(batch, err)
+	if err := p.checkOwn(ctx); err != nil {
+		return p.notWritten(batch, err)
 	}
 	msgs := make([]*sarama.ProducerMessage, len(batch))
-	for i, p := range batch {
-		msgs[i] = p.msg
+	for i, pend := range batch {
+		msgs[i] = pend.msg
 	}
-	sendErr := r.producer.SendMessages(msgs)
+	sendErr := p.producer.SendMessages(msgs)
 	failed, named := failedRecords(sendErr)
 	endSpans(batch, sendErr, failed)
 	if !named {
 		return fmt.Errorf("dlq: write %d replayed records (from %s/%d offset %d on; their position is not committed, so the next run writes them again): %w",
-			len(msgs), r.cfg.Topic, partition, batch[0].entry.Offset, sendErr)
+			len(msgs), p.cfg.Topic, p.partition, batch[0].entry.Offset, sendErr)
 	}
-	*pos = *settled(pos, batch, failed)
-	if err := r.commit(ctx, partition, pos); err != nil {
+	*p.pos = *settled(p.pos, batch, failed)
+	if err := p.commit(ctx); err != nil {
 		return errors.Join(err, sendErr)
 	}
-	for _, p := range batch {
-		if failed[p.msg] == nil {
-			r.report.Moved++
-			r.addToSet(p)
-			r.record(ReplayedRecord{Entry: p.entry, Action: ActionMoved, To: p.msg.Topic, ToPartition: p.msg.Partition, ToOffset: p.msg.Offset})
-		}
-	}
-	r.progress()
+	p.moveAll(batch, failed, ActionMoved)
 	if sendErr != nil {
 		return fmt.Errorf("dlq: %d of %d replayed records from %s/%d were not written (the others were, and are committed; the next run writes these again): %w",
-			len(failed), len(msgs), r.cfg.Topic, partition, sendErr)
+			len(failed), len(msgs), p.cfg.Topic, p.partition, sendErr)
 	}
 	return nil
+}
+
+// moveAll counts the records of batch but the failed ones as moved (or,
+// for a dry run, that would move), adds them to the set and reports them.
+func (p *partitionRun) moveAll(batch []pending, failed map[*sarama.ProducerMessage]error, action ReplayAction) {
+	for _, pend := range batch {
+		if failed[pend.msg] != nil {
+			continue
+		}
+		fmt.Fprintf(p.set, "%d>%s/%d\n", pend.entry.Offset, pend.msg.Topic, pend.msg.Partition)
+		p.moved++
+		rec := ReplayedRecord{Entry: pend.entry, Action: action, To: pend.msg.Topic, ToPartition: pend.msg.Partition, ToOffset: pend.msg.Offset}
+		if action == ActionWouldMove {
+			rec.ToOffset = -1
+		}
+		p.tally(func(rep *ReplayReport) { rep.Moved++ }, &rec)
+	}
+	p.progress()
 }
 
 // notWritten ends the spans of batch, which was not written for err, and
@@ -879,51 +997,50 @@ func newRunID() string {
 
 // ErrConcurrentReplay is matched by the error of Replay when another run of
 // the same group moved the position while this one ran. At most one batch
-// was written by both.
+// per partition was written by both.
 var ErrConcurrentReplay = errors.New("dlq: another replay of the same group is running")
 
 // checkOwn fails with ErrConcurrentReplay when the committed position of
-// partition is no longer the one this run last read or committed.
-func (r *replayer) checkOwn(ctx context.Context, partition int32) error {
-	now, err := r.positions.fetch(ctx, []int32{partition})
+// the partition is no longer the one this run last read or committed.
+func (p *partitionRun) checkOwn(ctx context.Context) error {
+	now, err := p.positions.fetch(ctx, []int32{p.partition})
 	if err != nil {
 		return err
 	}
-	if got := now[partition].String(); got != r.committed[partition] {
+	if got := now[p.partition].String(); got != p.committed {
 		return fmt.Errorf("%w (group %q, partition %d: the position moved from %s to %s); let one run finish, or give each its own group",
-			ErrConcurrentReplay, r.cfg.Group, partition, r.committed[partition], got)
+			ErrConcurrentReplay, p.cfg.Group, p.partition, p.committed, got)
 	}
 	return nil
 }
 
-// commit stores pos unless this is a dry run or this run committed it
-// already, after checking that no other run of the group moved it.
-func (r *replayer) commit(ctx context.Context, partition int32, pos *position) error {
+// commit stores the position unless this is a dry run or this run
+// committed it already, after checking that no other run of the group
+// moved it.
+func (p *partitionRun) commit(ctx context.Context) error {
 	// The position names this run: equal to the last committed, this run
 	// committed it already.
-	if r.cfg.DryRun || pos.String() == r.committed[partition] {
+	if p.cfg.DryRun || p.pos.String() == p.committed {
 		return nil
 	}
-	if err := r.checkOwn(ctx, partition); err != nil {
+	if err := p.checkOwn(ctx); err != nil {
 		return err
 	}
-	if err := r.positions.commit(ctx, partition, pos); err != nil {
+	if err := p.positions.commit(ctx, p.partition, p.pos); err != nil {
 		return err
 	}
-	r.committed[partition] = pos.String()
+	p.committed = p.pos.String()
 	return nil
 }
 
-func (r *replayer) record(rec ReplayedRecord) {
-	if r.cfg.OnRecord != nil {
-		r.cfg.OnRecord(rec)
-	}
-}
-
+// progress reports the counts so far to OnProgress.
 func (r *replayer) progress() {
-	if r.cfg.OnProgress != nil {
-		report := r.report
-		report.Elapsed = time.Since(r.start)
-		r.cfg.OnProgress(report)
+	if r.cfg.OnProgress == nil {
+		return
 	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	report := r.report
+	report.Elapsed = time.Since(r.start)
+	r.cfg.OnProgress(report)
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -809,4 +810,138 @@ func (f *replayFixture) keys(t *testing.T) []string {
 		keys = append(keys, string(m.Key))
 	}
 	return keys
+}
+
+// wideDeadLetters dead-letters n records of the fixture's topic into a
+// dead-letter topic of its own with partitions partitions (by key, as the
+// consumer writes them) and returns its name and how many dead letters
+// each of its partitions holds.
+func (f *replayFixture) wideDeadLetters(t *testing.T, partitions int32, n int) (string, map[int32]int) {
+	t.Helper()
+	const suffix = ".wide-dlq"
+	wide := f.topic + suffix
+	f.k.CreateTopic(t, wide, partitions)
+	cfg := f.k.Config()
+	cfg.Producer.Return.Successes = true
+	cfg.Producer.Partitioner = sarama.NewHashPartitioner // by key, as the consumer's dead letters
+	producer, err := sarama.NewSyncProducer(f.k.Brokers, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer producer.Close()
+	writer, err := dlq.NewWriter(record.NewSyncPublisher(producer), dlq.WriterConfig{Suffix: suffix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	written := map[int32]int{}
+	for i := range n {
+		key := "order-" + strconv.Itoa(i)
+		env, err := dlq.New(dlq.Original{Topic: f.topic, Partition: int32(i) % 4, Offset: int64(i), Key: []byte(key), Value: []byte(`{"order":"` + key + `"}`)},
+			dlq.Failure{Error: "psp timeout", Kind: dlq.KindRetriesExhausted})
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := writer.Write(context.Background(), env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		written[w.Partition]++
+	}
+	if len(written) < 2 {
+		t.Fatalf("the dead letters all went to one partition (%v); the test needs several", written)
+	}
+	return wide, written
+}
+
+// While a partition's batch waits for its acknowledgement, the replay
+// reads the other partitions of the dead-letter topic: the broker holds
+// the first write until it saw a read of every partition that holds dead
+// letters (which a replay going one partition after the other never sends
+// before that write is answered), and the replay still moves each dead
+// letter once.
+func TestReplayReadsOtherPartitionsWhileABatchWaits(t *testing.T) {
+	f := newReplayFixture(t, 4)
+	wide, written := f.wideDeadLetters(t, 4, 40)
+	var mu sync.Mutex
+	fetched := map[int32]bool{}
+	allFetched := make(chan struct{})
+	f.k.Cluster.ControlKey(int16(kmsg.Fetch), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		mu.Lock()
+		defer mu.Unlock()
+		for _, topic := range req.(*kmsg.FetchRequest).Topics {
+			for _, p := range topic.Partitions {
+				if topic.Topic == wide && written[p.Partition] > 0 && !fetched[p.Partition] {
+					if fetched[p.Partition] = true; len(fetched) == len(written) {
+						close(allFetched)
+					}
+				}
+			}
+		}
+		return nil, nil, false
+	})
+	var held atomic.Bool
+	var readWhileHeld atomic.Int32 // partitions read before the first write was answered
+	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic || held.Swap(true) {
+			return nil, nil, false
+		}
+		f.k.Cluster.SleepControl(func() {
+			select {
+			case <-allFetched:
+			case <-time.After(15 * time.Second): // the replay waits for this write before it reads on
+			}
+			mu.Lock()
+			readWhileHeld.Store(int32(len(fetched)))
+			mu.Unlock()
+		})
+		return nil, nil, false
+	})
+	report, err := dlq.Replay(context.Background(), dlq.ReplayConfig{Brokers: f.k.Brokers, Sarama: f.k.Config(), Topic: wide, Group: f.group, BatchSize: 3})
+	if err != nil {
+		t.Fatalf("Replay: %v (report %+v)", err, report)
+	}
+	if n := readWhileHeld.Load(); n != int32(len(written)) {
+		t.Errorf("while the first write waited, the replay read %d of the %d partitions holding dead letters", n, len(written))
+	}
+	if report.Moved != 40 {
+		t.Errorf("moved %d, want 40 (report %+v)", report.Moved, report)
+	}
+	seen := map[string]int{}
+	for _, m := range f.k.ReadAll(t, f.topic) {
+		seen[string(m.Key)]++
+	}
+	for i := range 40 {
+		if key := "order-" + strconv.Itoa(i); seen[key] != 1 {
+			t.Errorf("%s is in %s %d times, want once", key, f.topic, seen[key])
+		}
+	}
+}
+
+// With Concurrency 1 (as with Max) a replay goes through the partitions
+// one after the other, in partition order, and its dry run's Set is the
+// Set of the concurrent run: the partitions' interleaving does not change
+// it.
+func TestReplayWithConcurrencyOneGoesInPartitionOrder(t *testing.T) {
+	f := newReplayFixture(t, 4)
+	wide, _ := f.wideDeadLetters(t, 4, 40)
+	var order []int32
+	dry, err := dlq.Replay(context.Background(), dlq.ReplayConfig{Brokers: f.k.Brokers, Sarama: f.k.Config(), Topic: wide, Group: f.group,
+		Concurrency: 1, DryRun: true, BatchSize: 3, OnRecord: func(r dlq.ReplayedRecord) { order = append(order, r.Entry.Partition) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(order) != 40 || !slices.IsSorted(order) {
+		t.Errorf("dry run with Concurrency 1 reported the partitions %v; want 40 records in partition order", order)
+	}
+	report, err := dlq.Replay(context.Background(), dlq.ReplayConfig{Brokers: f.k.Brokers, Sarama: f.k.Config(), Topic: wide, Group: f.group,
+		BatchSize: 3, ExpectSet: dry.Set})
+	if err != nil {
+		t.Fatalf("the concurrent replay refused the Set of the dry run that went one partition at a time: %v", err)
+	}
+	if report.Moved != 40 || report.Set != dry.Set {
+		t.Errorf("moved %d with Set %s; want 40 with the dry run's %s", report.Moved, report.Set, dry.Set)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -190,6 +191,8 @@ plain lines otherwise).`,
 				return usageError{fmt.Errorf("--max %d: use 0 (no limit) or a count", cfg.Max)}
 			case cfg.BatchSize < 1 || cfg.BatchSize > dlq.MaxReplayBatch:
 				return usageError{fmt.Errorf("--batch-size %d: use 1 to %d", cfg.BatchSize, dlq.MaxReplayBatch)}
+			case cfg.Concurrency < 1 || cfg.Concurrency > dlq.MaxReplayConcurrency:
+				return usageError{fmt.Errorf("--concurrency %d: use 1 to %d", cfg.Concurrency, dlq.MaxReplayConcurrency)}
 			case cfg.MaxReplays < 1:
 				return usageError{fmt.Errorf("--max-replays %d: use 1 or more", cfg.MaxReplays)}
 			case cfg.Expect < 0:
@@ -240,6 +243,8 @@ plain lines otherwise).`,
 	f.StringVar(&cfg.ExpectSet, "expect-set", "", "replay only when the records that would move, and where they would go, are those of the dry run that printed this set; else write nothing and exit 1")
 	f.IntVar(&cfg.MaxReplays, "max-replays", dlq.DefaultMaxReplays, "refuse records replayed this many times already, to stop loops")
 	f.IntVar(&cfg.BatchSize, "batch-size", dlq.DefaultReplayBatch, fmt.Sprintf("records written before the position is committed (1 to %d)", dlq.MaxReplayBatch))
+	f.IntVar(&cfg.Concurrency, "concurrency", dlq.DefaultReplayConcurrency,
+		fmt.Sprintf("partitions replayed at once, each in offset order (1 to %d; 1 goes in partition order, as --max always does)", dlq.MaxReplayConcurrency))
 	return cmd
 }
 
@@ -269,6 +274,10 @@ func runReplay(cmd *cobra.Command, o *dlqOptions, cfg dlq.ReplayConfig, expectNo
 	if records == nil {
 		records = []replayRecordJSON{}
 	}
+	// The partitions replayed at once interleave their records.
+	slices.SortStableFunc(records, func(a, b replayRecordJSON) int {
+		return cmp.Or(cmp.Compare(a.Partition, b.Partition), cmp.Compare(a.Offset, b.Offset))
+	})
 	j := replayReportJSON{
 		Topic: cfg.Topic, Group: cfg.Group, ToGroup: cfg.Route != nil, DryRun: report.DryRun, Total: report.Total, Read: report.Read, Moved: report.Moved,
 		AlreadyReplayed: report.AlreadyReplayed, NotSelected: report.NotSelected, Refused: report.Refused, Corrupt: report.Corrupt, Skipped: report.Skipped,

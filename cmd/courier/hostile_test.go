@@ -193,6 +193,8 @@ func TestHostileCLI(t *testing.T) {
 		{"replay --rate +Inf", append([]string{"dlq", "replay", "x.dlq", "--rate", "+Inf"}, k...), "--rate +Inf"},
 		{"replay --batch-size 0", append([]string{"dlq", "replay", "x.dlq", "--batch-size", "0"}, k...), "--batch-size 0"},
 		{"replay --batch-size huge", append([]string{"dlq", "replay", "x.dlq", "--batch-size", "1000000000"}, k...), "--batch-size 1000000000"},
+		{"replay --concurrency 0", append([]string{"dlq", "replay", "x.dlq", "--concurrency", "0"}, k...), "--concurrency 0"},
+		{"replay --concurrency huge", append([]string{"dlq", "replay", "x.dlq", "--concurrency", "100000"}, k...), "--concurrency 100000"},
 		{"replay --max -1", append([]string{"dlq", "replay", "x.dlq", "--max", "-1"}, k...), "--max -1"},
 		{"replay --max-replays 0", append([]string{"dlq", "replay", "x.dlq", "--max-replays", "0"}, k...), "--max-replays 0"},
 		{"replay --from-offset -5", append([]string{"dlq", "replay", "x.dlq", "--from-offset", "-5"}, k...), "--from-offset -5"},

@@ -548,7 +548,7 @@ func copyPartition(ctx context.Context, consumer sarama.Consumer, ap sarama.Asyn
 // It fails unless every record moved.
 func replayDefaults(ctx context.Context, cfg *ReplayConfig, dl *deadLetters) error {
 	report, err := dlq.Replay(ctx, dlq.ReplayConfig{Brokers: dl.brokers, Sarama: cfg.Sarama(), Topic: dl.dlq, Group: dl.group,
-		MaxReplays: dlq.DefaultMaxReplays, BatchSize: dlq.DefaultReplayBatch})
+		MaxReplays: dlq.DefaultMaxReplays, BatchSize: dlq.DefaultReplayBatch, Concurrency: dlq.DefaultReplayConcurrency})
 	if err != nil {
 		return err
 	}
@@ -586,8 +586,8 @@ func (r ReplayReport) writeMarkdown(b *strings.Builder) {
 
 Replaying %s dead letters (envelopes as the consumer writes them, each of a %d-byte JSON
 message with CloudEvents headers, %s keys, %d partitions) to their original topic with
-`+"`courier dlq replay`"+` (dlq.Replay with the command's defaults: batches of %d records, the position
-committed after each), beside the copy a team writes by hand (`+"`%s`"+`): a Sarama consumer
+`+"`courier dlq replay`"+` (dlq.Replay with the command's defaults: %d partitions at once, each in
+batches of %d records with its position committed after each), beside the copy a team writes by hand (`+"`%s`"+`): a Sarama consumer
 reading every partition from the oldest offset to the high-water mark, each envelope decoded
 (`+"`dlq.Read`, `Envelope.Original`"+`), and a Sarama AsyncProducer writing the original key, value and
 headers back to its partition, keeping no position. Each configuration copies a dead-letter
@@ -598,7 +598,7 @@ that time, per dead letter, and the whole machine's cores busy (`+"`/proc/stat`"
 
 | configuration | msgs/s | baseline | baseline msgs/s | ratio | target | process µs of CPU per message | process cores busy | machine cores busy |
 | --- | ---: | --- | ---: | ---: | --- | ---: | ---: | ---: |
-`, thousands(float64(r.DeadLetters)), payloadSize, thousands(keys), r.Partitions, dlq.DefaultReplayBatch, RawCopyLoop, plural(r.Rounds, "round"))
+`, thousands(float64(r.DeadLetters)), payloadSize, thousands(keys), r.Partitions, dlq.DefaultReplayConcurrency, dlq.DefaultReplayBatch, RawCopyLoop, plural(r.Rounds, "round"))
 	rates := map[string]float64{}
 	for _, res := range r.Results {
 		rates[res.Name] = res.Rate
