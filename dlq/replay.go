@@ -51,7 +51,7 @@ func ReplayCount(headers []Header) int {
 const (
 	DefaultReplayGroup = "courier-replay"
 	DefaultMaxReplays  = 3
-	DefaultReplayBatch = 100
+	DefaultReplayBatch = 1000
 	// DefaultReplayConcurrency is how many partitions a replay goes
 	// through at once by default.
 	DefaultReplayConcurrency = 16
@@ -118,9 +118,13 @@ type ReplayConfig struct {
 	// the topic and its dead-letter topic; refused records are reported
 	// and stay. Negative sets no cap. Defaults to 3.
 	MaxReplays int
-	// BatchSize is how many records are written before the position is
-	// committed: a run killed mid-batch writes at most this many records
-	// again when it is run again. Defaults to 100.
+	// BatchSize is how many records of a partition are written before its
+	// position is committed: a run killed mid-batch writes at most this
+	// many records of each partition it was in again when it is run again.
+	// A partition reads its next batch while one is written, and writes
+	// the next once that one is acknowledged and committed, so a batch's
+	// round trips (the write's acks=all, the commit's) are paid once per
+	// BatchSize records. Defaults to 1000.
 	BatchSize int
 	// Concurrency is how many partitions are replayed at once, each in
 	// offset order with its own batches and position: while one partition's
@@ -133,8 +137,8 @@ type ReplayConfig struct {
 	// OnRecord, if set, is called for every record refused or corrupt as
 	// it is read, and for every record moved (or that would move) once its
 	// batch is written. OnRecord, OnProgress and Route are called one at a
-	// time, never at once, each partition's records in offset order (the
-	// partitions replayed at once interleave).
+	// time, never at once; the records of the partitions replayed at once
+	// interleave.
 	OnRecord func(ReplayedRecord)
 	// OnProgress, if set, is called after every batch with the counts so
 	// far.
@@ -433,6 +437,8 @@ type replayer struct {
 	report ReplayReport
 	// paced counts the records Rate let through so far.
 	paced int
+	// taken counts the records put in a batch so far, written or not.
+	taken int
 	// partitionCounts caches the partition count of each target topic.
 	partitionCounts map[string]int32
 	// sets holds, per partition that moved records, the digest of their
@@ -605,8 +611,12 @@ func (r *replayer) replay(ctx context.Context, list []span, places map[int32]*po
 	}
 	// The reads get their own connections: a broker answers a connection's
 	// requests in order, so a fetch waiting for new records would hold up
-	// the writes and commits behind it.
-	consumer, err := sarama.NewConsumer(r.cfg.Brokers, r.cfg.Sarama)
+	// the writes and commits behind it. Each partition's reads buffer a
+	// batch: a reader waiting for its writer then leaves the fetches of
+	// the other partitions (which Sarama makes together) going.
+	reads := *r.cfg.Sarama
+	reads.ChannelBufferSize = max(reads.ChannelBufferSize, r.cfg.BatchSize)
+	consumer, err := sarama.NewConsumer(r.cfg.Brokers, &reads)
 	if err != nil {
 		return fmt.Errorf("dlq: connect to Kafka: %w", err)
 	}
@@ -619,35 +629,47 @@ func (r *replayer) replay(ctx context.Context, list []span, places map[int32]*po
 		g.SetLimit(r.cfg.Concurrency)
 	}
 	for _, s := range list {
-		g.Go(func() error { return r.replayPartition(gctx, read, s, places[s.partition]) })
+		g.Go(func() error { return r.replayPartition(ctx, gctx, read, s, places[s.partition]) })
 	}
 	return g.Wait()
 }
 
-// partitionRun is the replay of one partition of the dead-letter topic.
+// partitionRun is the replay of one partition of the dead-letter topic:
+// a reader deciding about its records and making batches, and a writer
+// writing them one after the other, each followed by the commit of the
+// position, so that the reads go on while a batch waits for its
+// acknowledgement, and at most one batch is written but not committed.
 type partitionRun struct {
 	*replayer
 	partition int32
-	pos       *position
+	// posMu guards pos, which the reader settles records and gaps in and
+	// the writer settles batches in and commits.
+	posMu sync.Mutex
+	pos   *position
 	// committed is the position as this run last read or committed it:
 	// another run of the group changing it stops this one.
 	committed string
-	// batch is the records waiting to be written.
+	// batch is the records the reader has for the next batch.
 	batch []pending
+	// batches carries the reader's batches to the writer.
+	batches chan []pending
 	// set hashes the places of the records moved (or that would be).
 	set   hash.Hash
 	moved int
 }
 
-// replayPartition replays the span s, whose position is pos.
-func (r *replayer) replayPartition(ctx context.Context, read reader, s span, pos *position) (err error) {
+// replayPartition replays the span s, whose position is pos. The writes
+// and commits go on under ctx; stop, done when another partition's run
+// failed, stops the reads and the writes not begun.
+func (r *replayer) replayPartition(ctx, stop context.Context, read reader, s span, pos *position) (err error) {
 	if r.stoppedAtMax() {
 		return nil
 	}
-	if err := ctx.Err(); err != nil { // stopped, or another partition's run failed (Wait returns its error)
+	if err := stop.Err(); err != nil { // stopped, or another partition's run failed (Wait returns its error)
 		return err
 	}
-	p := &partitionRun{replayer: r, partition: s.partition, pos: pos, committed: r.startAt[s.partition], set: sha256.New()}
+	p := &partitionRun{replayer: r, partition: s.partition, pos: pos, committed: r.startAt[s.partition], set: sha256.New(),
+		batches: make(chan []pending, 1)}
 	defer func() { p.finish(err) }()
 	// Commit the position even when nothing moves: Kafka forgets the
 	// offsets of a group without members offsets.retention.minutes (7
@@ -656,23 +678,54 @@ func (r *replayer) replayPartition(ctx context.Context, read reader, s span, pos
 	if err := p.commit(ctx); err != nil {
 		return err
 	}
-	err = read.read(ctx, s, func(m *sarama.ConsumerMessage) error { return p.consider(ctx, m) },
-		func(from, to int64) { pos.settleRange(from, to) }) // no records there: nothing to replay
-	if err == nil || errors.Is(err, errStop) {
-		err = p.flush(ctx)
-	}
-	if err == nil {
+	g, gstop := errgroup.WithContext(stop)
+	g.Go(func() error { return p.writeBatches(ctx, gstop) })
+	g.Go(func() error {
+		defer close(p.batches)
+		err := read.read(gstop, s, func(m *sarama.ConsumerMessage) error { return p.consider(gstop, m) },
+			func(from, to int64) { p.settle(from, to) }) // no records there: nothing to replay
+		if err == nil || errors.Is(err, errStop) {
+			err = p.flush(gstop)
+		}
+		return err
+	})
+	if err = g.Wait(); err == nil {
 		err = p.commit(ctx) // the gaps and corrupt records at the end settle too
 	}
 	r.progress()
 	return err
 }
 
+// settle settles the offsets [from, to), which hold no record to write.
+func (p *partitionRun) settle(from, to int64) {
+	p.posMu.Lock()
+	defer p.posMu.Unlock()
+	p.pos.settleRange(from, to)
+}
+
+// writeBatches writes the reader's batches in order until it closes
+// them, and stops at the first that fails, or once stop is done.
+func (p *partitionRun) writeBatches(ctx, stop context.Context) error {
+	for batch := range p.batches {
+		if err := stop.Err(); err != nil {
+			return p.notWritten(batch, err)
+		}
+		if err := p.write(ctx, batch); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // finish ends the spans of the records the run read but did not write
 // (it stopped for err), and keeps the digest of what it moved.
 func (p *partitionRun) finish(err error) {
-	if len(p.batch) > 0 {
-		endSpans(p.batch, fmt.Errorf("dlq: replay stopped before writing the record: %w", err), nil)
+	stopped := fmt.Errorf("dlq: replay stopped before writing the record: %w", err)
+	endSpans(p.batch, stopped, nil)
+	select { // a batch the writer did not take: the channel holds at most one
+	case batch := <-p.batches: // nil once closed
+		endSpans(batch, stopped, nil)
+	default: // never used: the run stopped before reading
 	}
 	if p.moved > 0 {
 		p.mu.Lock()
@@ -704,7 +757,10 @@ func (r *replayer) tally(count func(*ReplayReport), rec *ReplayedRecord) {
 
 // consider decides about one record of the partition.
 func (p *partitionRun) consider(ctx context.Context, m *sarama.ConsumerMessage) error {
-	if p.pos.has(m.Offset) {
+	p.posMu.Lock()
+	settled := p.pos.has(m.Offset)
+	p.posMu.Unlock()
+	if settled {
 		p.tally(func(rep *ReplayReport) { rep.Read++; rep.AlreadyReplayed++ }, nil)
 		return nil
 	}
@@ -712,7 +768,7 @@ func (p *partitionRun) consider(ctx context.Context, m *sarama.ConsumerMessage) 
 	switch {
 	case e.Err != nil: // whatever the filters: no run can replay it, so it is reported once and settled
 		p.tally(func(rep *ReplayReport) { rep.Read++; rep.Corrupt++ }, &ReplayedRecord{Entry: e, Action: ActionCorrupt, Reason: e.Err.Error()})
-		p.pos.settle(m.Offset)
+		p.settle(m.Offset, m.Offset+1)
 		return nil
 	case !p.cfg.Filter.Match(e):
 		p.tally(func(rep *ReplayReport) { rep.Read++; rep.NotSelected++ }, nil)
@@ -725,8 +781,7 @@ func (p *partitionRun) consider(ctx context.Context, m *sarama.ConsumerMessage) 
 	atMax := false
 	p.tally(func(rep *ReplayReport) {
 		rep.Read++
-		// With Max the partitions go one at a time: the others' batches are written.
-		if atMax = p.cfg.Max > 0 && rep.Moved+len(p.batch) >= p.cfg.Max; atMax {
+		if atMax = p.cfg.Max > 0 && p.taken >= p.cfg.Max; atMax {
 			rep.StoppedAtMax = true
 		}
 	}, nil)
@@ -753,6 +808,9 @@ func (p *partitionRun) consider(ctx context.Context, m *sarama.ConsumerMessage) 
 	if p.tracer != nil {
 		pend.span = p.startReplay(ctx, m, msg)
 	}
+	p.mu.Lock()
+	p.taken++
+	p.mu.Unlock()
 	p.batch = append(p.batch, pend)
 	if len(p.batch) >= p.cfg.BatchSize {
 		return p.flush(ctx)
@@ -896,26 +954,38 @@ func (p *partitionRun) pace(ctx context.Context) error {
 	}
 }
 
-// flush writes the batch, waits for every acknowledgement, then settles
-// the records and commits the partition's position. When some records of
-// the batch fail, the others are settled and committed, and the failed
-// ones are written again by a later run.
+// flush hands the batch to the writer.
 func (p *partitionRun) flush(ctx context.Context) error {
 	if len(p.batch) == 0 {
 		return nil
 	}
-	batch := p.batch
-	p.batch = p.batch[:0]
+	select {
+	case p.batches <- p.batch:
+		p.batch = nil
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// write writes batch, waits for every acknowledgement, then settles its
+// records and commits the partition's position. When some records of the
+// batch fail, the others are settled and committed, and the failed ones
+// are written again by a later run.
+func (p *partitionRun) write(ctx context.Context, batch []pending) error {
 	if p.cfg.DryRun {
 		p.moveAll(batch, nil, ActionWouldMove)
 		return nil
 	}
 	// The position after the batch must fit in the commit metadata; find
 	// out before writing, so nothing is written twice for it.
-	if n := len(settled(p.pos, batch, nil).metadata()); n > maxMetadataBytes {
+	p.posMu.Lock()
+	next, n := p.pos.next, len(settled(p.pos, batch, nil).metadata())
+	p.posMu.Unlock()
+	if n > maxMetadataBytes {
 		return p.notWritten(batch, fmt.Errorf("dlq: partition %d: the records this run leaves behind (below the ones it replays, from offset %d on) "+
 			"would need %d bytes of commit metadata, over %d: the filters leave out too many records between selected ones; "+
-			"replay with fewer filters, or over a narrower --partition/--from-offset/--until-offset range", p.partition, p.pos.next, n, maxMetadataBytes))
+			"replay with fewer filters, or over a narrower --partition/--from-offset/--until-offset range", p.partition, next, n, maxMetadataBytes))
 	}
 	// Another run of the group moving the position means both could write
 	// the same records: stop before writing.
@@ -933,7 +1003,9 @@ func (p *partitionRun) flush(ctx context.Context) error {
 		return fmt.Errorf("dlq: write %d replayed records (from %s/%d offset %d on; their position is not committed, so the next run writes them again): %w",
 			len(msgs), p.cfg.Topic, p.partition, batch[0].entry.Offset, sendErr)
 	}
+	p.posMu.Lock()
 	*p.pos = *settled(p.pos, batch, failed)
+	p.posMu.Unlock()
 	if err := p.commit(ctx); err != nil {
 		return errors.Join(err, sendErr)
 	}
@@ -1020,16 +1092,19 @@ func (p *partitionRun) checkOwn(ctx context.Context) error {
 func (p *partitionRun) commit(ctx context.Context) error {
 	// The position names this run: equal to the last committed, this run
 	// committed it already.
-	if p.cfg.DryRun || p.pos.String() == p.committed {
+	p.posMu.Lock()
+	pos := p.pos.clone()
+	p.posMu.Unlock()
+	if p.cfg.DryRun || pos.String() == p.committed {
 		return nil
 	}
 	if err := p.checkOwn(ctx); err != nil {
 		return err
 	}
-	if err := p.positions.commit(ctx, p.partition, p.pos); err != nil {
+	if err := p.positions.commit(ctx, p.partition, &pos); err != nil {
 		return err
 	}
-	p.committed = p.pos.String()
+	p.committed = pos.String()
 	return nil
 }
 

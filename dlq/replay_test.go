@@ -945,3 +945,59 @@ func TestReplayWithConcurrencyOneGoesInPartitionOrder(t *testing.T) {
 		t.Errorf("moved %d with Set %s; want 40 with the dry run's %s", report.Moved, report.Set, dry.Set)
 	}
 }
+
+// A partition's reads go on while its batch is written: the broker holds
+// the first write until the replay reported the corrupt record that
+// follows that batch (which a replay that reads only once its batch is
+// acknowledged never reaches), and every dead letter still moves once.
+func TestReplayReadsOnWhileItsBatchIsWritten(t *testing.T) {
+	f := newReplayFixture(t, 1)
+	for _, key := range []string{"a", "b", "c"} {
+		f.failed(t, key, "psp timeout")
+	}
+	corruptAt := f.corrupt(t, "not an envelope")
+	f.failed(t, "d", "psp timeout")
+	corruptSeen := make(chan struct{})
+	var held atomic.Bool
+	var readWhileHeld atomic.Bool
+	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic || held.Swap(true) {
+			return nil, nil, false
+		}
+		f.k.Cluster.SleepControl(func() {
+			select {
+			case <-corruptSeen:
+				readWhileHeld.Store(true)
+			case <-time.After(15 * time.Second): // the replay waits for this write before it reads on
+			}
+		})
+		return nil, nil, false
+	})
+	var once sync.Once
+	report, err := dlq.Replay(context.Background(), dlq.ReplayConfig{Brokers: f.k.Brokers, Sarama: f.k.Config(), Topic: f.dlqTopic, Group: f.group,
+		BatchSize: 3, OnRecord: func(r dlq.ReplayedRecord) {
+			if r.Action == dlq.ActionCorrupt && r.Entry.Offset == corruptAt {
+				once.Do(func() { close(corruptSeen) })
+			}
+		}})
+	if err != nil {
+		t.Fatalf("Replay: %v (report %+v)", err, report)
+	}
+	if !readWhileHeld.Load() {
+		t.Errorf("the replay reached the record after its first batch only once that batch was acknowledged")
+	}
+	if report.Moved != 4 || report.Corrupt != 1 {
+		t.Errorf("moved %d, corrupt %d; want 4 and 1 (report %+v)", report.Moved, report.Corrupt, report)
+	}
+	seen := map[string]int{}
+	for _, m := range f.k.ReadAll(t, f.topic) {
+		seen[string(m.Key)]++
+	}
+	for _, key := range []string{"a", "b", "c", "d"} {
+		if seen[key] != 1 {
+			t.Errorf("%s is in %s %d times, want once", key, f.topic, seen[key])
+		}
+	}
+}

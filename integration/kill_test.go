@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/IBM/sarama"
+
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
@@ -79,28 +81,63 @@ func (p *courierProcess) wait(t *testing.T) error {
 // TestDLQReplayKilledMidRunLosesNothing writes dead letters as a consumer
 // would (package dlq), kills `courier dlq replay` with SIGKILL part way and
 // runs it again: every dead letter reaches the topic, and none twice beyond
-// the batch that was in flight.
+// the batch that was in flight in each partition of the dead-letter topic
+// (which the replay goes through at once).
 func TestDLQReplayKilledMidRunLosesNothing(t *testing.T) {
 	t.Parallel()
+	for _, partitions := range []int32{1, 4} {
+		t.Run(fmt.Sprintf("%d partitions", partitions), func(t *testing.T) {
+			t.Parallel()
+			replayKilledMidRun(t, partitions)
+		})
+	}
+}
+
+// replayKilledMidRun is TestDLQReplayKilledMidRunLosesNothing with a
+// dead-letter topic of partitions partitions (the dead letters spread over
+// them by key, as the consumer writes them).
+func replayKilledMidRun(t *testing.T, partitions int32) {
 	const n, batch = 60, 5
 	s := newStack(t, 1)
-	pub, err := dlq.NewWriter(record.NewSyncPublisher(s.k.Producer(t)), dlq.WriterConfig{})
+	producer := s.k.Producer(t)
+	deadLetters, suffix := s.deadLetter, dlq.DefaultSuffix
+	if partitions > 1 {
+		suffix = ".wide-dlq"
+		deadLetters = s.topic + suffix
+		s.k.CreateTopic(t, deadLetters, partitions)
+		cfg := s.k.Config()
+		cfg.Producer.Return.Successes = true
+		cfg.Producer.Partitioner = sarama.NewHashPartitioner
+		hashed, err := sarama.NewSyncProducer(s.k.Brokers, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = hashed.Close() })
+		producer = hashed
+	}
+	pub, err := dlq.NewWriter(record.NewSyncPublisher(producer), dlq.WriterConfig{Suffix: suffix})
 	if err != nil {
 		t.Fatal(err)
 	}
+	used := map[int32]bool{}
 	for i := range n {
 		original := dlq.Original{Topic: s.topic, Partition: 0, Offset: int64(i), Key: fmt.Appendf(nil, "order-%d", i),
 			Value: fmt.Appendf(nil, `{"n":%d}`, i), Headers: []dlq.Header{{Key: []byte("ce_id"), Value: fmt.Appendf(nil, "evt-%d", i)}}}
 		env, err := dlq.New(original, dlq.Failure{Error: "psp timeout", Kind: dlq.KindRetriesExhausted, ConsumerGroup: "payouts"})
+		var w dlq.Written
 		if err == nil {
-			_, err = pub.Write(context.Background(), env)
+			w, err = pub.Write(context.Background(), env)
 		}
 		if err != nil {
 			t.Fatal(err)
 		}
+		used[w.Partition] = true
+	}
+	if len(used) != int(partitions) {
+		t.Fatalf("the dead letters went to partitions %v of %d", used, partitions)
 	}
 	replay := func(extra ...string) *courierProcess {
-		args := []string{"dlq", "replay", s.deadLetter, "--brokers", strings.Join(s.k.Brokers, ","), "--batch-size", fmt.Sprint(batch)}
+		args := []string{"dlq", "replay", deadLetters, "--brokers", strings.Join(s.k.Brokers, ","), "--batch-size", fmt.Sprint(batch)}
 		return startCourier(t, append(args, extra...)...)
 	}
 
@@ -126,8 +163,8 @@ func TestDLQReplayKilledMidRunLosesNothing(t *testing.T) {
 			t.Errorf("order-%d was lost", i)
 		}
 	}
-	if dups := len(got) - n; dups > batch {
-		t.Errorf("%d records replayed twice, more than the batch of %d in flight", dups, batch)
+	if dups := len(got) - n; dups > batch*int(partitions) {
+		t.Errorf("%d records replayed twice, more than the batch of %d in flight in each of %d partitions", dups, batch, partitions)
 	}
 	t.Logf("killed after %d of %d records; %d written twice", before, n, len(got)-n)
 }
