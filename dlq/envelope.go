@@ -377,6 +377,12 @@ func (e Envelope) Original() (Original, error) {
 	if err := e.Validate(); err != nil {
 		return Original{}, err
 	}
+	return e.original()
+}
+
+// original is Original for an envelope validated already (Read's): the
+// validation is most of what decoding an envelope costs.
+func (e Envelope) original() (Original, error) {
 	key, err := decodeText("original_key", e.OriginalKey, e.OriginalKeyBase64)
 	if err != nil {
 		return Original{}, err
