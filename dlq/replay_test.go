@@ -853,6 +853,30 @@ func (f *replayFixture) wideDeadLetters(t *testing.T, partitions int32, n int) (
 	return wide, written
 }
 
+// holdFirstWrite makes the broker hold the first write to the fixture's
+// topic until until is closed, or for 15 seconds (a replay that waits for
+// that write before it goes on never closes it); released reports, once
+// the write was answered, whether until let it go.
+func (f *replayFixture) holdFirstWrite(until <-chan struct{}) (released func() bool) {
+	var held, let atomic.Bool
+	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
+		f.k.Cluster.KeepControl()
+		pr := req.(*kmsg.ProduceRequest)
+		if len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic || held.Swap(true) {
+			return nil, nil, false
+		}
+		f.k.Cluster.SleepControl(func() {
+			select {
+			case <-until:
+				let.Store(true)
+			case <-time.After(15 * time.Second):
+			}
+		})
+		return nil, nil, false
+	})
+	return let.Load
+}
+
 // While a partition's batch waits for its acknowledgement, the replay
 // reads the other partitions of the dead-letter topic: the broker holds
 // the first write until it saw a read of every partition that holds dead
@@ -880,31 +904,13 @@ func TestReplayReadsOtherPartitionsWhileABatchWaits(t *testing.T) {
 		}
 		return nil, nil, false
 	})
-	var held atomic.Bool
-	var readWhileHeld atomic.Int32 // partitions read before the first write was answered
-	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		f.k.Cluster.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		if len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic || held.Swap(true) {
-			return nil, nil, false
-		}
-		f.k.Cluster.SleepControl(func() {
-			select {
-			case <-allFetched:
-			case <-time.After(15 * time.Second): // the replay waits for this write before it reads on
-			}
-			mu.Lock()
-			readWhileHeld.Store(int32(len(fetched)))
-			mu.Unlock()
-		})
-		return nil, nil, false
-	})
+	readWhileHeld := f.holdFirstWrite(allFetched)
 	report, err := dlq.Replay(context.Background(), dlq.ReplayConfig{Brokers: f.k.Brokers, Sarama: f.k.Config(), Topic: wide, Group: f.group, BatchSize: 3})
 	if err != nil {
 		t.Fatalf("Replay: %v (report %+v)", err, report)
 	}
-	if n := readWhileHeld.Load(); n != int32(len(written)) {
-		t.Errorf("while the first write waited, the replay read %d of the %d partitions holding dead letters", n, len(written))
+	if !readWhileHeld() {
+		t.Errorf("while the first write waited, the replay did not read all %d partitions holding dead letters", len(written))
 	}
 	if report.Moved != 40 {
 		t.Errorf("moved %d, want 40 (report %+v)", report.Moved, report)
@@ -958,23 +964,7 @@ func TestReplayReadsOnWhileItsBatchIsWritten(t *testing.T) {
 	corruptAt := f.corrupt(t, "not an envelope")
 	f.failed(t, "d", "psp timeout")
 	corruptSeen := make(chan struct{})
-	var held atomic.Bool
-	var readWhileHeld atomic.Bool
-	f.k.Cluster.ControlKey(int16(kmsg.Produce), func(req kmsg.Request) (kmsg.Response, error, bool) {
-		f.k.Cluster.KeepControl()
-		pr := req.(*kmsg.ProduceRequest)
-		if len(pr.Topics) == 0 || pr.Topics[0].Topic != f.topic || held.Swap(true) {
-			return nil, nil, false
-		}
-		f.k.Cluster.SleepControl(func() {
-			select {
-			case <-corruptSeen:
-				readWhileHeld.Store(true)
-			case <-time.After(15 * time.Second): // the replay waits for this write before it reads on
-			}
-		})
-		return nil, nil, false
-	})
+	readWhileHeld := f.holdFirstWrite(corruptSeen)
 	var once sync.Once
 	report, err := dlq.Replay(context.Background(), dlq.ReplayConfig{Brokers: f.k.Brokers, Sarama: f.k.Config(), Topic: f.dlqTopic, Group: f.group,
 		BatchSize: 3, OnRecord: func(r dlq.ReplayedRecord) {
@@ -985,7 +975,7 @@ func TestReplayReadsOnWhileItsBatchIsWritten(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Replay: %v (report %+v)", err, report)
 	}
-	if !readWhileHeld.Load() {
+	if !readWhileHeld() {
 		t.Errorf("the replay reached the record after its first batch only once that batch was acknowledged")
 	}
 	if report.Moved != 4 || report.Corrupt != 1 {
