@@ -823,8 +823,8 @@ func (p *partitionRun) consider(ctx context.Context, m *sarama.ConsumerMessage) 
 // there comes back with skip saying why (and msg.Topic naming the target,
 // when there is one); err is for the run as a whole (Kafka unreachable).
 func (r *replayer) message(e Entry) (msg *sarama.ProducerMessage, skip string, err error) {
-	o, err := e.Envelope.original() // Read validated it
-	if err != nil { // a bug
+	o, err := e.Envelope.original() // Read validated it, so an error here is a bug
+	if err != nil {
 		return nil, "", fmt.Errorf("dlq: restore the original of %s/%d offset %d: %w", r.cfg.Topic, e.Partition, e.Offset, err)
 	}
 	rec := &record.Record{Topic: o.Topic, Key: o.Key, Value: o.Value, Headers: o.Headers}
