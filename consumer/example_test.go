@@ -346,8 +346,10 @@ func ExampleConsumer_Readiness() {
 	go func() { done <- c.Run(ctx) }()
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
+	// Ready, then ready with its partition: the group's first generation
+	// may hand out nothing while the broker's metadata is still new.
 	for answer := get("/readyz"); ; answer = get("/readyz") {
-		if strings.HasPrefix(answer, "200") {
+		if strings.HasPrefix(answer, "200") && strings.Contains(answer, `"partitions":1`) {
 			fmt.Println(answer)
 			break
 		}
