@@ -85,11 +85,8 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 				return f.committed(t, 0)+f.committed(t, 1) == 3
 			})
 			stop()
-			goleak.VerifyNone(t, before,
-				// kfake serves the connections the test's own clients opened.
-				goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
-				goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
-			)
+			// kfake serves the connections the test's own clients opened.
+			goleak.VerifyNone(t, append(testkit.KfakeConnections(), before)...)
 		})
 	}
 }
@@ -193,8 +190,5 @@ func TestRunWithRetryAndDedupeLeavesNoGoroutines(t *testing.T) {
 		return f.committed(t, 0)+f.committed(t, 1) == 4 && seen.count("flaky") == 2 && seen.count("after") == 1
 	})
 	stop()
-	goleak.VerifyNone(t, before,
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
-	)
+	goleak.VerifyNone(t, append(testkit.KfakeConnections(), before)...)
 }

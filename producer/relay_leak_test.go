@@ -32,14 +32,12 @@ func TestRunLeavesNoGoroutines(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	goleak.VerifyNone(t, before,
+	goleak.VerifyNone(t, append(testkit.KfakeConnections(), before,
 		// pgxpool's background health check, and the background reader of a
 		// connection the pool opened while the relay ran (which stays in it),
 		// belong to the test's pool; kfake serves connections the test's own
 		// clients opened.
 		goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"),
 		goleak.IgnoreAnyFunction("github.com/jackc/pgx/v5/pgconn/internal/bgreader.(*BGReader).bgRead"),
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
-	)
+	)...)
 }

@@ -153,11 +153,8 @@ func TestRelayPublishesARequeuedDeadLetter(t *testing.T) {
 		t.Errorf("summary: %q", r.stdout.String())
 	}
 	checkStopLogged(t, &r.stderr)
-	goleak.VerifyNone(t, before,
-		// kfake serves the connections of the test's own clients a moment longer.
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
-	)
+	// kfake serves the connections of the test's own clients a moment longer.
+	goleak.VerifyNone(t, append(testkit.KfakeConnections(), before)...)
 }
 
 // TestRelayTakesFlagsFromEnvironment: every option comes from COURIER_*

@@ -124,10 +124,7 @@ func TestRelayWebhookPagesADeadLetter(t *testing.T) {
 			t.Errorf("%q printed:\n%s%s", s, r.stdout.String(), r.stderr.String())
 		}
 	}
-	goleak.VerifyNone(t, before,
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
-	)
+	goleak.VerifyNone(t, append(testkit.KfakeConnections(), before)...)
 }
 
 // TestRelayWebhookHangingEndpointDoesNotSlowTheRelay: with the webhook

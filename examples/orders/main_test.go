@@ -214,11 +214,8 @@ func TestOrdersAndTheirEventsCommitTogether(t *testing.T) {
 
 	stopRun()
 	client.CloseIdleConnections()
-	goleak.VerifyNone(t, before,
-		// kfake serves the connections the test's own clients opened.
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
-	)
+	// kfake serves the connections the test's own clients opened.
+	goleak.VerifyNone(t, append(testkit.KfakeConnections(), before)...)
 }
 
 // TestRunReportsWhatToFix: a service that cannot start says why.

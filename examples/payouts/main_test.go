@@ -164,11 +164,8 @@ func TestPayoutsSurviveAnOutage(t *testing.T) {
 	}
 
 	stopRun()
-	goleak.VerifyNone(t, before,
-		// kfake serves the connections the test's own clients opened.
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
-	)
+	// kfake serves the connections the test's own clients opened.
+	goleak.VerifyNone(t, append(testkit.KfakeConnections(), before)...)
 }
 
 // checkProbes fails the test unless GET /livez and /readyz at base answer

@@ -121,13 +121,11 @@ func TestReplayJobMovesOnlyRecentTimeouts(t *testing.T) {
 		t.Error(`no "replay job stopped" logged`)
 	}
 
-	goleak.VerifyNone(t, before,
+	goleak.VerifyNone(t, append(testkit.KfakeConnections(), before,
 		// kfake serves the connections the test's own clients opened, and
 		// Sarama's metrics library keeps one ticker for the process.
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
-		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
 		goleak.IgnoreAnyFunction("github.com/rcrowley/go-metrics.(*meterArbiter).tick"),
-	)
+	)...)
 }
 
 // TestReplayJobReportsCorruptRecords: a record that is no dead letter is

@@ -1,6 +1,7 @@
 package testkit
 
 import (
+	"go.uber.org/goleak"
 	"strings"
 	"testing"
 	"time"
@@ -185,4 +186,16 @@ func (k *Kafka) Producer(t testing.TB) sarama.SyncProducer {
 	}
 	t.Cleanup(func() { _ = p.Close() })
 	return p
+}
+
+// KfakeConnections are the goleak options that ignore the goroutines an
+// in-process broker serves a connection with (its reader, the reader's
+// wait for the next request, its writer): they are the broker's, and serve
+// a test's own clients a moment after those close.
+func KfakeConnections() []goleak.Option {
+	return []goleak.Option{
+		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read"),
+		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).read.func1"),
+		goleak.IgnoreAnyFunction("github.com/twmb/franz-go/pkg/kfake.(*clientConn).write"),
+	}
 }
