@@ -435,9 +435,8 @@ type replayer struct {
 	// the callbacks (OnRecord, OnProgress, Route) one call at a time.
 	mu     sync.Mutex
 	report ReplayReport
-	// paced counts the records Rate let through so far.
-	paced int
-	// taken counts the records put in a batch so far, written or not.
+	// taken counts the records put in a batch so far, written or not:
+	// Max stops at it, and Rate spaces the writes by it.
 	taken int
 	// partitionCounts caches the partition count of each target topic.
 	partitionCounts map[string]int32
@@ -801,16 +800,17 @@ func (p *partitionRun) consider(ctx context.Context, m *sarama.ConsumerMessage) 
 		p.tally(func(rep *ReplayReport) { rep.Skipped++ }, &ReplayedRecord{Entry: e, Action: ActionSkipped, To: msg.Topic, Reason: skip})
 		return nil
 	}
-	if err := p.pace(ctx); err != nil {
+	p.mu.Lock()
+	index := p.taken
+	p.taken++
+	p.mu.Unlock()
+	if err := p.pace(ctx, index); err != nil {
 		return err
 	}
 	pend := pending{entry: e, msg: msg}
 	if p.tracer != nil {
 		pend.span = p.startReplay(ctx, m, msg)
 	}
-	p.mu.Lock()
-	p.taken++
-	p.mu.Unlock()
 	p.batch = append(p.batch, pend)
 	if len(p.batch) >= p.cfg.BatchSize {
 		return p.flush(ctx)
@@ -927,16 +927,13 @@ func (r *replayer) noTarget(topic string) error {
 	return fmt.Errorf("%w: %q (create it, or pick another with To/--to)", ErrNoTargetTopic, topic)
 }
 
-// pace waits, under Rate, until the next record may be written, writing
-// the batch first so that no record waits in it.
-func (p *partitionRun) pace(ctx context.Context) error {
+// pace waits, under Rate, until the run's record number index may be
+// written, writing the batch first so that no record waits in it.
+func (p *partitionRun) pace(ctx context.Context, index int) error {
 	if p.cfg.Rate == 0 {
 		return nil
 	}
-	p.mu.Lock()
-	due := p.writing.Add(time.Duration(float64(p.paced) / p.cfg.Rate * float64(time.Second)))
-	p.paced++
-	p.mu.Unlock()
+	due := p.writing.Add(time.Duration(float64(index) / p.cfg.Rate * float64(time.Second)))
 	wait := time.Until(due)
 	if wait <= 0 {
 		return nil

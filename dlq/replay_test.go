@@ -821,15 +821,7 @@ func (f *replayFixture) wideDeadLetters(t *testing.T, partitions int32, n int) (
 	const suffix = ".wide-dlq"
 	wide := f.topic + suffix
 	f.k.CreateTopic(t, wide, partitions)
-	cfg := f.k.Config()
-	cfg.Producer.Return.Successes = true
-	cfg.Producer.Partitioner = sarama.NewHashPartitioner // by key, as the consumer's dead letters
-	producer, err := sarama.NewSyncProducer(f.k.Brokers, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer producer.Close()
-	writer, err := dlq.NewWriter(record.NewSyncPublisher(producer), dlq.WriterConfig{Suffix: suffix})
+	writer, err := dlq.NewWriter(record.NewSyncPublisher(f.k.KeyedProducer(t)), dlq.WriterConfig{Suffix: suffix})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,8 +15,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/IBM/sarama"
-
 	"github.com/courierkit/courier/consumer"
 	"github.com/courierkit/courier/dlq"
 	"github.com/courierkit/courier/internal/testkit"
@@ -99,23 +97,14 @@ func TestDLQReplayKilledMidRunLosesNothing(t *testing.T) {
 func replayKilledMidRun(t *testing.T, partitions int32) {
 	const n, batch = 60, 5
 	s := newStack(t, 1)
-	producer := s.k.Producer(t)
-	deadLetters, suffix := s.deadLetter, dlq.DefaultSuffix
+	producer, deadLetters, suffix := s.k.Producer, s.deadLetter, dlq.DefaultSuffix
 	if partitions > 1 {
 		suffix = ".wide-dlq"
 		deadLetters = s.topic + suffix
 		s.k.CreateTopic(t, deadLetters, partitions)
-		cfg := s.k.Config()
-		cfg.Producer.Return.Successes = true
-		cfg.Producer.Partitioner = sarama.NewHashPartitioner
-		hashed, err := sarama.NewSyncProducer(s.k.Brokers, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = hashed.Close() })
-		producer = hashed
+		producer = s.k.KeyedProducer
 	}
-	pub, err := dlq.NewWriter(record.NewSyncPublisher(producer), dlq.WriterConfig{Suffix: suffix})
+	pub, err := dlq.NewWriter(record.NewSyncPublisher(producer(t)), dlq.WriterConfig{Suffix: suffix})
 	if err != nil {
 		t.Fatal(err)
 	}

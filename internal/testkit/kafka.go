@@ -176,8 +176,21 @@ func (k *Kafka) ReadAll(t testing.TB, topic string) []*sarama.ConsumerMessage {
 // the test ends.
 func (k *Kafka) Producer(t testing.TB) sarama.SyncProducer {
 	t.Helper()
+	return k.producer(t, sarama.NewManualPartitioner)
+}
+
+// KeyedProducer is Producer partitioning by key (sarama.NewHashPartitioner),
+// as the consumer writes its dead letters: a test's records spread over a
+// topic's partitions.
+func (k *Kafka) KeyedProducer(t testing.TB) sarama.SyncProducer {
+	t.Helper()
+	return k.producer(t, sarama.NewHashPartitioner)
+}
+
+func (k *Kafka) producer(t testing.TB, partitioner sarama.PartitionerConstructor) sarama.SyncProducer {
+	t.Helper()
 	cfg := k.Config()
-	cfg.Producer.Partitioner = sarama.NewManualPartitioner
+	cfg.Producer.Partitioner = partitioner
 	cfg.Producer.Idempotent = true
 	cfg.Net.MaxOpenRequests = 1
 	p, err := sarama.NewSyncProducer(k.Brokers, cfg)
